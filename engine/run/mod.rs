@@ -1,0 +1,3 @@
+//! The executor.
+
+pub mod process;

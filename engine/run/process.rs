@@ -1,0 +1,275 @@
+//! Child processes: an argv list spawned in a process group of its own, stdin fed from a thread,
+//! stdout and stderr captured, and the whole group killed on timeout or interruption.
+//!
+//! Every running group is registered in [`Interrupt`], so a Ctrl-C can kill all of them at once
+//! and the blocked waits return.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::thread;
+use std::time::Duration;
+
+/// What to run.
+#[derive(Debug, Clone, Default)]
+pub struct ProcessSpec {
+    pub argv: Vec<String>,
+    pub stdin: Option<Vec<u8>>,
+    pub cwd: Option<PathBuf>,
+    /// Set on top of the inherited environment.
+    pub env: Vec<(String, String)>,
+    pub timeout: Option<Duration>,
+}
+
+/// What a finished process left.
+#[derive(Debug, Clone)]
+pub struct ProcessOutput {
+    /// The exit code, or `128 + signal` when a signal ended it.
+    pub code: i32,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+impl ProcessOutput {
+    /// The last lines of stderr, for an error message.
+    pub fn stderr_tail(&self) -> String {
+        tail(&self.stderr, 2000)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    #[error("empty command")]
+    Empty,
+    #[error("command `{program}` not found; is it installed and on PATH?")]
+    NotFound { program: String },
+    #[error("cannot start `{program}`: {source}")]
+    Spawn {
+        program: String,
+        source: std::io::Error,
+    },
+    #[error("timed out after {}s; killed with its process group", .after.as_secs_f64())]
+    TimedOut { after: Duration },
+    #[error("interrupted")]
+    Interrupted,
+    #[error("i/o error while running `{program}`: {source}")]
+    Io {
+        program: String,
+        source: std::io::Error,
+    },
+}
+
+/// Run a process to completion, honouring its timeout and the global interrupt.
+pub fn run(spec: &ProcessSpec) -> Result<ProcessOutput, ProcessError> {
+    let program = spec.argv.first().ok_or(ProcessError::Empty)?;
+    let interrupt = Interrupt::global();
+    if interrupt.is_set() {
+        return Err(ProcessError::Interrupted);
+    }
+    let mut command = Command::new(program);
+    command
+        .args(&spec.argv[1..])
+        .stdin(if spec.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    if let Some(cwd) = &spec.cwd {
+        command.current_dir(cwd);
+    }
+    for (key, value) in &spec.env {
+        command.env(key, value);
+    }
+    let mut child = command.spawn().map_err(|source| {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            ProcessError::NotFound {
+                program: program.clone(),
+            }
+        } else {
+            ProcessError::Spawn {
+                program: program.clone(),
+                source,
+            }
+        }
+    })?;
+    let pgid = child.id() as i32;
+    interrupt.register(pgid);
+    // A Ctrl-C that arrived between the check above and the registration would otherwise miss
+    // this child.
+    if interrupt.is_set() {
+        kill_group(pgid, libc::SIGKILL);
+    }
+
+    let feeder = match (child.stdin.take(), &spec.stdin) {
+        (Some(mut pipe), Some(bytes)) => {
+            let bytes = bytes.clone();
+            // A child that exits without reading its stdin makes this write fail with EPIPE;
+            // that is the child's business, not an error of ours.
+            Some(thread::spawn(move || {
+                let _ = pipe.write_all(&bytes);
+            }))
+        }
+        _ => None,
+    };
+
+    let timed_out = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(Mutex::new(false));
+    let watchdog = spec.timeout.map(|after| {
+        let (tx, rx) = mpsc::channel::<()>();
+        let timed_out = Arc::clone(&timed_out);
+        let done = Arc::clone(&done);
+        thread::spawn(move || {
+            if rx.recv_timeout(after) == Err(mpsc::RecvTimeoutError::Timeout) {
+                let done = done.lock().unwrap_or_else(|poison| poison.into_inner());
+                if !*done {
+                    timed_out.store(true, Ordering::SeqCst);
+                    kill_group(pgid, libc::SIGKILL);
+                }
+            }
+        });
+        tx
+    });
+
+    let waited = child.wait_with_output();
+    *done.lock().unwrap_or_else(|poison| poison.into_inner()) = true;
+    drop(watchdog);
+    interrupt.unregister(pgid);
+    if let Some(feeder) = feeder {
+        let _ = feeder.join();
+    }
+    let output = waited.map_err(|source| ProcessError::Io {
+        program: program.clone(),
+        source,
+    })?;
+    if timed_out.load(Ordering::SeqCst) {
+        return Err(ProcessError::TimedOut {
+            after: spec.timeout.unwrap_or_default(),
+        });
+    }
+    if interrupt.is_set() && output.status.signal().is_some() {
+        return Err(ProcessError::Interrupted);
+    }
+    let code = match (output.status.code(), output.status.signal()) {
+        (Some(code), _) => code,
+        (None, Some(signal)) => 128 + signal,
+        (None, None) => -1,
+    };
+    Ok(ProcessOutput {
+        code,
+        stdout: output.stdout,
+        stderr: output.stderr,
+    })
+}
+
+fn kill_group(pgid: i32, signal: i32) {
+    // SAFETY: killpg has no memory-safety preconditions; a stale pgid yields ESRCH.
+    unsafe {
+        libc::killpg(pgid, signal);
+    }
+}
+
+/// The last `max` bytes of a byte buffer as lossy UTF-8, trimmed.
+pub fn tail(bytes: &[u8], max: usize) -> String {
+    let start = bytes.len().saturating_sub(max);
+    let text = String::from_utf8_lossy(&bytes[start..]);
+    text.trim().to_string()
+}
+
+/// The process-wide interrupt: set by Ctrl-C, it kills every registered process group.
+#[derive(Default)]
+pub struct Interrupt {
+    flag: AtomicBool,
+    groups: Mutex<HashSet<i32>>,
+}
+
+impl Interrupt {
+    pub fn global() -> &'static Interrupt {
+        static GLOBAL: OnceLock<Interrupt> = OnceLock::new();
+        GLOBAL.get_or_init(Interrupt::default)
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
+
+    /// Mark the run interrupted and stop every running child: SIGTERM first, SIGKILL to what is
+    /// left after a short grace period.
+    pub fn trigger(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+        let groups: Vec<i32> = self.lock().iter().copied().collect();
+        for pgid in &groups {
+            kill_group(*pgid, libc::SIGTERM);
+        }
+        if !groups.is_empty() {
+            thread::sleep(Duration::from_millis(300));
+            for pgid in self.lock().iter() {
+                kill_group(*pgid, libc::SIGKILL);
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<i32>> {
+        self.groups
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    fn register(&self, pgid: i32) {
+        self.lock().insert(pgid);
+    }
+
+    fn unregister(&self, pgid: i32) {
+        self.lock().remove(&pgid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(argv: &[&str]) -> ProcessSpec {
+        ProcessSpec {
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            ..ProcessSpec::default()
+        }
+    }
+
+    #[test]
+    fn captures_stdout_and_exit_code() {
+        let out = run(&spec(&["sh", "-c", "printf hi; echo oops >&2; exit 3"])).unwrap();
+        assert_eq!(out.stdout, b"hi");
+        assert_eq!(out.stderr_tail(), "oops");
+        assert_eq!(out.code, 3);
+    }
+
+    #[test]
+    fn feeds_stdin() {
+        let mut s = spec(&["cat"]);
+        s.stdin = Some(b"through the pipe".to_vec());
+        assert_eq!(run(&s).unwrap().stdout, b"through the pipe");
+    }
+
+    #[test]
+    fn missing_program_is_not_found() {
+        let err = run(&spec(&["stagegraph-no-such-program"])).unwrap_err();
+        assert!(matches!(err, ProcessError::NotFound { .. }), "{err}");
+    }
+
+    #[test]
+    fn timeout_kills_the_whole_group() {
+        let mut s = spec(&["sh", "-c", "sleep 30 & sleep 30; echo never"]);
+        s.timeout = Some(Duration::from_millis(200));
+        let started = std::time::Instant::now();
+        let err = run(&s).unwrap_err();
+        assert!(matches!(err, ProcessError::TimedOut { .. }), "{err}");
+        // The backgrounded grandchild holds the pipe open; only a group kill lets wait return.
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+}
