@@ -1,7 +1,33 @@
 //! stagegraph: a declarative pipeline engine. A workflow is a TOML stage graph; one generic
 //! executor loads, checks, plans and runs it.
+//!
+//! The phases, each a module with a type that proves it ran:
+//! `load` (TOML -> [`load::RawWorkflow`]), `check` (-> [`check::Workflow`]), `plan`
+//! (-> [`plan::Plan`]) and `run` (-> [`run::RunRecord`]).
 
 pub mod builtins;
+pub mod check;
+pub mod diag;
+pub mod engine;
+pub mod format;
+pub mod library;
+pub mod load;
 pub mod models;
+pub mod plan;
 pub mod run;
+pub mod schema;
 pub mod template;
+
+pub use engine::Engine;
+
+/// Exit codes of the command line.
+pub mod exit {
+    /// Completed, or ended early by `exit_if`.
+    pub const SUCCESS: i32 = 0;
+    /// The run failed.
+    pub const FAILED: i32 = 1;
+    /// The workflow, its inputs or the command line are invalid.
+    pub const INVALID: i32 = 2;
+    /// Interrupted (Ctrl-C).
+    pub const INTERRUPTED: i32 = 130;
+}

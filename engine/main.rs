@@ -1,1 +1,664 @@
-fn main(){}
+//! The command line: parses arguments, calls the library, prints, and maps outcomes to the
+//! documented exit codes.
+
+use std::io::{IsTerminal, Read};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde_json::{Map, Value};
+
+use stagegraph::diag::{has_errors, Diagnostic, Severity};
+use stagegraph::exit;
+use stagegraph::library::{Library, Shelf};
+use stagegraph::models::Models;
+use stagegraph::plan::Plan;
+use stagegraph::run::{self, record, RunOptions, RunStatus, Runtime};
+use stagegraph::Engine;
+
+#[derive(Parser)]
+#[command(
+    name = "stagegraph",
+    version,
+    about = "Run declarative stage graphs: TOML workflows of predicates, prompts, commands and built-ins",
+    long_about = "stagegraph runs workflows described as TOML stage graphs.\n\n\
+        Workflows are found by name along the search path: --library folders, STAGEGRAPH_PATH, \
+        .stagegraph/ in the current directory, ~/.config/stagegraph/, then the built-in library \
+        (context-update, refresh, compound). A path ending in .toml names a file directly.\n\n\
+        Exit codes: 0 success (completed, or ended early by exit_if), 1 the run failed, \
+        2 the workflow, its inputs or the command line are invalid, 130 interrupted."
+)]
+struct Cli {
+    /// A library folder (holding workflows/, templates/, schemas/) searched first; repeatable.
+    #[arg(long = "library", short = 'L', global = true, value_name = "DIR")]
+    libraries: Vec<PathBuf>,
+    /// Where run records, the cache and state live (default: .stagegraph/).
+    #[arg(long, global = true, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// Colour in diagnostics.
+    #[arg(long, global = true, value_enum, default_value_t = Color::Auto)]
+    color: Color,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Color {
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List the workflows on the search path.
+    List,
+    /// Print a workflow's TOML.
+    Show {
+        /// A workflow name or a path to a .toml file.
+        name: String,
+        /// Print the merged workflow (overlays applied), each key with the file and line it came from.
+        #[arg(long)]
+        effective: bool,
+        /// With --effective: toml (annotated) or json.
+        #[arg(long, value_enum, default_value_t = ShowFormat::Toml)]
+        format: ShowFormat,
+    },
+    /// Check workflows statically: syntax, keys, references, cycles, templates, schemas.
+    Check {
+        /// Workflow names or .toml paths; none checks every workflow on the search path.
+        names: Vec<String>,
+        #[arg(long, value_enum, default_value_t = CheckFormat::Text)]
+        format: CheckFormat,
+        /// Fail on warnings too.
+        #[arg(long)]
+        deny_warnings: bool,
+    },
+    /// Show the graph in execution order.
+    Plan {
+        name: String,
+        #[arg(long, value_enum, default_value_t = PlanFormat::Text)]
+        format: PlanFormat,
+    },
+    /// Run a workflow.
+    Run(RunArgs),
+    /// Run a recorded run again with its inputs, reusing every stage whose fingerprint is unchanged.
+    Resume {
+        /// A run id, a unique prefix of one, or `last`.
+        run_id: String,
+        #[command(flatten)]
+        exec: ExecArgs,
+    },
+    /// The run history.
+    Runs {
+        #[command(subcommand)]
+        action: Option<RunsAction>,
+    },
+    /// Print the JSON Schema of the workflow or config format.
+    Schema {
+        #[arg(value_enum, default_value_t = SchemaKind::Workflow)]
+        kind: SchemaKind,
+    },
+    /// Copy a workflow with its templates and schemas into .stagegraph/ to own it.
+    Eject { name: String },
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// A workflow name or a path to a .toml file.
+    name: String,
+    /// An input, typed by its declaration: --input manual=true; repeatable.
+    #[arg(long = "input", short = 'i', value_name = "K=V")]
+    inputs: Vec<String>,
+    /// Inputs as a JSON object from a file, or - for stdin (unknown keys are ignored).
+    #[arg(long, value_name = "FILE|-")]
+    inputs_json: Option<String>,
+    #[command(flatten)]
+    exec: ExecArgs,
+}
+
+#[derive(Args)]
+struct ExecArgs {
+    /// Walk the graph with no side effects: commands, writes and model calls are not made.
+    #[arg(long)]
+    dry_run: bool,
+    /// With --dry-run: print every rendered prompt.
+    #[arg(long)]
+    show_prompts: bool,
+    /// Stages at once (default: the number of cores).
+    #[arg(long, short = 'j')]
+    jobs: Option<usize>,
+    /// Ignore the cache.
+    #[arg(long)]
+    no_cache: bool,
+    /// Save every model exchange in DIR.
+    #[arg(long, value_name = "DIR")]
+    record: Option<PathBuf>,
+    /// Answer model requests from recordings in DIR.
+    #[arg(long, value_name = "DIR")]
+    replay: Option<PathBuf>,
+    /// Events as JSON lines on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Only errors on stderr.
+    #[arg(long, short = 'q')]
+    quiet: bool,
+    /// Keep the newest N runs of each workflow (0 keeps all).
+    #[arg(long, default_value_t = 50)]
+    keep_runs: usize,
+}
+
+#[derive(Subcommand)]
+enum RunsAction {
+    /// Print one run.
+    Show {
+        /// A run id, a unique prefix, or `last`.
+        run_id: String,
+        /// Print run.json.
+        #[arg(long)]
+        json: bool,
+        /// Print this stage's output.
+        #[arg(long)]
+        stage: Option<String>,
+    },
+    /// Remove all but the newest runs of each workflow.
+    Prune {
+        #[arg(long, default_value_t = 50)]
+        keep: usize,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ShowFormat {
+    Toml,
+    Json,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum CheckFormat {
+    Text,
+    Json,
+    Github,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum PlanFormat {
+    Text,
+    Json,
+    Dot,
+    Mermaid,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum SchemaKind {
+    Workflow,
+    Config,
+}
+
+/// A failure of the command itself, with its exit code.
+struct Failure {
+    code: i32,
+    message: String,
+}
+
+fn invalid(message: impl Into<String>) -> Failure {
+    Failure { code: exit::INVALID, message: message.into() }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let color = match cli.color {
+        Color::Always => true,
+        Color::Never => false,
+        Color::Auto => std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+    };
+    let app = App {
+        engine: Engine::new(&cli.libraries, &cwd),
+        state_dir: cli.state_dir.clone().map(|d| cwd.join(d)).unwrap_or_else(|| cwd.join(".stagegraph")),
+        color,
+    };
+    let code = match app.dispatch(cli.command) {
+        Ok(code) => code,
+        Err(failure) => {
+            if !failure.message.is_empty() {
+                eprintln!("error: {}", failure.message);
+            }
+            failure.code
+        }
+    };
+    ExitCode::from(code as u8)
+}
+
+struct App {
+    engine: Engine,
+    state_dir: PathBuf,
+    color: bool,
+}
+
+impl App {
+    fn dispatch(&self, command: Command) -> Result<i32, Failure> {
+        match command {
+            Command::List => self.list(),
+            Command::Show { name, effective, format } => self.show(&name, effective, format),
+            Command::Check { names, format, deny_warnings } => self.check(&names, format, deny_warnings),
+            Command::Plan { name, format } => self.plan(&name, format),
+            Command::Run(args) => self.run(args),
+            Command::Resume { run_id, exec } => self.resume(&run_id, exec),
+            Command::Runs { action } => self.runs(action),
+            Command::Schema { kind } => {
+                let schema = match kind {
+                    SchemaKind::Workflow => stagegraph::format::workflow_schema(),
+                    SchemaKind::Config => Models::config_schema(),
+                };
+                println!("{}", serde_json::to_string_pretty(&schema).unwrap_or_default());
+                Ok(exit::SUCCESS)
+            }
+            Command::Eject { name } => self.eject(&name),
+        }
+    }
+
+    fn print_diagnostics(&self, diagnostics: &[Diagnostic]) {
+        for diagnostic in diagnostics {
+            eprint!("{}", diagnostic.render(self.color));
+        }
+    }
+
+    fn load(&self, name: &str) -> Result<stagegraph::check::Workflow, Failure> {
+        self.engine.load(name).map_err(|diagnostics| {
+            self.print_diagnostics(&diagnostics);
+            let errors = diagnostics.iter().filter(|d| d.is_error()).count();
+            invalid(format!("workflow `{name}` is invalid ({errors} error(s))"))
+        })
+    }
+
+    fn list(&self) -> Result<i32, Failure> {
+        let workflows = self.engine.search.workflows();
+        if workflows.is_empty() {
+            eprintln!("no workflows on the search path");
+        }
+        let width = workflows.iter().map(|(n, _, _)| n.len()).max().unwrap_or(0);
+        for (name, library, shadowed) in workflows {
+            let description = library
+                .read(Shelf::Workflows, &format!("{name}.toml"))
+                .and_then(|source| {
+                    let doc: toml::Table = toml::from_str(&source.text).ok()?;
+                    doc.get("workflow")?.get("description")?.as_str().map(str::to_string)
+                })
+                .unwrap_or_default();
+            let mut origin = format!("{} ({})", library.display(), library.origin);
+            if !shadowed.is_empty() {
+                origin.push_str(&format!(", overlays {}", shadowed.iter().map(Library::display).collect::<Vec<_>>().join(", ")));
+            }
+            println!("{name:width$}  {description}  [{origin}]");
+        }
+        Ok(exit::SUCCESS)
+    }
+
+    fn show(&self, name: &str, effective: bool, format: ShowFormat) -> Result<i32, Failure> {
+        if !effective {
+            let found = self.engine.search.find_workflow(name, &self.engine.cwd).ok_or_else(|| invalid(format!("no workflow named `{name}`")))?;
+            print!("{}", found.source.text);
+            return Ok(exit::SUCCESS);
+        }
+        let raw = stagegraph::load::load(&self.engine.search, name, &self.engine.cwd).map_err(|d| {
+            self.print_diagnostics(&d);
+            invalid(format!("workflow `{name}` is invalid"))
+        })?;
+        match format {
+            ShowFormat::Json => {
+                let mut origins = Map::new();
+                let mut pointers: Vec<&String> = raw.origins.keys().collect();
+                pointers.sort();
+                for pointer in pointers {
+                    let origin = &raw.origins[pointer];
+                    let source = &raw.sources[origin.source];
+                    let (line, column) = source.line_col(origin.key.start);
+                    origins.insert(pointer.clone(), serde_json::json!({ "file": source.path.display().to_string(), "line": line, "column": column }));
+                }
+                let out = serde_json::json!({ "workflow": raw.name, "document": raw.doc, "origins": origins, "files": raw.sources.iter().map(|s| s.path.display().to_string()).collect::<Vec<_>>() });
+                println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+            }
+            ShowFormat::Toml => print!("{}", effective_toml(&raw)),
+        }
+        Ok(exit::SUCCESS)
+    }
+
+    fn check(&self, names: &[String], format: CheckFormat, deny_warnings: bool) -> Result<i32, Failure> {
+        let names: Vec<String> = if names.is_empty() {
+            self.engine.search.workflow_names()
+        } else {
+            names.to_vec()
+        };
+        let mut all = Vec::new();
+        let mut summary = Vec::new();
+        for name in &names {
+            let diagnostics = match self.engine.load(name) {
+                Ok(workflow) => workflow.warnings.clone(),
+                Err(diagnostics) => diagnostics,
+            };
+            let diagnostics: Vec<Diagnostic> = diagnostics
+                .into_iter()
+                .map(|mut d| {
+                    d.workflow.get_or_insert_with(|| name.clone());
+                    d
+                })
+                .collect();
+            let errors = diagnostics.iter().filter(|d| d.is_error()).count();
+            let warnings = diagnostics.len() - errors;
+            summary.push((name.clone(), errors, warnings));
+            all.extend(diagnostics);
+        }
+        match format {
+            CheckFormat::Text => {
+                self.print_diagnostics(&all);
+                for (name, errors, warnings) in &summary {
+                    let verdict = if *errors > 0 { "invalid" } else { "ok" };
+                    eprintln!("{name}: {verdict} ({errors} error(s), {warnings} warning(s))");
+                }
+            }
+            CheckFormat::Json => {
+                let out = serde_json::json!({
+                    "workflows": summary.iter().map(|(n, e, w)| serde_json::json!({"name": n, "errors": e, "warnings": w})).collect::<Vec<_>>(),
+                    "diagnostics": all.iter().map(Diagnostic::to_json).collect::<Vec<_>>(),
+                });
+                println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+            }
+            CheckFormat::Github => {
+                for d in &all {
+                    println!("{}", d.to_github());
+                }
+            }
+        }
+        let failed = has_errors(&all) || (deny_warnings && all.iter().any(|d| d.severity == Severity::Warning));
+        Ok(if failed { exit::INVALID } else { exit::SUCCESS })
+    }
+
+    fn plan(&self, name: &str, format: PlanFormat) -> Result<i32, Failure> {
+        let workflow = self.load(name)?;
+        let plan = Plan::new(&workflow);
+        match format {
+            PlanFormat::Text => print!("{}", plan.to_text()),
+            PlanFormat::Json => println!("{}", serde_json::to_string_pretty(&plan.to_json()).unwrap_or_default()),
+            PlanFormat::Dot => print!("{}", plan.to_dot()),
+            PlanFormat::Mermaid => print!("{}", plan.to_mermaid()),
+        }
+        Ok(exit::SUCCESS)
+    }
+
+    fn models(&self, exec: &ExecArgs) -> Result<Models, Failure> {
+        let mut models = Models::load(&self.engine.cwd).map_err(|e| invalid(e.to_string()))?;
+        if let Some(dir) = &exec.record {
+            models.set_record(self.engine.cwd.join(dir));
+        }
+        if let Some(dir) = &exec.replay {
+            models.set_replay(self.engine.cwd.join(dir));
+        }
+        Ok(models)
+    }
+
+    fn run(&self, args: RunArgs) -> Result<i32, Failure> {
+        let workflow = self.load(&args.name)?;
+        let always_zero = workflow.file.workflow.always_exit_zero;
+        let zero_if = |code: i32| if always_zero && code == exit::FAILED { exit::SUCCESS } else { code };
+        let inputs = match self.collect_inputs(&workflow, &args) {
+            Ok(inputs) => inputs,
+            Err(failure) if always_zero => {
+                eprintln!("error: {}", failure.message);
+                return Ok(exit::SUCCESS);
+            }
+            Err(failure) => return Err(failure),
+        };
+        self.execute(&workflow, inputs, &args.exec, None).map(zero_if)
+    }
+
+    fn collect_inputs(&self, workflow: &stagegraph::check::Workflow, args: &RunArgs) -> Result<Map<String, Value>, Failure> {
+        let json = match &args.inputs_json {
+            None => Map::new(),
+            Some(source) => {
+                let text = if source == "-" {
+                    let mut text = String::new();
+                    std::io::stdin().read_to_string(&mut text).map_err(|e| invalid(format!("cannot read inputs from stdin: {e}")))?;
+                    text
+                } else {
+                    std::fs::read_to_string(self.engine.cwd.join(source)).map_err(|e| invalid(format!("cannot read {source}: {e}")))?
+                };
+                match serde_json::from_str::<Value>(&text) {
+                    Ok(Value::Object(map)) => map,
+                    Ok(other) => return Err(invalid(format!("--inputs-json must be a JSON object, not {other}"))),
+                    Err(e) => return Err(invalid(format!("--inputs-json is not valid JSON: {e}"))),
+                }
+            }
+        };
+        let mut pairs = Map::new();
+        for pair in &args.inputs {
+            let Some((key, value)) = pair.split_once('=') else {
+                return Err(invalid(format!("--input expects K=V, got `{pair}`")));
+            };
+            pairs.insert(key.trim().to_string(), Value::String(value.to_string()));
+        }
+        stagegraph::engine::resolve_inputs(workflow, json, &pairs).map_err(|e| invalid(e.message))
+    }
+
+    fn execute(
+        &self,
+        workflow: &stagegraph::check::Workflow,
+        inputs: Map<String, Value>,
+        exec: &ExecArgs,
+        resume: Option<run::ResumeFrom>,
+    ) -> Result<i32, Failure> {
+        let models = self.models(exec)?;
+        let options = RunOptions {
+            jobs: exec.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())).max(1),
+            dry_run: exec.dry_run,
+            no_cache: exec.no_cache,
+            show_prompts: exec.show_prompts,
+            replay: exec.replay.is_some(),
+            quiet: exec.quiet,
+            json_events: exec.json,
+            keep_runs: exec.keep_runs,
+        };
+        let runtime = Runtime {
+            models: &models,
+            search: &self.engine.search,
+            cwd: self.engine.cwd.clone(),
+            state_dir: self.state_dir.clone(),
+        };
+        let _ = ctrlc::set_handler(|| {
+            std::thread::spawn(|| run::process::Interrupt::global().trigger());
+        });
+        let record = run::run(workflow, &runtime, &options, inputs, resume).map_err(|e| Failure { code: exit::FAILED, message: e.to_string() })?;
+        if let Some(Value::Object(outputs)) = &record.outputs {
+            if exec.json {
+                println!("{}", serde_json::json!({ "event": "outputs", "outputs": outputs }));
+            } else if outputs.len() == 1 {
+                if let Some(Value::String(text)) = outputs.values().next() {
+                    println!("{}", text.trim_end());
+                } else {
+                    println!("{}", serde_json::to_string_pretty(outputs).unwrap_or_default());
+                }
+            } else if !outputs.is_empty() {
+                println!("{}", serde_json::to_string_pretty(outputs).unwrap_or_default());
+            }
+        }
+        let seconds = record.duration_ms as f64 / 1000.0;
+        let summary = match record.status {
+            RunStatus::Completed => format!("completed in {seconds:.2}s"),
+            RunStatus::Exited => format!(
+                "exited early{}: {}",
+                record.exit.as_ref().and_then(|e| e.stage.as_ref()).map(|s| format!(" at `{s}`")).unwrap_or_default(),
+                record.exit.as_ref().map(|e| e.message.as_str()).unwrap_or("")
+            ),
+            RunStatus::Failed => format!("failed: {}", record.error.as_deref().unwrap_or("")),
+            RunStatus::Interrupted => "interrupted".to_string(),
+            RunStatus::Running => "running".to_string(),
+        };
+        if !exec.quiet || record.status == RunStatus::Failed {
+            eprintln!("run {} {summary}", record.run_id);
+        }
+        Ok(match record.status {
+            RunStatus::Completed | RunStatus::Exited => exit::SUCCESS,
+            RunStatus::Interrupted => exit::INTERRUPTED,
+            RunStatus::Failed | RunStatus::Running => exit::FAILED,
+        })
+    }
+
+    fn resume(&self, run_id: &str, exec: ExecArgs) -> Result<i32, Failure> {
+        let id = record::resolve_run_id(&self.state_dir, run_id).map_err(invalid)?;
+        let previous = record::read_record(&self.state_dir, &id).map_err(invalid)?;
+        let workflow = self.load(&previous.workflow)?;
+        let outputs = record::read_outputs(&self.state_dir, &id);
+        let always_zero = workflow.file.workflow.always_exit_zero;
+        let code = self.execute(&workflow, previous.inputs.clone(), &exec, Some(run::ResumeFrom { run_id: id, outputs }))?;
+        Ok(if always_zero && code == exit::FAILED { exit::SUCCESS } else { code })
+    }
+
+    fn runs(&self, action: Option<RunsAction>) -> Result<i32, Failure> {
+        match action {
+            None => {
+                let ids = record::list_runs(&self.state_dir);
+                if ids.is_empty() {
+                    eprintln!("no runs in {}", record::runs_dir(&self.state_dir).display());
+                }
+                for id in ids {
+                    match record::read_record(&self.state_dir, &id) {
+                        Ok(r) => {
+                            let detail = match (&r.exit, &r.error) {
+                                (Some(exit), _) => exit.message.clone(),
+                                (_, Some(error)) => error.clone(),
+                                _ => String::new(),
+                            };
+                            println!("{id}  {:<16} {:<11} {:>8}ms  {}", r.workflow, r.status.as_str(), r.duration_ms, first_line(&detail));
+                        }
+                        Err(error) => println!("{id}  (unreadable: {error})"),
+                    }
+                }
+                Ok(exit::SUCCESS)
+            }
+            Some(RunsAction::Show { run_id, json, stage }) => {
+                let id = record::resolve_run_id(&self.state_dir, &run_id).map_err(invalid)?;
+                let r = record::read_record(&self.state_dir, &id).map_err(invalid)?;
+                if let Some(stage) = stage {
+                    let outputs = record::read_outputs(&self.state_dir, &id);
+                    let line = outputs.get(&stage).ok_or_else(|| invalid(format!("run {id} recorded no output for stage `{stage}`")))?;
+                    match &line.output {
+                        Value::String(text) => print!("{text}"),
+                        other => println!("{}", serde_json::to_string_pretty(other).unwrap_or_default()),
+                    }
+                    return Ok(exit::SUCCESS);
+                }
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+                    return Ok(exit::SUCCESS);
+                }
+                println!("run {} ({}) {}", r.run_id, r.workflow, r.status.as_str());
+                println!("started {}  duration {}ms", r.started_at, r.duration_ms);
+                if let Some(exit) = &r.exit {
+                    println!("exit: {}{}", exit.stage.as_ref().map(|s| format!("{s}: ")).unwrap_or_default(), exit.message);
+                }
+                if let Some(error) = &r.error {
+                    println!("error: {error}");
+                }
+                for (id, s) in &r.stages {
+                    let extra = s.error.clone().or(s.reason.clone()).unwrap_or_default();
+                    println!("  {:<24} {:<9} {:>7}ms  {}", id, s.status.as_str(), s.duration_ms, first_line(&extra));
+                }
+                let u = &r.usage;
+                if u.model_calls > 0 {
+                    println!("model calls: {}  tokens in: {}  out: {}  latency: {}ms", u.model_calls, u.input_tokens, u.output_tokens, u.latency_ms);
+                }
+                Ok(exit::SUCCESS)
+            }
+            Some(RunsAction::Prune { keep }) => {
+                let removed = record::prune(&self.state_dir, keep);
+                eprintln!("removed {} run(s)", removed.len());
+                Ok(exit::SUCCESS)
+            }
+        }
+    }
+
+    fn eject(&self, name: &str) -> Result<i32, Failure> {
+        let found = self
+            .engine
+            .search
+            .find_workflow(name, &self.engine.cwd)
+            .ok_or_else(|| invalid(format!("no workflow named `{name}`")))?;
+        let target = self.engine.cwd.join(".stagegraph");
+        let library = found.library.clone();
+        let mut copies: Vec<(PathBuf, String)> = vec![(target.join("workflows").join(format!("{name}.toml")), found.source.text.to_string())];
+        for shelf in [Shelf::Templates, Shelf::Schemas] {
+            for relative in library.files(shelf, &format!("{name}/")) {
+                if let Some(source) = library.read(shelf, &relative) {
+                    copies.push((target.join(shelf.folder()).join(&relative), source.text.to_string()));
+                }
+            }
+        }
+        let existing: Vec<String> = copies.iter().filter(|(p, _)| p.exists()).map(|(p, _)| p.display().to_string()).collect();
+        if !existing.is_empty() {
+            return Err(invalid(format!("refusing to overwrite existing files: {}", existing.join(", "))));
+        }
+        for (path, text) in &copies {
+            write_new(path, text).map_err(|e| Failure { code: exit::FAILED, message: format!("cannot write {}: {e}", path.display()) })?;
+            eprintln!("wrote {}", path.strip_prefix(&self.engine.cwd).unwrap_or(path).display());
+        }
+        Ok(exit::SUCCESS)
+    }
+}
+
+fn write_new(path: &Path, text: &str) -> std::io::Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(path, text)
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or("")
+}
+
+/// The merged document as TOML, each key annotated with where it came from.
+fn effective_toml(raw: &stagegraph::load::RawWorkflow) -> String {
+    use stagegraph::load::pointer_segment;
+    let mut out = format!("# effective workflow `{}`\n# files: {}\n", raw.name, raw.sources.iter().map(|s| s.path.display().to_string()).collect::<Vec<_>>().join(" <- "));
+    let origin = |pointer: &str| -> String {
+        raw.origins
+            .get(pointer)
+            .map(|o| {
+                let source = &raw.sources[o.source];
+                let (line, _) = source.line_col(o.key.start);
+                format!("  # {}:{line}", source.path.display())
+            })
+            .unwrap_or_default()
+    };
+    let Value::Object(sections) = &raw.doc else { return out };
+    for (section, value) in sections {
+        let Value::Object(entries) = value else { continue };
+        let nested = matches!(section.as_str(), "inputs" | "stages");
+        if nested {
+            for (name, table) in entries {
+                let Value::Object(keys) = table else { continue };
+                let pointer = format!("/{section}/{}", pointer_segment(name));
+                out.push_str(&format!("\n[{section}.{name}]{}\n", origin(&pointer)));
+                for (key, value) in keys {
+                    let key_pointer = format!("{pointer}/{}", pointer_segment(key));
+                    out.push_str(&format!("{key} = {}{}\n", toml_value(value), origin(&key_pointer)));
+                }
+            }
+        } else {
+            out.push_str(&format!("\n[{section}]\n"));
+            for (key, value) in entries {
+                let key_pointer = format!("/{section}/{}", pointer_segment(key));
+                out.push_str(&format!("{key} = {}{}\n", toml_value(value), origin(&key_pointer)));
+            }
+        }
+    }
+    out
+}
+
+fn toml_value(value: &Value) -> String {
+    match toml::Value::try_from(value) {
+        Ok(toml::Value::String(s)) if s.contains('\n') => format!("'''\n{s}'''"),
+        Ok(v) => v.to_string(),
+        Err(_) => value.to_string(),
+    }
+}

@@ -31,3 +31,39 @@ pub struct ModelReply {
     pub usage: Option<Usage>,
     pub latency_ms: u64,
 }
+
+/// A model call's failure.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct ModelError {
+    pub message: String,
+}
+
+/// Configured model aliases.
+#[derive(Debug, Default)]
+pub struct Models {}
+
+impl Models {
+    pub fn load(_cwd: &std::path::Path) -> Result<Models, ModelError> {
+        Ok(Models {})
+    }
+    pub fn set_record(&mut self, _dir: std::path::PathBuf) {}
+    pub fn set_replay(&mut self, _dir: std::path::PathBuf) {}
+    pub fn defines(&self, _alias: &str) -> bool {
+        true
+    }
+    pub fn identity(&self, alias: &str) -> Option<String> {
+        Some(alias.to_string())
+    }
+    pub fn complete(&self, _request: &ModelRequest) -> Result<ModelReply, ModelError> {
+        Err(ModelError { message: "no provider".into() })
+    }
+    pub fn config_schema() -> serde_json::Value {
+        serde_json::Value::Null
+    }
+}
+
+/// The JSON document in a reply.
+pub fn extract_json(text: &str) -> Option<&str> {
+    Some(text)
+}

@@ -1,3 +1,575 @@
-//! The executor.
+//! Run: a checked [`Workflow`] -> a [`RunRecord`].
+//!
+//! The scheduler runs on the calling thread and hands ready stages to a rayon pool of `--jobs`
+//! threads; a stage starts as soon as everything it depends on has finished. Stage execution
+//! (predicates, rendering, fingerprints, cache, the action, validation) lives in `stage`; the
+//! scheduler only orders, records and stops. Nothing here knows what a workflow is for.
 
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{json, Map, Value};
+
+use crate::builtins::WriteRoots;
+use crate::check::Workflow;
+use crate::format::Busy;
+use crate::library::SearchPath;
+use crate::models::Models;
+use crate::template::{Scope, StageSlot, StageTable};
+
+pub mod cache;
+pub mod locks;
 pub mod process;
+pub mod record;
+mod stage;
+
+pub use record::{ExitInfo, RunRecord, RunStatus, StageRecord, StageStatus};
+
+use record::{FileHash, OutputLine, RunFiles, UsageTotals};
+use stage::{StageOutcome, StageRunner};
+
+/// How to run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub jobs: usize,
+    pub dry_run: bool,
+    pub no_cache: bool,
+    pub show_prompts: bool,
+    /// Prompt stages answer from recordings (so a dry-run may send them).
+    pub replay: bool,
+    /// Print nothing on stderr but errors.
+    pub quiet: bool,
+    /// Print events as JSON lines on stdout.
+    pub json_events: bool,
+    pub keep_runs: usize,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            jobs: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            dry_run: false,
+            no_cache: false,
+            show_prompts: false,
+            replay: false,
+            quiet: false,
+            json_events: false,
+            keep_runs: 50,
+        }
+    }
+}
+
+/// What the run may use of the world.
+pub struct Runtime<'a> {
+    pub models: &'a Models,
+    pub search: &'a SearchPath,
+    pub cwd: PathBuf,
+    pub state_dir: PathBuf,
+}
+
+/// A run to resume from: its id and the outputs it recorded.
+pub struct ResumeFrom {
+    pub run_id: String,
+    pub outputs: HashMap<String, OutputLine>,
+}
+
+/// Errors that stop a run before it starts.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("cannot write the run record: {0}")]
+    Record(#[from] std::io::Error),
+}
+
+/// Run a workflow with validated inputs, recording under the state folder.
+pub fn run(
+    workflow: &Workflow,
+    runtime: &Runtime,
+    options: &RunOptions,
+    inputs: Map<String, Value>,
+    resume: Option<ResumeFrom>,
+) -> Result<RunRecord, RunError> {
+    let run_id = record::new_run_id();
+    let dir = record::runs_dir(&runtime.state_dir).join(&run_id);
+    let files = RunFiles::create(dir.clone())?;
+    let reporter = Reporter::new(options, "");
+    if !options.quiet {
+        eprintln!("run {run_id} ({}){}", workflow.name, if options.dry_run { " [dry-run]" } else { "" });
+    }
+    let mut executor = Executor::new(workflow, runtime, options, inputs, run_id, Some(files), reporter);
+    executor.record.resumed_from = resume.as_ref().map(|r| r.run_id.clone());
+    let record = executor.execute(resume.map(|r| r.outputs).unwrap_or_default());
+    locks::release_all();
+    if options.keep_runs > 0 && !options.dry_run {
+        record::prune(&runtime.state_dir, options.keep_runs);
+    }
+    Ok(record)
+}
+
+/// Run a sub-workflow inside a stage: no record of its own; its stages report under the
+/// parent stage's name.
+pub(crate) fn run_nested(
+    workflow: &Workflow,
+    runtime: &Runtime,
+    options: &RunOptions,
+    inputs: Map<String, Value>,
+    parent: &str,
+) -> RunRecord {
+    let reporter = Reporter::new(options, &format!("{parent}/"));
+    let mut executor = Executor::new(workflow, runtime, options, inputs, record::new_run_id(), None, reporter);
+    executor.execute(HashMap::new())
+}
+
+/// Progress on stderr and JSON events on stdout.
+#[derive(Clone)]
+pub(crate) struct Reporter {
+    quiet: bool,
+    json: bool,
+    prefix: String,
+}
+
+impl Reporter {
+    fn new(options: &RunOptions, prefix: &str) -> Self {
+        Reporter {
+            quiet: options.quiet,
+            json: options.json_events,
+            prefix: prefix.to_string(),
+        }
+    }
+
+    pub(crate) fn line(&self, text: &str) {
+        if !self.quiet {
+            eprintln!("{text}");
+        }
+    }
+
+    fn event(&self, event: &Value) {
+        if self.json {
+            println!("{event}");
+        }
+    }
+}
+
+struct Executor<'w, 'r> {
+    workflow: &'w Workflow,
+    runtime: &'r Runtime<'r>,
+    options: &'r RunOptions,
+    record: RunRecord,
+    files: Option<RunFiles>,
+    reporter: Reporter,
+    table: Arc<StageTable>,
+    started: Instant,
+}
+
+impl<'w, 'r> Executor<'w, 'r> {
+    fn new(
+        workflow: &'w Workflow,
+        runtime: &'r Runtime<'r>,
+        options: &'r RunOptions,
+        inputs: Map<String, Value>,
+        run_id: String,
+        files: Option<RunFiles>,
+        reporter: Reporter,
+    ) -> Self {
+        let stages = workflow
+            .stages
+            .iter()
+            .map(|s| (s.id.clone(), StageRecord::not_run()))
+            .collect();
+        let record = RunRecord {
+            run_id,
+            workflow: workflow.name.clone(),
+            status: RunStatus::Running,
+            exit: None,
+            error: None,
+            inputs,
+            started_at: record::now_rfc3339(),
+            finished_at: None,
+            duration_ms: 0,
+            dry_run: options.dry_run,
+            resumed_from: None,
+            cwd: runtime.cwd.display().to_string(),
+            files: workflow
+                .file_hashes
+                .iter()
+                .map(|(path, sha256)| FileHash { path: path.clone(), sha256: sha256.clone() })
+                .collect(),
+            stages,
+            outputs: None,
+            usage: UsageTotals::default(),
+        };
+        let table = Arc::new(StageTable::new(workflow.stages.iter().map(|s| s.id.clone()).collect()));
+        Executor { workflow, runtime, options, record, files, reporter, table, started: Instant::now() }
+    }
+
+    fn save(&mut self, force: bool) {
+        if let Some(files) = &mut self.files {
+            if let Err(error) = files.save(&self.record, force) {
+                self.reporter.line(&format!("warning: cannot write run.json: {error}"));
+            }
+        }
+    }
+
+    fn event(&mut self, mut event: Value) {
+        if let Value::Object(map) = &mut event {
+            map.insert("at".into(), Value::from(record::now_rfc3339()));
+            map.insert("run_id".into(), Value::from(self.record.run_id.clone()));
+        }
+        self.reporter.event(&event);
+        if let Some(files) = &mut self.files {
+            let _ = files.event(&event);
+        }
+    }
+
+    fn finish(&mut self, status: RunStatus) {
+        self.record.status = status;
+        self.record.finished_at = Some(record::now_rfc3339());
+        self.record.duration_ms = self.started.elapsed().as_millis() as u64;
+        let event = json!({
+            "event": "run_finished",
+            "status": status.as_str(),
+            "exit": self.record.exit,
+            "error": self.record.error,
+            "duration_ms": self.record.duration_ms,
+        });
+        self.event(event);
+        self.save(true);
+    }
+
+    fn execute(&mut self, reuse: HashMap<String, OutputLine>) -> RunRecord {
+        let workflow = self.workflow;
+        let event = json!({ "event": "run_started", "workflow": workflow.name, "inputs": self.record.inputs, "dry_run": self.options.dry_run });
+        self.event(event);
+        self.save(true);
+
+        // The scope every template sees; `stages` reads the live table.
+        let mut scope = Scope {
+            inputs: minijinja::Value::from_serialize(&self.record.inputs),
+            env: allowed_env(&workflow.file.workflow.env),
+            stages: Scope::stages_view(Arc::clone(&self.table)),
+            state: minijinja::Value::from_serialize(stage::load_state(&self.runtime.state_dir, &workflow.name)),
+            run: minijinja::Value::from_serialize(json!({
+                "id": self.record.run_id,
+                "dir": self.files.as_ref().map(|f| f.dir.display().to_string()),
+                "started_at": self.record.started_at,
+                "workflow": workflow.name,
+                "dry_run": self.options.dry_run,
+            })),
+            item: None,
+            index: None,
+            output: None,
+        };
+        let base = scope.to_value();
+        let prepared = match stage::Prepared::new(workflow, &base, &self.runtime.cwd) {
+            Ok(prepared) => prepared,
+            Err(error) => {
+                self.record.error = Some(error);
+                self.finish(RunStatus::Failed);
+                return self.record.clone();
+            }
+        };
+
+        // The workflow's lock.
+        let _lock = match &workflow.lock {
+            None => None,
+            Some(lock) if self.options.dry_run => {
+                let path = lock.path.render(&base).unwrap_or_default();
+                self.reporter.line(&format!("  (dry-run) would take lock {path}"));
+                None
+            }
+            Some(lock) => {
+                let path = match lock.path.render(&base) {
+                    Ok(path) => self.runtime.cwd.join(path),
+                    Err(error) => {
+                        self.record.error = Some(format!("lock path: {error}"));
+                        self.finish(RunStatus::Failed);
+                        return self.record.clone();
+                    }
+                };
+                let started = Instant::now();
+                loop {
+                    match locks::try_acquire(&path, lock.stale_after) {
+                        Ok(locks::Attempt::Acquired { lock, .. }) => break Some(lock),
+                        Ok(locks::Attempt::Busy { .. }) => {
+                            if lock.busy == Busy::Wait && !process::Interrupt::global().is_set() {
+                                if started.elapsed().as_secs() % 10 == 0 {
+                                    self.reporter.line(&format!("  waiting for lock {}", path.display()));
+                                }
+                                std::thread::sleep(std::time::Duration::from_millis(100));
+                                continue;
+                            }
+                            let message = lock
+                                .message
+                                .as_ref()
+                                .and_then(|m| m.render(&base).ok())
+                                .unwrap_or_else(|| format!("lock {} is held by another run", path.display()));
+                            if lock.busy == Busy::Fail {
+                                self.record.error = Some(message);
+                                self.finish(RunStatus::Failed);
+                            } else {
+                                self.record.exit = Some(ExitInfo { stage: None, message: message.clone() });
+                                self.reporter.line(&format!("  exit: {message}"));
+                                self.finish(RunStatus::Exited);
+                            }
+                            return self.record.clone();
+                        }
+                        Err(error) => {
+                            self.record.error = Some(format!("cannot take lock {}: {error}", path.display()));
+                            self.finish(RunStatus::Failed);
+                            return self.record.clone();
+                        }
+                    }
+                }
+            }
+        };
+
+        let reporter = self.reporter.clone();
+        let runner = StageRunner {
+            workflow,
+            runtime: self.runtime,
+            options: self.options,
+            prepared: &prepared,
+            base_scope: &scope,
+            reuse: &reuse,
+            reporter: &reporter,
+            cache: cache::Cache::new(&self.runtime.state_dir, &workflow.name),
+        };
+        let status = self.schedule(&runner);
+        for warning in runner.cache.take_warnings() {
+            self.reporter.line(&format!("warning: {warning}"));
+        }
+        scope.output = None;
+
+        // Outputs.
+        if status == RunStatus::Completed || status == RunStatus::Exited {
+            let base = scope.to_value();
+            let mut outputs = Map::new();
+            for (name, tmpl) in &workflow.outputs {
+                match tmpl.eval(&base) {
+                    Ok(value) => {
+                        outputs.insert(name.clone(), serde_json::to_value(&value).unwrap_or(Value::Null));
+                    }
+                    Err(error) if status == RunStatus::Exited => {
+                        // An early exit leaves later stages without output; say so, don't fail.
+                        let _ = error;
+                        outputs.insert(name.clone(), Value::Null);
+                    }
+                    Err(error) => {
+                        self.record.error = Some(format!("output `{name}`: {}", stage::describe(&error)));
+                        self.finish(RunStatus::Failed);
+                        return self.record.clone();
+                    }
+                }
+            }
+            self.record.outputs = Some(Value::Object(outputs));
+        }
+        self.finish(status);
+        self.record.clone()
+    }
+
+    /// The scheduling loop: start ready stages up to `--jobs`, record what ends.
+    fn schedule(&mut self, runner: &StageRunner) -> RunStatus {
+        let workflow = self.workflow;
+        let n = workflow.stages.len();
+        let mut waiting: Vec<usize> = workflow.stages.iter().map(|s| s.deps.len()).collect();
+        let mut ready: VecDeque<usize> = workflow.order.iter().copied().filter(|&i| waiting[i] == 0).collect();
+        let jobs = self.options.jobs.max(1);
+        let pool = match rayon::ThreadPoolBuilder::new().num_threads(jobs).build() {
+            Ok(pool) => pool,
+            Err(error) => {
+                self.record.error = Some(format!("cannot start worker threads: {error}"));
+                return RunStatus::Failed;
+            }
+        };
+        let (tx, rx) = mpsc::channel::<(usize, StageOutcome)>();
+        let mut running = 0usize;
+        let mut finished = 0usize;
+        let mut stop: Option<RunStatus> = None;
+        let interrupt = process::Interrupt::global();
+        pool.in_place_scope(|scope| {
+            loop {
+                if interrupt.is_set() && stop.is_none() {
+                    stop = Some(RunStatus::Interrupted);
+                }
+                while stop.is_none() && running < jobs {
+                    let Some(index) = ready.pop_front() else { break };
+                    running += 1;
+                    let stage = &workflow.stages[index];
+                    let started_at = record::now_rfc3339();
+                    if let Some(entry) = self.record.stages.get_mut(&stage.id) {
+                        entry.status = StageStatus::Running;
+                        entry.started_at = Some(started_at);
+                    }
+                    let event = json!({ "event": "stage_started", "stage": stage.id });
+                    self.event(event);
+                    let tx = tx.clone();
+                    scope.spawn(move |_| {
+                        let outcome = runner.run(index);
+                        let _ = tx.send((index, outcome));
+                    });
+                }
+                if running == 0 {
+                    break;
+                }
+                let Ok((index, outcome)) = rx.recv() else { break };
+                running -= 1;
+                finished += 1;
+                let stage = &workflow.stages[index];
+                let verdict = self.absorb(index, outcome);
+                match verdict {
+                    Verdict::Continue => {
+                        for &next in &workflow.dependents[index] {
+                            waiting[next] -= 1;
+                            if waiting[next] == 0 {
+                                ready.push_back(next);
+                            }
+                        }
+                    }
+                    Verdict::Exit => {
+                        stop.get_or_insert(RunStatus::Exited);
+                    }
+                    Verdict::Fail => {
+                        if self.record.error.is_none() {
+                            let error = self.record.stages[&stage.id].error.clone().unwrap_or_default();
+                            self.record.error = Some(format!("stage `{}` failed: {error}", stage.id));
+                        }
+                        stop.get_or_insert(RunStatus::Failed);
+                    }
+                }
+                if let Some(files) = &mut self.files {
+                    let _ = files.save(&self.record, false);
+                }
+            }
+        });
+        let _ = finished;
+        let _ = n;
+        if interrupt.is_set() {
+            stop = Some(RunStatus::Interrupted);
+        }
+        stop.unwrap_or(RunStatus::Completed)
+    }
+
+    /// Record a finished stage; say what it means for the run.
+    fn absorb(&mut self, index: usize, outcome: StageOutcome) -> Verdict {
+        let stage = &self.workflow.stages[index];
+        let id = stage.id.clone();
+        let output_sha = outcome.output.as_ref().map(|o| crate::schema::sha256_hex(o.to_string().as_bytes()));
+        if let (Some(files), Some(output), Some(fingerprint), Some(sha)) =
+            (&mut self.files, &outcome.output, &outcome.fingerprint, &output_sha)
+        {
+            if outcome.status.has_output() && !outcome.assumed {
+                let _ = files.output(&OutputLine {
+                    stage: id.clone(),
+                    fingerprint: fingerprint.clone(),
+                    sha256: sha.clone(),
+                    output: output.clone(),
+                });
+            }
+        }
+        for call in &outcome.model_calls {
+            self.record.usage.model_calls += 1;
+            self.record.usage.latency_ms += call.latency_ms;
+            if let Some(usage) = call.usage {
+                self.record.usage.input_tokens += usage.input_tokens;
+                self.record.usage.output_tokens += usage.output_tokens;
+            }
+        }
+        let slot_output = match (&outcome.output, outcome.status.has_output()) {
+            (Some(output), true) => minijinja::Value::from_serialize(output),
+            _ => minijinja::Value::from(()),
+        };
+        self.table.set(index, StageSlot { output: slot_output, status: outcome.status.as_str() });
+        let duration_ms = outcome.duration.as_millis() as u64;
+        if let Some(entry) = self.record.stages.get_mut(&id) {
+            entry.status = outcome.status;
+            entry.duration_ms = duration_ms;
+            entry.fingerprint = outcome.fingerprint.clone();
+            entry.output_sha256 = output_sha.filter(|_| outcome.status.has_output());
+            entry.error = outcome.error.clone();
+            entry.reason = outcome.reason.clone();
+            entry.attempts = outcome.attempts;
+            entry.items = outcome.items;
+            entry.reused_from = outcome.reused_from.clone();
+            entry.model_calls = outcome.model_calls.clone();
+            entry.assumed = outcome.assumed;
+        }
+        let mut line = format!("  {} {}{}", outcome.status_mark(), self.reporter.prefix, id);
+        match outcome.status {
+            StageStatus::Skipped => line.push_str(" skipped"),
+            StageStatus::Cached => line.push_str(" cached"),
+            StageStatus::Failed => {
+                line.push_str(&format!(" failed: {}", outcome.error.as_deref().unwrap_or("")));
+            }
+            _ => line.push_str(&format!(" ({})", human_duration(duration_ms))),
+        }
+        if outcome.assumed {
+            line.push_str(" [assumed]");
+        }
+        self.reporter.line(&line);
+        for note in &outcome.notes {
+            self.reporter.line(&format!("      {note}"));
+        }
+        let event = json!({
+            "event": "stage_finished",
+            "stage": id,
+            "status": outcome.status.as_str(),
+            "duration_ms": duration_ms,
+            "error": outcome.error,
+            "exit": outcome.exit,
+            "notes": outcome.notes,
+        });
+        self.event(event);
+
+        // Persistent state.
+        if !outcome.set_state.is_empty() && !self.options.dry_run {
+            if let Err(error) = stage::save_state(&self.runtime.state_dir, &self.workflow.name, &outcome.set_state) {
+                self.reporter.line(&format!("warning: cannot save state: {error}"));
+            }
+        }
+        if let Some(message) = &outcome.exit {
+            self.record.exit = Some(ExitInfo { stage: Some(id.clone()), message: message.clone() });
+            self.reporter.line(&format!("  exit at {id}: {message}"));
+            return Verdict::Exit;
+        }
+        if outcome.status == StageStatus::Failed && outcome.fatal {
+            return Verdict::Fail;
+        }
+        Verdict::Continue
+    }
+}
+
+enum Verdict {
+    Continue,
+    Exit,
+    Fail,
+}
+
+fn human_duration(ms: u64) -> String {
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    }
+}
+
+/// The allow-listed environment variables, as templates see them (unset ones are `none`).
+fn allowed_env(names: &[String]) -> minijinja::Value {
+    let map: std::collections::BTreeMap<String, Option<String>> = names
+        .iter()
+        .map(|name| (name.clone(), std::env::var(name).ok()))
+        .collect();
+    minijinja::Value::from_serialize(map)
+}
+
+/// The write roots of a run, rendered.
+pub(crate) fn write_roots(workflow: &Workflow, scope: &minijinja::Value, cwd: &Path) -> Result<WriteRoots, String> {
+    let mut roots = Vec::new();
+    for tmpl in &workflow.writes {
+        roots.push(tmpl.render(scope).map_err(|e| format!("`[workflow] writes`: {}", stage::describe(&e)))?);
+    }
+    Ok(WriteRoots::new(cwd, &roots))
+}

@@ -1,15 +1,37 @@
 //! The template language: minijinja with strict undefined, plus the functions and filters that
 //! let a workflow shape data without a script.
+//!
+//! Templates whose name ends in `.sh` (the `shell` action's scripts) shell-quote every value
+//! they print, so data can never become shell syntax.
 
-use minijinja::{Environment, UndefinedBehavior};
+use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 
+pub mod compiled;
 pub mod functions;
+
+pub use compiled::{Scope, StageSlot, StageTable, Tmpl};
 
 /// A fresh environment with the engine's functions and filters and strict undefined.
 pub fn environment() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_undefined_behavior(UndefinedBehavior::Strict);
     env.set_keep_trailing_newline(true);
+    env.set_auto_escape_callback(|name| {
+        if name.ends_with(".sh") {
+            AutoEscape::Custom("shell")
+        } else {
+            AutoEscape::None
+        }
+    });
+    env.set_formatter(|out, state, value| {
+        if state.auto_escape() == AutoEscape::Custom("shell") && !value.is_safe() {
+            let text = compiled::value_to_text(value);
+            out.write_str(&functions::shell_quote(&text))?;
+            Ok(())
+        } else {
+            minijinja::escape_formatter(out, state, value)
+        }
+    });
     functions::register(&mut env);
     env
 }

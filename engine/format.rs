@@ -1,0 +1,335 @@
+//! The workflow file format as Rust types: the one source of truth from which the JSON Schema
+//! (`stagegraph schema workflow`, `schemas/workflow.schema.json`) is derived and against which
+//! `load` validates every file before `check` looks at meaning.
+
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A workflow file: `[workflow]`, `[inputs.*]`, `[stages.*]` and `[outputs]`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "stagegraph workflow")]
+pub struct WorkflowFile {
+    /// Settings of the workflow as a whole.
+    #[serde(default)]
+    pub workflow: WorkflowSection,
+    /// Declared inputs, typed; given with `--input K=V` or `--inputs-json`.
+    #[serde(default)]
+    pub inputs: IndexMap<String, InputDecl>,
+    /// The stages; ids match `^[a-z][a-z0-9_]*$`.
+    #[serde(default)]
+    pub stages: IndexMap<String, StageDef>,
+    /// The run's results: name -> template. A template that is a single `{{ expression }}`
+    /// keeps the expression's value (a list stays a list).
+    #[serde(default)]
+    pub outputs: IndexMap<String, String>,
+}
+
+/// `[workflow]`
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowSection {
+    /// One line, shown by `list`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The workflow this one overlays: the next workflow of that name further down the search
+    /// path, or a path to a `.toml` file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extends: Option<String>,
+    /// The environment variables templates and expressions may read; any other is an error.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
+    /// Variables set for every process the run starts (values are templates).
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub child_env: IndexMap<String, String>,
+    /// Templates naming the folders writing actions may touch.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub writes: Vec<String>,
+    /// A `mkdir` lock held for the whole run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock: Option<LockDef>,
+    /// The process exits 0 whatever happens; the run record still tells.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub always_exit_zero: bool,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
+/// A `mkdir`-based lock.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LockDef {
+    /// Template naming the lock folder.
+    pub path: String,
+    /// What to do when another run holds it.
+    #[serde(default)]
+    pub busy: Busy,
+    /// A lock older than this is stale and taken over (e.g. `"600s"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stale_after: Option<String>,
+    /// The reason recorded when the run ends on a held lock (a template).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// What a run does when its lock is held.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Busy {
+    /// End the run early and successfully.
+    #[default]
+    Exit,
+    /// Fail the run.
+    Fail,
+    /// Wait for the lock.
+    Wait,
+}
+
+/// `[inputs.<name>]`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InputDecl {
+    #[serde(rename = "type")]
+    pub kind: InputType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The value when none is given; an input without a default is required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<Value>,
+}
+
+/// The type of an input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum InputType {
+    String,
+    Integer,
+    Number,
+    Boolean,
+    Array,
+    Object,
+}
+
+impl InputType {
+    pub fn name(self) -> &'static str {
+        match self {
+            InputType::String => "string",
+            InputType::Integer => "integer",
+            InputType::Number => "number",
+            InputType::Boolean => "boolean",
+            InputType::Array => "array",
+            InputType::Object => "object",
+        }
+    }
+
+    /// Whether a JSON value is of this type.
+    pub fn admits(self, value: &Value) -> bool {
+        match self {
+            InputType::String => value.is_string(),
+            InputType::Integer => value.is_i64() || value.is_u64(),
+            InputType::Number => value.is_number(),
+            InputType::Boolean => value.is_boolean(),
+            InputType::Array => value.is_array(),
+            InputType::Object => value.is_object(),
+        }
+    }
+}
+
+/// `[stages.<id>]`
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StageDef {
+    /// One line, shown by `plan`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// In an overlay: remove this stage from the base workflow.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub disabled: bool,
+
+    /// Action: an argv list, each element one template and one argument; no shell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// Action: a script run with `sh -c`; every `{{ value }}` is shell-quoted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shell: Option<String>,
+    /// Action: a template rendered and sent to the stage's model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<TemplateRef>,
+    /// Action: a template rendered; the text is the output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<TemplateRef>,
+    /// Action: a built-in (`fs.read`, ...), with arguments in `with`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uses: Option<String>,
+    /// Action: a sub-workflow, with inputs in `with`; its `[outputs]` are the output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
+    /// Arguments of `uses` or inputs of `workflow`; string values are templates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub with: Option<IndexMap<String, Value>>,
+
+    /// Commands: a template fed to stdin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<String>,
+    /// Commands: working directory (template).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// Commands: extra environment variables (values are templates).
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub env: IndexMap<String, String>,
+    /// Commands: exit codes that count as success (default `[0]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ok_codes: Option<Vec<i32>>,
+
+    /// Prompts: the model alias.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Prompts: the system prompt (a template).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<TemplateRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+
+    /// Stages that must finish first (edges are also inferred from `stages.<id>` references).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<String>,
+    /// Expression evaluated before the stage; false: the stage is skipped.
+    #[serde(rename = "if", default, skip_serializing_if = "Option::is_none")]
+    pub if_: Option<String>,
+    /// Expression evaluated after success with `output` bound; true ends the run early.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_if: Option<String>,
+    /// The reason of an early exit (a template).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_message: Option<String>,
+    /// Checks on the validated output; a false one fails the stage.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub assert: Vec<AssertDef>,
+    /// Expression giving a list; the action runs once per element with `item` and `index`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub foreach: Option<String>,
+    /// Cap on parallel `foreach` items.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub concurrency: Option<u32>,
+
+    /// How the output is read, validated and saved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<OutputDef>,
+    /// What a failure does to the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_error: Option<OnError>,
+    /// Retries of a failed action.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<u32>,
+    /// First wait between retries (doubling), e.g. `"2s"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_backoff: Option<String>,
+    /// Prompts: how many times to re-ask the model when its output does not validate (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repair: Option<u32>,
+    /// e.g. `"30s"`: a command is killed with its process group, a model request aborted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Reuse the output of an identical earlier execution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<CacheDef>,
+    /// On success, values saved in the workflow's persistent state (templates).
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub set_state: IndexMap<String, String>,
+    /// The output a dry-run assumes when it does not execute this stage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dry_run_output: Option<Value>,
+}
+
+/// The keys that name a stage's action.
+pub const ACTION_KEYS: [&str; 6] = ["command", "shell", "prompt", "template", "uses", "workflow"];
+
+/// A template: a file found in the libraries, or inline text.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum TemplateRef {
+    /// A file under `templates/`.
+    File(String),
+    /// `{ inline = "..." }`
+    Inline(InlineTemplate),
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InlineTemplate {
+    pub inline: String,
+}
+
+/// `{ that = "expr", message = "template" }`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AssertDef {
+    pub that: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// `output = { format, schema, path }`
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OutputDef {
+    #[serde(default)]
+    pub format: OutputFormat,
+    /// A JSON Schema file under `schemas/` the output must satisfy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<String>,
+    /// Also write the artifact here (a template; atomic; inside `writes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputFormat {
+    #[default]
+    Text,
+    Json,
+    Lines,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OnError {
+    /// The run fails.
+    #[default]
+    Fail,
+    /// The stage is `failed`, its output `none`, the run goes on.
+    Continue,
+    /// An early, successful exit with the error as reason.
+    Exit,
+}
+
+/// `cache = true` or `{ key = "template", ttl = "7d" }`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum CacheDef {
+    Enabled(bool),
+    Keyed(CacheKeyed),
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CacheKeyed {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<String>,
+}
+
+/// The JSON Schema of the workflow format.
+pub fn workflow_schema() -> Value {
+    let schema = schemars::schema_for!(WorkflowFile);
+    serde_json::to_value(schema).unwrap_or(Value::Null)
+}

@@ -1,0 +1,289 @@
+//! Libraries and the search path: where workflows, templates and schemas are found.
+//!
+//! A library is a folder holding `workflows/`, `templates/` and `schemas/`; the built-in library
+//! is embedded in the binary. The search path is, first match first: `--library` folders,
+//! `STAGEGRAPH_PATH`, `.stagegraph/` in the working directory, the user's config folder, the
+//! built-in library.
+
+use std::path::{Path, PathBuf};
+
+use include_dir::{include_dir, Dir};
+
+use crate::diag::SourceFile;
+
+static BUILTIN_WORKFLOWS: Dir = include_dir!("$CARGO_MANIFEST_DIR/workflows");
+static BUILTIN_TEMPLATES: Dir = include_dir!("$CARGO_MANIFEST_DIR/templates");
+static BUILTIN_SCHEMAS: Dir = include_dir!("$CARGO_MANIFEST_DIR/schemas");
+
+/// The three kinds of file a library holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shelf {
+    Workflows,
+    Templates,
+    Schemas,
+}
+
+impl Shelf {
+    pub fn folder(self) -> &'static str {
+        match self {
+            Shelf::Workflows => "workflows",
+            Shelf::Templates => "templates",
+            Shelf::Schemas => "schemas",
+        }
+    }
+
+    fn builtin(self) -> &'static Dir<'static> {
+        match self {
+            Shelf::Workflows => &BUILTIN_WORKFLOWS,
+            Shelf::Templates => &BUILTIN_TEMPLATES,
+            Shelf::Schemas => &BUILTIN_SCHEMAS,
+        }
+    }
+}
+
+/// One library on the search path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Library {
+    /// The folder, or `None` for the built-in library.
+    pub root: Option<PathBuf>,
+    /// Why it is on the path (`--library`, `STAGEGRAPH_PATH`, `project`, `user`, `built-in`).
+    pub origin: &'static str,
+}
+
+impl Library {
+    pub fn builtin() -> Self {
+        Library {
+            root: None,
+            origin: "built-in",
+        }
+    }
+
+    pub fn dir(root: impl Into<PathBuf>, origin: &'static str) -> Self {
+        Library {
+            root: Some(root.into()),
+            origin,
+        }
+    }
+
+    pub fn is_builtin(&self) -> bool {
+        self.root.is_none()
+    }
+
+    /// How the library is shown to users.
+    pub fn display(&self) -> String {
+        match &self.root {
+            Some(root) => root.display().to_string(),
+            None => "<built-in>".to_string(),
+        }
+    }
+
+    /// A file of this library, read.
+    pub fn read(&self, shelf: Shelf, relative: &str) -> Option<SourceFile> {
+        if relative.split('/').any(|part| part == "..") {
+            return None;
+        }
+        match &self.root {
+            Some(root) => {
+                let path = root.join(shelf.folder()).join(relative);
+                let text = std::fs::read_to_string(&path).ok()?;
+                Some(SourceFile::new(path, text))
+            }
+            None => {
+                let file = shelf.builtin().get_file(relative)?;
+                let text = file.contents_utf8()?;
+                Some(SourceFile::new(
+                    format!("<built-in>/{}/{relative}", shelf.folder()),
+                    text,
+                ))
+            }
+        }
+    }
+
+    /// Whether the library has that file.
+    pub fn has(&self, shelf: Shelf, relative: &str) -> bool {
+        match &self.root {
+            Some(root) => root.join(shelf.folder()).join(relative).is_file(),
+            None => shelf.builtin().get_file(relative).is_some(),
+        }
+    }
+
+    /// The workflow names this library holds, sorted.
+    pub fn workflow_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = match &self.root {
+            Some(root) => std::fs::read_dir(root.join("workflows"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|entry| {
+                    let name = entry.file_name().to_string_lossy().to_string();
+                    name.strip_suffix(".toml").map(str::to_string)
+                })
+                .collect(),
+            None => BUILTIN_WORKFLOWS
+                .files()
+                .filter_map(|f| {
+                    let name = f.path().file_name()?.to_string_lossy().to_string();
+                    name.strip_suffix(".toml").map(str::to_string)
+                })
+                .collect(),
+        };
+        names.sort();
+        names
+    }
+
+    /// Every file of a shelf, as relative paths (for `eject`).
+    pub fn files(&self, shelf: Shelf, prefix: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        match &self.root {
+            Some(root) => {
+                let base = root.join(shelf.folder());
+                for entry in walkdir::WalkDir::new(base.join(prefix))
+                    .into_iter()
+                    .flatten()
+                {
+                    if entry.file_type().is_file() {
+                        if let Ok(rel) = entry.path().strip_prefix(&base) {
+                            out.push(rel.to_string_lossy().to_string());
+                        }
+                    }
+                }
+            }
+            None => collect_embedded(shelf.builtin(), prefix, &mut out),
+        }
+        out.sort();
+        out
+    }
+}
+
+fn collect_embedded(dir: &Dir<'_>, prefix: &str, out: &mut Vec<String>) {
+    for file in dir.files() {
+        let path = file.path().to_string_lossy().to_string();
+        if path.starts_with(prefix) {
+            out.push(path);
+        }
+    }
+    for sub in dir.dirs() {
+        collect_embedded(sub, prefix, out);
+    }
+}
+
+/// The ordered list of libraries.
+#[derive(Debug, Clone)]
+pub struct SearchPath {
+    pub libraries: Vec<Library>,
+}
+
+/// Where a workflow was found.
+#[derive(Debug, Clone)]
+pub struct Found {
+    pub library: Library,
+    /// Index on the search path, or `None` for a workflow named by its path.
+    pub position: Option<usize>,
+    pub source: SourceFile,
+}
+
+impl SearchPath {
+    /// The search path of the spec, from the command line's `--library` folders, the
+    /// environment and the working directory.
+    pub fn from_env(cli: &[PathBuf], cwd: &Path) -> Self {
+        let mut libraries: Vec<Library> = cli
+            .iter()
+            .map(|dir| Library::dir(cwd.join(dir), "--library"))
+            .collect();
+        if let Ok(path) = std::env::var("STAGEGRAPH_PATH") {
+            libraries.extend(
+                path.split(':')
+                    .filter(|p| !p.is_empty())
+                    .map(|p| Library::dir(cwd.join(p), "STAGEGRAPH_PATH")),
+            );
+        }
+        libraries.push(Library::dir(cwd.join(".stagegraph"), "project"));
+        if let Some(config) = user_config_dir() {
+            libraries.push(Library::dir(config.join("stagegraph"), "user"));
+        }
+        libraries.push(Library::builtin());
+        SearchPath { libraries }
+    }
+
+    /// Only the given libraries (tests, embedding).
+    pub fn new(libraries: Vec<Library>) -> Self {
+        SearchPath { libraries }
+    }
+
+    /// A workflow by name (first match) or by path (ending in `.toml`).
+    pub fn find_workflow(&self, reference: &str, cwd: &Path) -> Option<Found> {
+        if reference.ends_with(".toml") {
+            return workflow_at_path(&cwd.join(reference));
+        }
+        self.find_workflow_from(reference, 0)
+    }
+
+    /// The first workflow of that name at or after `start` on the path.
+    pub fn find_workflow_from(&self, name: &str, start: usize) -> Option<Found> {
+        let file = format!("{name}.toml");
+        self.libraries
+            .iter()
+            .enumerate()
+            .skip(start)
+            .find_map(|(position, library)| {
+                library.read(Shelf::Workflows, &file).map(|source| Found {
+                    library: library.clone(),
+                    position: Some(position),
+                    source,
+                })
+            })
+    }
+
+    /// A template or schema: in the workflow's own library first, then along the path.
+    pub fn find_file(&self, own: &Library, shelf: Shelf, relative: &str) -> Option<SourceFile> {
+        own.read(shelf, relative).or_else(|| {
+            self.libraries
+                .iter()
+                .filter(|library| *library != own)
+                .find_map(|library| library.read(shelf, relative))
+        })
+    }
+
+    /// Every workflow name on the path, each with the library it resolves to.
+    pub fn workflows(&self) -> Vec<(String, Library, Vec<Library>)> {
+        let mut out: Vec<(String, Library, Vec<Library>)> = Vec::new();
+        for library in &self.libraries {
+            for name in library.workflow_names() {
+                match out.iter_mut().find(|(n, _, _)| *n == name) {
+                    Some((_, _, shadowed)) => shadowed.push(library.clone()),
+                    None => out.push((name, library.clone(), Vec::new())),
+                }
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Names a typo might have meant.
+    pub fn workflow_names(&self) -> Vec<String> {
+        self.workflows().into_iter().map(|(name, _, _)| name).collect()
+    }
+}
+
+fn workflow_at_path(path: &Path) -> Option<Found> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let parent = path.parent().unwrap_or(Path::new("."));
+    let root = if parent.file_name().is_some_and(|n| n == "workflows") {
+        parent.parent().unwrap_or(Path::new(".")).to_path_buf()
+    } else {
+        parent.to_path_buf()
+    };
+    Some(Found {
+        library: Library::dir(root, "file"),
+        position: None,
+        source: SourceFile::new(path, text),
+    })
+}
+
+/// `$XDG_CONFIG_HOME`, or `~/.config`.
+pub fn user_config_dir() -> Option<PathBuf> {
+    match std::env::var_os("XDG_CONFIG_HOME") {
+        Some(dir) if !dir.is_empty() => Some(PathBuf::from(dir)),
+        _ => std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".config")),
+    }
+}

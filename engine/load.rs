@@ -1,0 +1,480 @@
+//! Load: TOML text -> [`RawWorkflow`].
+//!
+//! Every file is parsed with byte spans kept; the document becomes a JSON value plus a map from
+//! each JSON pointer to where it was written, so every later phase can point at a line. Overlays
+//! (`extends`) are merged here: the result is one document whose keys each remember the file
+//! they came from.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::path::Path;
+
+use serde_json::{Map, Value};
+use toml::de::{DeTable, DeValue};
+
+use crate::diag::{did_you_mean, Diagnostic, Location, SourceFile};
+use crate::format::ACTION_KEYS;
+use crate::library::{Found, Library, SearchPath};
+
+/// Where a key of the merged document was written.
+#[derive(Debug, Clone)]
+pub struct Origin {
+    /// Index into [`RawWorkflow::sources`].
+    pub source: usize,
+    /// The key's span (or the value's, for array elements).
+    pub key: Range<usize>,
+    pub value: Range<usize>,
+}
+
+/// A workflow document, overlays merged, every key's origin known.
+#[derive(Debug, Clone)]
+pub struct RawWorkflow {
+    pub name: String,
+    pub doc: Value,
+    /// JSON pointer -> origin.
+    pub origins: HashMap<String, Origin>,
+    /// The files of the chain, the top overlay first.
+    pub sources: Vec<SourceFile>,
+    /// The library of the top file (templates and schemas are looked up there first).
+    pub library: Library,
+    /// Stages removed by `disabled = true`, with where that was said.
+    pub disabled: HashMap<String, Origin>,
+}
+
+impl RawWorkflow {
+    /// The location of a pointer's value, or of the closest enclosing key that has one.
+    pub fn locate(&self, pointer: &str) -> Option<Location> {
+        self.locate_with(pointer, |o| o.value.clone())
+    }
+
+    /// The location of a pointer's key.
+    pub fn locate_key(&self, pointer: &str) -> Option<Location> {
+        self.locate_with(pointer, |o| o.key.clone())
+    }
+
+    fn locate_with(&self, pointer: &str, pick: impl Fn(&Origin) -> Range<usize>) -> Option<Location> {
+        let mut current = pointer;
+        loop {
+            if let Some(origin) = self.origins.get(current) {
+                return Some(Location {
+                    source: self.sources[origin.source].clone(),
+                    span: pick(origin),
+                });
+            }
+            let cut = current.rfind('/')?;
+            current = &current[..cut];
+        }
+    }
+
+    /// The top file.
+    pub fn file(&self) -> &SourceFile {
+        &self.sources[0]
+    }
+
+    pub fn origin_file(&self, pointer: &str) -> Option<&SourceFile> {
+        self.origins.get(pointer).map(|o| &self.sources[o.source])
+    }
+}
+
+/// Escape one JSON pointer segment.
+pub fn pointer_segment(segment: &str) -> String {
+    segment.replace('~', "~0").replace('/', "~1")
+}
+
+/// Load a workflow by name or path, following `extends`.
+pub fn load(search: &SearchPath, reference: &str, cwd: &Path) -> Result<RawWorkflow, Vec<Diagnostic>> {
+    let Some(found) = search.find_workflow(reference, cwd) else {
+        let help = did_you_mean(reference, search.workflow_names().iter().map(String::as_str))
+            .unwrap_or_else(|| "`stagegraph list` shows the workflows on the search path".into());
+        let message = if reference.ends_with(".toml") {
+            format!("cannot read workflow file `{reference}`")
+        } else {
+            format!("no workflow named `{reference}` on the search path")
+        };
+        return Err(vec![Diagnostic::error(message).with_help(help)]);
+    };
+    load_found(search, found, &mut Vec::new())
+}
+
+/// Load a workflow already found.
+pub fn load_found(
+    search: &SearchPath,
+    found: Found,
+    chain: &mut Vec<String>,
+) -> Result<RawWorkflow, Vec<Diagnostic>> {
+    let name = found
+        .source
+        .path
+        .file_stem()
+        .map(|s| s.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let key = found.source.path.display().to_string();
+    if chain.contains(&key) {
+        chain.push(key);
+        return Err(vec![Diagnostic::error(format!(
+            "`extends` loops: {}",
+            chain.join(" -> ")
+        ))]);
+    }
+    chain.push(key);
+
+    let (doc, origins) = parse_document(&found.source, 0)?;
+    let extends = doc
+        .pointer("/workflow/extends")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let mut raw = RawWorkflow {
+        name: name.clone(),
+        doc,
+        origins,
+        sources: vec![found.source.clone()],
+        library: found.library.clone(),
+        disabled: HashMap::new(),
+    };
+    let Some(base_name) = extends else {
+        return Ok(raw);
+    };
+    let extends_location = raw.locate("/workflow/extends");
+    let base_found = if base_name.ends_with(".toml") {
+        let dir = found.source.path.parent().unwrap_or(Path::new("."));
+        search.find_workflow(&base_name, dir)
+    } else {
+        let start = match (found.position, base_name == name) {
+            (Some(position), true) => position + 1,
+            _ => 0,
+        };
+        search.find_workflow_from(&base_name, start)
+    };
+    let Some(base_found) = base_found else {
+        let further = if base_name == name { " further down the search path" } else { "" };
+        return Err(vec![Diagnostic::error(format!(
+            "`extends` names `{base_name}`, but no workflow of that name exists{further}"
+        ))
+        .at_opt(extends_location)
+        .with_help_opt(did_you_mean(
+            &base_name,
+            search.workflow_names().iter().map(String::as_str),
+        ))]);
+    };
+    let base = match load_found(search, base_found, chain) {
+        Ok(base) => base,
+        Err(mut diagnostics) => {
+            for diagnostic in &mut diagnostics {
+                if diagnostic.location.is_none() {
+                    *diagnostic = diagnostic.clone().at_opt(extends_location.clone());
+                }
+            }
+            return Err(diagnostics);
+        }
+    };
+    overlay(&mut raw, base)?;
+    Ok(raw)
+}
+
+/// Parse one TOML file into a JSON document and the origins of its keys.
+pub fn parse_document(
+    source: &SourceFile,
+    source_index: usize,
+) -> Result<(Value, HashMap<String, Origin>), Vec<Diagnostic>> {
+    let (table, errors) = DeTable::parse_recoverable(&source.text);
+    if !errors.is_empty() {
+        return Err(errors
+            .into_iter()
+            .map(|error| {
+                let span = error.span().unwrap_or(0..0);
+                let message = error.message().trim().to_string();
+                let message = lowercase_first(&message);
+                Diagnostic::error(format!("invalid TOML: {message}")).at(source, span)
+            })
+            .collect());
+    }
+    let mut origins = HashMap::new();
+    let span = table.span();
+    origins.insert(
+        String::new(),
+        Origin {
+            source: source_index,
+            key: span.clone(),
+            value: span,
+        },
+    );
+    let doc = convert_table(table.get_ref(), "", source_index, &mut origins);
+    Ok((doc, origins))
+}
+
+fn lowercase_first(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().collect::<String>() + chars.as_str(),
+        None => String::new(),
+    }
+}
+
+fn convert_table(
+    table: &DeTable<'_>,
+    pointer: &str,
+    source: usize,
+    origins: &mut HashMap<String, Origin>,
+) -> Value {
+    let mut map = Map::new();
+    for (key, value) in table.iter() {
+        let child = format!("{pointer}/{}", pointer_segment(key.get_ref()));
+        origins.insert(
+            child.clone(),
+            Origin {
+                source,
+                key: key.span(),
+                value: value.span(),
+            },
+        );
+        map.insert(
+            key.get_ref().to_string(),
+            convert_value(value.get_ref(), &child, source, origins),
+        );
+    }
+    Value::Object(map)
+}
+
+fn convert_value(
+    value: &DeValue<'_>,
+    pointer: &str,
+    source: usize,
+    origins: &mut HashMap<String, Origin>,
+) -> Value {
+    match value {
+        DeValue::String(s) => Value::String(s.to_string()),
+        DeValue::Integer(i) => {
+            let text = i.as_str().replace('_', "");
+            let parsed = match i.radix() {
+                10 => text.parse::<i64>().ok(),
+                radix => i64::from_str_radix(&text[2..], radix).ok(),
+            };
+            parsed.map(Value::from).unwrap_or(Value::Null)
+        }
+        DeValue::Float(f) => f
+            .as_str()
+            .replace('_', "")
+            .parse::<f64>()
+            .ok()
+            .and_then(serde_json::Number::from_f64)
+            .map(Value::Number)
+            .unwrap_or(Value::Null),
+        DeValue::Boolean(b) => Value::Bool(*b),
+        DeValue::Datetime(d) => Value::String(d.to_string()),
+        DeValue::Array(items) => Value::Array(
+            items
+                .iter()
+                .enumerate()
+                .map(|(index, item)| {
+                    let child = format!("{pointer}/{index}");
+                    origins.insert(
+                        child.clone(),
+                        Origin {
+                            source,
+                            key: item.span(),
+                            value: item.span(),
+                        },
+                    );
+                    convert_value(item.get_ref(), &child, source, origins)
+                })
+                .collect(),
+        ),
+        DeValue::Table(table) => convert_table(table, pointer, source, origins),
+    }
+}
+
+/// The keys that belong to one kind of action, dropped with it when an overlay swaps actions.
+fn action_companions(action: &str) -> &'static [&'static str] {
+    match action {
+        "prompt" => &["model", "system", "temperature", "max_tokens", "repair"],
+        "command" | "shell" => &["stdin", "cwd", "env", "ok_codes"],
+        "uses" | "workflow" => &["with"],
+        _ => &[],
+    }
+}
+
+/// Merge `top` (an overlay) onto `base`, in place in `top`.
+fn overlay(top: &mut RawWorkflow, base: RawWorkflow) -> Result<(), Vec<Diagnostic>> {
+    let offset = top.sources.len();
+    let mut merged_doc = base.doc;
+    let mut origins: HashMap<String, Origin> = base
+        .origins
+        .into_iter()
+        .map(|(pointer, mut origin)| {
+            origin.source += offset;
+            (pointer, origin)
+        })
+        .collect();
+    let mut disabled: HashMap<String, Origin> = base
+        .disabled
+        .into_iter()
+        .map(|(id, mut origin)| {
+            origin.source += offset;
+            (id, origin)
+        })
+        .collect();
+    let mut diagnostics = Vec::new();
+    let base_name = base.name.clone();
+
+    let top_doc = std::mem::take(&mut top.doc);
+    let Value::Object(top_sections) = top_doc else {
+        return Ok(());
+    };
+    for (section, value) in top_sections {
+        let section_pointer = format!("/{}", pointer_segment(&section));
+        match (section.as_str(), value) {
+            ("workflow" | "inputs" | "outputs", Value::Object(entries)) => {
+                let target = object_at(&mut merged_doc, &section);
+                for (key, value) in entries {
+                    if section == "workflow" && key == "extends" {
+                        continue;
+                    }
+                    let pointer = format!("{section_pointer}/{}", pointer_segment(&key));
+                    let merged_value = match (section.as_str(), target.get(&key), &value) {
+                        ("inputs", Some(Value::Object(old)), Value::Object(new)) => {
+                            let mut old = old.clone();
+                            for (k, v) in new {
+                                old.insert(k.clone(), v.clone());
+                            }
+                            Value::Object(old)
+                        }
+                        _ => {
+                            drop_origins(&mut origins, &pointer);
+                            value
+                        }
+                    };
+                    target.insert(key, merged_value);
+                    copy_origins(&top.origins, &mut origins, &pointer);
+                }
+            }
+            ("stages", Value::Object(stages)) => {
+                for (id, stage) in stages {
+                    let pointer = format!("/stages/{}", pointer_segment(&id));
+                    let Value::Object(stage) = stage else { continue };
+                    let exists = merged_doc
+                        .pointer(&pointer)
+                        .is_some_and(Value::is_object);
+                    if stage.get("disabled").and_then(Value::as_bool) == Some(true) {
+                        let origin = top
+                            .origins
+                            .get(&format!("{pointer}/disabled"))
+                            .cloned()
+                            .unwrap_or(Origin { source: 0, key: 0..0, value: 0..0 });
+                        if !exists {
+                            diagnostics.push(
+                                Diagnostic::error(format!(
+                                    "cannot disable stage `{id}`: the base workflow `{base_name}` has no such stage"
+                                ))
+                                .at_opt(top.locate_key(&pointer))
+                                .with_help_opt(did_you_mean(&id, stage_ids(&merged_doc).iter().map(String::as_str))),
+                            );
+                            continue;
+                        }
+                        if let Some(Value::Object(all)) = merged_doc.get_mut("stages") {
+                            all.shift_remove(&id);
+                        }
+                        drop_origins(&mut origins, &pointer);
+                        disabled.insert(id, origin);
+                        continue;
+                    }
+                    let has_action = ACTION_KEYS.iter().any(|k| stage.contains_key(*k));
+                    if !exists {
+                        if !has_action {
+                            diagnostics.push(
+                                Diagnostic::error(format!(
+                                    "stage `{id}` overlays nothing: the base workflow `{base_name}` has no such stage, and it has no action of its own"
+                                ))
+                                .at_opt(top.locate_key(&pointer))
+                                .with_help_opt(did_you_mean(&id, stage_ids(&merged_doc).iter().map(String::as_str)))
+                            );
+                            continue;
+                        }
+                        object_at(&mut merged_doc, "stages").insert(id.clone(), Value::Object(stage));
+                        copy_origins(&top.origins, &mut origins, &pointer);
+                        continue;
+                    }
+                    let Some(Value::Object(target)) = merged_doc.pointer_mut(&pointer) else {
+                        continue;
+                    };
+                    if has_action {
+                        for action in ACTION_KEYS {
+                            if target.contains_key(action) && !stage.contains_key(action) {
+                                target.shift_remove(action);
+                                drop_origins(&mut origins, &format!("{pointer}/{action}"));
+                                for companion in action_companions(action) {
+                                    if !stage.contains_key(*companion) {
+                                        target.shift_remove(*companion);
+                                        drop_origins(&mut origins, &format!("{pointer}/{companion}"));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    for (key, value) in stage {
+                        let key_pointer = format!("{pointer}/{}", pointer_segment(&key));
+                        drop_origins(&mut origins, &key_pointer);
+                        target.insert(key, value);
+                    }
+                    copy_origins(&top.origins, &mut origins, &pointer);
+                }
+            }
+            (_, value) => {
+                // Unknown sections are kept so that `check` reports them against the overlay.
+                if let Value::Object(root) = &mut merged_doc {
+                    root.insert(section.clone(), value);
+                }
+                copy_origins(&top.origins, &mut origins, &section_pointer);
+            }
+        }
+    }
+    if !diagnostics.is_empty() {
+        return Err(diagnostics);
+    }
+    // The root span belongs to the top file.
+    if let Some(origin) = top.origins.get("") {
+        origins.insert(String::new(), origin.clone());
+    }
+    top.doc = merged_doc;
+    top.origins = origins;
+    top.sources.extend(base.sources);
+    top.disabled.extend(disabled);
+    Ok(())
+}
+
+fn stage_ids(doc: &Value) -> Vec<String> {
+    doc.get("stages")
+        .and_then(Value::as_object)
+        .map(|s| s.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+fn object_at<'a>(doc: &'a mut Value, section: &str) -> &'a mut Map<String, Value> {
+    if !doc.is_object() {
+        *doc = Value::Object(Map::new());
+    }
+    let Value::Object(root) = doc else { unreachable!("made an object above") };
+    let entry = root
+        .entry(section.to_string())
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !entry.is_object() {
+        *entry = Value::Object(Map::new());
+    }
+    match entry {
+        Value::Object(map) => map,
+        _ => unreachable!("made an object above"),
+    }
+}
+
+fn drop_origins(origins: &mut HashMap<String, Origin>, pointer: &str) {
+    let prefix = format!("{pointer}/");
+    origins.retain(|key, _| key != pointer && !key.starts_with(&prefix));
+}
+
+fn copy_origins(from: &HashMap<String, Origin>, to: &mut HashMap<String, Origin>, pointer: &str) {
+    let prefix = format!("{pointer}/");
+    for (key, origin) in from {
+        if key == pointer || key.starts_with(&prefix) {
+            to.insert(key.clone(), origin.clone());
+        }
+    }
+}

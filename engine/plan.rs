@@ -1,0 +1,182 @@
+//! Plan: a checked [`Workflow`] -> [`Plan`], the graph in execution order (waves: every stage
+//! of a wave can run once the waves before it finished), rendered as text, JSON, DOT or
+//! Mermaid.
+
+use std::fmt::Write as _;
+
+use serde_json::{json, Value};
+
+use crate::check::{Action, Workflow};
+
+pub struct Plan<'w> {
+    pub workflow: &'w Workflow,
+    /// Stage indexes by wave.
+    pub waves: Vec<Vec<usize>>,
+}
+
+impl<'w> Plan<'w> {
+    pub fn new(workflow: &'w Workflow) -> Self {
+        let mut level = vec![0usize; workflow.stages.len()];
+        for &i in &workflow.order {
+            level[i] = workflow.stages[i]
+                .deps
+                .iter()
+                .map(|&d| level[d] + 1)
+                .max()
+                .unwrap_or(0);
+        }
+        let depth = level.iter().copied().max().map_or(0, |m| m + 1);
+        let mut waves = vec![Vec::new(); depth];
+        for &i in &workflow.order {
+            waves[level[i]].push(i);
+        }
+        for wave in &mut waves {
+            wave.sort();
+        }
+        Plan { workflow, waves }
+    }
+
+    fn action_summary(&self, index: usize) -> String {
+        let stage = &self.workflow.stages[index];
+        let def = &stage.def;
+        match &stage.action {
+            Action::None => "(no action)".to_string(),
+            Action::Command(_) => format!("command {}", def.command.as_ref().map(|c| c.join(" ")).unwrap_or_default()),
+            Action::Shell(_) => format!("shell {}", first_line(def.shell.as_deref().unwrap_or(""))),
+            Action::Prompt { model, .. } => format!("prompt {} -> {model}", template_name(def.prompt.as_ref())),
+            Action::Template(_) => format!("template {}", template_name(def.template.as_ref())),
+            Action::Uses { builtin, .. } => format!("uses {}", builtin.name),
+            Action::Workflow { workflow, .. } => format!("workflow {}", workflow.name),
+        }
+    }
+
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "workflow {} ({} stages, {} waves)", self.workflow.name, self.workflow.stages.len(), self.waves.len());
+        for (w, wave) in self.waves.iter().enumerate() {
+            let _ = writeln!(out, "wave {}:", w + 1);
+            for &i in wave {
+                let stage = &self.workflow.stages[i];
+                let def = &stage.def;
+                let _ = writeln!(out, "  {}  {}", stage.id, self.action_summary(i));
+                if let Some(description) = &def.description {
+                    let _ = writeln!(out, "      {description}");
+                }
+                if !stage.deps.is_empty() {
+                    let deps: Vec<&str> = stage.deps.iter().map(|&d| self.workflow.stages[d].id.as_str()).collect();
+                    let _ = writeln!(out, "      after: {}", deps.join(", "));
+                }
+                if let Some(c) = &def.if_ {
+                    let _ = writeln!(out, "      if: {c}");
+                }
+                if let Some(f) = &def.foreach {
+                    let _ = writeln!(out, "      foreach: {f}");
+                }
+                if let Some(e) = &def.exit_if {
+                    let _ = writeln!(out, "      exit_if: {e}");
+                }
+                for a in &def.assert {
+                    let _ = writeln!(out, "      assert: {}", a.that);
+                }
+            }
+        }
+        out
+    }
+
+    pub fn to_json(&self) -> Value {
+        let stages: Vec<Value> = self
+            .waves
+            .iter()
+            .enumerate()
+            .flat_map(|(w, wave)| wave.iter().map(move |&i| (w, i)))
+            .map(|(w, i)| {
+                let stage = &self.workflow.stages[i];
+                json!({
+                    "id": stage.id,
+                    "wave": w + 1,
+                    "action": stage.action.kind(),
+                    "summary": self.action_summary(i),
+                    "description": stage.def.description,
+                    "after": stage.deps.iter().map(|&d| self.workflow.stages[d].id.clone()).collect::<Vec<_>>(),
+                    "if": stage.def.if_,
+                    "exit_if": stage.def.exit_if,
+                    "foreach": stage.def.foreach,
+                    "assert": stage.def.assert.iter().map(|a| a.that.clone()).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        json!({
+            "workflow": self.workflow.name,
+            "waves": self.waves.iter().map(|w| w.iter().map(|&i| self.workflow.stages[i].id.clone()).collect::<Vec<_>>()).collect::<Vec<_>>(),
+            "stages": stages,
+        })
+    }
+
+    pub fn to_dot(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "digraph {} {{", dot_id(&self.workflow.name));
+        let _ = writeln!(out, "  rankdir=LR;");
+        let _ = writeln!(out, "  node [shape=box, fontname=\"monospace\"];");
+        for &i in &self.workflow.order {
+            let stage = &self.workflow.stages[i];
+            let mut label = format!("{}\\n{}", stage.id, self.action_summary(i));
+            if stage.def.exit_if.is_some() {
+                label.push_str("\\n(exit_if)");
+            }
+            let shape = if stage.def.exit_if.is_some() { ", shape=diamond" } else { "" };
+            let _ = writeln!(out, "  {} [label={}{shape}];", dot_id(&stage.id), dot_string(&label));
+        }
+        for &i in &self.workflow.order {
+            for &d in &self.workflow.stages[i].deps {
+                let _ = writeln!(out, "  {} -> {};", dot_id(&self.workflow.stages[d].id), dot_id(&self.workflow.stages[i].id));
+            }
+        }
+        out.push_str("}\n");
+        out
+    }
+
+    pub fn to_mermaid(&self) -> String {
+        let mut out = String::from("flowchart LR\n");
+        for &i in &self.workflow.order {
+            let stage = &self.workflow.stages[i];
+            let label = format!("{}<br/>{}", stage.id, self.action_summary(i)).replace('"', "#quot;");
+            if stage.def.exit_if.is_some() {
+                let _ = writeln!(out, "  {}{{\"{label}\"}}", stage.id);
+            } else {
+                let _ = writeln!(out, "  {}[\"{label}\"]", stage.id);
+            }
+        }
+        for &i in &self.workflow.order {
+            for &d in &self.workflow.stages[i].deps {
+                let _ = writeln!(out, "  {} --> {}", self.workflow.stages[d].id, self.workflow.stages[i].id);
+            }
+        }
+        out
+    }
+}
+
+fn first_line(text: &str) -> String {
+    let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+    if line.chars().count() > 60 {
+        format!("{}…", line.chars().take(60).collect::<String>())
+    } else {
+        line.to_string()
+    }
+}
+
+fn template_name(tref: Option<&crate::format::TemplateRef>) -> String {
+    match tref {
+        Some(crate::format::TemplateRef::File(path)) => path.clone(),
+        Some(crate::format::TemplateRef::Inline(_)) => "(inline)".into(),
+        None => String::new(),
+    }
+}
+
+fn dot_id(id: &str) -> String {
+    dot_string(id)
+}
+
+fn dot_string(text: &str) -> String {
+    let escaped = text.replace('\\', "\\\\").replace('"', "\\\"").replace("\\\\n", "\\n");
+    format!("\"{escaped}\"")
+}

@@ -1,0 +1,119 @@
+//! The stage cache: `cache/<workflow>.jsonl` in the state folder, one entry a line.
+//!
+//! One append-only file per workflow rather than a file per entry: a no-op rerun of thousands
+//! of cached stages reads one file instead of thousands. Each line is written with a single
+//! `write` on a file opened for appending, after the output passed validation; a line that does
+//! not parse or whose hash does not match its output is ignored with a warning.
+
+use std::collections::HashMap;
+use std::fs::OpenOptions;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::schema::sha256_hex;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Entry {
+    id: String,
+    created_at: i64,
+    sha256: String,
+    output: Value,
+}
+
+pub struct Cache {
+    path: PathBuf,
+    entries: Mutex<Option<HashMap<String, Entry>>>,
+    warnings: Mutex<Vec<String>>,
+}
+
+impl Cache {
+    pub fn new(state_dir: &Path, workflow: &str) -> Self {
+        Cache {
+            path: state_dir.join("cache").join(format!("{workflow}.jsonl")),
+            entries: Mutex::new(None),
+            warnings: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The id of an execution: its fingerprint and cache key.
+    pub fn entry_id(fingerprint: &str, key: Option<&str>) -> String {
+        match key {
+            Some(key) => sha256_hex(format!("{fingerprint}\0{key}").as_bytes()),
+            None => fingerprint.to_string(),
+        }
+    }
+
+    fn load(&self) -> HashMap<String, Entry> {
+        let mut entries = HashMap::new();
+        let Ok(file) = std::fs::File::open(&self.path) else {
+            return entries;
+        };
+        let mut warnings = Vec::new();
+        for (number, line) in BufReader::new(file).lines().enumerate() {
+            let Ok(line) = line else { break };
+            if line.trim().is_empty() {
+                continue;
+            }
+            match serde_json::from_str::<Entry>(&line) {
+                Ok(entry) if sha256_hex(entry.output.to_string().as_bytes()) == entry.sha256 => {
+                    entries.insert(entry.id.clone(), entry);
+                }
+                _ => warnings.push(format!(
+                    "ignoring corrupt cache entry at {}:{}",
+                    self.path.display(),
+                    number + 1
+                )),
+            }
+        }
+        self.warnings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(warnings);
+        entries
+    }
+
+    /// A stored output, unless older than `ttl`.
+    pub fn get(&self, id: &str, ttl: Option<Duration>) -> Option<Value> {
+        let mut guard = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let entries = guard.get_or_insert_with(|| self.load());
+        let entry = entries.get(id)?;
+        if let Some(ttl) = ttl {
+            let age = chrono::Utc::now().timestamp() - entry.created_at;
+            if age < 0 || age as u64 > ttl.as_secs() {
+                return None;
+            }
+        }
+        Some(entry.output.clone())
+    }
+
+    /// Store an output (already validated).
+    pub fn put(&self, id: &str, output: &Value) -> std::io::Result<()> {
+        let entry = Entry {
+            id: id.to_string(),
+            created_at: chrono::Utc::now().timestamp(),
+            sha256: sha256_hex(output.to_string().as_bytes()),
+            output: output.clone(),
+        };
+        let mut line = serde_json::to_vec(&entry).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        if let Some(parent) = self.path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let mut file = OpenOptions::new().create(true).append(true).open(&self.path)?;
+        file.write_all(&line)?;
+        let mut guard = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entries) = guard.as_mut() {
+            entries.insert(entry.id.clone(), entry);
+        }
+        Ok(())
+    }
+
+    pub fn take_warnings(&self) -> Vec<String> {
+        std::mem::take(&mut *self.warnings.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}

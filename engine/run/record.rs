@@ -1,0 +1,349 @@
+//! Run records: `runs/<run-id>/run.json` (rewritten atomically), `events.jsonl` and
+//! `artifacts/outputs.jsonl` (appended and flushed as each stage ends), so a crash or a Ctrl-C
+//! leaves a consistent record that `resume` can build on.
+//!
+//! `run.json` is rewritten after a stage ends, but at most every 100 ms while stages end faster
+//! than that (a 10,000-stage run would otherwise rewrite it 10,000 times); the append-only
+//! `events.jsonl` and `outputs.jsonl` carry every transition the moment it happens, and `resume`
+//! reads outputs from there.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::builtins::paths::write_atomic;
+use crate::models::Usage;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Running,
+    Completed,
+    Exited,
+    Failed,
+    Interrupted,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Completed => "completed",
+            RunStatus::Exited => "exited",
+            RunStatus::Failed => "failed",
+            RunStatus::Interrupted => "interrupted",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StageStatus {
+    Running,
+    Succeeded,
+    Cached,
+    Skipped,
+    Failed,
+    NotRun,
+}
+
+impl StageStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StageStatus::Running => "running",
+            StageStatus::Succeeded => "succeeded",
+            StageStatus::Cached => "cached",
+            StageStatus::Skipped => "skipped",
+            StageStatus::Failed => "failed",
+            StageStatus::NotRun => "not_run",
+        }
+    }
+
+    /// Whether the stage produced an output others can read.
+    pub fn has_output(self) -> bool {
+        matches!(self, StageStatus::Succeeded | StageStatus::Cached)
+    }
+}
+
+/// Why the run ended early.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ExitInfo {
+    pub stage: Option<String>,
+    pub message: String,
+}
+
+/// One model call, for usage accounting.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ModelCall {
+    pub model: String,
+    pub attempt: u32,
+    pub latency_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// Why the reply was rejected (parse or schema errors), for repaired attempts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejected: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StageRecord {
+    pub status: StageStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    #[serde(default)]
+    pub duration_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_sha256: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Why it was skipped, or the early exit it caused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attempts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items: Option<usize>,
+    /// For `cached`: the run or cache entry the output came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reused_from: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub model_calls: Vec<ModelCall>,
+    /// In a dry-run: the output was assumed, not produced.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub assumed: bool,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl StageRecord {
+    pub fn not_run() -> Self {
+        StageRecord {
+            status: StageStatus::NotRun,
+            started_at: None,
+            duration_ms: 0,
+            fingerprint: None,
+            output_sha256: None,
+            error: None,
+            reason: None,
+            attempts: 0,
+            items: None,
+            reused_from: None,
+            model_calls: Vec::new(),
+            assumed: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct UsageTotals {
+    pub model_calls: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub latency_ms: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FileHash {
+    pub path: String,
+    pub sha256: String,
+}
+
+/// `run.json`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub run_id: String,
+    pub workflow: String,
+    pub status: RunStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<ExitInfo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub inputs: serde_json::Map<String, Value>,
+    pub started_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    #[serde(default)]
+    pub duration_ms: u64,
+    #[serde(default)]
+    pub dry_run: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_from: Option<String>,
+    pub cwd: String,
+    pub files: Vec<FileHash>,
+    pub stages: IndexMap<String, StageRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outputs: Option<Value>,
+    #[serde(default)]
+    pub usage: UsageTotals,
+}
+
+/// A stage output as kept in `artifacts/outputs.jsonl`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OutputLine {
+    pub stage: String,
+    pub fingerprint: String,
+    pub sha256: String,
+    pub output: Value,
+}
+
+/// The files of one run, open for appending.
+pub struct RunFiles {
+    pub dir: PathBuf,
+    events: BufWriter<File>,
+    outputs: BufWriter<File>,
+    last_write: Option<Instant>,
+    dirty: bool,
+}
+
+impl RunFiles {
+    pub fn create(dir: PathBuf) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir.join("artifacts"))?;
+        let open = |path: PathBuf| OpenOptions::new().create(true).append(true).open(path);
+        Ok(RunFiles {
+            events: BufWriter::new(open(dir.join("events.jsonl"))?),
+            outputs: BufWriter::new(open(dir.join("artifacts").join("outputs.jsonl"))?),
+            dir,
+            last_write: None,
+            dirty: false,
+        })
+    }
+
+    pub fn event(&mut self, event: &Value) -> std::io::Result<()> {
+        serde_json::to_writer(&mut self.events, event)?;
+        self.events.write_all(b"\n")?;
+        self.events.flush()
+    }
+
+    pub fn output(&mut self, line: &OutputLine) -> std::io::Result<()> {
+        serde_json::to_writer(&mut self.outputs, line)?;
+        self.outputs.write_all(b"\n")?;
+        self.outputs.flush()
+    }
+
+    /// Rewrite `run.json`, unless it was rewritten less than 100 ms ago and `force` is off.
+    pub fn save(&mut self, record: &RunRecord, force: bool) -> std::io::Result<()> {
+        let recent = self
+            .last_write
+            .is_some_and(|at| at.elapsed() < Duration::from_millis(100));
+        if recent && !force {
+            self.dirty = true;
+            return Ok(());
+        }
+        let mut bytes = serde_json::to_vec_pretty(record).map_err(std::io::Error::other)?;
+        bytes.push(b'\n');
+        write_atomic(&self.dir.join("run.json"), &bytes)?;
+        self.last_write = Some(Instant::now());
+        self.dirty = false;
+        Ok(())
+    }
+
+    pub fn is_dirty(&self) -> bool {
+        self.dirty
+    }
+}
+
+/// The runs folder of a state folder.
+pub fn runs_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("runs")
+}
+
+/// Every run id, oldest first.
+pub fn list_runs(state_dir: &Path) -> Vec<String> {
+    let mut ids: Vec<String> = std::fs::read_dir(runs_dir(state_dir))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().join("run.json").is_file())
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// Resolve `last` or a unique prefix to a run id.
+pub fn resolve_run_id(state_dir: &Path, id: &str) -> Result<String, String> {
+    let ids = list_runs(state_dir);
+    if id == "last" {
+        return ids
+            .last()
+            .cloned()
+            .ok_or_else(|| format!("no runs recorded in {}", runs_dir(state_dir).display()));
+    }
+    let matches: Vec<&String> = ids.iter().filter(|r| r.starts_with(id)).collect();
+    match matches.as_slice() {
+        [one] => Ok((*one).clone()),
+        [] => Err(format!("no run `{id}` in {}", runs_dir(state_dir).display())),
+        many => Err(format!("`{id}` matches {} runs; give more of the id", many.len())),
+    }
+}
+
+pub fn read_record(state_dir: &Path, id: &str) -> Result<RunRecord, String> {
+    let path = runs_dir(state_dir).join(id).join("run.json");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{} is not a run record: {e}", path.display()))
+}
+
+/// The outputs a run produced, by stage (the last line of a stage wins).
+pub fn read_outputs(state_dir: &Path, id: &str) -> HashMap<String, OutputLine> {
+    let path = runs_dir(state_dir)
+        .join(id)
+        .join("artifacts")
+        .join("outputs.jsonl");
+    let mut out = HashMap::new();
+    if let Ok(file) = File::open(path) {
+        for line in BufReader::new(file).lines().map_while(Result::ok) {
+            if let Ok(entry) = serde_json::from_str::<OutputLine>(&line) {
+                out.insert(entry.stage.clone(), entry);
+            }
+        }
+    }
+    out
+}
+
+/// Keep the newest `keep` runs of each workflow; returns the ids removed.
+pub fn prune(state_dir: &Path, keep: usize) -> Vec<String> {
+    let mut by_workflow: HashMap<String, Vec<String>> = HashMap::new();
+    for id in list_runs(state_dir) {
+        let workflow = read_record(state_dir, &id)
+            .map(|r| r.workflow)
+            .unwrap_or_default();
+        by_workflow.entry(workflow).or_default().push(id);
+    }
+    let mut removed = Vec::new();
+    for ids in by_workflow.values() {
+        if ids.len() > keep {
+            for id in &ids[..ids.len() - keep] {
+                if std::fs::remove_dir_all(runs_dir(state_dir).join(id)).is_ok() {
+                    removed.push(id.clone());
+                }
+            }
+        }
+    }
+    removed.sort();
+    removed
+}
+
+/// A new run id: sorts in start order.
+pub fn new_run_id() -> String {
+    let now = chrono::Utc::now();
+    format!(
+        "{}-{:04x}",
+        now.format("%Y%m%dT%H%M%S%.3fZ"),
+        rand::random::<u16>()
+    )
+}
+
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}

@@ -1,0 +1,728 @@
+//! One stage's execution: `if`, `foreach`, rendering, the fingerprint, resume and cache reuse,
+//! the action (with retries, timeouts and model repair), output parsing and validation,
+//! `output.path`, `assert`, `exit_if` and `set_state`.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Map, Value};
+
+use super::cache::Cache;
+use super::process::{self, Interrupt, ProcessSpec};
+use super::record::{ModelCall, OutputLine, StageStatus};
+use super::{Reporter, RunOptions, RunStatus, Runtime};
+use crate::builtins::{BuiltinCtx, WriteRoots};
+use crate::check::{Action, ProcessAction, Stage, WithTree, Workflow};
+use crate::format::OutputFormat;
+use crate::models::{extract_json, ModelRequest};
+use crate::schema::sha256_hex;
+use crate::template::{Scope, Tmpl};
+
+/// Bump when the meaning of a stored output changes.
+const CACHE_VERSION: &str = "stagegraph-cache-1";
+
+/// What every stage of a run shares, computed once.
+pub(crate) struct Prepared {
+    pub writes: WriteRoots,
+    pub child_env: Vec<(String, String)>,
+}
+
+impl Prepared {
+    pub(crate) fn new(workflow: &Workflow, base: &minijinja::Value, cwd: &Path) -> Result<Self, String> {
+        let writes = super::write_roots(workflow, base, cwd)?;
+        let mut child_env = Vec::new();
+        for (name, tmpl) in &workflow.child_env {
+            let value = tmpl.render(base).map_err(|e| format!("`child_env.{name}`: {}", describe(&e)))?;
+            child_env.push((name.clone(), value));
+        }
+        Ok(Prepared { writes, child_env })
+    }
+}
+
+/// What a stage did.
+#[derive(Debug, Clone)]
+pub(crate) struct StageOutcome {
+    pub status: StageStatus,
+    pub output: Option<Value>,
+    pub error: Option<String>,
+    pub reason: Option<String>,
+    pub exit: Option<String>,
+    pub fingerprint: Option<String>,
+    pub attempts: u32,
+    pub items: Option<usize>,
+    pub reused_from: Option<String>,
+    pub model_calls: Vec<ModelCall>,
+    pub assumed: bool,
+    pub duration: Duration,
+    pub set_state: Vec<(String, Value)>,
+    /// Lines for the trace (dry-run command lines, rendered prompts).
+    pub notes: Vec<String>,
+    /// A failure that fails the run.
+    pub fatal: bool,
+}
+
+impl StageOutcome {
+    fn new() -> Self {
+        StageOutcome {
+            status: StageStatus::Succeeded,
+            output: None,
+            error: None,
+            reason: None,
+            exit: None,
+            fingerprint: None,
+            attempts: 0,
+            items: None,
+            reused_from: None,
+            model_calls: Vec::new(),
+            assumed: false,
+            duration: Duration::ZERO,
+            set_state: Vec::new(),
+            notes: Vec::new(),
+            fatal: false,
+        }
+    }
+
+    pub(crate) fn status_mark(&self) -> &'static str {
+        match self.status {
+            StageStatus::Succeeded if self.exit.is_some() => "⏹",
+            StageStatus::Succeeded => "✓",
+            StageStatus::Cached => "≡",
+            StageStatus::Skipped => "↷",
+            StageStatus::Failed => "✗",
+            StageStatus::Running | StageStatus::NotRun => "·",
+        }
+    }
+}
+
+/// An action with every template rendered: what runs, and what the fingerprint covers.
+enum Rendered {
+    None,
+    Process(ProcessSpec),
+    Prompt(ModelRequest),
+    Template(String),
+    Builtin(Value),
+    Workflow(Map<String, Value>),
+}
+
+impl Rendered {
+    fn canonical(&self) -> Value {
+        match self {
+            Rendered::None => Value::Null,
+            Rendered::Process(spec) => json!({
+                "argv": spec.argv,
+                "stdin": spec.stdin.as_ref().map(|s| sha256_hex(s)),
+                "cwd": spec.cwd,
+                "env": spec.env,
+            }),
+            Rendered::Prompt(request) => json!({
+                "model": request.alias,
+                "system": request.system,
+                "prompt": request.prompt,
+                "temperature": request.temperature,
+                "max_tokens": request.max_tokens,
+            }),
+            Rendered::Template(text) => json!({ "text": text }),
+            Rendered::Builtin(args) => args.clone(),
+            Rendered::Workflow(inputs) => Value::Object(inputs.clone()),
+        }
+    }
+
+    fn describe(&self) -> Option<String> {
+        match self {
+            Rendered::Process(spec) => Some(format!("$ {}", shell_words(&spec.argv))),
+            Rendered::Builtin(args) => Some(format!("with {args}")),
+            _ => None,
+        }
+    }
+}
+
+fn shell_words(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| crate::template::functions::shell_quote(a))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub(crate) struct StageRunner<'a> {
+    pub workflow: &'a Workflow,
+    pub runtime: &'a Runtime<'a>,
+    pub options: &'a RunOptions,
+    pub prepared: &'a Prepared,
+    pub base_scope: &'a Scope,
+    pub reuse: &'a HashMap<String, OutputLine>,
+    pub reporter: &'a Reporter,
+    pub cache: Cache,
+}
+
+impl StageRunner<'_> {
+    pub(crate) fn run(&self, index: usize) -> StageOutcome {
+        let started = Instant::now();
+        let stage = &self.workflow.stages[index];
+        let mut outcome = StageOutcome::new();
+        if let Err(error) = self.run_inner(stage, &mut outcome) {
+            outcome.status = StageStatus::Failed;
+            outcome.output = None;
+            outcome.set_state.clear();
+            outcome.exit = None;
+            match stage.on_error {
+                crate::format::OnError::Fail => outcome.fatal = true,
+                crate::format::OnError::Continue => {}
+                crate::format::OnError::Exit => outcome.exit = Some(error.clone()),
+            }
+            if Interrupt::global().is_set() {
+                outcome.fatal = true;
+            }
+            outcome.error = Some(error);
+        }
+        outcome.duration = started.elapsed();
+        outcome
+    }
+
+    fn run_inner(&self, stage: &Stage, outcome: &mut StageOutcome) -> Result<(), String> {
+        let base = self.base_scope.to_value();
+        if let Some(condition) = &stage.if_ {
+            let value = condition.eval(&base).map_err(|e| format!("`if`: {}", describe(&e)))?;
+            if !value.is_true() {
+                outcome.status = StageStatus::Skipped;
+                outcome.reason = stage.def.if_.as_ref().map(|c| format!("`if` is false: {c}"));
+                return Ok(());
+            }
+        }
+
+        // One unit per `foreach` item, or one unit.
+        let units: Vec<Scope> = match &stage.foreach {
+            None => vec![self.base_scope.clone()],
+            Some(list) => {
+                let value = list.eval(&base).map_err(|e| format!("`foreach`: {}", describe(&e)))?;
+                if value.is_none() || value.is_undefined() {
+                    Vec::new()
+                } else {
+                    let items = value
+                        .try_iter()
+                        .map_err(|_| format!("`foreach` must give a list, not {}", value.kind()))?;
+                    items
+                        .enumerate()
+                        .map(|(i, item)| self.base_scope.with_item(item, i))
+                        .collect()
+                }
+            }
+        };
+        if stage.foreach.is_some() {
+            outcome.items = Some(units.len());
+        }
+        let rendered: Vec<Rendered> = units
+            .iter()
+            .map(|unit| self.render(stage, &unit.to_value()))
+            .collect::<Result<_, _>>()?;
+        let fingerprint = self.fingerprint(stage, &rendered);
+        outcome.fingerprint = Some(fingerprint.clone());
+
+        let cache_id = match &stage.cache {
+            Some(spec) => {
+                let key = match &spec.key {
+                    Some(key) => Some(
+                        key.render(&units.first().map(Scope::to_value).unwrap_or(base.clone()))
+                            .map_err(|e| format!("`cache.key`: {}", describe(&e)))?,
+                    ),
+                    None => None,
+                };
+                Some(Cache::entry_id(&fingerprint, key.as_deref()))
+            }
+            None => None,
+        };
+
+        let output = if let Some(previous) = self.reuse.get(&stage.id).filter(|p| p.fingerprint == fingerprint) {
+            outcome.status = StageStatus::Cached;
+            outcome.reused_from = Some("resumed run".into());
+            previous.output.clone()
+        } else if let Some(stored) = cache_id
+            .as_ref()
+            .filter(|_| !self.options.no_cache)
+            .and_then(|id| self.cache.get(id, stage.cache.as_ref().and_then(|c| c.ttl)))
+        {
+            outcome.status = StageStatus::Cached;
+            outcome.reused_from = Some("cache".into());
+            stored
+        } else if self.options.dry_run && self.has_side_effects(stage, &rendered) {
+            for unit in &rendered {
+                if let Some(line) = unit.describe() {
+                    outcome.notes.push(format!("(dry-run) would run {line}"));
+                }
+                if let Rendered::Prompt(request) = unit {
+                    outcome.notes.push(format!("(dry-run) would ask `{}` ({} bytes of prompt)", request.alias, request.prompt.len()));
+                    if self.options.show_prompts {
+                        outcome.notes.push(format!("---- prompt ----\n{}\n---- end ----", request.prompt));
+                    }
+                }
+            }
+            outcome.assumed = true;
+            self.assumed_output(stage, units.len())
+        } else {
+            if self.options.dry_run && self.options.show_prompts {
+                for unit in &rendered {
+                    if let Rendered::Prompt(request) = unit {
+                        outcome.notes.push(format!("---- prompt ----\n{}\n---- end ----", request.prompt));
+                    }
+                }
+            }
+            let output = self.execute(stage, &rendered, &units, outcome)?;
+            if let Some(id) = &cache_id {
+                if !self.options.dry_run {
+                    if let Err(error) = self.cache.put(id, &output) {
+                        outcome.notes.push(format!("warning: cannot store cache entry: {error}"));
+                    }
+                }
+            }
+            output
+        };
+
+        // `output.path`: the artifact also written where the workflow asked.
+        if let Some(path) = &stage.output_path {
+            let per_unit: Vec<(&Scope, Value)> = if stage.foreach.is_some() {
+                units.iter().zip(output.as_array().cloned().unwrap_or_default()).collect()
+            } else {
+                units.iter().map(|u| (u, output.clone())).collect()
+            };
+            for (unit, value) in per_unit {
+                let target = path.render(&unit.to_value()).map_err(|e| format!("`output.path`: {}", describe(&e)))?;
+                let target = self.runtime.cwd.join(target);
+                let target = self.prepared.writes.check(&target).map_err(|e| e.to_string())?;
+                let bytes = artifact_bytes(&value, stage.format);
+                if self.options.dry_run {
+                    outcome.notes.push(format!("(dry-run) would write {}", target.display()));
+                } else {
+                    crate::builtins::paths::write_atomic(&target, &bytes)
+                        .map_err(|e| format!("cannot write {}: {e}", target.display()))?;
+                }
+            }
+        }
+
+        let with_output = self.base_scope.with_output(minijinja::Value::from_serialize(&output)).to_value();
+        for (that, message) in &stage.asserts {
+            let held = that.eval(&with_output).map_err(|e| format!("`assert`: {}", describe(&e)))?;
+            if !held.is_true() {
+                let text = match message {
+                    Some(message) => message.render(&with_output).map_err(|e| format!("assert message: {}", describe(&e)))?,
+                    None => format!("assertion failed: {}", assert_source(stage, that)),
+                };
+                return Err(text);
+            }
+        }
+        for (name, tmpl) in &stage.set_state {
+            let value = tmpl.eval(&with_output).map_err(|e| format!("`set_state.{name}`: {}", describe(&e)))?;
+            outcome.set_state.push((name.clone(), serde_json::to_value(&value).unwrap_or(Value::Null)));
+        }
+        if let Some(exit_if) = &stage.exit_if {
+            let exits = exit_if.eval(&with_output).map_err(|e| format!("`exit_if`: {}", describe(&e)))?;
+            if exits.is_true() {
+                let message = match &stage.exit_message {
+                    Some(message) => message.render(&with_output).map_err(|e| format!("`exit_message`: {}", describe(&e)))?,
+                    None => format!("stage `{}`: `{}` is true", stage.id, stage.def.exit_if.as_deref().unwrap_or("")),
+                };
+                outcome.exit = Some(message.trim().to_string());
+            }
+        }
+        outcome.output = Some(output);
+        Ok(())
+    }
+
+    fn has_side_effects(&self, stage: &Stage, rendered: &[Rendered]) -> bool {
+        match &stage.action {
+            Action::None | Action::Template(_) | Action::Workflow { .. } => false,
+            Action::Uses { builtin, .. } => builtin.writes,
+            Action::Prompt { .. } => !self.options.replay,
+            Action::Command(_) | Action::Shell(_) => !rendered.is_empty(),
+        }
+    }
+
+    /// The output a dry-run assumes: `dry_run_output`, else from the schema, else empty.
+    fn assumed_output(&self, stage: &Stage, units: usize) -> Value {
+        if let Some(value) = &stage.def.dry_run_output {
+            return value.clone();
+        }
+        let one = match (&stage.schema, &stage.action) {
+            (Some(schema), _) => schema.synthesize(),
+            (None, Action::Uses { builtin, .. }) => crate::schema::Schema::from_value((builtin.output_schema)(), builtin.name)
+                .map(|s| s.synthesize())
+                .unwrap_or(Value::Null),
+            _ => match stage.format {
+                OutputFormat::Text => Value::String(String::new()),
+                OutputFormat::Json => json!({}),
+                OutputFormat::Lines => json!([]),
+            },
+        };
+        if stage.foreach.is_some() {
+            Value::Array(vec![one; units])
+        } else {
+            one
+        }
+    }
+
+    fn render(&self, stage: &Stage, scope: &minijinja::Value) -> Result<Rendered, String> {
+        let render = |tmpl: &Tmpl, what: &str| tmpl.render(scope).map_err(|e| format!("{what}: {}", describe(&e)));
+        Ok(match &stage.action {
+            Action::None => Rendered::None,
+            Action::Command(process) | Action::Shell(process) => Rendered::Process(self.render_process(stage, process, scope)?),
+            Action::Prompt { prompt, system, model } => Rendered::Prompt(ModelRequest {
+                alias: model.clone(),
+                system: match system {
+                    Some(system) => Some(render(system, "`system`")?),
+                    None => None,
+                },
+                prompt: render(prompt, "`prompt`")?,
+                temperature: stage.def.temperature,
+                max_tokens: stage.def.max_tokens,
+                timeout: stage.timeout,
+                env: self.prepared.child_env.clone(),
+            }),
+            Action::Template(template) => Rendered::Template(render(template, "`template`")?),
+            Action::Uses { with, .. } => Rendered::Builtin(eval_with(with, scope)?),
+            Action::Workflow { with, .. } => {
+                let mut inputs = Map::new();
+                for (name, tree) in with {
+                    inputs.insert(name.clone(), eval_with(tree, scope)?);
+                }
+                Rendered::Workflow(inputs)
+            }
+        })
+    }
+
+    fn render_process(&self, _stage: &Stage, process: &ProcessAction, scope: &minijinja::Value) -> Result<ProcessSpec, String> {
+        let mut argv = Vec::with_capacity(process.argv.len());
+        for (i, arg) in process.argv.iter().enumerate() {
+            argv.push(arg.render(scope).map_err(|e| format!("argument {}: {}", i + 1, describe(&e)))?);
+        }
+        let stdin = match &process.stdin {
+            Some(stdin) => Some(stdin.render(scope).map_err(|e| format!("`stdin`: {}", describe(&e)))?.into_bytes()),
+            None => None,
+        };
+        let cwd = match &process.cwd {
+            Some(cwd) => Some(self.runtime.cwd.join(cwd.render(scope).map_err(|e| format!("`cwd`: {}", describe(&e)))?)),
+            None => Some(self.runtime.cwd.clone()),
+        };
+        let mut env = self.prepared.child_env.clone();
+        for (name, value) in &process.env {
+            env.push((name.clone(), value.render(scope).map_err(|e| format!("`env.{name}`: {}", describe(&e)))?));
+        }
+        Ok(ProcessSpec { argv, stdin, cwd, env, timeout: None })
+    }
+
+    fn fingerprint(&self, stage: &Stage, rendered: &[Rendered]) -> String {
+        let deps: Vec<Value> = stage
+            .deps
+            .iter()
+            .map(|&d| {
+                let id = &self.workflow.stages[d].id;
+                let slot = self.base_scope_table_sha(d);
+                json!([id, slot])
+            })
+            .collect();
+        let model = match &stage.action {
+            Action::Prompt { model, .. } => self.runtime.models.identity(model),
+            _ => None,
+        };
+        let sub = match &stage.action {
+            Action::Workflow { workflow, .. } => Some(workflow.file_hashes.clone()),
+            _ => None,
+        };
+        let document = json!({
+            "version": CACHE_VERSION,
+            "definition": stage.definition_hash,
+            "action": rendered.iter().map(Rendered::canonical).collect::<Vec<_>>(),
+            "deps": deps,
+            "schema": stage.schema.as_ref().map(|s| s.sha256.clone()),
+            "model": model,
+            "sub_workflow": sub,
+        });
+        sha256_hex(document.to_string().as_bytes())
+    }
+
+    fn base_scope_table_sha(&self, index: usize) -> Option<String> {
+        let id = &self.workflow.stages[index].id;
+        let stages = self.base_scope.stages.get_attr(id).ok()?;
+        let output = stages.get_attr("output").ok()?;
+        let status = stages.get_attr("status").ok()?;
+        let json = serde_json::to_string(&output).ok()?;
+        Some(sha256_hex(format!("{status}\0{json}").as_bytes()))
+    }
+
+    /// Run every unit (in parallel for `foreach`), each with its retries.
+    fn execute(&self, stage: &Stage, rendered: &[Rendered], units: &[Scope], outcome: &mut StageOutcome) -> Result<Value, String> {
+        if stage.foreach.is_none() {
+            let (result, attempts, calls) = self.execute_with_retries(stage, &rendered[0], &units[0]);
+            outcome.attempts = attempts;
+            outcome.model_calls.extend(calls);
+            return result;
+        }
+        let cap = stage
+            .def
+            .concurrency
+            .map(|c| c as usize)
+            .unwrap_or(usize::MAX)
+            .min(self.options.jobs.max(1))
+            .min(rendered.len())
+            .max(1);
+        let next = AtomicUsize::new(0);
+        let results: Mutex<Vec<Option<(Result<Value, String>, u32, Vec<ModelCall>)>>> =
+            Mutex::new((0..rendered.len()).map(|_| None).collect());
+        let failed = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            for _ in 0..cap {
+                scope.spawn(|| loop {
+                    if failed.load(Ordering::SeqCst) || Interrupt::global().is_set() {
+                        break;
+                    }
+                    let i = next.fetch_add(1, Ordering::SeqCst);
+                    if i >= rendered.len() {
+                        break;
+                    }
+                    let result = self.execute_with_retries(stage, &rendered[i], &units[i]);
+                    if result.0.is_err() {
+                        failed.store(true, Ordering::SeqCst);
+                    }
+                    results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(result);
+                });
+            }
+        });
+        let results = results.into_inner().unwrap_or_else(|p| p.into_inner());
+        let mut outputs = Vec::with_capacity(results.len());
+        for (i, result) in results.into_iter().enumerate() {
+            let Some((result, attempts, calls)) = result else {
+                return Err(format!("item {i} did not run: an earlier item failed"));
+            };
+            outcome.attempts = outcome.attempts.max(attempts);
+            outcome.model_calls.extend(calls);
+            outputs.push(result.map_err(|e| format!("item {i}: {e}"))?);
+        }
+        Ok(Value::Array(outputs))
+    }
+
+    fn execute_with_retries(&self, stage: &Stage, rendered: &Rendered, unit: &Scope) -> (Result<Value, String>, u32, Vec<ModelCall>) {
+        let mut calls = Vec::new();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let result = self.execute_once(stage, rendered, unit, &mut calls);
+            match result {
+                Err(error) if attempt <= stage.retries && !Interrupt::global().is_set() => {
+                    let wait = stage.retry_backoff.saturating_mul(1 << (attempt - 1).min(16));
+                    self.reporter.line(&format!("  ↻ {} attempt {attempt} failed: {error}; retrying in {:.1}s", stage.id, wait.as_secs_f64()));
+                    sleep_interruptibly(wait);
+                }
+                result => return (result, attempt, calls),
+            }
+        }
+    }
+
+    fn execute_once(&self, stage: &Stage, rendered: &Rendered, unit: &Scope, calls: &mut Vec<ModelCall>) -> Result<Value, String> {
+        match rendered {
+            Rendered::None => Ok(Value::Null),
+            Rendered::Process(spec) => {
+                let mut spec = spec.clone();
+                spec.timeout = stage.timeout;
+                let ok_codes = match &stage.action {
+                    Action::Command(p) | Action::Shell(p) => p.ok_codes.clone(),
+                    _ => vec![0],
+                };
+                let output = process::run(&spec).map_err(|e| e.to_string())?;
+                if !ok_codes.contains(&output.code) {
+                    let tail = output.stderr_tail();
+                    let detail = if tail.is_empty() { String::new() } else { format!(": {tail}") };
+                    return Err(format!("`{}` exited with code {}{detail}", spec.argv[0], output.code));
+                }
+                let text = String::from_utf8_lossy(&output.stdout).to_string();
+                self.parse_and_validate(stage, &text, false).map_err(|e| e.join("; "))
+            }
+            Rendered::Template(text) => self.parse_and_validate(stage, text, false).map_err(|e| e.join("; ")),
+            Rendered::Prompt(request) => self.prompt(stage, request, calls),
+            Rendered::Builtin(args) => {
+                let Action::Uses { builtin, .. } = &stage.action else {
+                    return Err("internal: a built-in stage without a built-in".into());
+                };
+                let ctx = BuiltinCtx { cwd: &self.runtime.cwd, writes: &self.prepared.writes };
+                let value = (builtin.run)(args, &ctx).map_err(|e| e.to_string())?;
+                let value = match (stage.format, value) {
+                    (OutputFormat::Text, Value::String(s)) => Value::String(s),
+                    (_, value) => value,
+                };
+                if let Some(schema) = &stage.schema {
+                    schema.validate(&value).map_err(|errors| schema_failure(schema, &errors))?;
+                }
+                Ok(value)
+            }
+            Rendered::Workflow(inputs) => {
+                let Action::Workflow { workflow, .. } = &stage.action else {
+                    return Err("internal: a workflow stage without a workflow".into());
+                };
+                let inputs = crate::engine::resolve_inputs(workflow, inputs.clone(), &Map::new()).map_err(|e| e.to_string())?;
+                let _ = unit;
+                let record = super::run_nested(workflow, self.runtime, self.options, inputs, &stage.id);
+                match record.status {
+                    RunStatus::Completed | RunStatus::Exited => Ok(record.outputs.unwrap_or(Value::Object(Map::new()))),
+                    _ => Err(format!(
+                        "sub-workflow `{}` {}: {}",
+                        workflow.name,
+                        record.status.as_str(),
+                        record.error.unwrap_or_default()
+                    )),
+                }
+            }
+        }
+    }
+
+    /// Ask the model; re-ask with the problems when the reply does not validate.
+    fn prompt(&self, stage: &Stage, request: &ModelRequest, calls: &mut Vec<ModelCall>) -> Result<Value, String> {
+        let mut request = request.clone();
+        let original = request.prompt.clone();
+        for attempt in 0..=stage.repair {
+            if Interrupt::global().is_set() {
+                return Err("interrupted".into());
+            }
+            let reply = self.runtime.models.complete(&request).map_err(|e| format!("model `{}`: {e}", request.alias))?;
+            calls.push(ModelCall {
+                model: request.alias.clone(),
+                attempt: attempt + 1,
+                latency_ms: reply.latency_ms,
+                usage: reply.usage,
+                rejected: None,
+            });
+            match self.parse_and_validate(stage, &reply.text, true) {
+                Ok(value) => return Ok(value),
+                Err(problems) => {
+                    let summary = problems.join("; ");
+                    if let Some(call) = calls.last_mut() {
+                        call.rejected = Some(summary.clone());
+                    }
+                    if attempt == stage.repair {
+                        return Err(format!("the model's reply was rejected after {} attempt(s): {summary}", attempt + 1));
+                    }
+                    request.prompt = format!(
+                        "{original}\n\nYour previous reply could not be used:\n{}\n\nReply again with only the corrected JSON document.",
+                        problems.iter().map(|p| format!("- {p}")).collect::<Vec<_>>().join("\n")
+                    );
+                }
+            }
+        }
+        Err("no attempt was made".into())
+    }
+
+    /// Read an action's text per the stage's output format, and validate it.
+    fn parse_and_validate(&self, stage: &Stage, text: &str, from_model: bool) -> Result<Value, Vec<String>> {
+        let value = match stage.format {
+            OutputFormat::Text => Value::String(text.to_string()),
+            OutputFormat::Lines => Value::Array(
+                text.lines().filter(|l| !l.trim().is_empty()).map(|l| Value::String(l.to_string())).collect(),
+            ),
+            OutputFormat::Json => {
+                let candidate = if from_model { extract_json(text).unwrap_or(text) } else { text };
+                serde_json::from_str::<Value>(candidate.trim()).map_err(|e| {
+                    vec![format!("the output is not valid JSON ({e}); it begins {:?}", text.chars().take(80).collect::<String>())]
+                })?
+            }
+        };
+        if let Some(schema) = &stage.schema {
+            schema.validate(&value).map_err(|errors| vec![schema_failure(schema, &errors)])?;
+        }
+        Ok(value)
+    }
+}
+
+fn schema_failure(schema: &crate::schema::Schema, errors: &[String]) -> String {
+    let name = schema.name.rsplit('/').next().unwrap_or(&schema.name);
+    format!("the output does not match {name}: {}", errors.join("; "))
+}
+
+fn assert_source(stage: &Stage, that: &Tmpl) -> String {
+    let position = stage.asserts.iter().position(|(t, _)| std::ptr::eq(t, that)).unwrap_or(0);
+    stage.def.assert.get(position).map(|a| a.that.clone()).unwrap_or_default()
+}
+
+fn sleep_interruptibly(total: Duration) {
+    let deadline = Instant::now() + total;
+    while Instant::now() < deadline && !Interrupt::global().is_set() {
+        std::thread::sleep(Duration::from_millis(50).min(deadline - Instant::now()));
+    }
+}
+
+/// Evaluate a `with` tree: strings are templates, a single `{{ expression }}` keeps its type.
+fn eval_with(tree: &WithTree, scope: &minijinja::Value) -> Result<Value, String> {
+    Ok(match tree {
+        WithTree::Literal(value) => value.clone(),
+        WithTree::Template(tmpl) => {
+            let value = tmpl.eval(scope).map_err(|e| describe(&e))?;
+            if value.is_undefined() {
+                return Err("undefined value in `with`".into());
+            }
+            serde_json::to_value(&value).map_err(|e| e.to_string())?
+        }
+        WithTree::Array(items) => Value::Array(items.iter().map(|i| eval_with(i, scope)).collect::<Result<_, _>>()?),
+        WithTree::Object(entries) => {
+            let mut map = Map::new();
+            for (key, value) in entries {
+                map.insert(key.clone(), eval_with(value, scope).map_err(|e| format!("`with.{key}`: {e}"))?);
+            }
+            Value::Object(map)
+        }
+    })
+}
+
+/// The bytes of an artifact file: text as is, anything else as pretty JSON.
+fn artifact_bytes(value: &Value, format: OutputFormat) -> Vec<u8> {
+    match (format, value) {
+        (OutputFormat::Text, Value::String(text)) => text.clone().into_bytes(),
+        (OutputFormat::Lines, Value::Array(lines)) => {
+            let mut out = String::new();
+            for line in lines {
+                out.push_str(line.as_str().unwrap_or_default());
+                out.push('\n');
+            }
+            out.into_bytes()
+        }
+        _ => {
+            let mut bytes = serde_json::to_vec_pretty(value).unwrap_or_default();
+            bytes.push(b'\n');
+            bytes
+        }
+    }
+}
+
+/// A template error as one line: what went wrong and where.
+pub(crate) fn describe(error: &minijinja::Error) -> String {
+    let mut text = error.detail().map(str::to_string).unwrap_or_else(|| error.kind().to_string());
+    if let (Some(name), Some(line)) = (error.name(), error.line()) {
+        let name = name.strip_prefix("value:").unwrap_or(name);
+        text.push_str(&format!(" (in {name}, line {line})"));
+    }
+    let mut source = std::error::Error::source(error);
+    while let Some(inner) = source {
+        text.push_str(&format!(": {inner}"));
+        source = inner.source();
+    }
+    text
+}
+
+/// The workflow's persistent state (`state/<workflow>.json`).
+pub(crate) fn load_state(state_dir: &Path, workflow: &str) -> Value {
+    let path = state_dir.join("state").join(format!("{workflow}.json"));
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .filter(Value::is_object)
+        .unwrap_or_else(|| Value::Object(Map::new()))
+}
+
+pub(crate) fn save_state(state_dir: &Path, workflow: &str, values: &[(String, Value)]) -> std::io::Result<()> {
+    let mut state = load_state(state_dir, workflow);
+    if let Value::Object(map) = &mut state {
+        for (key, value) in values {
+            map.insert(key.clone(), value.clone());
+        }
+    }
+    let path = state_dir.join("state").join(format!("{workflow}.json"));
+    let mut bytes = serde_json::to_vec_pretty(&state).map_err(std::io::Error::other)?;
+    bytes.push(b'\n');
+    crate::builtins::paths::write_atomic(&path, &bytes).map(|_| ())
+}

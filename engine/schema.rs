@@ -1,0 +1,251 @@
+//! JSON Schemas of artifacts: compiled once, used to validate outputs, to type-check
+//! `stages.X.output.a.b` references, and to synthesize the output a dry-run assumes.
+
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::diag::{did_you_mean, Diagnostic, SourceFile};
+
+/// A compiled JSON Schema.
+pub struct Schema {
+    pub name: String,
+    pub value: Value,
+    pub sha256: String,
+    validator: jsonschema::Validator,
+}
+
+impl std::fmt::Debug for Schema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Schema({})", self.name)
+    }
+}
+
+impl Schema {
+    /// Parse and compile a schema file.
+    pub fn compile(file: &SourceFile) -> Result<Schema, Box<Diagnostic>> {
+        let value: Value = serde_json::from_str(&file.text).map_err(|error| {
+            let offset = offset_of(&file.text, error.line(), error.column());
+            Box::new(
+                Diagnostic::error(format!("invalid JSON in schema: {error}"))
+                    .at(file, offset..offset + 1),
+            )
+        })?;
+        let name = file.path.display().to_string();
+        Schema::from_value(value, &name).map_err(|message| {
+            Box::new(Diagnostic::error(format!("schema does not compile: {message}")).at(file, 0..0))
+        })
+    }
+
+    pub fn from_value(value: Value, name: &str) -> Result<Schema, String> {
+        let validator = jsonschema::validator_for(&value).map_err(|e| e.to_string())?;
+        let sha256 = sha256_hex(value.to_string().as_bytes());
+        Ok(Schema {
+            name: name.to_string(),
+            value,
+            sha256,
+            validator,
+        })
+    }
+
+    /// Every validation error, as `at /path: message` lines.
+    pub fn validate(&self, instance: &Value) -> Result<(), Vec<String>> {
+        let errors: Vec<String> = self
+            .validator
+            .iter_errors(instance)
+            .map(|error| {
+                let path = error.instance_path.to_string();
+                let at = if path.is_empty() { "/".to_string() } else { path };
+                format!("at {at}: {error}")
+            })
+            .collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// Whether a property path can be produced by this schema.
+    pub fn check_path(&self, path: &[&str]) -> Result<(), (String, Option<String>)> {
+        let mut node = self.resolve(&self.value);
+        let mut walked: Vec<&str> = Vec::new();
+        for segment in path {
+            if segment.parse::<usize>().is_ok() {
+                match node.get("items") {
+                    Some(items) => node = self.resolve(items),
+                    None => return Ok(()),
+                }
+                walked.push(segment);
+                continue;
+            }
+            let properties = node.get("properties").and_then(Value::as_object);
+            let next = properties.and_then(|p| p.get(*segment));
+            match next {
+                Some(next) => node = self.resolve(next),
+                None => {
+                    let open = match node.get("additionalProperties") {
+                        Some(Value::Bool(false)) => false,
+                        Some(additional @ Value::Object(_)) => {
+                            node = self.resolve(additional);
+                            walked.push(segment);
+                            continue;
+                        }
+                        Some(_) => true,
+                        // A schema that lists its properties and leaves the rest open most
+                        // likely means the ones listed: a name outside them is a typo.
+                        None => properties.is_none() && !is_scalar(node),
+                    };
+                    if open || node.get("patternProperties").is_some() {
+                        return Ok(());
+                    }
+                    let names: Vec<&str> = properties
+                        .map(|p| p.keys().map(String::as_str).collect())
+                        .unwrap_or_default();
+                    let within = if walked.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" under `{}`", walked.join("."))
+                    };
+                    let message = if is_scalar(node) {
+                        format!("{} gives a {} here{within}; it has no field `{segment}`", self.short_name(), node.get("type").and_then(Value::as_str).unwrap_or("scalar"))
+                    } else {
+                        format!("{} has no property `{segment}`{within}", self.short_name())
+                    };
+                    let help = did_you_mean(segment, names.iter().copied())
+                        .or_else(|| (!names.is_empty()).then(|| format!("properties: {}", names.join(", "))));
+                    return Err((message, help));
+                }
+            }
+            walked.push(segment);
+        }
+        Ok(())
+    }
+
+    fn short_name(&self) -> String {
+        let name = self.name.strip_prefix("<built-in>/").unwrap_or(&self.name);
+        if name.contains('/') || name.ends_with(".json") {
+            name.to_string()
+        } else {
+            format!("the output of `{name}`")
+        }
+    }
+
+    fn resolve<'a>(&'a self, node: &'a Value) -> &'a Value {
+        let mut node = node;
+        for _ in 0..8 {
+            let Some(reference) = node.get("$ref").and_then(Value::as_str) else {
+                break;
+            };
+            let Some(pointer) = reference.strip_prefix('#') else {
+                break;
+            };
+            match self.value.pointer(pointer) {
+                Some(target) => node = target,
+                None => break,
+            }
+        }
+        node
+    }
+
+    /// An instance a dry-run can assume: the schema's `examples`, `default`, or a minimal
+    /// valid instance.
+    pub fn synthesize(&self) -> Value {
+        self.synthesize_node(&self.value, 0)
+    }
+
+    fn synthesize_node(&self, node: &Value, depth: usize) -> Value {
+        let node = self.resolve(node);
+        if let Some(example) = node.get("examples").and_then(Value::as_array).and_then(|e| e.first()) {
+            return example.clone();
+        }
+        if let Some(default) = node.get("default") {
+            return default.clone();
+        }
+        if let Some(value) = node.get("const") {
+            return value.clone();
+        }
+        if let Some(first) = node.get("enum").and_then(Value::as_array).and_then(|e| e.first()) {
+            return first.clone();
+        }
+        if depth > 16 {
+            return Value::Null;
+        }
+        for key in ["anyOf", "oneOf"] {
+            if let Some(first) = node.get(key).and_then(Value::as_array).and_then(|a| a.first()) {
+                return self.synthesize_node(first, depth + 1);
+            }
+        }
+        let kind = match node.get("type") {
+            Some(Value::String(kind)) => kind.clone(),
+            Some(Value::Array(kinds)) => kinds
+                .iter()
+                .filter_map(Value::as_str)
+                .find(|k| *k != "null")
+                .unwrap_or("null")
+                .to_string(),
+            _ if node.get("properties").is_some() => "object".into(),
+            _ => "null".into(),
+        };
+        match kind.as_str() {
+            "object" => {
+                let mut out = Map::new();
+                let required: Vec<&str> = node
+                    .get("required")
+                    .and_then(Value::as_array)
+                    .map(|r| r.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                if let Some(properties) = node.get("properties").and_then(Value::as_object) {
+                    for (key, property) in properties {
+                        if required.contains(&key.as_str()) {
+                            out.insert(key.clone(), self.synthesize_node(property, depth + 1));
+                        }
+                    }
+                }
+                Value::Object(out)
+            }
+            "array" => {
+                let min = node.get("minItems").and_then(Value::as_u64).unwrap_or(0);
+                let item = node.get("items").cloned().unwrap_or(Value::Null);
+                Value::Array((0..min).map(|_| self.synthesize_node(&item, depth + 1)).collect())
+            }
+            "string" => {
+                let min = node.get("minLength").and_then(Value::as_u64).unwrap_or(0) as usize;
+                Value::String("x".repeat(min))
+            }
+            "integer" | "number" => {
+                let min = node.get("minimum").and_then(Value::as_i64).unwrap_or(0);
+                Value::from(min.max(0))
+            }
+            "boolean" => Value::Bool(false),
+            _ => Value::Null,
+        }
+    }
+}
+
+fn is_scalar(node: &Value) -> bool {
+    matches!(
+        node.get("type").and_then(Value::as_str),
+        Some("string" | "integer" | "number" | "boolean" | "null")
+    )
+}
+
+fn offset_of(text: &str, line: usize, column: usize) -> usize {
+    let mut offset = 0;
+    for (i, l) in text.split_inclusive('\n').enumerate() {
+        if i + 1 == line {
+            return (offset + column.saturating_sub(1)).min(text.len());
+        }
+        offset += l.len();
+    }
+    text.len()
+}
+
+/// Lowercase hex SHA-256.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    let mut out = String::with_capacity(64);
+    for byte in digest {
+        out.push_str(&format!("{byte:02x}"));
+    }
+    out
+}
