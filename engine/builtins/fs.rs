@@ -1,7 +1,783 @@
 //! Built-ins: fs.read, fs.exists, fs.glob, fs.hash, fs.write, fs.copy, fs.move, fs.remove.
+//!
+//! None of them follows a symbolic link found inside a folder: a copy copies the link, a remove
+//! removes the link, a glob or a folder hash does not descend through it. Every writing action
+//! checks its target against the workflow's write roots before it touches the disk, then operates
+//! on the path the check returned.
+//!
+//! This module also holds the helpers the other file built-ins share: argument parsing, i/o error
+//! wording and schema building.
 
-use super::Builtin;
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use globset::GlobBuilder;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use walkdir::WalkDir;
+
+use super::paths::{self, WriteOutcome};
+use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
 
 pub(crate) fn builtins() -> Vec<Builtin> {
-    Vec::new()
+    vec![
+        Builtin {
+            name: "fs.read",
+            description: "Read a UTF-8 text file.",
+            writes: false,
+            with_schema: read_with_schema,
+            output_schema: read_output_schema,
+            run: read,
+        },
+        Builtin {
+            name: "fs.exists",
+            description: "Whether a file or folder exists.",
+            writes: false,
+            with_schema: exists_with_schema,
+            output_schema: exists_output_schema,
+            run: exists,
+        },
+        Builtin {
+            name: "fs.glob",
+            description: "The files under a folder that match a glob pattern, sorted.",
+            writes: false,
+            with_schema: glob_with_schema,
+            output_schema: glob_output_schema,
+            run: glob,
+        },
+        Builtin {
+            name: "fs.hash",
+            description: "SHA-256 of a file, or of a whole folder.",
+            writes: false,
+            with_schema: hash_with_schema,
+            output_schema: hash_output_schema,
+            run: hash,
+        },
+        Builtin {
+            name: "fs.write",
+            description: "Write a text file atomically; identical content is not rewritten.",
+            writes: true,
+            with_schema: write_with_schema,
+            output_schema: write_output_schema,
+            run: write,
+        },
+        Builtin {
+            name: "fs.copy",
+            description: "Copy a file, a symbolic link or a whole folder, never following links.",
+            writes: true,
+            with_schema: copy_with_schema,
+            output_schema: path_output_schema,
+            run: copy,
+        },
+        Builtin {
+            name: "fs.move",
+            description: "Move a file, a symbolic link or a whole folder.",
+            writes: true,
+            with_schema: move_with_schema,
+            output_schema: path_output_schema,
+            run: move_,
+        },
+        Builtin {
+            name: "fs.remove",
+            description: "Remove a file, a symbolic link (not its target) or a whole folder.",
+            writes: true,
+            with_schema: remove_with_schema,
+            output_schema: path_output_schema,
+            run: remove,
+        },
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared helpers.
+
+const DRAFT: &str = "https://json-schema.org/draft/2020-12/schema";
+
+/// A closed object schema.
+pub(super) fn object_schema(description: &str, properties: Value, required: &[&str]) -> Value {
+    json!({
+        "$schema": DRAFT,
+        "description": description,
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": false,
+    })
+}
+
+/// A schema for a single value, with the draft declared.
+pub(super) fn value_schema(mut schema: Value) -> Value {
+    if let Value::Object(map) = &mut schema {
+        map.insert("$schema".to_string(), json!(DRAFT));
+    }
+    schema
+}
+
+pub(super) fn path_property(description: &str) -> Value {
+    json!({ "type": "string", "minLength": 1, "description": description })
+}
+
+pub(super) fn optional_property() -> Value {
+    json!({
+        "type": "boolean",
+        "default": false,
+        "description": "When true, a missing file gives null instead of an error.",
+    })
+}
+
+/// The output of every action that writes one file: `{ path, sha256, changed }`.
+pub(super) fn write_output_schema() -> Value {
+    json!({
+        "$schema": DRAFT,
+        "description": "What was written.",
+        "type": "object",
+        "properties": {
+            "path": { "type": "string", "description": "The absolute path written." },
+            "sha256": {
+                "type": "string",
+                "pattern": "^[0-9a-f]{64}$",
+                "description": "SHA-256 hex of the bytes now in the file.",
+            },
+            "changed": {
+                "type": "boolean",
+                "description": "False when the file already held these bytes and was left alone.",
+            },
+        },
+        "required": ["path", "sha256", "changed"],
+        "additionalProperties": false,
+        "examples": [{
+            "path": "/project/out/notes.md",
+            "sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+            "changed": true,
+        }],
+    })
+}
+
+pub(super) fn write_output(path: &Path, outcome: WriteOutcome) -> Value {
+    json!({ "path": path.display().to_string(), "sha256": outcome.sha256, "changed": outcome.changed })
+}
+
+/// `with` deserialized into an action's argument struct; `check` has validated it against the
+/// schema already, so this only fails when the action is called directly with bad arguments.
+pub(super) fn parse_with<T: DeserializeOwned>(name: &str, with: &Value) -> Result<T, BuiltinError> {
+    T::deserialize(with)
+        .map_err(|err| BuiltinError::new(format!("invalid `with` for `{name}`: {err}")))
+}
+
+/// An i/o failure as a lowercase fragment: "cannot read `x`: no such file or folder".
+pub(super) fn io_error(doing: &str, path: &Path, err: &io::Error) -> BuiltinError {
+    BuiltinError::new(format!(
+        "{doing} `{}`: {}",
+        path.display(),
+        describe_io(err)
+    ))
+}
+
+pub(super) fn describe_io(err: &io::Error) -> String {
+    match err.kind() {
+        io::ErrorKind::NotFound => "no such file or folder".to_string(),
+        io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+        io::ErrorKind::AlreadyExists => "it already exists".to_string(),
+        _ => {
+            // The OS wording, minus its "(os error N)" tail, starting lowercase.
+            let text = err.to_string();
+            let text = match text.find(" (os error") {
+                Some(at) => &text[..at],
+                None => &text[..],
+            };
+            let mut chars = text.chars();
+            match chars.next() {
+                Some(first) => first.to_lowercase().chain(chars).collect(),
+                None => "i/o error".to_string(),
+            }
+        }
+    }
+}
+
+fn path_output(path: &Path) -> Value {
+    json!({ "path": path.display().to_string() })
+}
+
+fn path_output_schema() -> Value {
+    let mut schema = object_schema(
+        "The path acted upon.",
+        json!({ "path": { "type": "string", "description": "The absolute path acted upon." } }),
+        &["path"],
+    );
+    schema["examples"] = json!([{ "path": "/project/out/notes.md" }]);
+    schema
+}
+
+// ---------------------------------------------------------------------------------------------
+// fs.read
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadArgs {
+    path: String,
+    #[serde(default)]
+    optional: bool,
+}
+
+fn read_with_schema() -> Value {
+    object_schema(
+        "Read a UTF-8 text file.",
+        json!({
+            "path": path_property("The file to read; relative paths resolve against the run's working directory."),
+            "optional": optional_property(),
+        }),
+        &["path"],
+    )
+}
+
+fn read_output_schema() -> Value {
+    value_schema(json!({
+        "description": "The file's text, or null when it is missing and `optional` is true.",
+        "type": ["string", "null"],
+        "examples": ["# Notes\n"],
+    }))
+}
+
+fn read(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
+    let args: ReadArgs = parse_with("fs.read", with)?;
+    let path = ctx.resolve(&args.path);
+    match fs::read(&path) {
+        Ok(bytes) => String::from_utf8(bytes)
+            .map(Value::String)
+            .map_err(|_| BuiltinError::new(format!("`{}` is not UTF-8 text", path.display()))),
+        Err(err) if err.kind() == io::ErrorKind::NotFound && args.optional => Ok(Value::Null),
+        Err(err) => Err(io_error("cannot read", &path, &err)),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// fs.exists
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExistsArgs {
+    path: String,
+}
+
+fn exists_with_schema() -> Value {
+    object_schema(
+        "Whether a file or folder exists.",
+        json!({ "path": path_property("The path to test; a symbolic link counts when its target exists.") }),
+        &["path"],
+    )
+}
+
+fn exists_output_schema() -> Value {
+    value_schema(json!({
+        "description": "True when something exists at the path.",
+        "type": "boolean",
+        "examples": [true],
+    }))
+}
+
+fn exists(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
+    let args: ExistsArgs = parse_with("fs.exists", with)?;
+    let path = ctx.resolve(&args.path);
+    path.try_exists()
+        .map(Value::Bool)
+        .map_err(|err| io_error("cannot test", &path, &err))
+}
+
+// ---------------------------------------------------------------------------------------------
+// fs.glob
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GlobArgs {
+    root: String,
+    pattern: String,
+}
+
+fn glob_with_schema() -> Value {
+    object_schema(
+        "The files under a folder that match a glob pattern.",
+        json!({
+            "root": path_property("The folder to search; a missing folder matches nothing."),
+            "pattern": {
+                "type": "string",
+                "minLength": 1,
+                "description": "A glob matched against paths relative to `root`, with `/` separators: `*` stays within one folder, `**` crosses folders, e.g. `**/*.md`.",
+            },
+        }),
+        &["root", "pattern"],
+    )
+}
+
+fn glob_output_schema() -> Value {
+    value_schema(json!({
+        "description": "The matching files and symbolic links (not folders), each as `root` joined with its relative path, in byte order. Symbolic links to folders are not descended into.",
+        "type": "array",
+        "items": { "type": "string" },
+        "examples": [["docs/a.md", "docs/guide/b.md"]],
+    }))
+}
+
+fn glob(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
+    let args: GlobArgs = parse_with("fs.glob", with)?;
+    let root = ctx.resolve(&args.root);
+    let matcher = GlobBuilder::new(&args.pattern)
+        .literal_separator(true)
+        .build()
+        .map_err(|err| {
+            BuiltinError::new(format!("invalid glob `{}`: {}", args.pattern, err.kind()))
+        })?
+        .compile_matcher();
+    match fs::symlink_metadata(&root) {
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(json!([])),
+        Err(err) => return Err(io_error("cannot search", &root, &err)),
+        Ok(_) => {}
+    }
+    let mut found = Vec::new();
+    for entry in WalkDir::new(&root).min_depth(1).follow_links(false) {
+        let entry = entry.map_err(|err| walk_error("cannot search", &root, err))?;
+        if entry.file_type().is_dir() {
+            continue;
+        }
+        let relative = relative_to(entry.path(), &root)?;
+        if matcher.is_match(relative) {
+            let joined = Path::new(&args.root).join(relative);
+            let text = joined.to_str().ok_or_else(|| {
+                BuiltinError::new(format!("path `{}` is not UTF-8", joined.display()))
+            })?;
+            found.push(text.to_string());
+        }
+    }
+    found.sort();
+    Ok(json!(found))
+}
+
+fn relative_to<'a>(path: &'a Path, root: &Path) -> Result<&'a Path, BuiltinError> {
+    path.strip_prefix(root).map_err(|_| {
+        BuiltinError::new(format!(
+            "`{}` is not under `{}`",
+            path.display(),
+            root.display()
+        ))
+    })
+}
+
+fn walk_error(doing: &str, root: &Path, err: walkdir::Error) -> BuiltinError {
+    let path = err.path().unwrap_or(root).to_path_buf();
+    match err.into_io_error() {
+        Some(io) => io_error(doing, &path, &io),
+        None => BuiltinError::new(format!("{doing} `{}`: a folder loop", path.display())),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// fs.hash
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HashArgs {
+    path: String,
+}
+
+fn hash_with_schema() -> Value {
+    object_schema(
+        "SHA-256 of a file, or of a whole folder.",
+        json!({ "path": path_property("The file or folder to hash; a symbolic link named here is followed.") }),
+        &["path"],
+    )
+}
+
+fn hash_output_schema() -> Value {
+    value_schema(json!({
+        "description": "SHA-256, lowercase hex: of a file's bytes, or of a folder's encoding (relative paths, kinds and contents of everything below it, in byte order of the relative paths).",
+        "type": "string",
+        "pattern": "^[0-9a-f]{64}$",
+        "examples": ["e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"],
+    }))
+}
+
+fn hash(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
+    let args: HashArgs = parse_with("fs.hash", with)?;
+    let path = ctx.resolve(&args.path);
+    let meta = fs::metadata(&path).map_err(|err| io_error("cannot hash", &path, &err))?;
+    let digest = if meta.is_dir() {
+        hash_folder(&path)?
+    } else {
+        let mut hasher = Sha256::new();
+        let mut file = File::open(&path).map_err(|err| io_error("cannot hash", &path, &err))?;
+        io::copy(&mut file, &mut hasher).map_err(|err| io_error("cannot hash", &path, &err))?;
+        paths::hex(&hasher.finalize())
+    };
+    Ok(Value::String(digest))
+}
+
+/// The SHA-256 of a folder, lowercase hex, over this encoding: for every file and symbolic link
+/// below the folder, in byte order of its relative path (components joined by `/`), one record
+///
+/// ```text
+/// kind  relative-path  NUL  length  NUL  bytes
+/// ```
+///
+/// where `kind` is the byte `f` for a regular file (`bytes` are its contents) or `l` for a
+/// symbolic link (`bytes` are its target as stored, never followed), and `length` is the decimal
+/// ASCII length of `bytes`. Folders appear only through the paths of what they hold, so an empty
+/// folder adds nothing. A path cannot hold NUL and the length bounds the bytes, so two different
+/// trees never share an encoding. Another file type (a socket, a device) is an error.
+fn hash_folder(root: &Path) -> Result<String, BuiltinError> {
+    enum Kind {
+        File(u64),
+        Link(Vec<u8>),
+    }
+    let mut entries = Vec::new();
+    for entry in WalkDir::new(root).min_depth(1).follow_links(false) {
+        let entry = entry.map_err(|err| walk_error("cannot hash", root, err))?;
+        let kind = entry.file_type();
+        if kind.is_dir() {
+            continue;
+        }
+        let relative = relative_to(entry.path(), root)?
+            .as_os_str()
+            .as_bytes()
+            .to_vec();
+        let kind = if kind.is_symlink() {
+            let target = fs::read_link(entry.path())
+                .map_err(|err| io_error("cannot hash", entry.path(), &err))?;
+            Kind::Link(target.as_os_str().as_bytes().to_vec())
+        } else if kind.is_file() {
+            let meta = entry
+                .metadata()
+                .map_err(|err| walk_error("cannot hash", root, err))?;
+            Kind::File(meta.len())
+        } else {
+            return Err(BuiltinError::new(format!(
+                "cannot hash `{}`: neither a file, a folder nor a symbolic link",
+                entry.path().display()
+            )));
+        };
+        entries.push((relative, kind));
+    }
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut hasher = Sha256::new();
+    for (relative, kind) in entries {
+        let path = root.join(std::ffi::OsStr::from_bytes(&relative));
+        match kind {
+            Kind::Link(target) => {
+                hasher.update(b"l");
+                hasher.update(&relative);
+                hasher.update(format!("\0{}\0", target.len()));
+                hasher.update(&target);
+            }
+            Kind::File(len) => {
+                hasher.update(b"f");
+                hasher.update(&relative);
+                hasher.update(format!("\0{len}\0"));
+                let file = File::open(&path).map_err(|err| io_error("cannot hash", &path, &err))?;
+                // Read one byte past the announced length so a file that grew is noticed too.
+                let copied = io::copy(&mut file.take(len + 1), &mut hasher)
+                    .map_err(|err| io_error("cannot hash", &path, &err))?;
+                if copied != len {
+                    return Err(BuiltinError::new(format!(
+                        "cannot hash `{}`: it changed while being read",
+                        path.display()
+                    )));
+                }
+            }
+        }
+    }
+    Ok(paths::hex(&hasher.finalize()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// fs.write
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WriteArgs {
+    path: String,
+    content: String,
+}
+
+fn write_with_schema() -> Value {
+    object_schema(
+        "Write a text file atomically, inside the workflow's writes.",
+        json!({
+            "path": path_property("The file to write; missing parent folders are created."),
+            "content": { "type": "string", "description": "The whole new content of the file." },
+        }),
+        &["path", "content"],
+    )
+}
+
+fn write(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
+    let args: WriteArgs = parse_with("fs.write", with)?;
+    let path = ctx.writes.check(&ctx.resolve(&args.path))?;
+    let outcome = paths::write_atomic(&path, args.content.as_bytes())
+        .map_err(|err| io_error("cannot write", &path, &err))?;
+    Ok(write_output(&path, outcome))
+}
+
+// ---------------------------------------------------------------------------------------------
+// fs.copy, fs.move
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FromToArgs {
+    from: String,
+    to: String,
+}
+
+fn from_to_schema(description: &str, from: &str, to: &str) -> Value {
+    object_schema(
+        description,
+        json!({ "from": path_property(from), "to": path_property(to) }),
+        &["from", "to"],
+    )
+}
+
+fn copy_with_schema() -> Value {
+    from_to_schema(
+        "Copy a file, a symbolic link (as a link) or a whole folder (links inside copied as links).",
+        "What to copy; a symbolic link here is copied as a link, not followed.",
+        "The path of the copy, inside the workflow's writes. An existing file or link there is replaced atomically; an existing folder is replaced by a copied folder. A folder and a file never replace each other.",
+    )
+}
+
+fn move_with_schema() -> Value {
+    from_to_schema(
+        "Move a file, a symbolic link or a whole folder; both ends must lie inside the workflow's writes.",
+        "What to move; a symbolic link here is moved as a link, not followed.",
+        "The new path. An existing file or link there is replaced; an existing folder is replaced by a moved folder. A folder and a file never replace each other.",
+    )
+}
+
+fn copy(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
+    let args: FromToArgs = parse_with("fs.copy", with)?;
+    let from = ctx.resolve(&args.from);
+    let to = ctx.writes.check(&ctx.resolve(&args.to))?;
+    let meta = fs::symlink_metadata(&from).map_err(|err| io_error("cannot copy", &from, &err))?;
+    if meta.is_dir() {
+        refuse_into_itself("copy", &from, &to)?;
+    }
+    prepare_destination(&meta, &from, &to)?;
+    copy_entry(&from, &meta, &to)?;
+    Ok(path_output(&to))
+}
+
+fn move_(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
+    let args: FromToArgs = parse_with("fs.move", with)?;
+    let from = ctx.writes.check(&ctx.resolve(&args.from))?;
+    let to = ctx.writes.check(&ctx.resolve(&args.to))?;
+    let meta = fs::symlink_metadata(&from).map_err(|err| io_error("cannot move", &from, &err))?;
+    if from == to {
+        return Ok(path_output(&to));
+    }
+    if meta.is_dir() {
+        refuse_into_itself("move", &from, &to)?;
+    }
+    let destination = prepare_destination(&meta, &from, &to)?;
+    let moved = if destination.is_some_and(|dest| dest.is_dir()) {
+        replace_folder(&from, &to)
+    } else {
+        fs::rename(&from, &to)
+    };
+    match moved {
+        Ok(()) => {}
+        Err(err) if err.raw_os_error() == Some(libc::EXDEV) => {
+            // Another filesystem: copy, then remove the original.
+            copy_entry(&from, &meta, &to)?;
+            remove_entry(&from, &meta)?;
+        }
+        Err(err) => return Err(io_error("cannot move", &from, &err)),
+    }
+    if let Some(parent) = to.parent() {
+        paths::sync_dir(parent);
+    }
+    Ok(path_output(&to))
+}
+
+/// A folder copied or moved into itself would never end.
+fn refuse_into_itself(doing: &str, from: &Path, to: &Path) -> Result<(), BuiltinError> {
+    let real =
+        fs::canonicalize(from).map_err(|err| io_error(&format!("cannot {doing}"), from, &err))?;
+    if to.starts_with(&real) {
+        return Err(BuiltinError::new(format!(
+            "cannot {doing} folder `{}` into itself (`{}`)",
+            from.display(),
+            to.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Refuse to replace a folder with a non-folder or the reverse, and create the destination's
+/// parent folders. Returns what the destination holds now, if anything.
+fn prepare_destination(
+    source: &fs::Metadata,
+    from: &Path,
+    to: &Path,
+) -> Result<Option<fs::Metadata>, BuiltinError> {
+    let existing = fs::symlink_metadata(to).ok();
+    if let Some(dest) = &existing {
+        if dest.is_dir() != source.is_dir() {
+            let (what, with) = if dest.is_dir() {
+                ("folder", "a non-folder")
+            } else {
+                ("non-folder", "a folder")
+            };
+            return Err(BuiltinError::new(format!(
+                "cannot replace {what} `{}` with {with} (`{}`)",
+                to.display(),
+                from.display()
+            )));
+        }
+    }
+    let (parent, _) = paths::split_parent(to).map_err(|err| io_error("cannot write", to, &err))?;
+    fs::create_dir_all(parent).map_err(|err| io_error("cannot create", parent, &err))?;
+    Ok(existing)
+}
+
+/// Copy one entry (file, link or folder) to `to`, whose parent exists; `to` is replaced atomically
+/// for a file or link, and swapped in after the whole copy for a folder.
+fn copy_entry(from: &Path, meta: &fs::Metadata, to: &Path) -> Result<(), BuiltinError> {
+    let (parent, name) =
+        paths::split_parent(to).map_err(|err| io_error("cannot write", to, &err))?;
+    let prefix = paths::temp_prefix(name);
+    let fail = |err: io::Error| io_error("cannot copy", from, &err);
+    let kind = meta.file_type();
+    if kind.is_symlink() {
+        let target = fs::read_link(from).map_err(fail)?;
+        let link = tempfile::Builder::new()
+            .prefix(&prefix)
+            .suffix(".tmp")
+            .make_in(parent, |temp| std::os::unix::fs::symlink(&target, temp))
+            .map_err(fail)?;
+        link.persist(to).map_err(|err| fail(err.error))?;
+    } else if kind.is_file() {
+        let mut temp = tempfile::Builder::new()
+            .prefix(&prefix)
+            .suffix(".tmp")
+            .tempfile_in(parent)
+            .map_err(fail)?;
+        let mut source = File::open(from).map_err(fail)?;
+        io::copy(&mut source, temp.as_file_mut()).map_err(fail)?;
+        temp.as_file()
+            .set_permissions(meta.permissions())
+            .map_err(fail)?;
+        temp.as_file().sync_all().map_err(fail)?;
+        temp.persist(to).map_err(|err| fail(err.error))?;
+    } else if kind.is_dir() {
+        let staging = tempfile::Builder::new()
+            .prefix(&prefix)
+            .suffix(".tmp")
+            .tempdir_in(parent)
+            .map_err(fail)?;
+        copy_tree(from, staging.path())?;
+        fs::set_permissions(staging.path(), meta.permissions()).map_err(fail)?;
+        // From here on the staging folder is `to`, or is cleaned up by `replace_folder`.
+        let staged = staging.keep();
+        if let Err(err) = replace_folder(&staged, to) {
+            let _ = fs::remove_dir_all(&staged);
+            return Err(io_error("cannot copy to", to, &err));
+        }
+    } else {
+        return Err(unsupported(from));
+    }
+    paths::sync_dir(parent);
+    Ok(())
+}
+
+/// Copy what is below folder `from` into the existing folder `into`, links as links.
+fn copy_tree(from: &Path, into: &Path) -> Result<(), BuiltinError> {
+    for entry in WalkDir::new(from).min_depth(1).follow_links(false) {
+        let entry = entry.map_err(|err| walk_error("cannot copy", from, err))?;
+        let source = entry.path();
+        let target = into.join(relative_to(source, from)?);
+        let fail = |err: io::Error| io_error("cannot copy", source, &err);
+        let kind = entry.file_type();
+        if kind.is_dir() {
+            fs::create_dir(&target).map_err(fail)?;
+        } else if kind.is_symlink() {
+            let link = fs::read_link(source).map_err(fail)?;
+            std::os::unix::fs::symlink(link, &target).map_err(fail)?;
+        } else if kind.is_file() {
+            // `fs::copy` would follow a link, but this entry was seen as a regular file.
+            fs::copy(source, &target).map_err(fail)?;
+            File::open(&target)
+                .and_then(|file| file.sync_all())
+                .map_err(fail)?;
+        } else {
+            return Err(unsupported(source));
+        }
+    }
+    Ok(())
+}
+
+/// Put folder `from` at `to`, moving an existing folder at `to` aside first and removing it after.
+fn replace_folder(from: &Path, to: &Path) -> io::Result<()> {
+    if fs::symlink_metadata(to).is_err() {
+        return fs::rename(from, to);
+    }
+    let (parent, name) = paths::split_parent(to)?;
+    // The old folder waits inside a temporary folder, which removes it when dropped.
+    let aside = tempfile::Builder::new()
+        .prefix(&paths::temp_prefix(name))
+        .suffix(".old")
+        .tempdir_in(parent)?;
+    let old = aside.path().join(name);
+    fs::rename(to, &old)?;
+    if let Err(err) = fs::rename(from, to) {
+        // Put the old folder back; the error that matters is the first one.
+        let _ = fs::rename(&old, to);
+        return Err(err);
+    }
+    drop(aside);
+    Ok(())
+}
+
+fn unsupported(path: &Path) -> BuiltinError {
+    BuiltinError::new(format!(
+        "`{}` is neither a file, a folder nor a symbolic link",
+        path.display()
+    ))
+}
+
+// ---------------------------------------------------------------------------------------------
+// fs.remove
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RemoveArgs {
+    path: String,
+}
+
+fn remove_with_schema() -> Value {
+    object_schema(
+        "Remove a file, a symbolic link (never its target) or a whole folder; nothing there is not an error.",
+        json!({ "path": path_property("What to remove, inside the workflow's writes.") }),
+        &["path"],
+    )
+}
+
+fn remove(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
+    let args: RemoveArgs = parse_with("fs.remove", with)?;
+    let path = ctx.writes.check(&ctx.resolve(&args.path))?;
+    match fs::symlink_metadata(&path) {
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+        Err(err) => return Err(io_error("cannot remove", &path, &err)),
+        Ok(meta) => remove_entry(&path, &meta)?,
+    }
+    Ok(path_output(&path))
+}
+
+fn remove_entry(path: &Path, meta: &fs::Metadata) -> Result<(), BuiltinError> {
+    // `remove_dir_all` does not follow links inside the folder; a link is removed as a file.
+    let removed = if meta.is_dir() {
+        fs::remove_dir_all(path)
+    } else {
+        fs::remove_file(path)
+    };
+    removed.map_err(|err| io_error("cannot remove", path, &err))
 }

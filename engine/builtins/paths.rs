@@ -1,6 +1,20 @@
 //! Where writes may go: the `[workflow] writes` roots, and atomic writes inside them.
+//!
+//! Every writing action asks [`WriteRoots::check`] for its target before it touches the disk. The
+//! check resolves `..` lexically, then resolves symbolic links in the part of the path that exists,
+//! so neither `root/../elsewhere` nor `root/link-to-elsewhere/file` can escape a root. The last
+//! component of the target is deliberately left unresolved: no writing action follows a symbolic
+//! link found there (a write or a move replaces the link, a remove removes the link itself), so a
+//! link inside a root may be replaced or removed even when it points outside.
 
-use std::path::{Path, PathBuf};
+use std::fs::{self, File, Permissions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Component, Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use super::BuiltinError;
 
 /// The folders that writing actions may touch, resolved to absolute paths.
 #[derive(Debug, Clone, Default)]
@@ -18,5 +32,206 @@ impl WriteRoots {
 
     pub fn roots(&self) -> &[PathBuf] {
         &self.roots
+    }
+
+    /// The real target of a write to `path`, when it lies inside one of the roots (a root itself
+    /// counts as inside). The returned path has `..` resolved and the symbolic links of its
+    /// existing ancestors resolved; writing actions operate on it, so what was checked is what is
+    /// touched. An empty root list lets nothing through.
+    pub fn check(&self, path: &Path) -> Result<PathBuf, BuiltinError> {
+        let target = resolve_target(path).map_err(|err| {
+            BuiltinError::new(format!("cannot resolve `{}`: {err}", path.display()))
+        })?;
+        for root in &self.roots {
+            // A root that cannot be resolved (say, a dangling link) admits nothing.
+            if let Ok(root) = resolve_existing(&lexical_absolute(root)) {
+                if target.starts_with(&root) {
+                    return Ok(target);
+                }
+            }
+        }
+        let listed = if self.roots.is_empty() {
+            "the workflow declares no writes".to_string()
+        } else {
+            self.roots
+                .iter()
+                .map(|root| format!("`{}`", lexical_absolute(root).display()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let shown = lexical_absolute(path);
+        if shown == target {
+            Err(BuiltinError::new(format!(
+                "path `{}` is outside the workflow's writes ({listed})",
+                path.display()
+            )))
+        } else {
+            Err(BuiltinError::new(format!(
+                "path `{}` resolves to `{}`, outside the workflow's writes ({listed})",
+                path.display(),
+                target.display()
+            )))
+        }
+    }
+}
+
+/// `path` made absolute against the process's working directory, with `.` and `..` resolved
+/// without touching the disk. `..` at the root stays at the root.
+pub(crate) fn lexical_absolute(path: &Path) -> PathBuf {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut out = PathBuf::new();
+    for component in absolute.components() {
+        match component {
+            Component::Prefix(_) | Component::RootDir | Component::Normal(_) => {
+                out.push(component.as_os_str())
+            }
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+        }
+    }
+    out
+}
+
+/// A write target: its parent resolved through [`resolve_existing`], its last component kept as
+/// written.
+fn resolve_target(path: &Path) -> io::Result<PathBuf> {
+    let absolute = lexical_absolute(path);
+    match (absolute.parent(), absolute.file_name()) {
+        (Some(parent), Some(name)) => Ok(resolve_existing(parent)?.join(name)),
+        // The filesystem root itself.
+        _ => Ok(absolute),
+    }
+}
+
+/// An absolute, lexically clean path with the symbolic links of its longest existing ancestor
+/// resolved; the components below that ancestor do not exist yet, so they hold no links.
+fn resolve_existing(absolute: &Path) -> io::Result<PathBuf> {
+    let mut existing = absolute;
+    let mut missing = Vec::new();
+    loop {
+        match fs::symlink_metadata(existing) {
+            Ok(_) => break,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                let (Some(parent), Some(name)) = (existing.parent(), existing.file_name()) else {
+                    return Err(err);
+                };
+                missing.push(name);
+                existing = parent;
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    // Fails on a dangling link, which is right: where it would lead cannot be checked.
+    let mut resolved = fs::canonicalize(existing)?;
+    resolved.extend(missing.iter().rev());
+    Ok(resolved)
+}
+
+/// What [`write_atomic`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteOutcome {
+    /// SHA-256 hex of the bytes now at the path.
+    pub sha256: String,
+    /// False when the file already held exactly these bytes and was left alone.
+    pub changed: bool,
+}
+
+/// Write `bytes` to `path` atomically: a temporary file in the same folder, fsync, then a rename
+/// over the target, so a crash at any point leaves either the old file or the new one, never a
+/// mix. Missing parent folders are created. A file that already holds exactly these bytes is not
+/// rewritten (its mtime stays). A symbolic link at `path` is replaced, never followed. The caller
+/// checks `path` against the write roots first.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<WriteOutcome> {
+    let sha256 = sha256_hex(bytes);
+    let existing = fs::symlink_metadata(path).ok();
+    if let Some(meta) = &existing {
+        if meta.is_file() && meta.len() == bytes.len() as u64 && file_equals(path, bytes)? {
+            return Ok(WriteOutcome {
+                sha256,
+                changed: false,
+            });
+        }
+    }
+    let (parent, name) = split_parent(path)?;
+    fs::create_dir_all(parent)?;
+    // A new file gets the usual 0o666 less the umask; a replaced file keeps its mode.
+    let mode = match &existing {
+        Some(meta) if meta.is_file() => meta.permissions().mode() & 0o7777,
+        _ => 0o666,
+    };
+    let mut temp = tempfile::Builder::new()
+        .prefix(&temp_prefix(name))
+        .suffix(".tmp")
+        .permissions(Permissions::from_mode(mode))
+        .tempfile_in(parent)?;
+    if let Some(meta) = existing.as_ref().filter(|meta| meta.is_file()) {
+        // The umask may have narrowed the mode given at creation.
+        temp.as_file().set_permissions(meta.permissions())?;
+    }
+    temp.write_all(bytes)?;
+    temp.as_file().sync_all()?;
+    // On failure the temporary file is removed when the error drops it.
+    temp.persist(path).map_err(|err| err.error)?;
+    sync_dir(parent);
+    Ok(WriteOutcome {
+        sha256,
+        changed: true,
+    })
+}
+
+/// SHA-256 of `bytes`, lowercase hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+pub(crate) fn hex(digest: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(digest.len() * 2);
+    for byte in digest {
+        let _ = write!(out, "{byte:02x}");
+    }
+    out
+}
+
+/// The prefix of a temporary sibling of `name`: hidden, and recognisable as a leftover should a
+/// crash strand it.
+pub(crate) fn temp_prefix(name: &std::ffi::OsStr) -> String {
+    format!(".{}.", name.to_string_lossy())
+}
+
+pub(crate) fn split_parent(path: &Path) -> io::Result<(&Path, &std::ffi::OsStr)> {
+    match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => Ok((parent, name)),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the path names no file",
+        )),
+    }
+}
+
+/// Make a rename durable. Best effort: some filesystems refuse to fsync a folder.
+pub(crate) fn sync_dir(dir: &Path) {
+    if let Ok(handle) = File::open(dir) {
+        let _ = handle.sync_all();
+    }
+}
+
+/// True when the file at `path` holds exactly `bytes`, compared in chunks.
+fn file_equals(path: &Path, bytes: &[u8]) -> io::Result<bool> {
+    let mut file = File::open(path)?;
+    let mut buffer = vec![0u8; 64 * 1024];
+    let mut offset = 0;
+    loop {
+        let read = file.read(&mut buffer)?;
+        if read == 0 {
+            return Ok(offset == bytes.len());
+        }
+        let end = offset + read;
+        if end > bytes.len() || buffer[..read] != bytes[offset..end] {
+            return Ok(false);
+        }
+        offset = end;
     }
 }
