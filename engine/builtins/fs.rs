@@ -781,3 +781,565 @@ fn remove_entry(path: &Path, meta: &fs::Metadata) -> Result<(), BuiltinError> {
     };
     removed.map_err(|err| io_error("cannot remove", path, &err))
 }
+
+/// A sandbox for the file built-ins' tests: a temporary folder holding the run's working
+/// directory `work/`, whose write root is `work/out/`, and `outside/`, which no root covers.
+#[cfg(test)]
+pub(super) mod testing {
+    use std::path::{Path, PathBuf};
+
+    use serde_json::Value;
+
+    use crate::builtins::{Builtin, BuiltinCtx, BuiltinResult, WriteRoots};
+
+    pub(crate) struct Sandbox {
+        _dir: tempfile::TempDir,
+        pub(crate) cwd: PathBuf,
+        pub(crate) outside: PathBuf,
+        writes: WriteRoots,
+    }
+
+    impl Sandbox {
+        pub(crate) fn new() -> Self {
+            Self::with_roots(&["out"])
+        }
+
+        pub(crate) fn with_roots(roots: &[&str]) -> Self {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let base = std::fs::canonicalize(dir.path()).expect("canonical temp dir");
+            let cwd = base.join("work");
+            let outside = base.join("outside");
+            std::fs::create_dir_all(&cwd).expect("work dir");
+            std::fs::create_dir_all(&outside).expect("outside dir");
+            let roots: Vec<String> = roots.iter().map(|root| root.to_string()).collect();
+            let writes = WriteRoots::new(&cwd, &roots);
+            Sandbox {
+                _dir: dir,
+                cwd,
+                outside,
+                writes,
+            }
+        }
+
+        pub(crate) fn path(&self, relative: &str) -> PathBuf {
+            self.cwd.join(relative)
+        }
+
+        pub(crate) fn ctx(&self) -> BuiltinCtx<'_> {
+            BuiltinCtx {
+                cwd: &self.cwd,
+                writes: &self.writes,
+            }
+        }
+
+        /// Run a built-in, asserting that `with` validates against its `with` schema and that a
+        /// successful output validates against its output schema.
+        pub(crate) fn call(&self, name: &str, with: Value) -> BuiltinResult {
+            let builtin = find(name);
+            assert_valid(&(builtin.with_schema)(), &with, &format!("{name} with"));
+            let output = (builtin.run)(&with, &self.ctx());
+            if let Ok(value) = &output {
+                assert_valid(&(builtin.output_schema)(), value, &format!("{name} output"));
+            }
+            output
+        }
+    }
+
+    pub(crate) fn find(name: &str) -> Builtin {
+        super::builtins()
+            .into_iter()
+            .chain(super::super::json::builtins())
+            .find(|builtin| builtin.name == name)
+            .unwrap_or_else(|| panic!("no built-in {name}"))
+    }
+
+    pub(crate) fn assert_valid(schema: &Value, instance: &Value, what: &str) {
+        jsonschema::meta::validate(schema)
+            .unwrap_or_else(|err| panic!("{what}: schema is not valid: {err}"));
+        let validator = jsonschema::validator_for(schema).expect("compiled schema");
+        let errors: Vec<String> = validator
+            .iter_errors(instance)
+            .map(|err| err.to_string())
+            .collect();
+        assert!(errors.is_empty(), "{what}: {instance} fails: {errors:?}");
+    }
+
+    pub(crate) fn write(path: &Path, text: &str) {
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("parent dirs");
+        std::fs::write(path, text).expect("write fixture");
+    }
+
+    /// The names in a folder, sorted.
+    pub(crate) fn listing(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .expect("read dir")
+            .map(|entry| {
+                entry
+                    .expect("entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+    use std::os::unix::fs::{symlink, MetadataExt};
+
+    use serde_json::{json, Value};
+
+    use super::testing::{assert_valid, find, listing, write, Sandbox};
+    use crate::builtins::paths::sha256_hex;
+
+    fn text(value: &Value, key: &str) -> String {
+        value[key].as_str().expect("string field").to_string()
+    }
+
+    #[test]
+    fn schemas_are_valid_closed_and_their_examples_validate() {
+        for builtin in super::builtins()
+            .into_iter()
+            .chain(super::super::json::builtins())
+        {
+            let with = (builtin.with_schema)();
+            jsonschema::meta::validate(&with).expect("with schema");
+            assert_eq!(
+                with["additionalProperties"],
+                json!(false),
+                "{}",
+                builtin.name
+            );
+            assert!(with["required"].is_array(), "{}", builtin.name);
+            for property in with["properties"].as_object().expect("properties").values() {
+                assert!(property["description"].is_string(), "{}", builtin.name);
+            }
+            let output = (builtin.output_schema)();
+            for example in output["examples"].as_array().expect("examples") {
+                assert_valid(&output, example, builtin.name);
+            }
+        }
+    }
+
+    #[test]
+    fn only_the_writing_actions_say_they_write() {
+        for name in [
+            "fs.read",
+            "fs.exists",
+            "fs.glob",
+            "fs.hash",
+            "json.read",
+            "jsonl.read",
+        ] {
+            assert!(!find(name).writes, "{name}");
+        }
+        for name in ["fs.write", "fs.copy", "fs.move", "fs.remove", "json.write"] {
+            assert!(find(name).writes, "{name}");
+        }
+    }
+
+    #[test]
+    fn read_returns_text_null_when_optional_or_an_error_naming_the_path() {
+        let sandbox = Sandbox::new();
+        write(&sandbox.path("notes.md"), "# hi\n");
+        let out = sandbox.call("fs.read", json!({ "path": "notes.md" }));
+        assert_eq!(out, Ok(json!("# hi\n")));
+        let out = sandbox.call("fs.read", json!({ "path": "gone.md", "optional": true }));
+        assert_eq!(out, Ok(Value::Null));
+        let err = sandbox
+            .call("fs.read", json!({ "path": "gone.md" }))
+            .expect_err("missing");
+        assert!(err.0.contains("gone.md"), "{err}");
+        assert!(err.0.starts_with("cannot read"), "{err}");
+    }
+
+    #[test]
+    fn exists_tells_files_and_folders_from_nothing() {
+        let sandbox = Sandbox::new();
+        write(&sandbox.path("a/b.txt"), "x");
+        assert_eq!(
+            sandbox.call("fs.exists", json!({ "path": "a/b.txt" })),
+            Ok(json!(true))
+        );
+        assert_eq!(
+            sandbox.call("fs.exists", json!({ "path": "a" })),
+            Ok(json!(true))
+        );
+        assert_eq!(
+            sandbox.call("fs.exists", json!({ "path": "a/c" })),
+            Ok(json!(false))
+        );
+    }
+
+    #[test]
+    fn glob_lists_sorted_root_joined_files_without_following_linked_folders() {
+        let sandbox = Sandbox::new();
+        write(&sandbox.path("docs/b.md"), "b");
+        write(&sandbox.path("docs/a.md"), "a");
+        write(&sandbox.path("docs/guide/c.md"), "c");
+        write(&sandbox.path("docs/guide/d.txt"), "d");
+        write(&sandbox.outside.join("e.md"), "e");
+        symlink(&sandbox.outside, sandbox.path("docs/linked")).expect("symlink");
+        let deep = sandbox.call("fs.glob", json!({ "root": "docs", "pattern": "**/*.md" }));
+        assert_eq!(
+            deep,
+            Ok(json!(["docs/a.md", "docs/b.md", "docs/guide/c.md"]))
+        );
+        let flat = sandbox.call("fs.glob", json!({ "root": "docs", "pattern": "*.md" }));
+        assert_eq!(flat, Ok(json!(["docs/a.md", "docs/b.md"])));
+        let link = sandbox.call("fs.glob", json!({ "root": "docs", "pattern": "link*" }));
+        assert_eq!(link, Ok(json!(["docs/linked"])));
+        let none = sandbox.call("fs.glob", json!({ "root": "nowhere", "pattern": "*" }));
+        assert_eq!(none, Ok(json!([])));
+        let bad = sandbox.call("fs.glob", json!({ "root": "docs", "pattern": "a[" }));
+        assert!(bad.expect_err("bad glob").0.contains("invalid glob"));
+    }
+
+    #[test]
+    fn hash_of_a_file_is_the_sha256_of_its_bytes() {
+        let sandbox = Sandbox::new();
+        write(&sandbox.path("f.txt"), "abc");
+        let out = sandbox.call("fs.hash", json!({ "path": "f.txt" }));
+        assert_eq!(
+            out,
+            Ok(json!(
+                "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+            ))
+        );
+        let missing = sandbox.call("fs.hash", json!({ "path": "nope" }));
+        assert!(missing.expect_err("missing").0.contains("nope"));
+    }
+
+    #[test]
+    fn hash_of_a_folder_follows_the_documented_encoding() {
+        let sandbox = Sandbox::new();
+        write(&sandbox.path("tree/b/c.txt"), "cc");
+        write(&sandbox.path("tree/a-c"), "x");
+        symlink("b/c.txt", sandbox.path("tree/link")).expect("symlink");
+        fs::create_dir_all(sandbox.path("tree/empty")).expect("empty dir");
+        // `a-c` sorts before `b/c.txt`, and `-` before `/`: byte order of the whole path.
+        let expected = sha256_hex(b"fa-c\x001\x00xfb/c.txt\x002\x00ccllink\x007\x00b/c.txt");
+        let out = sandbox.call("fs.hash", json!({ "path": "tree" }));
+        assert_eq!(out, Ok(json!(expected)));
+    }
+
+    #[test]
+    fn hash_of_a_folder_is_stable_and_changes_with_content_names_and_links() {
+        let sandbox = Sandbox::new();
+        let hash = |path: &str| {
+            sandbox
+                .call("fs.hash", json!({ "path": path }))
+                .expect("hash")
+        };
+        write(&sandbox.path("tree/x.txt"), "one");
+        write(&sandbox.path("tree/sub/y.txt"), "two");
+        write(&sandbox.outside.join("target.txt"), "t");
+        symlink(sandbox.outside.join("target.txt"), sandbox.path("tree/l")).expect("symlink");
+        let first = hash("tree");
+        assert_eq!(hash("tree"), first);
+
+        // The same content elsewhere hashes the same: only relative paths count.
+        super::copy_tree(&sandbox.path("tree"), &{
+            fs::create_dir(sandbox.path("twin")).expect("twin");
+            sandbox.path("twin")
+        })
+        .expect("copy");
+        assert_eq!(hash("twin"), first);
+
+        // A link's target is not followed.
+        write(&sandbox.outside.join("target.txt"), "changed");
+        assert_eq!(hash("tree"), first);
+
+        write(&sandbox.path("tree/sub/y.txt"), "TWO");
+        let changed = hash("tree");
+        assert_ne!(changed, first);
+        fs::rename(
+            sandbox.path("tree/sub/y.txt"),
+            sandbox.path("tree/sub/z.txt"),
+        )
+        .expect("mv");
+        assert_ne!(hash("tree"), changed);
+    }
+
+    #[test]
+    fn write_creates_parents_and_reports_the_hash() {
+        let sandbox = Sandbox::new();
+        let out = sandbox
+            .call(
+                "fs.write",
+                json!({ "path": "out/a/b.md", "content": "hello" }),
+            )
+            .expect("write");
+        let path = sandbox.path("out/a/b.md");
+        assert_eq!(fs::read_to_string(&path).expect("read"), "hello");
+        assert_eq!(text(&out, "path"), path.display().to_string());
+        assert_eq!(text(&out, "sha256"), sha256_hex(b"hello"));
+        assert_eq!(out["changed"], json!(true));
+    }
+
+    #[test]
+    fn identical_content_is_not_rewritten_and_no_temp_file_is_left() {
+        let sandbox = Sandbox::new();
+        let with = json!({ "path": "out/f.txt", "content": "same" });
+        sandbox.call("fs.write", with.clone()).expect("first");
+        let path = sandbox.path("out/f.txt");
+        let before = fs::metadata(&path).expect("meta");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let again = sandbox.call("fs.write", with).expect("second");
+        assert_eq!(again["changed"], json!(false));
+        let after = fs::metadata(&path).expect("meta");
+        assert_eq!(after.ino(), before.ino());
+        assert_eq!(after.modified().ok(), before.modified().ok());
+
+        let other = sandbox
+            .call(
+                "fs.write",
+                json!({ "path": "out/f.txt", "content": "other" }),
+            )
+            .expect("third");
+        assert_eq!(other["changed"], json!(true));
+        assert_ne!(fs::metadata(&path).expect("meta").ino(), before.ino());
+        assert_eq!(listing(&sandbox.path("out")), ["f.txt"]);
+    }
+
+    #[test]
+    fn writes_outside_the_roots_are_refused_before_touching_the_disk() {
+        let sandbox = Sandbox::new();
+        let err = sandbox
+            .call(
+                "fs.write",
+                json!({ "path": "../outside/x.txt", "content": "x" }),
+            )
+            .expect_err("outside");
+        assert!(err.0.contains("outside the workflow's writes"), "{err}");
+        assert!(err.0.contains("out`"), "lists the roots: {err}");
+        assert!(!sandbox.outside.join("x.txt").exists());
+
+        let err = sandbox
+            .call(
+                "fs.write",
+                json!({ "path": "elsewhere/x.txt", "content": "x" }),
+            )
+            .expect_err("not in a root");
+        assert!(err.0.contains("elsewhere"), "{err}");
+        assert!(!sandbox.path("elsewhere").exists());
+    }
+
+    #[test]
+    fn a_symlink_inside_a_root_cannot_lead_a_write_outside() {
+        let sandbox = Sandbox::new();
+        fs::create_dir_all(sandbox.path("out")).expect("out");
+        symlink(&sandbox.outside, sandbox.path("out/escape")).expect("symlink");
+        let err = sandbox
+            .call(
+                "fs.write",
+                json!({ "path": "out/escape/x.txt", "content": "x" }),
+            )
+            .expect_err("escape");
+        assert!(err.0.contains("resolves to"), "{err}");
+        assert!(!sandbox.outside.join("x.txt").exists());
+        let err = sandbox
+            .call("fs.copy", json!({ "from": "out", "to": "out/escape/copy" }))
+            .expect_err("escape");
+        assert!(err.0.contains("outside"), "{err}");
+        assert!(!sandbox.outside.join("copy").exists());
+    }
+
+    #[test]
+    fn no_roots_means_nothing_may_be_written() {
+        let sandbox = Sandbox::with_roots(&[]);
+        let err = sandbox
+            .call("fs.write", json!({ "path": "x.txt", "content": "x" }))
+            .expect_err("no roots");
+        assert!(err.0.contains("declares no writes"), "{err}");
+        assert!(!sandbox.path("x.txt").exists());
+    }
+
+    #[test]
+    fn copy_copies_files_and_folders_with_links_as_links() {
+        let sandbox = Sandbox::new();
+        write(&sandbox.path("src/a.txt"), "a");
+        write(&sandbox.path("src/sub/b.txt"), "b");
+        symlink("sub/b.txt", sandbox.path("src/rel")).expect("symlink");
+        symlink(&sandbox.outside, sandbox.path("src/away")).expect("symlink");
+        write(&sandbox.outside.join("secret.txt"), "s");
+
+        let out = sandbox
+            .call(
+                "fs.copy",
+                json!({ "from": "src/a.txt", "to": "out/one/a.txt" }),
+            )
+            .expect("file");
+        assert_eq!(
+            text(&out, "path"),
+            sandbox.path("out/one/a.txt").display().to_string()
+        );
+        assert_eq!(
+            fs::read_to_string(sandbox.path("out/one/a.txt")).expect("read"),
+            "a"
+        );
+
+        sandbox
+            .call("fs.copy", json!({ "from": "src", "to": "out/tree" }))
+            .expect("folder");
+        let copy = sandbox.path("out/tree");
+        assert_eq!(
+            fs::read_to_string(copy.join("sub/b.txt")).expect("read"),
+            "b"
+        );
+        assert_eq!(
+            fs::read_link(copy.join("rel")).expect("link"),
+            std::path::Path::new("sub/b.txt")
+        );
+        assert_eq!(
+            fs::read_link(copy.join("away")).expect("link"),
+            sandbox.outside
+        );
+        assert!(fs::symlink_metadata(copy.join("away"))
+            .expect("meta")
+            .is_symlink());
+        assert_eq!(listing(&sandbox.path("out")), ["one", "tree"]);
+
+        // A link named as `from` is copied as a link.
+        sandbox
+            .call("fs.copy", json!({ "from": "src/away", "to": "out/link" }))
+            .expect("link");
+        assert!(fs::symlink_metadata(sandbox.path("out/link"))
+            .expect("meta")
+            .is_symlink());
+    }
+
+    #[test]
+    fn copy_replaces_a_folder_but_not_a_file_with_a_folder() {
+        let sandbox = Sandbox::new();
+        write(&sandbox.path("src/new.txt"), "new");
+        write(&sandbox.path("out/tree/old.txt"), "old");
+        write(&sandbox.path("out/file"), "f");
+        sandbox
+            .call("fs.copy", json!({ "from": "src", "to": "out/tree" }))
+            .expect("replace");
+        assert_eq!(listing(&sandbox.path("out/tree")), ["new.txt"]);
+        assert_eq!(listing(&sandbox.path("out")), ["file", "tree"]);
+        let err = sandbox
+            .call("fs.copy", json!({ "from": "src", "to": "out/file" }))
+            .expect_err("kind");
+        assert!(err.0.contains("cannot replace"), "{err}");
+        assert_eq!(
+            fs::read_to_string(sandbox.path("out/file")).expect("read"),
+            "f"
+        );
+    }
+
+    #[test]
+    fn copy_refuses_a_folder_into_itself_and_targets_outside() {
+        let sandbox = Sandbox::new();
+        write(&sandbox.path("out/a.txt"), "a");
+        let err = sandbox
+            .call("fs.copy", json!({ "from": "out", "to": "out/again" }))
+            .expect_err("into itself");
+        assert!(err.0.contains("into itself"), "{err}");
+        let err = sandbox
+            .call(
+                "fs.copy",
+                json!({ "from": "out/a.txt", "to": "../outside/a.txt" }),
+            )
+            .expect_err("outside");
+        assert!(err.0.contains("outside the workflow's writes"), "{err}");
+        assert!(!sandbox.outside.join("a.txt").exists());
+    }
+
+    #[test]
+    fn move_moves_files_and_folders_inside_the_roots() {
+        let sandbox = Sandbox::new();
+        write(&sandbox.path("out/a.txt"), "a");
+        write(&sandbox.path("out/dir/b.txt"), "b");
+        write(&sandbox.path("out/target/old.txt"), "old");
+        sandbox
+            .call(
+                "fs.move",
+                json!({ "from": "out/a.txt", "to": "out/new/a.txt" }),
+            )
+            .expect("file");
+        assert!(!sandbox.path("out/a.txt").exists());
+        assert_eq!(
+            fs::read_to_string(sandbox.path("out/new/a.txt")).expect("read"),
+            "a"
+        );
+        sandbox
+            .call("fs.move", json!({ "from": "out/dir", "to": "out/target" }))
+            .expect("folder");
+        assert!(!sandbox.path("out/dir").exists());
+        assert_eq!(listing(&sandbox.path("out/target")), ["b.txt"]);
+        assert_eq!(listing(&sandbox.path("out")), ["new", "target"]);
+    }
+
+    #[test]
+    fn move_checks_both_ends() {
+        let sandbox = Sandbox::new();
+        write(&sandbox.path("src.txt"), "s");
+        let err = sandbox
+            .call("fs.move", json!({ "from": "src.txt", "to": "out/src.txt" }))
+            .expect_err("from outside");
+        assert!(err.0.contains("src.txt"), "{err}");
+        assert!(sandbox.path("src.txt").exists());
+        assert!(!sandbox.path("out/src.txt").exists());
+
+        write(&sandbox.path("out/in.txt"), "i");
+        sandbox
+            .call(
+                "fs.move",
+                json!({ "from": "out/in.txt", "to": "../outside/in.txt" }),
+            )
+            .expect_err("to outside");
+        assert!(sandbox.path("out/in.txt").exists());
+        assert!(!sandbox.outside.join("in.txt").exists());
+    }
+
+    #[test]
+    fn remove_removes_files_folders_and_links_but_never_link_targets() {
+        let sandbox = Sandbox::new();
+        write(&sandbox.outside.join("keep.txt"), "k");
+        write(&sandbox.path("out/f.txt"), "f");
+        write(&sandbox.path("out/dir/g.txt"), "g");
+        symlink(&sandbox.outside, sandbox.path("out/dir/away")).expect("symlink");
+        symlink(&sandbox.outside, sandbox.path("out/link")).expect("symlink");
+
+        let out = sandbox
+            .call("fs.remove", json!({ "path": "out/f.txt" }))
+            .expect("file");
+        assert_eq!(
+            text(&out, "path"),
+            sandbox.path("out/f.txt").display().to_string()
+        );
+        assert!(!sandbox.path("out/f.txt").exists());
+
+        sandbox
+            .call("fs.remove", json!({ "path": "out/link" }))
+            .expect("link");
+        assert!(fs::symlink_metadata(sandbox.path("out/link")).is_err());
+        sandbox
+            .call("fs.remove", json!({ "path": "out/dir" }))
+            .expect("folder");
+        assert!(!sandbox.path("out/dir").exists());
+        assert_eq!(listing(&sandbox.outside), ["keep.txt"]);
+
+        sandbox
+            .call("fs.remove", json!({ "path": "out/never-was" }))
+            .expect("missing is fine");
+    }
+
+    #[test]
+    fn remove_outside_the_roots_is_refused() {
+        let sandbox = Sandbox::new();
+        write(&sandbox.outside.join("keep.txt"), "k");
+        let err = sandbox
+            .call("fs.remove", json!({ "path": "../outside/keep.txt" }))
+            .expect_err("outside");
+        assert!(err.0.contains("outside the workflow's writes"), "{err}");
+        assert!(sandbox.outside.join("keep.txt").exists());
+    }
+}

@@ -271,3 +271,152 @@ fn scan_lines(
 fn is_blank(line: &[u8]) -> bool {
     line.iter().all(u8::is_ascii_whitespace)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::fmt::Write as _;
+    use std::fs;
+    use std::os::unix::fs::MetadataExt;
+
+    use serde_json::{json, Value};
+
+    use super::super::fs::testing::{listing, write, Sandbox};
+    use crate::builtins::paths::sha256_hex;
+
+    #[test]
+    fn json_read_parses_returns_null_when_optional_and_names_the_position_of_bad_json() {
+        let sandbox = Sandbox::new();
+        write(&sandbox.path("a.json"), "{\n  \"k\": [1, 2]\n}\n");
+        let out = sandbox.call("json.read", json!({ "path": "a.json" }));
+        assert_eq!(out, Ok(json!({ "k": [1, 2] })));
+        let out = sandbox.call(
+            "json.read",
+            json!({ "path": "none.json", "optional": true }),
+        );
+        assert_eq!(out, Ok(Value::Null));
+        let err = sandbox
+            .call("json.read", json!({ "path": "none.json" }))
+            .expect_err("missing");
+        assert!(err.0.contains("none.json"), "{err}");
+
+        write(&sandbox.path("bad.json"), "{\n  \"k\": [1, 2,]\n}\n");
+        let err = sandbox
+            .call("json.read", json!({ "path": "bad.json" }))
+            .expect_err("bad");
+        assert!(err.0.contains("bad.json"), "{err}");
+        assert!(err.0.contains("line 2, column 14"), "{err}");
+    }
+
+    #[test]
+    fn json_write_is_pretty_with_a_trailing_newline_and_skips_identical() {
+        let sandbox = Sandbox::new();
+        let with = json!({ "path": "out/v.json", "value": { "b": 1, "a": [true] } });
+        let out = sandbox.call("json.write", with.clone()).expect("write");
+        let path = sandbox.path("out/v.json");
+        let expected = "{\n  \"b\": 1,\n  \"a\": [\n    true\n  ]\n}\n";
+        assert_eq!(fs::read_to_string(&path).expect("read"), expected);
+        assert_eq!(out["sha256"], json!(sha256_hex(expected.as_bytes())));
+        assert_eq!(out["changed"], json!(true));
+        assert_eq!(out["path"], json!(path.display().to_string()));
+
+        let inode = fs::metadata(&path).expect("meta").ino();
+        let again = sandbox.call("json.write", with).expect("again");
+        assert_eq!(again["changed"], json!(false));
+        assert_eq!(fs::metadata(&path).expect("meta").ino(), inode);
+        assert_eq!(listing(&sandbox.path("out")), ["v.json"]);
+    }
+
+    #[test]
+    fn json_write_outside_the_roots_is_refused() {
+        let sandbox = Sandbox::new();
+        let err = sandbox
+            .call("json.write", json!({ "path": "state.json", "value": 1 }))
+            .expect_err("outside");
+        assert!(err.0.contains("outside the workflow's writes"), "{err}");
+        assert!(!sandbox.path("state.json").exists());
+    }
+
+    #[test]
+    fn jsonl_reads_after_a_line_skipping_blank_lines_but_counting_them() {
+        let sandbox = Sandbox::new();
+        write(
+            &sandbox.path("t.jsonl"),
+            "{\"n\":1}\n\n{\"n\":2}\n{\"n\":3}\r\n",
+        );
+        let all = sandbox.call("jsonl.read", json!({ "path": "t.jsonl" }));
+        assert_eq!(
+            all,
+            Ok(json!({ "lines": [{ "n": 1 }, { "n": 2 }, { "n": 3 }], "total_lines": 4 }))
+        );
+        let after = sandbox.call("jsonl.read", json!({ "path": "t.jsonl", "after_line": 2 }));
+        assert_eq!(
+            after,
+            Ok(json!({ "lines": [{ "n": 2 }, { "n": 3 }], "total_lines": 4 }))
+        );
+        let capped = sandbox.call(
+            "jsonl.read",
+            json!({ "path": "t.jsonl", "after_line": 0, "max_lines": 1 }),
+        );
+        assert_eq!(
+            capped,
+            Ok(json!({ "lines": [{ "n": 1 }], "total_lines": 4 }))
+        );
+        let beyond = sandbox.call("jsonl.read", json!({ "path": "t.jsonl", "after_line": 9 }));
+        assert_eq!(beyond, Ok(json!({ "lines": [], "total_lines": 4 })));
+    }
+
+    #[test]
+    fn jsonl_ignores_a_half_written_last_line_until_it_is_complete() {
+        let sandbox = Sandbox::new();
+        let path = sandbox.path("t.jsonl");
+        write(&path, "{\"n\":1}\n{\"n\":2}\n{\"n\":");
+        let out = sandbox.call("jsonl.read", json!({ "path": "t.jsonl" }));
+        assert_eq!(
+            out,
+            Ok(json!({ "lines": [{ "n": 1 }, { "n": 2 }], "total_lines": 2 }))
+        );
+        // The writer finishes the line; reading on from the count picks it up.
+        write(&path, "{\"n\":1}\n{\"n\":2}\n{\"n\":3}");
+        let out = sandbox.call("jsonl.read", json!({ "path": "t.jsonl", "after_line": 2 }));
+        assert_eq!(out, Ok(json!({ "lines": [{ "n": 3 }], "total_lines": 3 })));
+    }
+
+    #[test]
+    fn jsonl_names_the_line_of_bad_json_elsewhere() {
+        let sandbox = Sandbox::new();
+        write(&sandbox.path("t.jsonl"), "{\"n\":1}\n{oops}\n{\"n\":3}\n");
+        let err = sandbox
+            .call("jsonl.read", json!({ "path": "t.jsonl" }))
+            .expect_err("bad line");
+        assert!(err.0.starts_with("line 2 of `"), "{err}");
+        assert!(err.0.contains("t.jsonl"), "{err}");
+        // Skipped lines are not parsed.
+        let out = sandbox.call("jsonl.read", json!({ "path": "t.jsonl", "after_line": 2 }));
+        assert_eq!(out, Ok(json!({ "lines": [{ "n": 3 }], "total_lines": 3 })));
+        // A complete (newline-terminated) last line that does not parse is an error too.
+        write(&sandbox.path("u.jsonl"), "{\"n\":1}\n{\"n\":\n");
+        let err = sandbox
+            .call("jsonl.read", json!({ "path": "u.jsonl" }))
+            .expect_err("bad last line");
+        assert!(err.0.starts_with("line 2 of"), "{err}");
+    }
+
+    #[test]
+    fn jsonl_reads_a_large_file_from_a_late_line() {
+        let sandbox = Sandbox::new();
+        let mut text = String::new();
+        for n in 0..200_000 {
+            let _ = writeln!(text, "{{\"n\":{n},\"pad\":\"{}\"}}", "x".repeat(40));
+        }
+        write(&sandbox.path("big.jsonl"), &text);
+        let out = sandbox
+            .call(
+                "jsonl.read",
+                json!({ "path": "big.jsonl", "after_line": 199_998 }),
+            )
+            .expect("read");
+        assert_eq!(out["total_lines"], json!(200_000));
+        assert_eq!(out["lines"][0]["n"], json!(199_998));
+        assert_eq!(out["lines"].as_array().map(Vec::len), Some(2));
+    }
+}

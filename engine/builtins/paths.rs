@@ -235,3 +235,138 @@ fn file_equals(path: &Path, bytes: &[u8]) -> io::Result<bool> {
         offset = end;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+
+    fn sandbox() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let base = fs::canonicalize(dir.path()).expect("canonical");
+        (dir, base)
+    }
+
+    #[test]
+    fn lexical_absolute_resolves_dots_without_the_disk() {
+        assert_eq!(
+            lexical_absolute(Path::new("/a/b/../c/./d")),
+            PathBuf::from("/a/c/d")
+        );
+        assert_eq!(lexical_absolute(Path::new("/../x")), PathBuf::from("/x"));
+    }
+
+    #[test]
+    fn check_admits_paths_inside_a_root_even_before_they_exist() {
+        let (_dir, base) = sandbox();
+        let roots = WriteRoots::new(&base, &["out".to_string(), "other".to_string()]);
+        let inside = roots.check(&base.join("out/new/deep/file.txt"));
+        assert_eq!(inside, Ok(base.join("out/new/deep/file.txt")));
+        assert_eq!(roots.check(&base.join("out")), Ok(base.join("out")));
+        assert_eq!(
+            roots.check(&base.join("other/../out/x")),
+            Ok(base.join("out/x"))
+        );
+        let err = roots.check(&base.join("out/../x")).expect_err("escape");
+        assert!(err.0.contains("outside the workflow's writes"), "{err}");
+        assert!(err.0.contains("other`"), "lists every root: {err}");
+        // A sibling whose name merely starts like the root is not inside it.
+        roots.check(&base.join("outer/x")).expect_err("prefix");
+    }
+
+    #[test]
+    fn check_resolves_links_in_the_ancestors_but_not_the_last_component() {
+        let (_dir, base) = sandbox();
+        fs::create_dir_all(base.join("out")).expect("out");
+        fs::create_dir_all(base.join("elsewhere")).expect("elsewhere");
+        symlink(base.join("elsewhere"), base.join("out/link")).expect("symlink");
+        let roots = WriteRoots::new(&base, &["out".to_string()]);
+        let err = roots.check(&base.join("out/link/x")).expect_err("escape");
+        assert!(err.0.contains("elsewhere"), "{err}");
+        // The link itself may be replaced or removed: that does not touch its target.
+        assert_eq!(
+            roots.check(&base.join("out/link")),
+            Ok(base.join("out/link"))
+        );
+    }
+
+    #[test]
+    fn a_root_reached_through_a_link_admits_its_real_folder() {
+        let (_dir, base) = sandbox();
+        fs::create_dir_all(base.join("real")).expect("real");
+        symlink(base.join("real"), base.join("alias")).expect("symlink");
+        let roots = WriteRoots::new(&base, &["alias".to_string()]);
+        assert_eq!(roots.check(&base.join("alias/x")), Ok(base.join("real/x")));
+        assert_eq!(roots.check(&base.join("real/y")), Ok(base.join("real/y")));
+    }
+
+    #[test]
+    fn write_atomic_writes_skips_identical_and_leaves_no_temp_files() {
+        let (_dir, base) = sandbox();
+        let path = base.join("a/b/c.txt");
+        let first = write_atomic(&path, b"data").expect("write");
+        assert_eq!(
+            first,
+            WriteOutcome {
+                sha256: sha256_hex(b"data"),
+                changed: true
+            }
+        );
+        assert!(!write_atomic(&path, b"data").expect("again").changed);
+        assert!(write_atomic(&path, b"dat").expect("shorter").changed);
+        assert_eq!(fs::read(&path).expect("read"), b"dat");
+        let names: Vec<_> = fs::read_dir(base.join("a/b"))
+            .expect("list")
+            .map(|entry| entry.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, ["c.txt"]);
+    }
+
+    #[test]
+    fn write_atomic_keeps_the_mode_of_a_replaced_file() {
+        let (_dir, base) = sandbox();
+        let path = base.join("script.sh");
+        fs::write(&path, "old").expect("write");
+        fs::set_permissions(&path, Permissions::from_mode(0o750)).expect("chmod");
+        write_atomic(&path, b"new").expect("write");
+        let mode = fs::metadata(&path).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o750);
+    }
+
+    #[test]
+    fn a_failed_rename_leaves_the_old_entry_and_no_temp_file() {
+        let (_dir, base) = sandbox();
+        // A non-empty folder cannot be renamed over, so the last step fails.
+        let path = base.join("busy");
+        fs::create_dir_all(path.join("inner")).expect("dir");
+        write_atomic(&path, b"data").expect_err("rename over a folder");
+        assert!(path.join("inner").is_dir());
+        let names: Vec<_> = fs::read_dir(&base)
+            .expect("list")
+            .map(|entry| entry.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, ["busy"]);
+    }
+
+    #[test]
+    fn write_atomic_replaces_a_link_instead_of_following_it() {
+        let (_dir, base) = sandbox();
+        fs::write(base.join("target"), "keep").expect("target");
+        symlink(base.join("target"), base.join("link")).expect("symlink");
+        write_atomic(&base.join("link"), b"new").expect("write");
+        assert_eq!(fs::read(base.join("target")).expect("read"), b"keep");
+        assert!(!fs::symlink_metadata(base.join("link"))
+            .expect("meta")
+            .is_symlink());
+    }
+
+    #[test]
+    fn sha256_hex_matches_a_known_digest() {
+        assert_eq!(
+            sha256_hex(b""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
+}
