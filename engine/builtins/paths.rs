@@ -325,6 +325,20 @@ mod tests {
     }
 
     #[test]
+    fn a_new_file_gets_the_usual_mode_not_the_temp_file_one() {
+        let (_dir, base) = sandbox();
+        fs::write(base.join("plain"), "x").expect("write");
+        write_atomic(&base.join("atomic"), b"x").expect("write");
+        let mode = |name: &str| {
+            fs::metadata(base.join(name))
+                .expect("meta")
+                .permissions()
+                .mode()
+        };
+        assert_eq!(mode("atomic"), mode("plain"));
+    }
+
+    #[test]
     fn write_atomic_keeps_the_mode_of_a_replaced_file() {
         let (_dir, base) = sandbox();
         let path = base.join("script.sh");
