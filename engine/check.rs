@@ -49,7 +49,9 @@ pub struct Workflow {
 
 impl std::fmt::Debug for Workflow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Workflow").field("name", &self.name).finish()
+        f.debug_struct("Workflow")
+            .field("name", &self.name)
+            .finish()
     }
 }
 
@@ -147,7 +149,11 @@ pub enum WithTree {
 const ENGINE_TEMPLATE_PREFIX: &str = "@";
 
 /// Check a loaded workflow. Sub-workflows are loaded and checked through `search`.
-pub fn check(raw: RawWorkflow, search: &SearchPath, cwd: &Path) -> Result<Workflow, Vec<Diagnostic>> {
+pub fn check(
+    raw: RawWorkflow,
+    search: &SearchPath,
+    cwd: &Path,
+) -> Result<Workflow, Vec<Diagnostic>> {
     let mut visiting = Vec::new();
     check_inner(raw, search, cwd, &mut visiting)
 }
@@ -166,8 +172,10 @@ fn check_inner(
     let file: WorkflowFile = match serde_json::from_value(raw.doc.clone()) {
         Ok(file) => file,
         Err(error) => {
-            return Err(vec![Diagnostic::error(format!("invalid workflow: {error}"))
-                .at(raw.file(), 0..0)]);
+            return Err(vec![Diagnostic::error(format!(
+                "invalid workflow: {error}"
+            ))
+            .at(raw.file(), 0..0)]);
         }
     };
     visiting.push(raw.name.clone());
@@ -188,7 +196,12 @@ fn check_inner(
             let file_hashes = raw
                 .sources
                 .iter()
-                .map(|s| (s.path.display().to_string(), schema::sha256_hex(s.text.as_bytes())))
+                .map(|s| {
+                    (
+                        s.path.display().to_string(),
+                        schema::sha256_hex(s.text.as_bytes()),
+                    )
+                })
                 .collect();
             let warnings = std::mem::take(&mut diags);
             Ok(Workflow {
@@ -217,7 +230,9 @@ fn validate_format(raw: &RawWorkflow, diags: &mut Vec<Diagnostic>) {
         .get_or_init(|| jsonschema::validator_for(&crate::format::workflow_schema()).ok())
         .as_ref()
     else {
-        diags.push(Diagnostic::error("the workflow format's schema does not compile"));
+        diags.push(Diagnostic::error(
+            "the workflow format's schema does not compile",
+        ));
         return;
     };
     let schema_value = crate::format::workflow_schema();
@@ -229,9 +244,11 @@ fn validate_format(raw: &RawWorkflow, diags: &mut Vec<Diagnostic>) {
                 let allowed = allowed_keys(&schema_value, &pointer, &raw.doc);
                 for key in unexpected {
                     let key_pointer = format!("{pointer}/{}", pointer_segment(key));
-                    let help = did_you_mean(key, allowed.iter().map(String::as_str)).or_else(|| {
-                        (!allowed.is_empty()).then(|| format!("known keys: {}", allowed.join(", ")))
-                    });
+                    let help =
+                        did_you_mean(key, allowed.iter().map(String::as_str)).or_else(|| {
+                            (!allowed.is_empty())
+                                .then(|| format!("known keys: {}", allowed.join(", ")))
+                        });
                     diags.push(
                         Diagnostic::error(format!("unknown key `{key}`{}", where_(&pointer)))
                             .at_opt(raw.locate_key(&key_pointer))
@@ -273,12 +290,19 @@ fn describe_schema_error(error: &jsonschema::ValidationError<'_>, pointer: &str)
                 jsonschema::error::TypeKind::Single(t) => format!("{t:?}").to_lowercase(),
                 jsonschema::error::TypeKind::Multiple(_) => return format!("`{at}`: {error}"),
             };
-            format!("`{at}` must be {}, not {}", article(&expected), json_type(&error.instance))
+            format!(
+                "`{at}` must be {}, not {}",
+                article(&expected),
+                json_type(&error.instance)
+            )
         }
         K::Enum { options } => format!("`{at}` must be one of {options}, not {}", error.instance),
         K::Required { property } => format!("`{at}` is missing the required key {property}"),
         K::AnyOf { .. } | K::OneOfNotValid { .. } => {
-            format!("`{at}` has the wrong shape ({})", json_type(&error.instance))
+            format!(
+                "`{at}` has the wrong shape ({})",
+                json_type(&error.instance)
+            )
         }
         _ => format!("`{at}`: {error}"),
     }
@@ -309,7 +333,9 @@ fn allowed_keys(schema: &Value, pointer: &str, doc: &Value) -> Vec<String> {
     let resolve = |node: &Value| -> Value {
         let mut node = node.clone();
         for _ in 0..4 {
-            let Some(reference) = node.get("$ref").and_then(Value::as_str) else { break };
+            let Some(reference) = node.get("$ref").and_then(Value::as_str) else {
+                break;
+            };
             let name = reference.rsplit('/').next().unwrap_or_default();
             match defs.and_then(|d| d.get(name)) {
                 Some(target) => node = target.clone(),
@@ -319,18 +345,30 @@ fn allowed_keys(schema: &Value, pointer: &str, doc: &Value) -> Vec<String> {
         node
     };
     let mut node = resolve(schema);
-    let segments: Vec<&str> = pointer.trim_start_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    let segments: Vec<&str> = pointer
+        .trim_start_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
     let _ = doc;
     for segment in segments {
         let next = node
             .get("properties")
             .and_then(|p| p.get(segment))
             .cloned()
-            .or_else(|| node.get("additionalProperties").filter(|a| a.is_object()).cloned())
+            .or_else(|| {
+                node.get("additionalProperties")
+                    .filter(|a| a.is_object())
+                    .cloned()
+            })
             .or_else(|| {
                 node.get("anyOf")
                     .and_then(Value::as_array)
-                    .and_then(|alts| alts.iter().map(&resolve).find(|a| a.get("properties").is_some()))
+                    .and_then(|alts| {
+                        alts.iter()
+                            .map(&resolve)
+                            .find(|a| a.get("properties").is_some())
+                    })
             });
         match next {
             Some(next) => node = resolve(&next),
@@ -341,7 +379,11 @@ fn allowed_keys(schema: &Value, pointer: &str, doc: &Value) -> Vec<String> {
         if let Some(alt) = node
             .get("anyOf")
             .and_then(Value::as_array)
-            .and_then(|alts| alts.iter().map(&resolve).find(|a| a.get("properties").is_some()))
+            .and_then(|alts| {
+                alts.iter()
+                    .map(&resolve)
+                    .find(|a| a.get("properties").is_some())
+            })
         {
             node = alt;
         }
@@ -415,12 +457,19 @@ impl<'a> Checker<'a> {
 
     fn run(&mut self, visiting: &mut Vec<String>) -> Option<Parts> {
         let ids: Vec<String> = self.file.stages.keys().cloned().collect();
-        let index: HashMap<&str, usize> = ids.iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect();
+        let index: HashMap<&str, usize> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (id.as_str(), i))
+            .collect();
 
         self.check_inputs();
         for id in &ids {
             if !stage_id_regex().is_match(id) {
-                let help = format!("stage ids match ^[a-z][a-z0-9_]*$, e.g. `{}`", suggest_id(id));
+                let help = format!(
+                    "stage ids match ^[a-z][a-z0-9_]*$, e.g. `{}`",
+                    suggest_id(id)
+                );
                 self.error_key(format!("invalid stage id `{id}`"), &stage_pointer(id))
                     .help = Some(help);
             }
@@ -432,18 +481,38 @@ impl<'a> Checker<'a> {
             stage_actions.push(self.gather_stage(id, def, visiting));
         }
         for (name, source) in &self.file.outputs {
-            self.pending_value(format!("outputs.{name}"), source, At::Pointer(format!("/outputs/{}", pointer_segment(name))));
+            self.pending_value(
+                format!("outputs.{name}"),
+                source,
+                At::Pointer(format!("/outputs/{}", pointer_segment(name))),
+            );
         }
         for (name, source) in &self.file.workflow.child_env {
-            self.pending_text(format!("workflow.child_env.{name}"), source, At::Pointer(format!("/workflow/child_env/{}", pointer_segment(name))));
+            self.pending_text(
+                format!("workflow.child_env.{name}"),
+                source,
+                At::Pointer(format!("/workflow/child_env/{}", pointer_segment(name))),
+            );
         }
         for (i, source) in self.file.workflow.writes.iter().enumerate() {
-            self.pending_text(format!("workflow.writes.{i}"), source, At::Pointer(format!("/workflow/writes/{i}")));
+            self.pending_text(
+                format!("workflow.writes.{i}"),
+                source,
+                At::Pointer(format!("/workflow/writes/{i}")),
+            );
         }
         if let Some(lock) = &self.file.workflow.lock {
-            self.pending_text("workflow.lock.path".into(), &lock.path, At::Pointer("/workflow/lock/path".into()));
+            self.pending_text(
+                "workflow.lock.path".into(),
+                &lock.path,
+                At::Pointer("/workflow/lock/path".into()),
+            );
             if let Some(message) = &lock.message {
-                self.pending_text("workflow.lock.message".into(), message, At::Pointer("/workflow/lock/message".into()));
+                self.pending_text(
+                    "workflow.lock.message".into(),
+                    message,
+                    At::Pointer("/workflow/lock/message".into()),
+                );
             }
         }
 
@@ -462,7 +531,8 @@ impl<'a> Checker<'a> {
             if pending.native || !compiled::has_syntax(&pending.source) {
                 continue;
             }
-            if let Err(error) = env.add_template_owned(pending.name.clone(), pending.source.clone()) {
+            if let Err(error) = env.add_template_owned(pending.name.clone(), pending.source.clone())
+            {
                 failed.insert(pending.name.clone());
                 let diagnostic = template_error(self.raw, &pending.at, &pending.source, &error);
                 self.diags.push(diagnostic);
@@ -474,11 +544,13 @@ impl<'a> Checker<'a> {
             if failed.contains(&pending.name) {
                 continue;
             }
-            let result = if !compiled::has_syntax(&pending.source) {
-                Ok(Tmpl::Literal(pending.source.clone()))
-            } else if pending.native {
+            let result = if pending.native {
                 Tmpl::expression(env, &pending.source)
-            } else if let Some(expression) = compiled::single_expression(&pending.source).filter(|_| pending.name.starts_with("value:")) {
+            } else if !compiled::has_syntax(&pending.source) {
+                Ok(Tmpl::Literal(pending.source.clone()))
+            } else if let Some(expression) = compiled::single_expression(&pending.source)
+                .filter(|_| pending.name.starts_with("value:"))
+            {
                 Tmpl::expression(env, expression)
             } else {
                 Tmpl::text(env, &pending.name)
@@ -495,7 +567,12 @@ impl<'a> Checker<'a> {
         }
         let at_of: HashMap<String, (At, String, Context)> = pendings
             .iter()
-            .map(|p| (clean_name(&p.name), (p.at.clone(), p.source.clone(), context_of(&p.name))))
+            .map(|p| {
+                (
+                    clean_name(&p.name),
+                    (p.at.clone(), p.source.clone(), context_of(&p.name)),
+                )
+            })
             .collect();
 
         // Pass 2: references, edges, types.
@@ -514,14 +591,24 @@ impl<'a> Checker<'a> {
                     None => self.unknown_stage(after, &pointer, &ids),
                 }
             }
-            let names: Vec<&String> = compiled.keys().filter(|n| belongs_to_stage(n, id)).collect();
+            let names: Vec<&String> = compiled
+                .keys()
+                .filter(|n| belongs_to_stage(n, id))
+                .collect();
             let mut names: Vec<String> = names.into_iter().cloned().collect();
             names.sort();
             for name in names {
                 let (at, source, context) = at_of[&name].clone();
                 let refs = compiled[&name].references();
                 for reference in refs {
-                    reference_checks.push((i, name.clone(), context, at.clone(), source.clone(), reference));
+                    reference_checks.push((
+                        i,
+                        name.clone(),
+                        context,
+                        at.clone(),
+                        source.clone(),
+                        reference,
+                    ));
                 }
             }
         }
@@ -535,7 +622,14 @@ impl<'a> Checker<'a> {
         for name in top_names {
             let (at, source, _) = at_of[&name].clone();
             for reference in compiled[&name].references() {
-                reference_checks.push((usize::MAX, name.clone(), Context::Plain, at.clone(), source.clone(), reference));
+                reference_checks.push((
+                    usize::MAX,
+                    name.clone(),
+                    Context::Plain,
+                    at.clone(),
+                    source.clone(),
+                    reference,
+                ));
             }
         }
         let stage_schemas: Vec<SchemaOf> = stage_actions
@@ -545,7 +639,17 @@ impl<'a> Checker<'a> {
             .collect();
         for (i, name, context, at, source, reference) in reference_checks {
             let own = (i != usize::MAX).then_some(i);
-            if let Some(target) = self.check_reference(own, &name, context, &at, &source, &reference, &index, &ids, &stage_schemas) {
+            if let Some(target) = self.check_reference(
+                own,
+                &name,
+                context,
+                &at,
+                &source,
+                &reference,
+                &index,
+                &ids,
+                &stage_schemas,
+            ) {
                 if let Some(own) = own {
                     if target == own {
                         // `stages.<self>` inside its own templates: only `output` makes sense.
@@ -592,18 +696,30 @@ impl<'a> Checker<'a> {
         let mut stages = Vec::new();
         for (i, ((id, def), pending)) in self.file.stages.iter().zip(stage_actions).enumerate() {
             let prefix = format!("stages.{id}.");
-            let get = |take: &mut dyn FnMut(&str) -> Option<Tmpl>, key: &str| take(&format!("{prefix}{key}"));
+            let get = |take: &mut dyn FnMut(&str) -> Option<Tmpl>, key: &str| {
+                take(&format!("{prefix}{key}"))
+            };
             let action = match pending {
                 None | Some(PendingAction::None) => Action::None,
-                Some(PendingAction::Process { shell, argc, env_keys, ok_codes }) => {
+                Some(PendingAction::Process {
+                    shell,
+                    argc,
+                    env_keys,
+                    ok_codes,
+                }) => {
                     let mut argv = Vec::new();
                     if shell {
                         argv.push(Tmpl::Literal("sh".into()));
                         argv.push(Tmpl::Literal("-c".into()));
-                        argv.push(get(&mut take, "shell.sh").unwrap_or(Tmpl::Literal(String::new())));
+                        argv.push(
+                            get(&mut take, "shell.sh").unwrap_or(Tmpl::Literal(String::new())),
+                        );
                     } else {
                         for a in 0..argc {
-                            argv.push(get(&mut take, &format!("command.{a}")).unwrap_or(Tmpl::Literal(String::new())));
+                            argv.push(
+                                get(&mut take, &format!("command.{a}"))
+                                    .unwrap_or(Tmpl::Literal(String::new())),
+                            );
                         }
                     }
                     let env = env_keys
@@ -617,17 +733,27 @@ impl<'a> Checker<'a> {
                         env,
                         ok_codes,
                     };
-                    if shell { Action::Shell(process) } else { Action::Command(process) }
+                    if shell {
+                        Action::Shell(process)
+                    } else {
+                        Action::Command(process)
+                    }
                 }
                 Some(PendingAction::Prompt { model }) => Action::Prompt {
                     prompt: get(&mut take, "prompt").unwrap_or(Tmpl::Literal(String::new())),
                     system: get(&mut take, "system"),
                     model,
                 },
-                Some(PendingAction::Template) => Action::Template(get(&mut take, "template").unwrap_or(Tmpl::Literal(String::new()))),
+                Some(PendingAction::Template) => Action::Template(
+                    get(&mut take, "template").unwrap_or(Tmpl::Literal(String::new())),
+                ),
                 Some(PendingAction::Uses { builtin }) => Action::Uses {
                     builtin,
-                    with: build_with(&mut take, &format!("value:{prefix}with"), &Value::Object(def.with.clone().unwrap_or_default().into_iter().collect())),
+                    with: build_with(
+                        &mut take,
+                        &format!("value:{prefix}with"),
+                        &Value::Object(def.with.clone().unwrap_or_default().into_iter().collect()),
+                    ),
                 },
                 Some(PendingAction::Workflow { workflow }) => Action::Workflow {
                     workflow,
@@ -637,7 +763,8 @@ impl<'a> Checker<'a> {
                         .unwrap_or_default()
                         .into_iter()
                         .map(|(k, v)| {
-                            let tree = build_with(&mut take, &format!("value:{prefix}with.{k}"), &v);
+                            let tree =
+                                build_with(&mut take, &format!("value:{prefix}with.{k}"), &v);
                             (k, tree)
                         })
                         .collect(),
@@ -647,11 +774,20 @@ impl<'a> Checker<'a> {
                 SchemaOf::Known(schema) => Some(schema.clone()),
                 _ => None,
             }
-            .filter(|_| def.output.as_ref().and_then(|o| o.schema.as_ref()).is_some());
-            let format = def.output.as_ref().map(|o| o.format).unwrap_or(match &action {
-                Action::Uses { .. } | Action::Workflow { .. } => OutputFormat::Json,
-                _ => OutputFormat::Text,
+            .filter(|_| {
+                def.output
+                    .as_ref()
+                    .and_then(|o| o.schema.as_ref())
+                    .is_some()
             });
+            let format = def
+                .output
+                .as_ref()
+                .map(|o| o.format)
+                .unwrap_or(match &action {
+                    Action::Uses { .. } | Action::Workflow { .. } => OutputFormat::Json,
+                    _ => OutputFormat::Text,
+                });
             let mut asserts = Vec::new();
             for a in 0..def.assert.len() {
                 if let Some(that) = take(&format!("{prefix}assert.{a}.that")) {
@@ -661,14 +797,22 @@ impl<'a> Checker<'a> {
             let set_state = def
                 .set_state
                 .keys()
-                .filter_map(|k| take(&format!("value:{prefix}set_state.{k}")).map(|t| (k.clone(), t)))
+                .filter_map(|k| {
+                    take(&format!("value:{prefix}set_state.{k}")).map(|t| (k.clone(), t))
+                })
                 .collect();
             let cache = def.cache.as_ref().and_then(|c| match c {
                 CacheDef::Enabled(false) => None,
-                CacheDef::Enabled(true) => Some(CacheSpec { key: None, ttl: None }),
+                CacheDef::Enabled(true) => Some(CacheSpec {
+                    key: None,
+                    ttl: None,
+                }),
                 CacheDef::Keyed(k) => Some(CacheSpec {
                     key: take(&format!("{prefix}cache.key")),
-                    ttl: k.ttl.as_deref().and_then(|t| template::functions::parse_duration(t).ok()),
+                    ttl: k
+                        .ttl
+                        .as_deref()
+                        .and_then(|t| template::functions::parse_duration(t).ok()),
                 }),
             });
             let definition = serde_json::to_string(def).unwrap_or_default();
@@ -688,7 +832,10 @@ impl<'a> Checker<'a> {
                 output_path: take(&format!("{prefix}output.path")),
                 set_state,
                 cache,
-                timeout: def.timeout.as_deref().and_then(|t| template::functions::parse_duration(t).ok()),
+                timeout: def
+                    .timeout
+                    .as_deref()
+                    .and_then(|t| template::functions::parse_duration(t).ok()),
                 retries: def.retries.unwrap_or(0),
                 retry_backoff: def
                     .retry_backoff
@@ -726,7 +873,10 @@ impl<'a> Checker<'a> {
             Some(lock) => Some(CheckedLock {
                 path: take("workflow.lock.path")?,
                 busy: lock.busy,
-                stale_after: lock.stale_after.as_deref().and_then(|t| template::functions::parse_duration(t).ok()),
+                stale_after: lock
+                    .stale_after
+                    .as_deref()
+                    .and_then(|t| template::functions::parse_duration(t).ok()),
                 message: take("workflow.lock.message"),
             }),
             None => None,
@@ -747,7 +897,11 @@ impl<'a> Checker<'a> {
             if let Some(default) = &decl.default {
                 if !decl.kind.admits(default) {
                     self.error(
-                        format!("the default of input `{name}` is {}, but its type is {}", json_type(default), decl.kind.name()),
+                        format!(
+                            "the default of input `{name}` is {}, but its type is {}",
+                            json_type(default),
+                            decl.kind.name()
+                        ),
                         &format!("/inputs/{}/default", pointer_segment(name)),
                     );
                 }
@@ -759,8 +913,14 @@ impl<'a> Checker<'a> {
         if let Some(origin) = self.raw.disabled.get(name) {
             let source = &self.raw.sources[origin.source];
             let (line, _) = source.line_col(origin.key.start);
-            self.error(format!("stage `{name}` is disabled by {}:{line}", source.path.display()), pointer)
-                .help = Some(format!("remove the reference to `{name}`, or re-enable it"));
+            self.error(
+                format!(
+                    "stage `{name}` is disabled by {}:{line}",
+                    source.path.display()
+                ),
+                pointer,
+            )
+            .help = Some(format!("remove the reference to `{name}`, or re-enable it"));
             return;
         }
         let help = did_you_mean(name, ids.iter().map(String::as_str));
@@ -782,25 +942,47 @@ impl<'a> Checker<'a> {
     }
 
     fn pending_text(&mut self, name: String, source: &str, at: At) {
-        self.sources.push(Pending { name, source: source.to_string(), native: false, at });
+        self.sources.push(Pending {
+            name,
+            source: source.to_string(),
+            native: false,
+            at,
+        });
     }
 
     /// A template whose value is kept native when it is a single expression.
     fn pending_value(&mut self, name: String, source: &str, at: At) {
-        self.sources.push(Pending { name: format!("value:{name}"), source: source.to_string(), native: false, at });
+        self.sources.push(Pending {
+            name: format!("value:{name}"),
+            source: source.to_string(),
+            native: false,
+            at,
+        });
     }
 
     fn pending_expr(&mut self, name: String, source: &str, at: At) {
-        self.sources.push(Pending { name, source: source.to_string(), native: true, at });
+        self.sources.push(Pending {
+            name,
+            source: source.to_string(),
+            native: true,
+            at,
+        });
     }
 
     fn template_ref(&mut self, name: String, tref: &TemplateRef, pointer: &str) {
         match tref {
             TemplateRef::Inline(inline) => {
-                self.pending_text(name, &inline.inline, At::Pointer(format!("{pointer}/inline")));
+                self.pending_text(
+                    name,
+                    &inline.inline,
+                    At::Pointer(format!("{pointer}/inline")),
+                );
             }
             TemplateRef::File(path) => {
-                match self.search.find_file(&self.raw.library, Shelf::Templates, path) {
+                match self
+                    .search
+                    .find_file(&self.raw.library, Shelf::Templates, path)
+                {
                     Some(file) => {
                         let source = file.text.to_string();
                         self.pending_text(name, &source, At::File(file));
@@ -816,7 +998,12 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn gather_stage(&mut self, id: &str, def: &StageDef, visiting: &mut Vec<String>) -> Option<PendingAction> {
+    fn gather_stage(
+        &mut self,
+        id: &str,
+        def: &StageDef,
+        visiting: &mut Vec<String>,
+    ) -> Option<PendingAction> {
         let sp = stage_pointer(id);
         let prefix = format!("stages.{id}.");
         let actions: Vec<&str> = ACTION_KEYS
@@ -826,7 +1013,11 @@ impl<'a> Checker<'a> {
             .collect();
         if actions.len() > 1 {
             self.error_key(
-                format!("stage `{id}` has {} actions ({}); a stage has one action, or none", actions.len(), actions.join(", ")),
+                format!(
+                    "stage `{id}` has {} actions ({}); a stage has one action, or none",
+                    actions.len(),
+                    actions.join(", ")
+                ),
                 &format!("{sp}/{}", actions[1]),
             )
             .help = Some("split it into stages ordered with `after`".into());
@@ -836,29 +1027,62 @@ impl<'a> Checker<'a> {
             self.pending_expr(format!("{prefix}if"), source, At::Pointer(p("if")));
         }
         if let Some(source) = &def.exit_if {
-            self.pending_expr(format!("{prefix}exit_if#output"), source, At::Pointer(p("exit_if")));
+            self.pending_expr(
+                format!("{prefix}exit_if#output"),
+                source,
+                At::Pointer(p("exit_if")),
+            );
         }
         if let Some(source) = &def.exit_message {
-            self.pending_text(format!("{prefix}exit_message#output"), source, At::Pointer(p("exit_message")));
+            self.pending_text(
+                format!("{prefix}exit_message#output"),
+                source,
+                At::Pointer(p("exit_message")),
+            );
         }
-        if def.exit_message.is_some() && def.exit_if.is_none() && def.on_error != Some(OnError::Exit) {
-            self.diags.push(Diagnostic::warning(format!("stage `{id}` has `exit_message` but no `exit_if`")).at_opt(self.raw.locate_key(&p("exit_message"))));
+        if def.exit_message.is_some()
+            && def.exit_if.is_none()
+            && def.on_error != Some(OnError::Exit)
+        {
+            self.diags.push(
+                Diagnostic::warning(format!("stage `{id}` has `exit_message` but no `exit_if`"))
+                    .at_opt(self.raw.locate_key(&p("exit_message"))),
+            );
         }
         for (a, assertion) in def.assert.iter().enumerate() {
-            self.pending_expr(format!("{prefix}assert.{a}.that#output"), &assertion.that, At::Pointer(p(&format!("assert/{a}/that"))));
+            self.pending_expr(
+                format!("{prefix}assert.{a}.that#output"),
+                &assertion.that,
+                At::Pointer(p(&format!("assert/{a}/that"))),
+            );
             if let Some(message) = &assertion.message {
-                self.pending_text(format!("{prefix}assert.{a}.message#output"), message, At::Pointer(p(&format!("assert/{a}/message"))));
+                self.pending_text(
+                    format!("{prefix}assert.{a}.message#output"),
+                    message,
+                    At::Pointer(p(&format!("assert/{a}/message"))),
+                );
             }
         }
         if let Some(source) = &def.foreach {
-            self.pending_expr(format!("{prefix}foreach"), source, At::Pointer(p("foreach")));
+            self.pending_expr(
+                format!("{prefix}foreach"),
+                source,
+                At::Pointer(p("foreach")),
+            );
         } else if def.concurrency.is_some() {
-            self.diags.push(Diagnostic::warning(format!("stage `{id}` has `concurrency` but no `foreach`")).at_opt(self.raw.locate_key(&p("concurrency"))));
+            self.diags.push(
+                Diagnostic::warning(format!("stage `{id}` has `concurrency` but no `foreach`"))
+                    .at_opt(self.raw.locate_key(&p("concurrency"))),
+            );
         }
         let item = if def.foreach.is_some() { "#item" } else { "" };
         if let Some(output) = &def.output {
             if let Some(path) = &output.path {
-                self.pending_text(format!("{prefix}output.path{item}"), path, At::Pointer(p("output/path")));
+                self.pending_text(
+                    format!("{prefix}output.path{item}"),
+                    path,
+                    At::Pointer(p("output/path")),
+                );
                 if self.file.workflow.writes.is_empty() {
                     self.error(format!("stage `{id}` writes its output to a file, but `[workflow] writes` is empty"), &p("output/path"))
                         .help = Some("list the folders the workflow may write in `[workflow] writes`".into());
@@ -867,24 +1091,38 @@ impl<'a> Checker<'a> {
             if let Some(schema_name) = &output.schema {
                 self.load_schema(schema_name, &p("output/schema"));
                 if output.format != OutputFormat::Json {
-                    self.error(format!("stage `{id}` has an output schema but its format is not json"), &p("output/schema"))
-                        .help = Some("set `output = { format = \"json\", schema = ... }`".into());
+                    self.error(
+                        format!("stage `{id}` has an output schema but its format is not json"),
+                        &p("output/schema"),
+                    )
+                    .help = Some("set `output = { format = \"json\", schema = ... }`".into());
                 }
             }
         }
         for key in def.set_state.keys() {
             let source = &def.set_state[key];
-            self.pending_value(format!("{prefix}set_state.{key}#output"), source, At::Pointer(p(&format!("set_state/{}", pointer_segment(key)))));
+            self.pending_value(
+                format!("{prefix}set_state.{key}#output"),
+                source,
+                At::Pointer(p(&format!("set_state/{}", pointer_segment(key)))),
+            );
         }
         if let Some(CacheDef::Keyed(keyed)) = &def.cache {
             if let Some(key) = &keyed.key {
-                self.pending_text(format!("{prefix}cache.key{item}"), key, At::Pointer(p("cache/key")));
+                self.pending_text(
+                    format!("{prefix}cache.key{item}"),
+                    key,
+                    At::Pointer(p("cache/key")),
+                );
             }
             if let Some(ttl) = &keyed.ttl {
                 self.duration(ttl, &p("cache/ttl"));
             }
         }
-        for (key, pointer) in [(&def.timeout, "timeout"), (&def.retry_backoff, "retry_backoff")] {
+        for (key, pointer) in [
+            (&def.timeout, "timeout"),
+            (&def.retry_backoff, "retry_backoff"),
+        ] {
             if let Some(text) = key {
                 self.duration(text, &p(pointer));
             }
@@ -896,14 +1134,20 @@ impl<'a> Checker<'a> {
             if action.is_some_and(|a| allowed.contains(&a)) {
                 return Vec::new();
             }
-            keys.iter().copied().filter(|k| self.raw.doc.pointer(&format!("{sp}/{k}")).is_some()).collect()
+            keys.iter()
+                .copied()
+                .filter(|k| self.raw.doc.pointer(&format!("{sp}/{k}")).is_some())
+                .collect()
         };
         let mut strays = stray(&process_keys, &["command", "shell"]);
         strays.extend(stray(&prompt_keys, &["prompt"]));
         strays.extend(stray(&["with"], &["uses", "workflow"]));
         for key in strays {
             self.error_key(
-                format!("`{key}` does not apply to a stage whose action is {}", action.map_or("none".to_string(), |a| format!("`{a}`"))),
+                format!(
+                    "`{key}` does not apply to a stage whose action is {}",
+                    action.map_or("none".to_string(), |a| format!("`{a}`"))
+                ),
                 &p(key),
             );
         }
@@ -915,25 +1159,44 @@ impl<'a> Checker<'a> {
                 let mut argc = 0;
                 if shell {
                     if let Some(script) = &def.shell {
-                        self.pending_text(format!("{prefix}shell{item}.sh"), script, At::Pointer(p("shell")));
+                        self.pending_text(
+                            format!("{prefix}shell{item}.sh"),
+                            script,
+                            At::Pointer(p("shell")),
+                        );
                     }
                 } else if let Some(argv) = &def.command {
                     if argv.is_empty() {
-                        self.error(format!("stage `{id}` has an empty `command`"), &p("command"));
+                        self.error(
+                            format!("stage `{id}` has an empty `command`"),
+                            &p("command"),
+                        );
                     }
                     argc = argv.len();
                     for (a, arg) in argv.iter().enumerate() {
-                        self.pending_text(format!("{prefix}command.{a}{item}"), arg, At::Pointer(p(&format!("command/{a}"))));
+                        self.pending_text(
+                            format!("{prefix}command.{a}{item}"),
+                            arg,
+                            At::Pointer(p(&format!("command/{a}"))),
+                        );
                     }
                 }
                 if let Some(stdin) = &def.stdin {
-                    self.pending_text(format!("{prefix}stdin{item}"), stdin, At::Pointer(p("stdin")));
+                    self.pending_text(
+                        format!("{prefix}stdin{item}"),
+                        stdin,
+                        At::Pointer(p("stdin")),
+                    );
                 }
                 if let Some(cwd) = &def.cwd {
                     self.pending_text(format!("{prefix}cwd{item}"), cwd, At::Pointer(p("cwd")));
                 }
                 for (k, v) in &def.env {
-                    self.pending_text(format!("{prefix}env.{k}{item}"), v, At::Pointer(p(&format!("env/{}", pointer_segment(k)))));
+                    self.pending_text(
+                        format!("{prefix}env.{k}{item}"),
+                        v,
+                        At::Pointer(p(&format!("env/{}", pointer_segment(k)))),
+                    );
                 }
                 PendingAction::Process {
                     shell,
@@ -952,8 +1215,11 @@ impl<'a> Checker<'a> {
                 let model = match &def.model {
                     Some(model) => model.clone(),
                     None => {
-                        self.error_key(format!("prompt stage `{id}` names no `model`"), &sp).help =
-                            Some("add `model = \"haiku\"` (an alias from the model configuration)".into());
+                        self.error_key(format!("prompt stage `{id}` names no `model`"), &sp)
+                            .help = Some(
+                            "add `model = \"haiku\"` (an alias from the model configuration)"
+                                .into(),
+                        );
                         String::new()
                     }
                 };
@@ -967,18 +1233,25 @@ impl<'a> Checker<'a> {
             }
             Some("uses") => {
                 let name = def.uses.clone().unwrap_or_default();
-                let Some(builtin) = builtins::lookup(&name).or_else(|| crate::run::locks::lookup(&name)) else {
+                let Some(builtin) =
+                    builtins::lookup(&name).or_else(|| crate::run::locks::lookup(&name))
+                else {
                     let mut names: Vec<&str> = builtins::all().iter().map(|b| b.name).collect();
                     names.push(crate::run::locks::LOCK_ACQUIRE);
                     let help = did_you_mean(&name, names.iter().copied())
                         .unwrap_or_else(|| format!("built-ins: {}", names.join(", ")));
-                    self.error(format!("unknown built-in `{name}`"), &p("uses")).help = Some(help);
+                    self.error(format!("unknown built-in `{name}`"), &p("uses"))
+                        .help = Some(help);
                     return Some(PendingAction::None);
                 };
                 self.check_with(id, builtin, def);
                 if let Some(with) = &def.with {
                     for (k, v) in with {
-                        self.gather_with(&format!("{prefix}with.{k}{item}"), v, &p(&format!("with/{}", pointer_segment(k))));
+                        self.gather_with(
+                            &format!("{prefix}with.{k}{item}"),
+                            v,
+                            &p(&format!("with/{}", pointer_segment(k))),
+                        );
                     }
                 }
                 if builtin.writes && self.file.workflow.writes.is_empty() {
@@ -990,7 +1263,13 @@ impl<'a> Checker<'a> {
             Some("workflow") => {
                 let name = def.workflow.clone().unwrap_or_default();
                 if visiting.contains(&name) {
-                    self.error(format!("workflow `{name}` calls itself: {} -> {name}", visiting.join(" -> ")), &p("workflow"));
+                    self.error(
+                        format!(
+                            "workflow `{name}` calls itself: {} -> {name}",
+                            visiting.join(" -> ")
+                        ),
+                        &p("workflow"),
+                    );
                     return Some(PendingAction::None);
                 }
                 let sub = load::load(self.search, &name, self.cwd)
@@ -999,7 +1278,10 @@ impl<'a> Checker<'a> {
                     Ok(workflow) => Arc::new(workflow),
                     Err(diags) => {
                         let count = diags.iter().filter(|d| d.is_error()).count();
-                        self.error(format!("sub-workflow `{name}` does not check ({count} error(s))"), &p("workflow"));
+                        self.error(
+                            format!("sub-workflow `{name}` does not check ({count} error(s))"),
+                            &p("workflow"),
+                        );
                         self.diags.extend(diags);
                         return Some(PendingAction::None);
                     }
@@ -1007,17 +1289,29 @@ impl<'a> Checker<'a> {
                 let given = def.with.clone().unwrap_or_default();
                 for key in given.keys() {
                     if !workflow.file.inputs.contains_key(key) {
-                        let help = did_you_mean(key, workflow.file.inputs.keys().map(String::as_str));
-                        self.error_key(format!("workflow `{name}` has no input `{key}`"), &p(&format!("with/{}", pointer_segment(key)))).help = help;
+                        let help =
+                            did_you_mean(key, workflow.file.inputs.keys().map(String::as_str));
+                        self.error_key(
+                            format!("workflow `{name}` has no input `{key}`"),
+                            &p(&format!("with/{}", pointer_segment(key))),
+                        )
+                        .help = help;
                     }
                 }
                 for (key, decl) in &workflow.file.inputs {
                     if decl.default.is_none() && !given.contains_key(key) {
-                        self.error_key(format!("workflow `{name}` needs input `{key}`"), &p("workflow"));
+                        self.error_key(
+                            format!("workflow `{name}` needs input `{key}`"),
+                            &p("workflow"),
+                        );
                     }
                 }
                 for (k, v) in &given {
-                    self.gather_with(&format!("{prefix}with.{k}{item}"), v, &p(&format!("with/{}", pointer_segment(k))));
+                    self.gather_with(
+                        &format!("{prefix}with.{k}{item}"),
+                        v,
+                        &p(&format!("with/{}", pointer_segment(k))),
+                    );
                 }
                 PendingAction::Workflow { workflow }
             }
@@ -1028,7 +1322,9 @@ impl<'a> Checker<'a> {
 
     fn gather_with(&mut self, name: &str, value: &Value, pointer: &str) {
         match value {
-            Value::String(source) => self.pending_value(name.to_string(), source, At::Pointer(pointer.to_string())),
+            Value::String(source) => {
+                self.pending_value(name.to_string(), source, At::Pointer(pointer.to_string()))
+            }
             Value::Array(items) => {
                 for (i, item) in items.iter().enumerate() {
                     self.gather_with(&format!("{name}.{i}"), item, &format!("{pointer}/{i}"));
@@ -1036,7 +1332,11 @@ impl<'a> Checker<'a> {
             }
             Value::Object(map) => {
                 for (k, v) in map {
-                    self.gather_with(&format!("{name}.{k}"), v, &format!("{pointer}/{}", pointer_segment(k)));
+                    self.gather_with(
+                        &format!("{name}.{k}"),
+                        v,
+                        &format!("{pointer}/{}", pointer_segment(k)),
+                    );
                 }
             }
             _ => {}
@@ -1048,29 +1348,61 @@ impl<'a> Checker<'a> {
         let schema = (builtin.with_schema)();
         let sp = stage_pointer(id);
         let with = def.with.clone().unwrap_or_default();
-        let properties = schema.get("properties").and_then(Value::as_object).cloned().unwrap_or_default();
+        let properties = schema
+            .get("properties")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
         for key in with.keys() {
             if !properties.contains_key(key) {
-                let help = did_you_mean(key, properties.keys().map(String::as_str))
-                    .or_else(|| Some(format!("`{}` takes: {}", builtin.name, properties.keys().cloned().collect::<Vec<_>>().join(", "))));
-                self.error_key(format!("`{}` has no argument `{key}`", builtin.name), &format!("{sp}/with/{}", pointer_segment(key))).help = help;
+                let help = did_you_mean(key, properties.keys().map(String::as_str)).or_else(|| {
+                    Some(format!(
+                        "`{}` takes: {}",
+                        builtin.name,
+                        properties.keys().cloned().collect::<Vec<_>>().join(", ")
+                    ))
+                });
+                self.error_key(
+                    format!("`{}` has no argument `{key}`", builtin.name),
+                    &format!("{sp}/with/{}", pointer_segment(key)),
+                )
+                .help = help;
             }
         }
-        for required in schema.get("required").and_then(Value::as_array).into_iter().flatten() {
-            let Some(required) = required.as_str() else { continue };
+        for required in schema
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let Some(required) = required.as_str() else {
+                continue;
+            };
             if !with.contains_key(required) {
-                let pointer = if def.with.is_some() { format!("{sp}/with") } else { format!("{sp}/uses") };
-                self.error(format!("`{}` needs the argument `{required}`", builtin.name), &pointer);
+                let pointer = if def.with.is_some() {
+                    format!("{sp}/with")
+                } else {
+                    format!("{sp}/uses")
+                };
+                self.error(
+                    format!("`{}` needs the argument `{required}`", builtin.name),
+                    &pointer,
+                );
             }
         }
         for (key, value) in &with {
-            let Some(property) = properties.get(key) else { continue };
+            let Some(property) = properties.get(key) else {
+                continue;
+            };
             if value.as_str().is_some_and(compiled::has_syntax) {
                 continue;
             }
             if let Ok(validator) = jsonschema::validator_for(property) {
                 if let Some(error) = validator.iter_errors(value).next() {
-                    self.error(format!("argument `{key}` of `{}`: {error}", builtin.name), &format!("{sp}/with/{}", pointer_segment(key)));
+                    self.error(
+                        format!("argument `{key}` of `{}`: {error}", builtin.name),
+                        &format!("{sp}/with/{}", pointer_segment(key)),
+                    );
                 }
             }
         }
@@ -1078,7 +1410,8 @@ impl<'a> Checker<'a> {
 
     fn duration(&mut self, text: &str, pointer: &str) {
         if let Err(error) = template::functions::parse_duration(text) {
-            self.error(error, pointer).help = Some("durations look like \"500ms\", \"30s\", \"10m\", \"2h\", \"7d\"".into());
+            self.error(error, pointer).help =
+                Some("durations look like \"500ms\", \"30s\", \"10m\", \"2h\", \"7d\"".into());
         }
     }
 
@@ -1086,9 +1419,13 @@ impl<'a> Checker<'a> {
         if let Some(cached) = self.schemas.get(name) {
             return cached.clone();
         }
-        let result = match self.search.find_file(&self.raw.library, Shelf::Schemas, name) {
+        let result = match self
+            .search
+            .find_file(&self.raw.library, Shelf::Schemas, name)
+        {
             None => {
-                self.error(format!("schema `{name}` not found"), pointer).help = Some(format!(
+                self.error(format!("schema `{name}` not found"), pointer)
+                    .help = Some(format!(
                     "schemas are looked up under `schemas/` in {} and along the search path",
                     self.raw.library.display()
                 ));
@@ -1119,11 +1456,15 @@ impl<'a> Checker<'a> {
         }
         let format = def.output.as_ref().map(|o| o.format);
         match (action, format) {
-            (Some(PendingAction::Uses { builtin }), _) => match Schema::from_value((builtin.output_schema)(), builtin.name) {
-                Ok(schema) => SchemaOf::Known(Arc::new(schema)),
-                Err(_) => SchemaOf::Unknown,
-            },
-            (Some(PendingAction::Workflow { workflow }), _) => SchemaOf::Keys(workflow.file.outputs.keys().cloned().collect()),
+            (Some(PendingAction::Uses { builtin }), _) => {
+                match Schema::from_value((builtin.output_schema)(), builtin.name) {
+                    Ok(schema) => SchemaOf::Known(Arc::new(schema)),
+                    Err(_) => SchemaOf::Unknown,
+                }
+            }
+            (Some(PendingAction::Workflow { workflow }), _) => {
+                SchemaOf::Keys(workflow.file.outputs.keys().cloned().collect())
+            }
             (_, Some(OutputFormat::Json)) => SchemaOf::Unknown,
             (_, Some(OutputFormat::Lines)) => SchemaOf::List,
             (Some(PendingAction::None), _) => SchemaOf::Nothing,
@@ -1153,7 +1494,8 @@ impl<'a> Checker<'a> {
                     if !self.file.inputs.contains_key(*input) {
                         let help = did_you_mean(input, self.file.inputs.keys().map(String::as_str));
                         self.diag_at(at, source, reference, format!("unknown input `{input}`"));
-                        self.diags.last_mut().expect("pushed").help = help.or(Some("declare it under `[inputs]`".into()));
+                        self.diags.last_mut().expect("pushed").help =
+                            help.or(Some("declare it under `[inputs]`".into()));
                     }
                 }
                 None
@@ -1161,7 +1503,12 @@ impl<'a> Checker<'a> {
             "env" => {
                 if let Some(var) = parts.get(1) {
                     if !self.file.workflow.env.iter().any(|e| e == var) {
-                        self.diag_at(at, source, reference, format!("environment variable `{var}` is not in `[workflow] env`"));
+                        self.diag_at(
+                            at,
+                            source,
+                            reference,
+                            format!("environment variable `{var}` is not in `[workflow] env`"),
+                        );
                         self.diags.last_mut().expect("pushed").help = Some(format!(
                             "templates read only the variables listed in `[workflow] env`; add \"{var}\" there{}",
                             did_you_mean(var, self.file.workflow.env.iter().map(String::as_str)).map(|h| format!(", or {h}")).unwrap_or_default()
@@ -1177,7 +1524,15 @@ impl<'a> Checker<'a> {
                         let origin = &self.raw.disabled[*target];
                         let file = &self.raw.sources[origin.source];
                         let (line, _) = file.line_col(origin.key.start);
-                        self.diag_at(at, source, reference, format!("stage `{target}` is disabled by {}:{line}", file.path.display()));
+                        self.diag_at(
+                            at,
+                            source,
+                            reference,
+                            format!(
+                                "stage `{target}` is disabled by {}:{line}",
+                                file.path.display()
+                            ),
+                        );
                     } else {
                         let help = did_you_mean(target, ids.iter().map(String::as_str));
                         self.diag_at(at, source, reference, format!("unknown stage `{target}`"));
@@ -1190,13 +1545,24 @@ impl<'a> Checker<'a> {
                     Some(&"output") => {
                         let path = &parts[3..];
                         if let Err(message) = schemas[target_index].check_path(path, target) {
-                            self.diag_at(at, source, path.first().copied().unwrap_or(reference), message.0);
+                            self.diag_at(
+                                at,
+                                source,
+                                path.first().copied().unwrap_or(reference),
+                                message.0,
+                            );
                             self.diags.last_mut().expect("pushed").help = message.1;
                         }
                     }
                     Some(other) => {
-                        self.diag_at(at, source, reference, format!("`stages.{target}` has `output` and `status`, not `{other}`"));
-                        self.diags.last_mut().expect("pushed").help = did_you_mean(other, ["output", "status"]);
+                        self.diag_at(
+                            at,
+                            source,
+                            reference,
+                            format!("`stages.{target}` has `output` and `status`, not `{other}`"),
+                        );
+                        self.diags.last_mut().expect("pushed").help =
+                            did_you_mean(other, ["output", "status"]);
                     }
                 }
                 Some(target_index)
@@ -1208,7 +1574,12 @@ impl<'a> Checker<'a> {
                 } else if let Some(own) = own {
                     let path = &parts[1..];
                     if let Err(message) = schemas[own].check_path(path, stage_name) {
-                        self.diag_at(at, source, path.first().copied().unwrap_or(reference), message.0);
+                        self.diag_at(
+                            at,
+                            source,
+                            path.first().copied().unwrap_or(reference),
+                            message.0,
+                        );
                         self.diags.last_mut().expect("pushed").help = message.1;
                     }
                 }
@@ -1217,7 +1588,10 @@ impl<'a> Checker<'a> {
             "item" | "index" => {
                 if context != Context::Item {
                     let message = match own {
-                        Some(i) if self.file.stages[i].foreach.is_some() => format!("`{root}` is bound in the action of a `foreach` stage, not in `{}`", name.rsplit('.').next().unwrap_or(name)),
+                        Some(i) if self.file.stages[i].foreach.is_some() => format!(
+                            "`{root}` is bound in the action of a `foreach` stage, not in `{}`",
+                            name.rsplit('.').next().unwrap_or(name)
+                        ),
                         _ => format!("`{root}` is only bound in a stage with `foreach`"),
                     };
                     self.diag_at(at, source, reference, message);
@@ -1227,8 +1601,9 @@ impl<'a> Checker<'a> {
             "state" | "run" => None,
             other => {
                 let roots = compiled::known_roots();
-                let help = did_you_mean(other, roots.iter().copied())
-                    .unwrap_or_else(|| "templates see inputs, env, stages, state, run, item, index and output".into());
+                let help = did_you_mean(other, roots.iter().copied()).unwrap_or_else(|| {
+                    "templates see inputs, env, stages, state, run, item, index and output".into()
+                });
                 self.diag_at(at, source, other, format!("undefined variable `{other}`"));
                 self.diags.last_mut().expect("pushed").help = Some(help);
                 None
@@ -1271,7 +1646,9 @@ type PathError = (String, Option<String>);
 
 impl SchemaOf {
     fn check_path(&self, path: &[&str], stage: &str) -> Result<(), PathError> {
-        let Some(first) = path.first() else { return Ok(()) };
+        let Some(first) = path.first() else {
+            return Ok(());
+        };
         match self {
             SchemaOf::Known(schema) => schema.check_path(path),
             SchemaOf::Keys(keys) => {
@@ -1286,13 +1663,19 @@ impl SchemaOf {
             }
             SchemaOf::Text => Err((
                 format!("the output of stage `{stage}` is text; it has no field `{first}`"),
-                Some("give the stage `output = { format = \"json\", schema = ... }` to read fields".into()),
+                Some(
+                    "give the stage `output = { format = \"json\", schema = ... }` to read fields"
+                        .into(),
+                ),
             )),
             SchemaOf::List => Err((
                 format!("the output of stage `{stage}` is a list; it has no field `{first}`"),
                 Some("index it (`[0]`) or loop over it".into()),
             )),
-            SchemaOf::Nothing => Err((format!("stage `{stage}` has no action, so no output; it has no field `{first}`"), None)),
+            SchemaOf::Nothing => Err((
+                format!("stage `{stage}` has no action, so no output; it has no field `{first}`"),
+                None,
+            )),
             SchemaOf::Unknown => Ok(()),
         }
     }
@@ -1305,10 +1688,16 @@ fn build_with(take: &mut dyn FnMut(&str) -> Option<Tmpl>, name: &str, value: &Va
             None => WithTree::Literal(value.clone()),
         },
         Value::Array(items) => WithTree::Array(
-            items.iter().enumerate().map(|(i, item)| build_with(take, &format!("{name}.{i}"), item)).collect(),
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| build_with(take, &format!("{name}.{i}"), item))
+                .collect(),
         ),
         Value::Object(map) => WithTree::Object(
-            map.iter().map(|(k, v)| (k.clone(), build_with(take, &format!("{name}.{k}"), v))).collect(),
+            map.iter()
+                .map(|(k, v)| (k.clone(), build_with(take, &format!("{name}.{k}"), v)))
+                .collect(),
         ),
         other => WithTree::Literal(other.clone()),
     }
@@ -1343,7 +1732,13 @@ fn stage_pointer(id: &str) -> String {
 fn suggest_id(id: &str) -> String {
     let mut out: String = id
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
         .collect();
     if !out.starts_with(|c: char| c.is_ascii_lowercase()) {
         out.insert(0, 's');
@@ -1360,7 +1755,10 @@ fn cycle_path(members: &[usize], deps: &[BTreeSet<usize>], ids: &[String]) -> St
     let mut seen = HashSet::new();
     seen.insert(start);
     loop {
-        let next = deps[current].iter().copied().find(|d| set.contains(d) && (*d == start || !seen.contains(d)));
+        let next = deps[current]
+            .iter()
+            .copied()
+            .find(|d| set.contains(d) && (*d == start || !seen.contains(d)));
         match next {
             Some(next) if next == start => break,
             Some(next) => {
@@ -1374,7 +1772,11 @@ fn cycle_path(members: &[usize], deps: &[BTreeSet<usize>], ids: &[String]) -> St
     // deps point backwards (a stage depends on its predecessor); print in run order.
     path.reverse();
     let mut names: Vec<&str> = path.iter().map(|i| ids[*i].as_str()).collect();
-    let missing: Vec<&str> = members.iter().filter(|m| !path.contains(m)).map(|i| ids[*i].as_str()).collect();
+    let missing: Vec<&str> = members
+        .iter()
+        .filter(|m| !path.contains(m))
+        .map(|i| ids[*i].as_str())
+        .collect();
     names.push(names[0]);
     let mut text = names.join(" -> ");
     if !missing.is_empty() {
@@ -1404,13 +1806,22 @@ fn find_span(text: &str, needle: &str) -> Option<std::ops::Range<usize>> {
         .map(|start| start..start + needle.len())
         .or_else(|| {
             let dotted = format!(".{last}");
-            text.find(&dotted).map(|start| start + 1..start + dotted.len())
+            text.find(&dotted)
+                .map(|start| start + 1..start + dotted.len())
         })
         .or_else(|| text.find(last).map(|start| start..start + last.len()))
 }
 
-fn template_error(raw: &RawWorkflow, at: &At, source: &str, error: &minijinja::Error) -> Diagnostic {
-    let detail = error.detail().map(str::to_string).unwrap_or_else(|| error.kind().to_string());
+fn template_error(
+    raw: &RawWorkflow,
+    at: &At,
+    source: &str,
+    error: &minijinja::Error,
+) -> Diagnostic {
+    let detail = error
+        .detail()
+        .map(str::to_string)
+        .unwrap_or_else(|| error.kind().to_string());
     let message = format!("template does not compile: {detail}");
     let line = error.line();
     match at {
@@ -1426,7 +1837,8 @@ fn template_error(raw: &RawWorkflow, at: &At, source: &str, error: &minijinja::E
                 let needle = &source[in_value.clone()];
                 match value_text.find(needle.trim()) {
                     Some(offset) if !needle.trim().is_empty() => Location {
-                        span: location.span.start + offset..location.span.start + offset + needle.trim().len(),
+                        span: location.span.start + offset
+                            ..location.span.start + offset + needle.trim().len(),
                         source: location.source,
                     },
                     _ => location,

@@ -218,7 +218,10 @@ impl Diagnostic {
             .replace('\n', "%0A");
         match (self.file(), self.line_col()) {
             (Some(file), Some((line, col))) => {
-                format!("::{kind} file={},line={line},col={col}::{message}", file.display())
+                format!(
+                    "::{kind} file={},line={line},col={col}::{message}",
+                    file.display()
+                )
             }
             _ => format!("::{kind}::{message}"),
         }
@@ -268,10 +271,9 @@ impl miette::Diagnostic for SnippetReport {
     }
 
     fn labels(&self) -> Option<Box<dyn Iterator<Item = miette::LabeledSpan> + '_>> {
-        Some(Box::new(std::iter::once(miette::LabeledSpan::new_with_span(
-            self.label.clone(),
-            self.span,
-        ))))
+        Some(Box::new(std::iter::once(
+            miette::LabeledSpan::new_with_span(self.label.clone(), self.span),
+        )))
     }
 }
 

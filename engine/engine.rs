@@ -39,18 +39,27 @@ pub struct InputError {
 }
 
 fn input_error(message: impl Into<String>) -> InputError {
-    InputError { message: message.into() }
+    InputError {
+        message: message.into(),
+    }
 }
 
 /// Parse `--input K=V` text by the declared type.
 pub fn parse_input_value(kind: InputType, name: &str, text: &str) -> Result<Value, InputError> {
-    let bad = || input_error(format!("input `{name}` is {}, but got `{text}`", kind.name()));
+    let bad = || {
+        input_error(format!(
+            "input `{name}` is {}, but got `{text}`",
+            kind.name()
+        ))
+    };
     Ok(match kind {
         InputType::String => Value::String(text.to_string()),
         InputType::Integer => Value::from(text.trim().parse::<i64>().map_err(|_| bad())?),
-        InputType::Number => serde_json::Number::from_f64(text.trim().parse::<f64>().map_err(|_| bad())?)
-            .map(Value::Number)
-            .ok_or_else(bad)?,
+        InputType::Number => {
+            serde_json::Number::from_f64(text.trim().parse::<f64>().map_err(|_| bad())?)
+                .map(Value::Number)
+                .ok_or_else(bad)?
+        }
         InputType::Boolean => match text.trim().to_ascii_lowercase().as_str() {
             "true" | "1" | "yes" | "on" => Value::Bool(true),
             "false" | "0" | "no" | "off" => Value::Bool(false),
@@ -116,7 +125,10 @@ pub fn resolve_inputs(
                     "workflow `{}` needs input `{name}` ({}){}; give it with --input {name}=...",
                     workflow.name,
                     decl.kind.name(),
-                    decl.description.as_deref().map(|d| format!(": {d}")).unwrap_or_default()
+                    decl.description
+                        .as_deref()
+                        .map(|d| format!(": {d}"))
+                        .unwrap_or_default()
                 )))
             }
         }

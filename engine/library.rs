@@ -261,7 +261,10 @@ impl SearchPath {
 
     /// Names a typo might have meant.
     pub fn workflow_names(&self) -> Vec<String> {
-        self.workflows().into_iter().map(|(name, _, _)| name).collect()
+        self.workflows()
+            .into_iter()
+            .map(|(name, _, _)| name)
+            .collect()
     }
 }
 

@@ -52,7 +52,11 @@ impl RawWorkflow {
         self.locate_with(pointer, |o| o.key.clone())
     }
 
-    fn locate_with(&self, pointer: &str, pick: impl Fn(&Origin) -> Range<usize>) -> Option<Location> {
+    fn locate_with(
+        &self,
+        pointer: &str,
+        pick: impl Fn(&Origin) -> Range<usize>,
+    ) -> Option<Location> {
         let mut current = pointer;
         loop {
             if let Some(origin) = self.origins.get(current) {
@@ -82,10 +86,17 @@ pub fn pointer_segment(segment: &str) -> String {
 }
 
 /// Load a workflow by name or path, following `extends`.
-pub fn load(search: &SearchPath, reference: &str, cwd: &Path) -> Result<RawWorkflow, Vec<Diagnostic>> {
+pub fn load(
+    search: &SearchPath,
+    reference: &str,
+    cwd: &Path,
+) -> Result<RawWorkflow, Vec<Diagnostic>> {
     let Some(found) = search.find_workflow(reference, cwd) else {
-        let help = did_you_mean(reference, search.workflow_names().iter().map(String::as_str))
-            .unwrap_or_else(|| "`stagegraph list` shows the workflows on the search path".into());
+        let help = did_you_mean(
+            reference,
+            search.workflow_names().iter().map(String::as_str),
+        )
+        .unwrap_or_else(|| "`stagegraph list` shows the workflows on the search path".into());
         let message = if reference.ends_with(".toml") {
             format!("cannot read workflow file `{reference}`")
         } else {
@@ -146,7 +157,11 @@ pub fn load_found(
         search.find_workflow_from(&base_name, start)
     };
     let Some(base_found) = base_found else {
-        let further = if base_name == name { " further down the search path" } else { "" };
+        let further = if base_name == name {
+            " further down the search path"
+        } else {
+            ""
+        };
         return Err(vec![Diagnostic::error(format!(
             "`extends` names `{base_name}`, but no workflow of that name exists{further}"
         ))
@@ -350,16 +365,20 @@ fn overlay(top: &mut RawWorkflow, base: RawWorkflow) -> Result<(), Vec<Diagnosti
             ("stages", Value::Object(stages)) => {
                 for (id, stage) in stages {
                     let pointer = format!("/stages/{}", pointer_segment(&id));
-                    let Value::Object(stage) = stage else { continue };
-                    let exists = merged_doc
-                        .pointer(&pointer)
-                        .is_some_and(Value::is_object);
+                    let Value::Object(stage) = stage else {
+                        continue;
+                    };
+                    let exists = merged_doc.pointer(&pointer).is_some_and(Value::is_object);
                     if stage.get("disabled").and_then(Value::as_bool) == Some(true) {
                         let origin = top
                             .origins
                             .get(&format!("{pointer}/disabled"))
                             .cloned()
-                            .unwrap_or(Origin { source: 0, key: 0..0, value: 0..0 });
+                            .unwrap_or(Origin {
+                                source: 0,
+                                key: 0..0,
+                                value: 0..0,
+                            });
                         if !exists {
                             diagnostics.push(
                                 Diagnostic::error(format!(
@@ -389,7 +408,8 @@ fn overlay(top: &mut RawWorkflow, base: RawWorkflow) -> Result<(), Vec<Diagnosti
                             );
                             continue;
                         }
-                        object_at(&mut merged_doc, "stages").insert(id.clone(), Value::Object(stage));
+                        object_at(&mut merged_doc, "stages")
+                            .insert(id.clone(), Value::Object(stage));
                         copy_origins(&top.origins, &mut origins, &pointer);
                         continue;
                     }
@@ -404,7 +424,10 @@ fn overlay(top: &mut RawWorkflow, base: RawWorkflow) -> Result<(), Vec<Diagnosti
                                 for companion in action_companions(action) {
                                     if !stage.contains_key(*companion) {
                                         target.shift_remove(*companion);
-                                        drop_origins(&mut origins, &format!("{pointer}/{companion}"));
+                                        drop_origins(
+                                            &mut origins,
+                                            &format!("{pointer}/{companion}"),
+                                        );
                                     }
                                 }
                             }
@@ -452,7 +475,9 @@ fn object_at<'a>(doc: &'a mut Value, section: &str) -> &'a mut Map<String, Value
     if !doc.is_object() {
         *doc = Value::Object(Map::new());
     }
-    let Value::Object(root) = doc else { unreachable!("made an object above") };
+    let Value::Object(root) = doc else {
+        unreachable!("made an object above")
+    };
     let entry = root
         .entry(section.to_string())
         .or_insert_with(|| Value::Object(Map::new()));

@@ -202,7 +202,10 @@ struct Failure {
 }
 
 fn invalid(message: impl Into<String>) -> Failure {
-    Failure { code: exit::INVALID, message: message.into() }
+    Failure {
+        code: exit::INVALID,
+        message: message.into(),
+    }
 }
 
 fn main() -> ExitCode {
@@ -215,7 +218,11 @@ fn main() -> ExitCode {
     };
     let app = App {
         engine: Engine::new(&cli.libraries, &cwd),
-        state_dir: cli.state_dir.clone().map(|d| cwd.join(d)).unwrap_or_else(|| cwd.join(".stagegraph")),
+        state_dir: cli
+            .state_dir
+            .clone()
+            .map(|d| cwd.join(d))
+            .unwrap_or_else(|| cwd.join(".stagegraph")),
         color,
     };
     let code = match app.dispatch(cli.command) {
@@ -240,8 +247,16 @@ impl App {
     fn dispatch(&self, command: Command) -> Result<i32, Failure> {
         match command {
             Command::List => self.list(),
-            Command::Show { name, effective, format } => self.show(&name, effective, format),
-            Command::Check { names, format, deny_warnings } => self.check(&names, format, deny_warnings),
+            Command::Show {
+                name,
+                effective,
+                format,
+            } => self.show(&name, effective, format),
+            Command::Check {
+                names,
+                format,
+                deny_warnings,
+            } => self.check(&names, format, deny_warnings),
             Command::Plan { name, format } => self.plan(&name, format),
             Command::Run(args) => self.run(args),
             Command::Resume { run_id, exec } => self.resume(&run_id, exec),
@@ -251,7 +266,10 @@ impl App {
                     SchemaKind::Workflow => stagegraph::format::workflow_schema(),
                     SchemaKind::Config => Models::config_schema(),
                 };
-                println!("{}", serde_json::to_string_pretty(&schema).unwrap_or_default());
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&schema).unwrap_or_default()
+                );
                 Ok(exit::SUCCESS)
             }
             Command::Eject { name } => self.eject(&name),
@@ -283,12 +301,22 @@ impl App {
                 .read(Shelf::Workflows, &format!("{name}.toml"))
                 .and_then(|source| {
                     let doc: toml::Table = toml::from_str(&source.text).ok()?;
-                    doc.get("workflow")?.get("description")?.as_str().map(str::to_string)
+                    doc.get("workflow")?
+                        .get("description")?
+                        .as_str()
+                        .map(str::to_string)
                 })
                 .unwrap_or_default();
             let mut origin = format!("{} ({})", library.display(), library.origin);
             if !shadowed.is_empty() {
-                origin.push_str(&format!(", overlays {}", shadowed.iter().map(Library::display).collect::<Vec<_>>().join(", ")));
+                origin.push_str(&format!(
+                    ", overlays {}",
+                    shadowed
+                        .iter()
+                        .map(Library::display)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
             }
             println!("{name:width$}  {description}  [{origin}]");
         }
@@ -297,14 +325,19 @@ impl App {
 
     fn show(&self, name: &str, effective: bool, format: ShowFormat) -> Result<i32, Failure> {
         if !effective {
-            let found = self.engine.search.find_workflow(name, &self.engine.cwd).ok_or_else(|| invalid(format!("no workflow named `{name}`")))?;
+            let found = self
+                .engine
+                .search
+                .find_workflow(name, &self.engine.cwd)
+                .ok_or_else(|| invalid(format!("no workflow named `{name}`")))?;
             print!("{}", found.source.text);
             return Ok(exit::SUCCESS);
         }
-        let raw = stagegraph::load::load(&self.engine.search, name, &self.engine.cwd).map_err(|d| {
-            self.print_diagnostics(&d);
-            invalid(format!("workflow `{name}` is invalid"))
-        })?;
+        let raw =
+            stagegraph::load::load(&self.engine.search, name, &self.engine.cwd).map_err(|d| {
+                self.print_diagnostics(&d);
+                invalid(format!("workflow `{name}` is invalid"))
+            })?;
         match format {
             ShowFormat::Json => {
                 let mut origins = Map::new();
@@ -324,7 +357,12 @@ impl App {
         Ok(exit::SUCCESS)
     }
 
-    fn check(&self, names: &[String], format: CheckFormat, deny_warnings: bool) -> Result<i32, Failure> {
+    fn check(
+        &self,
+        names: &[String],
+        format: CheckFormat,
+        deny_warnings: bool,
+    ) -> Result<i32, Failure> {
         let names: Vec<String> = if names.is_empty() {
             self.engine.search.workflow_names()
         } else {
@@ -370,7 +408,8 @@ impl App {
                 }
             }
         }
-        let failed = has_errors(&all) || (deny_warnings && all.iter().any(|d| d.severity == Severity::Warning));
+        let failed = has_errors(&all)
+            || (deny_warnings && all.iter().any(|d| d.severity == Severity::Warning));
         Ok(if failed { exit::INVALID } else { exit::SUCCESS })
     }
 
@@ -379,7 +418,10 @@ impl App {
         let plan = Plan::new(&workflow);
         match format {
             PlanFormat::Text => print!("{}", plan.to_text()),
-            PlanFormat::Json => println!("{}", serde_json::to_string_pretty(&plan.to_json()).unwrap_or_default()),
+            PlanFormat::Json => println!(
+                "{}",
+                serde_json::to_string_pretty(&plan.to_json()).unwrap_or_default()
+            ),
             PlanFormat::Dot => print!("{}", plan.to_dot()),
             PlanFormat::Mermaid => print!("{}", plan.to_mermaid()),
         }
@@ -400,7 +442,13 @@ impl App {
     fn run(&self, args: RunArgs) -> Result<i32, Failure> {
         let workflow = self.load(&args.name)?;
         let always_zero = workflow.file.workflow.always_exit_zero;
-        let zero_if = |code: i32| if always_zero && code == exit::FAILED { exit::SUCCESS } else { code };
+        let zero_if = |code: i32| {
+            if always_zero && code == exit::FAILED {
+                exit::SUCCESS
+            } else {
+                code
+            }
+        };
         let inputs = match self.collect_inputs(&workflow, &args) {
             Ok(inputs) => inputs,
             Err(failure) if always_zero => {
@@ -409,23 +457,35 @@ impl App {
             }
             Err(failure) => return Err(failure),
         };
-        self.execute(&workflow, inputs, &args.exec, None).map(zero_if)
+        self.execute(&workflow, inputs, &args.exec, None)
+            .map(zero_if)
     }
 
-    fn collect_inputs(&self, workflow: &stagegraph::check::Workflow, args: &RunArgs) -> Result<Map<String, Value>, Failure> {
+    fn collect_inputs(
+        &self,
+        workflow: &stagegraph::check::Workflow,
+        args: &RunArgs,
+    ) -> Result<Map<String, Value>, Failure> {
         let json = match &args.inputs_json {
             None => Map::new(),
             Some(source) => {
                 let text = if source == "-" {
                     let mut text = String::new();
-                    std::io::stdin().read_to_string(&mut text).map_err(|e| invalid(format!("cannot read inputs from stdin: {e}")))?;
+                    std::io::stdin()
+                        .read_to_string(&mut text)
+                        .map_err(|e| invalid(format!("cannot read inputs from stdin: {e}")))?;
                     text
                 } else {
-                    std::fs::read_to_string(self.engine.cwd.join(source)).map_err(|e| invalid(format!("cannot read {source}: {e}")))?
+                    std::fs::read_to_string(self.engine.cwd.join(source))
+                        .map_err(|e| invalid(format!("cannot read {source}: {e}")))?
                 };
                 match serde_json::from_str::<Value>(&text) {
                     Ok(Value::Object(map)) => map,
-                    Ok(other) => return Err(invalid(format!("--inputs-json must be a JSON object, not {other}"))),
+                    Ok(other) => {
+                        return Err(invalid(format!(
+                            "--inputs-json must be a JSON object, not {other}"
+                        )))
+                    }
                     Err(e) => return Err(invalid(format!("--inputs-json is not valid JSON: {e}"))),
                 }
             }
@@ -449,7 +509,10 @@ impl App {
     ) -> Result<i32, Failure> {
         let models = self.models(exec)?;
         let options = RunOptions {
-            jobs: exec.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())).max(1),
+            jobs: exec
+                .jobs
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+                .max(1),
             dry_run: exec.dry_run,
             no_cache: exec.no_cache,
             show_prompts: exec.show_prompts,
@@ -467,18 +530,31 @@ impl App {
         let _ = ctrlc::set_handler(|| {
             std::thread::spawn(|| run::process::Interrupt::global().trigger());
         });
-        let record = run::run(workflow, &runtime, &options, inputs, resume).map_err(|e| Failure { code: exit::FAILED, message: e.to_string() })?;
+        let record =
+            run::run(workflow, &runtime, &options, inputs, resume).map_err(|e| Failure {
+                code: exit::FAILED,
+                message: e.to_string(),
+            })?;
         if let Some(Value::Object(outputs)) = &record.outputs {
             if exec.json {
-                println!("{}", serde_json::json!({ "event": "outputs", "outputs": outputs }));
+                println!(
+                    "{}",
+                    serde_json::json!({ "event": "outputs", "outputs": outputs })
+                );
             } else if outputs.len() == 1 {
                 if let Some(Value::String(text)) = outputs.values().next() {
                     println!("{}", text.trim_end());
                 } else {
-                    println!("{}", serde_json::to_string_pretty(outputs).unwrap_or_default());
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(outputs).unwrap_or_default()
+                    );
                 }
             } else if !outputs.is_empty() {
-                println!("{}", serde_json::to_string_pretty(outputs).unwrap_or_default());
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(outputs).unwrap_or_default()
+                );
             }
         }
         let seconds = record.duration_ms as f64 / 1000.0;
@@ -486,8 +562,17 @@ impl App {
             RunStatus::Completed => format!("completed in {seconds:.2}s"),
             RunStatus::Exited => format!(
                 "exited early{}: {}",
-                record.exit.as_ref().and_then(|e| e.stage.as_ref()).map(|s| format!(" at `{s}`")).unwrap_or_default(),
-                record.exit.as_ref().map(|e| e.message.as_str()).unwrap_or("")
+                record
+                    .exit
+                    .as_ref()
+                    .and_then(|e| e.stage.as_ref())
+                    .map(|s| format!(" at `{s}`"))
+                    .unwrap_or_default(),
+                record
+                    .exit
+                    .as_ref()
+                    .map(|e| e.message.as_str())
+                    .unwrap_or("")
             ),
             RunStatus::Failed => format!("failed: {}", record.error.as_deref().unwrap_or("")),
             RunStatus::Interrupted => "interrupted".to_string(),
@@ -509,8 +594,20 @@ impl App {
         let workflow = self.load(&previous.workflow)?;
         let outputs = record::read_outputs(&self.state_dir, &id);
         let always_zero = workflow.file.workflow.always_exit_zero;
-        let code = self.execute(&workflow, previous.inputs.clone(), &exec, Some(run::ResumeFrom { run_id: id, outputs }))?;
-        Ok(if always_zero && code == exit::FAILED { exit::SUCCESS } else { code })
+        let code = self.execute(
+            &workflow,
+            previous.inputs.clone(),
+            &exec,
+            Some(run::ResumeFrom {
+                run_id: id,
+                outputs,
+            }),
+        )?;
+        Ok(if always_zero && code == exit::FAILED {
+            exit::SUCCESS
+        } else {
+            code
+        })
     }
 
     fn runs(&self, action: Option<RunsAction>) -> Result<i32, Failure> {
@@ -528,22 +625,37 @@ impl App {
                                 (_, Some(error)) => error.clone(),
                                 _ => String::new(),
                             };
-                            println!("{id}  {:<16} {:<11} {:>8}ms  {}", r.workflow, r.status.as_str(), r.duration_ms, first_line(&detail));
+                            println!(
+                                "{id}  {:<16} {:<11} {:>8}ms  {}",
+                                r.workflow,
+                                r.status.as_str(),
+                                r.duration_ms,
+                                first_line(&detail)
+                            );
                         }
                         Err(error) => println!("{id}  (unreadable: {error})"),
                     }
                 }
                 Ok(exit::SUCCESS)
             }
-            Some(RunsAction::Show { run_id, json, stage }) => {
+            Some(RunsAction::Show {
+                run_id,
+                json,
+                stage,
+            }) => {
                 let id = record::resolve_run_id(&self.state_dir, &run_id).map_err(invalid)?;
                 let r = record::read_record(&self.state_dir, &id).map_err(invalid)?;
                 if let Some(stage) = stage {
                     let outputs = record::read_outputs(&self.state_dir, &id);
-                    let line = outputs.get(&stage).ok_or_else(|| invalid(format!("run {id} recorded no output for stage `{stage}`")))?;
+                    let line = outputs.get(&stage).ok_or_else(|| {
+                        invalid(format!("run {id} recorded no output for stage `{stage}`"))
+                    })?;
                     match &line.output {
                         Value::String(text) => print!("{text}"),
-                        other => println!("{}", serde_json::to_string_pretty(other).unwrap_or_default()),
+                        other => println!(
+                            "{}",
+                            serde_json::to_string_pretty(other).unwrap_or_default()
+                        ),
                     }
                     return Ok(exit::SUCCESS);
                 }
@@ -554,18 +666,34 @@ impl App {
                 println!("run {} ({}) {}", r.run_id, r.workflow, r.status.as_str());
                 println!("started {}  duration {}ms", r.started_at, r.duration_ms);
                 if let Some(exit) = &r.exit {
-                    println!("exit: {}{}", exit.stage.as_ref().map(|s| format!("{s}: ")).unwrap_or_default(), exit.message);
+                    println!(
+                        "exit: {}{}",
+                        exit.stage
+                            .as_ref()
+                            .map(|s| format!("{s}: "))
+                            .unwrap_or_default(),
+                        exit.message
+                    );
                 }
                 if let Some(error) = &r.error {
                     println!("error: {error}");
                 }
                 for (id, s) in &r.stages {
                     let extra = s.error.clone().or(s.reason.clone()).unwrap_or_default();
-                    println!("  {:<24} {:<9} {:>7}ms  {}", id, s.status.as_str(), s.duration_ms, first_line(&extra));
+                    println!(
+                        "  {:<24} {:<9} {:>7}ms  {}",
+                        id,
+                        s.status.as_str(),
+                        s.duration_ms,
+                        first_line(&extra)
+                    );
                 }
                 let u = &r.usage;
                 if u.model_calls > 0 {
-                    println!("model calls: {}  tokens in: {}  out: {}  latency: {}ms", u.model_calls, u.input_tokens, u.output_tokens, u.latency_ms);
+                    println!(
+                        "model calls: {}  tokens in: {}  out: {}  latency: {}ms",
+                        u.model_calls, u.input_tokens, u.output_tokens, u.latency_ms
+                    );
                 }
                 Ok(exit::SUCCESS)
             }
@@ -585,21 +713,42 @@ impl App {
             .ok_or_else(|| invalid(format!("no workflow named `{name}`")))?;
         let target = self.engine.cwd.join(".stagegraph");
         let library = found.library.clone();
-        let mut copies: Vec<(PathBuf, String)> = vec![(target.join("workflows").join(format!("{name}.toml")), found.source.text.to_string())];
+        let mut copies: Vec<(PathBuf, String)> = vec![(
+            target.join("workflows").join(format!("{name}.toml")),
+            found.source.text.to_string(),
+        )];
         for shelf in [Shelf::Templates, Shelf::Schemas] {
             for relative in library.files(shelf, &format!("{name}/")) {
                 if let Some(source) = library.read(shelf, &relative) {
-                    copies.push((target.join(shelf.folder()).join(&relative), source.text.to_string()));
+                    copies.push((
+                        target.join(shelf.folder()).join(&relative),
+                        source.text.to_string(),
+                    ));
                 }
             }
         }
-        let existing: Vec<String> = copies.iter().filter(|(p, _)| p.exists()).map(|(p, _)| p.display().to_string()).collect();
+        let existing: Vec<String> = copies
+            .iter()
+            .filter(|(p, _)| p.exists())
+            .map(|(p, _)| p.display().to_string())
+            .collect();
         if !existing.is_empty() {
-            return Err(invalid(format!("refusing to overwrite existing files: {}", existing.join(", "))));
+            return Err(invalid(format!(
+                "refusing to overwrite existing files: {}",
+                existing.join(", ")
+            )));
         }
         for (path, text) in &copies {
-            write_new(path, text).map_err(|e| Failure { code: exit::FAILED, message: format!("cannot write {}: {e}", path.display()) })?;
-            eprintln!("wrote {}", path.strip_prefix(&self.engine.cwd).unwrap_or(path).display());
+            write_new(path, text).map_err(|e| Failure {
+                code: exit::FAILED,
+                message: format!("cannot write {}: {e}", path.display()),
+            })?;
+            eprintln!(
+                "wrote {}",
+                path.strip_prefix(&self.engine.cwd)
+                    .unwrap_or(path)
+                    .display()
+            );
         }
         Ok(exit::SUCCESS)
     }
@@ -619,7 +768,15 @@ fn first_line(text: &str) -> &str {
 /// The merged document as TOML, each key annotated with where it came from.
 fn effective_toml(raw: &stagegraph::load::RawWorkflow) -> String {
     use stagegraph::load::pointer_segment;
-    let mut out = format!("# effective workflow `{}`\n# files: {}\n", raw.name, raw.sources.iter().map(|s| s.path.display().to_string()).collect::<Vec<_>>().join(" <- "));
+    let mut out = format!(
+        "# effective workflow `{}`\n# files: {}\n",
+        raw.name,
+        raw.sources
+            .iter()
+            .map(|s| s.path.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" <- ")
+    );
     let origin = |pointer: &str| -> String {
         raw.origins
             .get(pointer)
@@ -630,9 +787,13 @@ fn effective_toml(raw: &stagegraph::load::RawWorkflow) -> String {
             })
             .unwrap_or_default()
     };
-    let Value::Object(sections) = &raw.doc else { return out };
+    let Value::Object(sections) = &raw.doc else {
+        return out;
+    };
     for (section, value) in sections {
-        let Value::Object(entries) = value else { continue };
+        let Value::Object(entries) = value else {
+            continue;
+        };
         let nested = matches!(section.as_str(), "inputs" | "stages");
         if nested {
             for (name, table) in entries {
@@ -641,14 +802,22 @@ fn effective_toml(raw: &stagegraph::load::RawWorkflow) -> String {
                 out.push_str(&format!("\n[{section}.{name}]{}\n", origin(&pointer)));
                 for (key, value) in keys {
                     let key_pointer = format!("{pointer}/{}", pointer_segment(key));
-                    out.push_str(&format!("{key} = {}{}\n", toml_value(value), origin(&key_pointer)));
+                    out.push_str(&format!(
+                        "{key} = {}{}\n",
+                        toml_value(value),
+                        origin(&key_pointer)
+                    ));
                 }
             }
         } else {
             out.push_str(&format!("\n[{section}]\n"));
             for (key, value) in entries {
                 let key_pointer = format!("/{section}/{}", pointer_segment(key));
-                out.push_str(&format!("{key} = {}{}\n", toml_value(value), origin(&key_pointer)));
+                out.push_str(&format!(
+                    "{key} = {}{}\n",
+                    toml_value(value),
+                    origin(&key_pointer)
+                ));
             }
         }
     }

@@ -41,9 +41,17 @@ impl<'w> Plan<'w> {
         let def = &stage.def;
         match &stage.action {
             Action::None => "(no action)".to_string(),
-            Action::Command(_) => format!("command {}", def.command.as_ref().map(|c| c.join(" ")).unwrap_or_default()),
+            Action::Command(_) => format!(
+                "command {}",
+                def.command
+                    .as_ref()
+                    .map(|c| c.join(" "))
+                    .unwrap_or_default()
+            ),
             Action::Shell(_) => format!("shell {}", first_line(def.shell.as_deref().unwrap_or(""))),
-            Action::Prompt { model, .. } => format!("prompt {} -> {model}", template_name(def.prompt.as_ref())),
+            Action::Prompt { model, .. } => {
+                format!("prompt {} -> {model}", template_name(def.prompt.as_ref()))
+            }
             Action::Template(_) => format!("template {}", template_name(def.template.as_ref())),
             Action::Uses { builtin, .. } => format!("uses {}", builtin.name),
             Action::Workflow { workflow, .. } => format!("workflow {}", workflow.name),
@@ -52,7 +60,13 @@ impl<'w> Plan<'w> {
 
     pub fn to_text(&self) -> String {
         let mut out = String::new();
-        let _ = writeln!(out, "workflow {} ({} stages, {} waves)", self.workflow.name, self.workflow.stages.len(), self.waves.len());
+        let _ = writeln!(
+            out,
+            "workflow {} ({} stages, {} waves)",
+            self.workflow.name,
+            self.workflow.stages.len(),
+            self.waves.len()
+        );
         for (w, wave) in self.waves.iter().enumerate() {
             let _ = writeln!(out, "wave {}:", w + 1);
             for &i in wave {
@@ -63,7 +77,11 @@ impl<'w> Plan<'w> {
                     let _ = writeln!(out, "      {description}");
                 }
                 if !stage.deps.is_empty() {
-                    let deps: Vec<&str> = stage.deps.iter().map(|&d| self.workflow.stages[d].id.as_str()).collect();
+                    let deps: Vec<&str> = stage
+                        .deps
+                        .iter()
+                        .map(|&d| self.workflow.stages[d].id.as_str())
+                        .collect();
                     let _ = writeln!(out, "      after: {}", deps.join(", "));
                 }
                 if let Some(c) = &def.if_ {
@@ -123,12 +141,26 @@ impl<'w> Plan<'w> {
             if stage.def.exit_if.is_some() {
                 label.push_str("\\n(exit_if)");
             }
-            let shape = if stage.def.exit_if.is_some() { ", shape=diamond" } else { "" };
-            let _ = writeln!(out, "  {} [label={}{shape}];", dot_id(&stage.id), dot_string(&label));
+            let shape = if stage.def.exit_if.is_some() {
+                ", shape=diamond"
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                out,
+                "  {} [label={}{shape}];",
+                dot_id(&stage.id),
+                dot_string(&label)
+            );
         }
         for &i in &self.workflow.order {
             for &d in &self.workflow.stages[i].deps {
-                let _ = writeln!(out, "  {} -> {};", dot_id(&self.workflow.stages[d].id), dot_id(&self.workflow.stages[i].id));
+                let _ = writeln!(
+                    out,
+                    "  {} -> {};",
+                    dot_id(&self.workflow.stages[d].id),
+                    dot_id(&self.workflow.stages[i].id)
+                );
             }
         }
         out.push_str("}\n");
@@ -139,7 +171,8 @@ impl<'w> Plan<'w> {
         let mut out = String::from("flowchart LR\n");
         for &i in &self.workflow.order {
             let stage = &self.workflow.stages[i];
-            let label = format!("{}<br/>{}", stage.id, self.action_summary(i)).replace('"', "#quot;");
+            let label =
+                format!("{}<br/>{}", stage.id, self.action_summary(i)).replace('"', "#quot;");
             if stage.def.exit_if.is_some() {
                 let _ = writeln!(out, "  {}{{\"{label}\"}}", stage.id);
             } else {
@@ -148,7 +181,11 @@ impl<'w> Plan<'w> {
         }
         for &i in &self.workflow.order {
             for &d in &self.workflow.stages[i].deps {
-                let _ = writeln!(out, "  {} --> {}", self.workflow.stages[d].id, self.workflow.stages[i].id);
+                let _ = writeln!(
+                    out,
+                    "  {} --> {}",
+                    self.workflow.stages[d].id, self.workflow.stages[i].id
+                );
             }
         }
         out
@@ -156,7 +193,11 @@ impl<'w> Plan<'w> {
 }
 
 fn first_line(text: &str) -> String {
-    let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+    let line = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
     if line.chars().count() > 60 {
         format!("{}…", line.chars().take(60).collect::<String>())
     } else {
@@ -177,6 +218,9 @@ fn dot_id(id: &str) -> String {
 }
 
 fn dot_string(text: &str) -> String {
-    let escaped = text.replace('\\', "\\\\").replace('"', "\\\"").replace("\\\\n", "\\n");
+    let escaped = text
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace("\\\\n", "\\n");
     format!("\"{escaped}\"")
 }

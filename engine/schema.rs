@@ -32,7 +32,9 @@ impl Schema {
         })?;
         let name = file.path.display().to_string();
         Schema::from_value(value, &name).map_err(|message| {
-            Box::new(Diagnostic::error(format!("schema does not compile: {message}")).at(file, 0..0))
+            Box::new(
+                Diagnostic::error(format!("schema does not compile: {message}")).at(file, 0..0),
+            )
         })
     }
 
@@ -54,7 +56,11 @@ impl Schema {
             .iter_errors(instance)
             .map(|error| {
                 let path = error.instance_path.to_string();
-                let at = if path.is_empty() { "/".to_string() } else { path };
+                let at = if path.is_empty() {
+                    "/".to_string()
+                } else {
+                    path
+                };
                 format!("at {at}: {error}")
             })
             .collect();
@@ -107,12 +113,17 @@ impl Schema {
                         format!(" under `{}`", walked.join("."))
                     };
                     let message = if is_scalar(node) {
-                        format!("{} gives a {} here{within}; it has no field `{segment}`", self.short_name(), node.get("type").and_then(Value::as_str).unwrap_or("scalar"))
+                        format!(
+                            "{} gives a {} here{within}; it has no field `{segment}`",
+                            self.short_name(),
+                            node.get("type").and_then(Value::as_str).unwrap_or("scalar")
+                        )
                     } else {
                         format!("{} has no property `{segment}`{within}", self.short_name())
                     };
-                    let help = did_you_mean(segment, names.iter().copied())
-                        .or_else(|| (!names.is_empty()).then(|| format!("properties: {}", names.join(", "))));
+                    let help = did_you_mean(segment, names.iter().copied()).or_else(|| {
+                        (!names.is_empty()).then(|| format!("properties: {}", names.join(", ")))
+                    });
                     return Err((message, help));
                 }
             }
@@ -155,7 +166,11 @@ impl Schema {
 
     fn synthesize_node(&self, node: &Value, depth: usize) -> Value {
         let node = self.resolve(node);
-        if let Some(example) = node.get("examples").and_then(Value::as_array).and_then(|e| e.first()) {
+        if let Some(example) = node
+            .get("examples")
+            .and_then(Value::as_array)
+            .and_then(|e| e.first())
+        {
             return example.clone();
         }
         if let Some(default) = node.get("default") {
@@ -164,14 +179,22 @@ impl Schema {
         if let Some(value) = node.get("const") {
             return value.clone();
         }
-        if let Some(first) = node.get("enum").and_then(Value::as_array).and_then(|e| e.first()) {
+        if let Some(first) = node
+            .get("enum")
+            .and_then(Value::as_array)
+            .and_then(|e| e.first())
+        {
             return first.clone();
         }
         if depth > 16 {
             return Value::Null;
         }
         for key in ["anyOf", "oneOf"] {
-            if let Some(first) = node.get(key).and_then(Value::as_array).and_then(|a| a.first()) {
+            if let Some(first) = node
+                .get(key)
+                .and_then(Value::as_array)
+                .and_then(|a| a.first())
+            {
                 return self.synthesize_node(first, depth + 1);
             }
         }
@@ -206,7 +229,11 @@ impl Schema {
             "array" => {
                 let min = node.get("minItems").and_then(Value::as_u64).unwrap_or(0);
                 let item = node.get("items").cloned().unwrap_or(Value::Null);
-                Value::Array((0..min).map(|_| self.synthesize_node(&item, depth + 1)).collect())
+                Value::Array(
+                    (0..min)
+                        .map(|_| self.synthesize_node(&item, depth + 1))
+                        .collect(),
+                )
             }
             "string" => {
                 let min = node.get("minLength").and_then(Value::as_u64).unwrap_or(0) as usize;

@@ -56,7 +56,9 @@ impl Models {
         Some(alias.to_string())
     }
     pub fn complete(&self, _request: &ModelRequest) -> Result<ModelReply, ModelError> {
-        Err(ModelError { message: "no provider".into() })
+        Err(ModelError {
+            message: "no provider".into(),
+        })
     }
     pub fn config_schema() -> serde_json::Value {
         serde_json::Value::Null

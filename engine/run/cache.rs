@@ -104,7 +104,10 @@ impl Cache {
         if let Some(parent) = self.path.parent() {
             std::fs::create_dir_all(parent)?;
         }
-        let mut file = OpenOptions::new().create(true).append(true).open(&self.path)?;
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)?;
         file.write_all(&line)?;
         let mut guard = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(entries) = guard.as_mut() {

@@ -37,8 +37,13 @@ impl Drop for DirLock {
 /// The result of one attempt.
 #[derive(Debug)]
 pub enum Attempt {
-    Acquired { lock: DirLock, took_over_stale: bool },
-    Busy { age: Option<Duration> },
+    Acquired {
+        lock: DirLock,
+        took_over_stale: bool,
+    },
+    Busy {
+        age: Option<Duration>,
+    },
 }
 
 /// Try once to take the lock; a lock older than `stale_after` is taken over.
@@ -137,14 +142,15 @@ fn run(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
         .and_then(Value::as_str)
         .ok_or_else(|| BuiltinError::new("`path` is required"))?;
     let stale_after = match with.get("stale_after").and_then(Value::as_str) {
-        Some(text) => Some(
-            crate::template::functions::parse_duration(text).map_err(BuiltinError::new)?,
-        ),
+        Some(text) => {
+            Some(crate::template::functions::parse_duration(text).map_err(BuiltinError::new)?)
+        }
         None => None,
     };
     let target = ctx.writes.check(&ctx.resolve(path))?;
-    let attempt = try_acquire(&target, stale_after)
-        .map_err(|e| BuiltinError::new(format!("cannot create lock `{}`: {e}", target.display())))?;
+    let attempt = try_acquire(&target, stale_after).map_err(|e| {
+        BuiltinError::new(format!("cannot create lock `{}`: {e}", target.display()))
+    })?;
     Ok(match attempt {
         Attempt::Acquired {
             lock,
@@ -170,10 +176,16 @@ mod tests {
         let Attempt::Acquired { lock, .. } = try_acquire(&path, None).unwrap() else {
             panic!("first attempt must acquire");
         };
-        assert!(matches!(try_acquire(&path, None).unwrap(), Attempt::Busy { .. }));
+        assert!(matches!(
+            try_acquire(&path, None).unwrap(),
+            Attempt::Busy { .. }
+        ));
         drop(lock);
         assert!(!path.exists());
-        assert!(matches!(try_acquire(&path, None).unwrap(), Attempt::Acquired { .. }));
+        assert!(matches!(
+            try_acquire(&path, None).unwrap(),
+            Attempt::Acquired { .. }
+        ));
     }
 
     #[test]
@@ -183,7 +195,9 @@ mod tests {
         std::fs::create_dir(&path).unwrap();
         std::thread::sleep(Duration::from_millis(30));
         match try_acquire(&path, Some(Duration::from_millis(10))).unwrap() {
-            Attempt::Acquired { took_over_stale, .. } => assert!(took_over_stale),
+            Attempt::Acquired {
+                took_over_stale, ..
+            } => assert!(took_over_stale),
             other => panic!("expected a takeover, got {other:?}"),
         }
     }

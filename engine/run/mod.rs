@@ -98,9 +98,21 @@ pub fn run(
     let files = RunFiles::create(dir.clone())?;
     let reporter = Reporter::new(options, "");
     if !options.quiet {
-        eprintln!("run {run_id} ({}){}", workflow.name, if options.dry_run { " [dry-run]" } else { "" });
+        eprintln!(
+            "run {run_id} ({}){}",
+            workflow.name,
+            if options.dry_run { " [dry-run]" } else { "" }
+        );
     }
-    let mut executor = Executor::new(workflow, runtime, options, inputs, run_id, Some(files), reporter);
+    let mut executor = Executor::new(
+        workflow,
+        runtime,
+        options,
+        inputs,
+        run_id,
+        Some(files),
+        reporter,
+    );
     executor.record.resumed_from = resume.as_ref().map(|r| r.run_id.clone());
     let record = executor.execute(resume.map(|r| r.outputs).unwrap_or_default());
     locks::release_all();
@@ -120,7 +132,15 @@ pub(crate) fn run_nested(
     parent: &str,
 ) -> RunRecord {
     let reporter = Reporter::new(options, &format!("{parent}/"));
-    let mut executor = Executor::new(workflow, runtime, options, inputs, record::new_run_id(), None, reporter);
+    let mut executor = Executor::new(
+        workflow,
+        runtime,
+        options,
+        inputs,
+        record::new_run_id(),
+        None,
+        reporter,
+    );
     executor.execute(HashMap::new())
 }
 
@@ -196,20 +216,35 @@ impl<'w, 'r> Executor<'w, 'r> {
             files: workflow
                 .file_hashes
                 .iter()
-                .map(|(path, sha256)| FileHash { path: path.clone(), sha256: sha256.clone() })
+                .map(|(path, sha256)| FileHash {
+                    path: path.clone(),
+                    sha256: sha256.clone(),
+                })
                 .collect(),
             stages,
             outputs: None,
             usage: UsageTotals::default(),
         };
-        let table = Arc::new(StageTable::new(workflow.stages.iter().map(|s| s.id.clone()).collect()));
-        Executor { workflow, runtime, options, record, files, reporter, table, started: Instant::now() }
+        let table = Arc::new(StageTable::new(
+            workflow.stages.iter().map(|s| s.id.clone()).collect(),
+        ));
+        Executor {
+            workflow,
+            runtime,
+            options,
+            record,
+            files,
+            reporter,
+            table,
+            started: Instant::now(),
+        }
     }
 
     fn save(&mut self, force: bool) {
         if let Some(files) = &mut self.files {
             if let Err(error) = files.save(&self.record, force) {
-                self.reporter.line(&format!("warning: cannot write run.json: {error}"));
+                self.reporter
+                    .line(&format!("warning: cannot write run.json: {error}"));
             }
         }
     }
@@ -251,7 +286,10 @@ impl<'w, 'r> Executor<'w, 'r> {
             inputs: minijinja::Value::from_serialize(&self.record.inputs),
             env: allowed_env(&workflow.file.workflow.env),
             stages: Scope::stages_view(Arc::clone(&self.table)),
-            state: minijinja::Value::from_serialize(stage::load_state(&self.runtime.state_dir, &workflow.name)),
+            state: minijinja::Value::from_serialize(stage::load_state(
+                &self.runtime.state_dir,
+                &workflow.name,
+            )),
             run: minijinja::Value::from_serialize(json!({
                 "id": self.record.run_id,
                 "dir": self.files.as_ref().map(|f| f.dir.display().to_string()),
@@ -278,7 +316,8 @@ impl<'w, 'r> Executor<'w, 'r> {
             None => None,
             Some(lock) if self.options.dry_run => {
                 let path = lock.path.render(&base).unwrap_or_default();
-                self.reporter.line(&format!("  (dry-run) would take lock {path}"));
+                self.reporter
+                    .line(&format!("  (dry-run) would take lock {path}"));
                 None
             }
             Some(lock) => {
@@ -297,7 +336,8 @@ impl<'w, 'r> Executor<'w, 'r> {
                         Ok(locks::Attempt::Busy { .. }) => {
                             if lock.busy == Busy::Wait && !process::Interrupt::global().is_set() {
                                 if started.elapsed().as_secs() % 10 == 0 {
-                                    self.reporter.line(&format!("  waiting for lock {}", path.display()));
+                                    self.reporter
+                                        .line(&format!("  waiting for lock {}", path.display()));
                                 }
                                 std::thread::sleep(std::time::Duration::from_millis(100));
                                 continue;
@@ -306,19 +346,25 @@ impl<'w, 'r> Executor<'w, 'r> {
                                 .message
                                 .as_ref()
                                 .and_then(|m| m.render(&base).ok())
-                                .unwrap_or_else(|| format!("lock {} is held by another run", path.display()));
+                                .unwrap_or_else(|| {
+                                    format!("lock {} is held by another run", path.display())
+                                });
                             if lock.busy == Busy::Fail {
                                 self.record.error = Some(message);
                                 self.finish(RunStatus::Failed);
                             } else {
-                                self.record.exit = Some(ExitInfo { stage: None, message: message.clone() });
+                                self.record.exit = Some(ExitInfo {
+                                    stage: None,
+                                    message: message.clone(),
+                                });
                                 self.reporter.line(&format!("  exit: {message}"));
                                 self.finish(RunStatus::Exited);
                             }
                             return self.record.clone();
                         }
                         Err(error) => {
-                            self.record.error = Some(format!("cannot take lock {}: {error}", path.display()));
+                            self.record.error =
+                                Some(format!("cannot take lock {}: {error}", path.display()));
                             self.finish(RunStatus::Failed);
                             return self.record.clone();
                         }
@@ -351,7 +397,10 @@ impl<'w, 'r> Executor<'w, 'r> {
             for (name, tmpl) in &workflow.outputs {
                 match tmpl.eval(&base) {
                     Ok(value) => {
-                        outputs.insert(name.clone(), serde_json::to_value(&value).unwrap_or(Value::Null));
+                        outputs.insert(
+                            name.clone(),
+                            serde_json::to_value(&value).unwrap_or(Value::Null),
+                        );
                     }
                     Err(error) if status == RunStatus::Exited => {
                         // An early exit leaves later stages without output; say so, don't fail.
@@ -359,7 +408,8 @@ impl<'w, 'r> Executor<'w, 'r> {
                         outputs.insert(name.clone(), Value::Null);
                     }
                     Err(error) => {
-                        self.record.error = Some(format!("output `{name}`: {}", stage::describe(&error)));
+                        self.record.error =
+                            Some(format!("output `{name}`: {}", stage::describe(&error)));
                         self.finish(RunStatus::Failed);
                         return self.record.clone();
                     }
@@ -376,7 +426,12 @@ impl<'w, 'r> Executor<'w, 'r> {
         let workflow = self.workflow;
         let n = workflow.stages.len();
         let mut waiting: Vec<usize> = workflow.stages.iter().map(|s| s.deps.len()).collect();
-        let mut ready: VecDeque<usize> = workflow.order.iter().copied().filter(|&i| waiting[i] == 0).collect();
+        let mut ready: VecDeque<usize> = workflow
+            .order
+            .iter()
+            .copied()
+            .filter(|&i| waiting[i] == 0)
+            .collect();
         let jobs = self.options.jobs.max(1);
         let pool = match rayon::ThreadPoolBuilder::new().num_threads(jobs).build() {
             Ok(pool) => pool,
@@ -390,59 +445,64 @@ impl<'w, 'r> Executor<'w, 'r> {
         let mut finished = 0usize;
         let mut stop: Option<RunStatus> = None;
         let interrupt = process::Interrupt::global();
-        pool.in_place_scope(|scope| {
-            loop {
-                if interrupt.is_set() && stop.is_none() {
-                    stop = Some(RunStatus::Interrupted);
-                }
-                while stop.is_none() && running < jobs {
-                    let Some(index) = ready.pop_front() else { break };
-                    running += 1;
-                    let stage = &workflow.stages[index];
-                    let started_at = record::now_rfc3339();
-                    if let Some(entry) = self.record.stages.get_mut(&stage.id) {
-                        entry.status = StageStatus::Running;
-                        entry.started_at = Some(started_at);
-                    }
-                    let event = json!({ "event": "stage_started", "stage": stage.id });
-                    self.event(event);
-                    let tx = tx.clone();
-                    scope.spawn(move |_| {
-                        let outcome = runner.run(index);
-                        let _ = tx.send((index, outcome));
-                    });
-                }
-                if running == 0 {
+        pool.in_place_scope(|scope| loop {
+            if interrupt.is_set() && stop.is_none() {
+                stop = Some(RunStatus::Interrupted);
+            }
+            while stop.is_none() && running < jobs {
+                let Some(index) = ready.pop_front() else {
                     break;
-                }
-                let Ok((index, outcome)) = rx.recv() else { break };
-                running -= 1;
-                finished += 1;
+                };
+                running += 1;
                 let stage = &workflow.stages[index];
-                let verdict = self.absorb(index, outcome);
-                match verdict {
-                    Verdict::Continue => {
-                        for &next in &workflow.dependents[index] {
-                            waiting[next] -= 1;
-                            if waiting[next] == 0 {
-                                ready.push_back(next);
-                            }
+                let started_at = record::now_rfc3339();
+                if let Some(entry) = self.record.stages.get_mut(&stage.id) {
+                    entry.status = StageStatus::Running;
+                    entry.started_at = Some(started_at);
+                }
+                let event = json!({ "event": "stage_started", "stage": stage.id });
+                self.event(event);
+                let tx = tx.clone();
+                scope.spawn(move |_| {
+                    let outcome = runner.run(index);
+                    let _ = tx.send((index, outcome));
+                });
+            }
+            if running == 0 {
+                break;
+            }
+            let Ok((index, outcome)) = rx.recv() else {
+                break;
+            };
+            running -= 1;
+            finished += 1;
+            let stage = &workflow.stages[index];
+            let verdict = self.absorb(index, outcome);
+            match verdict {
+                Verdict::Continue => {
+                    for &next in &workflow.dependents[index] {
+                        waiting[next] -= 1;
+                        if waiting[next] == 0 {
+                            ready.push_back(next);
                         }
                     }
-                    Verdict::Exit => {
-                        stop.get_or_insert(RunStatus::Exited);
-                    }
-                    Verdict::Fail => {
-                        if self.record.error.is_none() {
-                            let error = self.record.stages[&stage.id].error.clone().unwrap_or_default();
-                            self.record.error = Some(format!("stage `{}` failed: {error}", stage.id));
-                        }
-                        stop.get_or_insert(RunStatus::Failed);
-                    }
                 }
-                if let Some(files) = &mut self.files {
-                    let _ = files.save(&self.record, false);
+                Verdict::Exit => {
+                    stop.get_or_insert(RunStatus::Exited);
                 }
+                Verdict::Fail => {
+                    if self.record.error.is_none() {
+                        let error = self.record.stages[&stage.id]
+                            .error
+                            .clone()
+                            .unwrap_or_default();
+                        self.record.error = Some(format!("stage `{}` failed: {error}", stage.id));
+                    }
+                    stop.get_or_insert(RunStatus::Failed);
+                }
+            }
+            if let Some(files) = &mut self.files {
+                let _ = files.save(&self.record, false);
             }
         });
         let _ = finished;
@@ -457,10 +517,16 @@ impl<'w, 'r> Executor<'w, 'r> {
     fn absorb(&mut self, index: usize, outcome: StageOutcome) -> Verdict {
         let stage = &self.workflow.stages[index];
         let id = stage.id.clone();
-        let output_sha = outcome.output.as_ref().map(|o| crate::schema::sha256_hex(o.to_string().as_bytes()));
-        if let (Some(files), Some(output), Some(fingerprint), Some(sha)) =
-            (&mut self.files, &outcome.output, &outcome.fingerprint, &output_sha)
-        {
+        let output_sha = outcome
+            .output
+            .as_ref()
+            .map(|o| crate::schema::sha256_hex(o.to_string().as_bytes()));
+        if let (Some(files), Some(output), Some(fingerprint), Some(sha)) = (
+            &mut self.files,
+            &outcome.output,
+            &outcome.fingerprint,
+            &output_sha,
+        ) {
             if outcome.status.has_output() && !outcome.assumed {
                 let _ = files.output(&OutputLine {
                     stage: id.clone(),
@@ -482,7 +548,13 @@ impl<'w, 'r> Executor<'w, 'r> {
             (Some(output), true) => minijinja::Value::from_serialize(output),
             _ => minijinja::Value::from(()),
         };
-        self.table.set(index, StageSlot { output: slot_output, status: outcome.status.as_str() });
+        self.table.set(
+            index,
+            StageSlot {
+                output: slot_output,
+                status: outcome.status.as_str(),
+            },
+        );
         let duration_ms = outcome.duration.as_millis() as u64;
         if let Some(entry) = self.record.stages.get_mut(&id) {
             entry.status = outcome.status;
@@ -502,7 +574,10 @@ impl<'w, 'r> Executor<'w, 'r> {
             StageStatus::Skipped => line.push_str(" skipped"),
             StageStatus::Cached => line.push_str(" cached"),
             StageStatus::Failed => {
-                line.push_str(&format!(" failed: {}", outcome.error.as_deref().unwrap_or("")));
+                line.push_str(&format!(
+                    " failed: {}",
+                    outcome.error.as_deref().unwrap_or("")
+                ));
             }
             _ => line.push_str(&format!(" ({})", human_duration(duration_ms))),
         }
@@ -526,12 +601,20 @@ impl<'w, 'r> Executor<'w, 'r> {
 
         // Persistent state.
         if !outcome.set_state.is_empty() && !self.options.dry_run {
-            if let Err(error) = stage::save_state(&self.runtime.state_dir, &self.workflow.name, &outcome.set_state) {
-                self.reporter.line(&format!("warning: cannot save state: {error}"));
+            if let Err(error) = stage::save_state(
+                &self.runtime.state_dir,
+                &self.workflow.name,
+                &outcome.set_state,
+            ) {
+                self.reporter
+                    .line(&format!("warning: cannot save state: {error}"));
             }
         }
         if let Some(message) = &outcome.exit {
-            self.record.exit = Some(ExitInfo { stage: Some(id.clone()), message: message.clone() });
+            self.record.exit = Some(ExitInfo {
+                stage: Some(id.clone()),
+                message: message.clone(),
+            });
             self.reporter.line(&format!("  exit at {id}: {message}"));
             return Verdict::Exit;
         }
@@ -566,10 +649,17 @@ fn allowed_env(names: &[String]) -> minijinja::Value {
 }
 
 /// The write roots of a run, rendered.
-pub(crate) fn write_roots(workflow: &Workflow, scope: &minijinja::Value, cwd: &Path) -> Result<WriteRoots, String> {
+pub(crate) fn write_roots(
+    workflow: &Workflow,
+    scope: &minijinja::Value,
+    cwd: &Path,
+) -> Result<WriteRoots, String> {
     let mut roots = Vec::new();
     for tmpl in &workflow.writes {
-        roots.push(tmpl.render(scope).map_err(|e| format!("`[workflow] writes`: {}", stage::describe(&e)))?);
+        roots.push(
+            tmpl.render(scope)
+                .map_err(|e| format!("`[workflow] writes`: {}", stage::describe(&e)))?,
+        );
     }
     Ok(WriteRoots::new(cwd, &roots))
 }

@@ -282,8 +282,14 @@ pub fn resolve_run_id(state_dir: &Path, id: &str) -> Result<String, String> {
     let matches: Vec<&String> = ids.iter().filter(|r| r.starts_with(id)).collect();
     match matches.as_slice() {
         [one] => Ok((*one).clone()),
-        [] => Err(format!("no run `{id}` in {}", runs_dir(state_dir).display())),
-        many => Err(format!("`{id}` matches {} runs; give more of the id", many.len())),
+        [] => Err(format!(
+            "no run `{id}` in {}",
+            runs_dir(state_dir).display()
+        )),
+        many => Err(format!(
+            "`{id}` matches {} runs; give more of the id",
+            many.len()
+        )),
     }
 }
 

@@ -31,11 +31,17 @@ pub(crate) struct Prepared {
 }
 
 impl Prepared {
-    pub(crate) fn new(workflow: &Workflow, base: &minijinja::Value, cwd: &Path) -> Result<Self, String> {
+    pub(crate) fn new(
+        workflow: &Workflow,
+        base: &minijinja::Value,
+        cwd: &Path,
+    ) -> Result<Self, String> {
         let writes = super::write_roots(workflow, base, cwd)?;
         let mut child_env = Vec::new();
         for (name, tmpl) in &workflow.child_env {
-            let value = tmpl.render(base).map_err(|e| format!("`child_env.{name}`: {}", describe(&e)))?;
+            let value = tmpl
+                .render(base)
+                .map_err(|e| format!("`child_env.{name}`: {}", describe(&e)))?;
             child_env.push((name.clone(), value));
         }
         Ok(Prepared { writes, child_env })
@@ -184,10 +190,16 @@ impl StageRunner<'_> {
     fn run_inner(&self, stage: &Stage, outcome: &mut StageOutcome) -> Result<(), String> {
         let base = self.base_scope.to_value();
         if let Some(condition) = &stage.if_ {
-            let value = condition.eval(&base).map_err(|e| format!("`if`: {}", describe(&e)))?;
+            let value = condition
+                .eval(&base)
+                .map_err(|e| format!("`if`: {}", describe(&e)))?;
             if !value.is_true() {
                 outcome.status = StageStatus::Skipped;
-                outcome.reason = stage.def.if_.as_ref().map(|c| format!("`if` is false: {c}"));
+                outcome.reason = stage
+                    .def
+                    .if_
+                    .as_ref()
+                    .map(|c| format!("`if` is false: {c}"));
                 return Ok(());
             }
         }
@@ -196,7 +208,9 @@ impl StageRunner<'_> {
         let units: Vec<Scope> = match &stage.foreach {
             None => vec![self.base_scope.clone()],
             Some(list) => {
-                let value = list.eval(&base).map_err(|e| format!("`foreach`: {}", describe(&e)))?;
+                let value = list
+                    .eval(&base)
+                    .map_err(|e| format!("`foreach`: {}", describe(&e)))?;
                 if value.is_none() || value.is_undefined() {
                     Vec::new()
                 } else {
@@ -234,7 +248,11 @@ impl StageRunner<'_> {
             None => None,
         };
 
-        let output = if let Some(previous) = self.reuse.get(&stage.id).filter(|p| p.fingerprint == fingerprint) {
+        let output = if let Some(previous) = self
+            .reuse
+            .get(&stage.id)
+            .filter(|p| p.fingerprint == fingerprint)
+        {
             outcome.status = StageStatus::Cached;
             outcome.reused_from = Some("resumed run".into());
             previous.output.clone()
@@ -252,9 +270,16 @@ impl StageRunner<'_> {
                     outcome.notes.push(format!("(dry-run) would run {line}"));
                 }
                 if let Rendered::Prompt(request) = unit {
-                    outcome.notes.push(format!("(dry-run) would ask `{}` ({} bytes of prompt)", request.alias, request.prompt.len()));
+                    outcome.notes.push(format!(
+                        "(dry-run) would ask `{}` ({} bytes of prompt)",
+                        request.alias,
+                        request.prompt.len()
+                    ));
                     if self.options.show_prompts {
-                        outcome.notes.push(format!("---- prompt ----\n{}\n---- end ----", request.prompt));
+                        outcome.notes.push(format!(
+                            "---- prompt ----\n{}\n---- end ----",
+                            request.prompt
+                        ));
                     }
                 }
             }
@@ -264,7 +289,10 @@ impl StageRunner<'_> {
             if self.options.dry_run && self.options.show_prompts {
                 for unit in &rendered {
                     if let Rendered::Prompt(request) = unit {
-                        outcome.notes.push(format!("---- prompt ----\n{}\n---- end ----", request.prompt));
+                        outcome.notes.push(format!(
+                            "---- prompt ----\n{}\n---- end ----",
+                            request.prompt
+                        ));
                     }
                 }
             }
@@ -272,7 +300,9 @@ impl StageRunner<'_> {
             if let Some(id) = &cache_id {
                 if !self.options.dry_run {
                     if let Err(error) = self.cache.put(id, &output) {
-                        outcome.notes.push(format!("warning: cannot store cache entry: {error}"));
+                        outcome
+                            .notes
+                            .push(format!("warning: cannot store cache entry: {error}"));
                     }
                 }
             }
@@ -282,17 +312,28 @@ impl StageRunner<'_> {
         // `output.path`: the artifact also written where the workflow asked.
         if let Some(path) = &stage.output_path {
             let per_unit: Vec<(&Scope, Value)> = if stage.foreach.is_some() {
-                units.iter().zip(output.as_array().cloned().unwrap_or_default()).collect()
+                units
+                    .iter()
+                    .zip(output.as_array().cloned().unwrap_or_default())
+                    .collect()
             } else {
                 units.iter().map(|u| (u, output.clone())).collect()
             };
             for (unit, value) in per_unit {
-                let target = path.render(&unit.to_value()).map_err(|e| format!("`output.path`: {}", describe(&e)))?;
+                let target = path
+                    .render(&unit.to_value())
+                    .map_err(|e| format!("`output.path`: {}", describe(&e)))?;
                 let target = self.runtime.cwd.join(target);
-                let target = self.prepared.writes.check(&target).map_err(|e| e.to_string())?;
+                let target = self
+                    .prepared
+                    .writes
+                    .check(&target)
+                    .map_err(|e| e.to_string())?;
                 let bytes = artifact_bytes(&value, stage.format);
                 if self.options.dry_run {
-                    outcome.notes.push(format!("(dry-run) would write {}", target.display()));
+                    outcome
+                        .notes
+                        .push(format!("(dry-run) would write {}", target.display()));
                 } else {
                     crate::builtins::paths::write_atomic(&target, &bytes)
                         .map_err(|e| format!("cannot write {}: {e}", target.display()))?;
@@ -300,27 +341,47 @@ impl StageRunner<'_> {
             }
         }
 
-        let with_output = self.base_scope.with_output(minijinja::Value::from_serialize(&output)).to_value();
+        let with_output = self
+            .base_scope
+            .with_output(minijinja::Value::from_serialize(&output))
+            .to_value();
         for (that, message) in &stage.asserts {
-            let held = that.eval(&with_output).map_err(|e| format!("`assert`: {}", describe(&e)))?;
+            let held = that
+                .eval(&with_output)
+                .map_err(|e| format!("`assert`: {}", describe(&e)))?;
             if !held.is_true() {
                 let text = match message {
-                    Some(message) => message.render(&with_output).map_err(|e| format!("assert message: {}", describe(&e)))?,
+                    Some(message) => message
+                        .render(&with_output)
+                        .map_err(|e| format!("assert message: {}", describe(&e)))?,
                     None => format!("assertion failed: {}", assert_source(stage, that)),
                 };
                 return Err(text);
             }
         }
         for (name, tmpl) in &stage.set_state {
-            let value = tmpl.eval(&with_output).map_err(|e| format!("`set_state.{name}`: {}", describe(&e)))?;
-            outcome.set_state.push((name.clone(), serde_json::to_value(&value).unwrap_or(Value::Null)));
+            let value = tmpl
+                .eval(&with_output)
+                .map_err(|e| format!("`set_state.{name}`: {}", describe(&e)))?;
+            outcome.set_state.push((
+                name.clone(),
+                serde_json::to_value(&value).unwrap_or(Value::Null),
+            ));
         }
         if let Some(exit_if) = &stage.exit_if {
-            let exits = exit_if.eval(&with_output).map_err(|e| format!("`exit_if`: {}", describe(&e)))?;
+            let exits = exit_if
+                .eval(&with_output)
+                .map_err(|e| format!("`exit_if`: {}", describe(&e)))?;
             if exits.is_true() {
                 let message = match &stage.exit_message {
-                    Some(message) => message.render(&with_output).map_err(|e| format!("`exit_message`: {}", describe(&e)))?,
-                    None => format!("stage `{}`: `{}` is true", stage.id, stage.def.exit_if.as_deref().unwrap_or("")),
+                    Some(message) => message
+                        .render(&with_output)
+                        .map_err(|e| format!("`exit_message`: {}", describe(&e)))?,
+                    None => format!(
+                        "stage `{}`: `{}` is true",
+                        stage.id,
+                        stage.def.exit_if.as_deref().unwrap_or("")
+                    ),
                 };
                 outcome.exit = Some(message.trim().to_string());
             }
@@ -345,9 +406,11 @@ impl StageRunner<'_> {
         }
         let one = match (&stage.schema, &stage.action) {
             (Some(schema), _) => schema.synthesize(),
-            (None, Action::Uses { builtin, .. }) => crate::schema::Schema::from_value((builtin.output_schema)(), builtin.name)
-                .map(|s| s.synthesize())
-                .unwrap_or(Value::Null),
+            (None, Action::Uses { builtin, .. }) => {
+                crate::schema::Schema::from_value((builtin.output_schema)(), builtin.name)
+                    .map(|s| s.synthesize())
+                    .unwrap_or(Value::Null)
+            }
             _ => match stage.format {
                 OutputFormat::Text => Value::String(String::new()),
                 OutputFormat::Json => json!({}),
@@ -362,11 +425,20 @@ impl StageRunner<'_> {
     }
 
     fn render(&self, stage: &Stage, scope: &minijinja::Value) -> Result<Rendered, String> {
-        let render = |tmpl: &Tmpl, what: &str| tmpl.render(scope).map_err(|e| format!("{what}: {}", describe(&e)));
+        let render = |tmpl: &Tmpl, what: &str| {
+            tmpl.render(scope)
+                .map_err(|e| format!("{what}: {}", describe(&e)))
+        };
         Ok(match &stage.action {
             Action::None => Rendered::None,
-            Action::Command(process) | Action::Shell(process) => Rendered::Process(self.render_process(stage, process, scope)?),
-            Action::Prompt { prompt, system, model } => Rendered::Prompt(ModelRequest {
+            Action::Command(process) | Action::Shell(process) => {
+                Rendered::Process(self.render_process(stage, process, scope)?)
+            }
+            Action::Prompt {
+                prompt,
+                system,
+                model,
+            } => Rendered::Prompt(ModelRequest {
                 alias: model.clone(),
                 system: match system {
                     Some(system) => Some(render(system, "`system`")?),
@@ -390,24 +462,53 @@ impl StageRunner<'_> {
         })
     }
 
-    fn render_process(&self, _stage: &Stage, process: &ProcessAction, scope: &minijinja::Value) -> Result<ProcessSpec, String> {
+    fn render_process(
+        &self,
+        _stage: &Stage,
+        process: &ProcessAction,
+        scope: &minijinja::Value,
+    ) -> Result<ProcessSpec, String> {
         let mut argv = Vec::with_capacity(process.argv.len());
         for (i, arg) in process.argv.iter().enumerate() {
-            argv.push(arg.render(scope).map_err(|e| format!("argument {}: {}", i + 1, describe(&e)))?);
+            argv.push(
+                arg.render(scope)
+                    .map_err(|e| format!("argument {}: {}", i + 1, describe(&e)))?,
+            );
         }
         let stdin = match &process.stdin {
-            Some(stdin) => Some(stdin.render(scope).map_err(|e| format!("`stdin`: {}", describe(&e)))?.into_bytes()),
+            Some(stdin) => Some(
+                stdin
+                    .render(scope)
+                    .map_err(|e| format!("`stdin`: {}", describe(&e)))?
+                    .into_bytes(),
+            ),
             None => None,
         };
         let cwd = match &process.cwd {
-            Some(cwd) => Some(self.runtime.cwd.join(cwd.render(scope).map_err(|e| format!("`cwd`: {}", describe(&e)))?)),
+            Some(cwd) => Some(
+                self.runtime.cwd.join(
+                    cwd.render(scope)
+                        .map_err(|e| format!("`cwd`: {}", describe(&e)))?,
+                ),
+            ),
             None => Some(self.runtime.cwd.clone()),
         };
         let mut env = self.prepared.child_env.clone();
         for (name, value) in &process.env {
-            env.push((name.clone(), value.render(scope).map_err(|e| format!("`env.{name}`: {}", describe(&e)))?));
+            env.push((
+                name.clone(),
+                value
+                    .render(scope)
+                    .map_err(|e| format!("`env.{name}`: {}", describe(&e)))?,
+            ));
         }
-        Ok(ProcessSpec { argv, stdin, cwd, env, timeout: None })
+        Ok(ProcessSpec {
+            argv,
+            stdin,
+            cwd,
+            env,
+            timeout: None,
+        })
     }
 
     fn fingerprint(&self, stage: &Stage, rendered: &[Rendered]) -> String {
@@ -450,9 +551,16 @@ impl StageRunner<'_> {
     }
 
     /// Run every unit (in parallel for `foreach`), each with its retries.
-    fn execute(&self, stage: &Stage, rendered: &[Rendered], units: &[Scope], outcome: &mut StageOutcome) -> Result<Value, String> {
+    fn execute(
+        &self,
+        stage: &Stage,
+        rendered: &[Rendered],
+        units: &[Scope],
+        outcome: &mut StageOutcome,
+    ) -> Result<Value, String> {
         if stage.foreach.is_none() {
-            let (result, attempts, calls) = self.execute_with_retries(stage, &rendered[0], &units[0]);
+            let (result, attempts, calls) =
+                self.execute_with_retries(stage, &rendered[0], &units[0]);
             outcome.attempts = attempts;
             outcome.model_calls.extend(calls);
             return result;
@@ -500,7 +608,12 @@ impl StageRunner<'_> {
         Ok(Value::Array(outputs))
     }
 
-    fn execute_with_retries(&self, stage: &Stage, rendered: &Rendered, unit: &Scope) -> (Result<Value, String>, u32, Vec<ModelCall>) {
+    fn execute_with_retries(
+        &self,
+        stage: &Stage,
+        rendered: &Rendered,
+        unit: &Scope,
+    ) -> (Result<Value, String>, u32, Vec<ModelCall>) {
         let mut calls = Vec::new();
         let mut attempt = 0;
         loop {
@@ -508,8 +621,14 @@ impl StageRunner<'_> {
             let result = self.execute_once(stage, rendered, unit, &mut calls);
             match result {
                 Err(error) if attempt <= stage.retries && !Interrupt::global().is_set() => {
-                    let wait = stage.retry_backoff.saturating_mul(1 << (attempt - 1).min(16));
-                    self.reporter.line(&format!("  ↻ {} attempt {attempt} failed: {error}; retrying in {:.1}s", stage.id, wait.as_secs_f64()));
+                    let wait = stage
+                        .retry_backoff
+                        .saturating_mul(1 << (attempt - 1).min(16));
+                    self.reporter.line(&format!(
+                        "  ↻ {} attempt {attempt} failed: {error}; retrying in {:.1}s",
+                        stage.id,
+                        wait.as_secs_f64()
+                    ));
                     sleep_interruptibly(wait);
                 }
                 result => return (result, attempt, calls),
@@ -517,7 +636,13 @@ impl StageRunner<'_> {
         }
     }
 
-    fn execute_once(&self, stage: &Stage, rendered: &Rendered, unit: &Scope, calls: &mut Vec<ModelCall>) -> Result<Value, String> {
+    fn execute_once(
+        &self,
+        stage: &Stage,
+        rendered: &Rendered,
+        unit: &Scope,
+        calls: &mut Vec<ModelCall>,
+    ) -> Result<Value, String> {
         match rendered {
             Rendered::None => Ok(Value::Null),
             Rendered::Process(spec) => {
@@ -530,26 +655,41 @@ impl StageRunner<'_> {
                 let output = process::run(&spec).map_err(|e| e.to_string())?;
                 if !ok_codes.contains(&output.code) {
                     let tail = output.stderr_tail();
-                    let detail = if tail.is_empty() { String::new() } else { format!(": {tail}") };
-                    return Err(format!("`{}` exited with code {}{detail}", spec.argv[0], output.code));
+                    let detail = if tail.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {tail}")
+                    };
+                    return Err(format!(
+                        "`{}` exited with code {}{detail}",
+                        spec.argv[0], output.code
+                    ));
                 }
                 let text = String::from_utf8_lossy(&output.stdout).to_string();
-                self.parse_and_validate(stage, &text, false).map_err(|e| e.join("; "))
+                self.parse_and_validate(stage, &text, false)
+                    .map_err(|e| e.join("; "))
             }
-            Rendered::Template(text) => self.parse_and_validate(stage, text, false).map_err(|e| e.join("; ")),
+            Rendered::Template(text) => self
+                .parse_and_validate(stage, text, false)
+                .map_err(|e| e.join("; ")),
             Rendered::Prompt(request) => self.prompt(stage, request, calls),
             Rendered::Builtin(args) => {
                 let Action::Uses { builtin, .. } = &stage.action else {
                     return Err("internal: a built-in stage without a built-in".into());
                 };
-                let ctx = BuiltinCtx { cwd: &self.runtime.cwd, writes: &self.prepared.writes };
+                let ctx = BuiltinCtx {
+                    cwd: &self.runtime.cwd,
+                    writes: &self.prepared.writes,
+                };
                 let value = (builtin.run)(args, &ctx).map_err(|e| e.to_string())?;
                 let value = match (stage.format, value) {
                     (OutputFormat::Text, Value::String(s)) => Value::String(s),
                     (_, value) => value,
                 };
                 if let Some(schema) = &stage.schema {
-                    schema.validate(&value).map_err(|errors| schema_failure(schema, &errors))?;
+                    schema
+                        .validate(&value)
+                        .map_err(|errors| schema_failure(schema, &errors))?;
                 }
                 Ok(value)
             }
@@ -557,11 +697,15 @@ impl StageRunner<'_> {
                 let Action::Workflow { workflow, .. } = &stage.action else {
                     return Err("internal: a workflow stage without a workflow".into());
                 };
-                let inputs = crate::engine::resolve_inputs(workflow, inputs.clone(), &Map::new()).map_err(|e| e.to_string())?;
+                let inputs = crate::engine::resolve_inputs(workflow, inputs.clone(), &Map::new())
+                    .map_err(|e| e.to_string())?;
                 let _ = unit;
-                let record = super::run_nested(workflow, self.runtime, self.options, inputs, &stage.id);
+                let record =
+                    super::run_nested(workflow, self.runtime, self.options, inputs, &stage.id);
                 match record.status {
-                    RunStatus::Completed | RunStatus::Exited => Ok(record.outputs.unwrap_or(Value::Object(Map::new()))),
+                    RunStatus::Completed | RunStatus::Exited => {
+                        Ok(record.outputs.unwrap_or(Value::Object(Map::new())))
+                    }
                     _ => Err(format!(
                         "sub-workflow `{}` {}: {}",
                         workflow.name,
@@ -574,14 +718,23 @@ impl StageRunner<'_> {
     }
 
     /// Ask the model; re-ask with the problems when the reply does not validate.
-    fn prompt(&self, stage: &Stage, request: &ModelRequest, calls: &mut Vec<ModelCall>) -> Result<Value, String> {
+    fn prompt(
+        &self,
+        stage: &Stage,
+        request: &ModelRequest,
+        calls: &mut Vec<ModelCall>,
+    ) -> Result<Value, String> {
         let mut request = request.clone();
         let original = request.prompt.clone();
         for attempt in 0..=stage.repair {
             if Interrupt::global().is_set() {
                 return Err("interrupted".into());
             }
-            let reply = self.runtime.models.complete(&request).map_err(|e| format!("model `{}`: {e}", request.alias))?;
+            let reply = self
+                .runtime
+                .models
+                .complete(&request)
+                .map_err(|e| format!("model `{}`: {e}", request.alias))?;
             calls.push(ModelCall {
                 model: request.alias.clone(),
                 attempt: attempt + 1,
@@ -597,7 +750,10 @@ impl StageRunner<'_> {
                         call.rejected = Some(summary.clone());
                     }
                     if attempt == stage.repair {
-                        return Err(format!("the model's reply was rejected after {} attempt(s): {summary}", attempt + 1));
+                        return Err(format!(
+                            "the model's reply was rejected after {} attempt(s): {summary}",
+                            attempt + 1
+                        ));
                     }
                     request.prompt = format!(
                         "{original}\n\nYour previous reply could not be used:\n{}\n\nReply again with only the corrected JSON document.",
@@ -610,21 +766,38 @@ impl StageRunner<'_> {
     }
 
     /// Read an action's text per the stage's output format, and validate it.
-    fn parse_and_validate(&self, stage: &Stage, text: &str, from_model: bool) -> Result<Value, Vec<String>> {
+    fn parse_and_validate(
+        &self,
+        stage: &Stage,
+        text: &str,
+        from_model: bool,
+    ) -> Result<Value, Vec<String>> {
         let value = match stage.format {
             OutputFormat::Text => Value::String(text.to_string()),
             OutputFormat::Lines => Value::Array(
-                text.lines().filter(|l| !l.trim().is_empty()).map(|l| Value::String(l.to_string())).collect(),
+                text.lines()
+                    .filter(|l| !l.trim().is_empty())
+                    .map(|l| Value::String(l.to_string()))
+                    .collect(),
             ),
             OutputFormat::Json => {
-                let candidate = if from_model { extract_json(text).unwrap_or(text) } else { text };
+                let candidate = if from_model {
+                    extract_json(text).unwrap_or(text)
+                } else {
+                    text
+                };
                 serde_json::from_str::<Value>(candidate.trim()).map_err(|e| {
-                    vec![format!("the output is not valid JSON ({e}); it begins {:?}", text.chars().take(80).collect::<String>())]
+                    vec![format!(
+                        "the output is not valid JSON ({e}); it begins {:?}",
+                        text.chars().take(80).collect::<String>()
+                    )]
                 })?
             }
         };
         if let Some(schema) = &stage.schema {
-            schema.validate(&value).map_err(|errors| vec![schema_failure(schema, &errors)])?;
+            schema
+                .validate(&value)
+                .map_err(|errors| vec![schema_failure(schema, &errors)])?;
         }
         Ok(value)
     }
@@ -636,8 +809,17 @@ fn schema_failure(schema: &crate::schema::Schema, errors: &[String]) -> String {
 }
 
 fn assert_source(stage: &Stage, that: &Tmpl) -> String {
-    let position = stage.asserts.iter().position(|(t, _)| std::ptr::eq(t, that)).unwrap_or(0);
-    stage.def.assert.get(position).map(|a| a.that.clone()).unwrap_or_default()
+    let position = stage
+        .asserts
+        .iter()
+        .position(|(t, _)| std::ptr::eq(t, that))
+        .unwrap_or(0);
+    stage
+        .def
+        .assert
+        .get(position)
+        .map(|a| a.that.clone())
+        .unwrap_or_default()
 }
 
 fn sleep_interruptibly(total: Duration) {
@@ -658,11 +840,19 @@ fn eval_with(tree: &WithTree, scope: &minijinja::Value) -> Result<Value, String>
             }
             serde_json::to_value(&value).map_err(|e| e.to_string())?
         }
-        WithTree::Array(items) => Value::Array(items.iter().map(|i| eval_with(i, scope)).collect::<Result<_, _>>()?),
+        WithTree::Array(items) => Value::Array(
+            items
+                .iter()
+                .map(|i| eval_with(i, scope))
+                .collect::<Result<_, _>>()?,
+        ),
         WithTree::Object(entries) => {
             let mut map = Map::new();
             for (key, value) in entries {
-                map.insert(key.clone(), eval_with(value, scope).map_err(|e| format!("`with.{key}`: {e}"))?);
+                map.insert(
+                    key.clone(),
+                    eval_with(value, scope).map_err(|e| format!("`with.{key}`: {e}"))?,
+                );
             }
             Value::Object(map)
         }
@@ -691,7 +881,10 @@ fn artifact_bytes(value: &Value, format: OutputFormat) -> Vec<u8> {
 
 /// A template error as one line: what went wrong and where.
 pub(crate) fn describe(error: &minijinja::Error) -> String {
-    let mut text = error.detail().map(str::to_string).unwrap_or_else(|| error.kind().to_string());
+    let mut text = error
+        .detail()
+        .map(str::to_string)
+        .unwrap_or_else(|| error.kind().to_string());
     if let (Some(name), Some(line)) = (error.name(), error.line()) {
         let name = name.strip_prefix("value:").unwrap_or(name);
         text.push_str(&format!(" (in {name}, line {line})"));
@@ -714,7 +907,11 @@ pub(crate) fn load_state(state_dir: &Path, workflow: &str) -> Value {
         .unwrap_or_else(|| Value::Object(Map::new()))
 }
 
-pub(crate) fn save_state(state_dir: &Path, workflow: &str, values: &[(String, Value)]) -> std::io::Result<()> {
+pub(crate) fn save_state(
+    state_dir: &Path,
+    workflow: &str,
+    values: &[(String, Value)],
+) -> std::io::Result<()> {
     let mut state = load_state(state_dir, workflow);
     if let Value::Object(map) = &mut state {
         for (key, value) in values {

@@ -54,7 +54,9 @@ impl Tmpl {
     }
 
     pub fn expression(env: &'static Environment<'static>, source: &str) -> Result<Tmpl, Error> {
-        Ok(Tmpl::Native(env.compile_expression_owned(source.to_string())?))
+        Ok(Tmpl::Native(
+            env.compile_expression_owned(source.to_string())?,
+        ))
     }
 
     /// Evaluate: a string for text templates, the value for native ones.
@@ -242,7 +244,23 @@ impl Object for Scope {
 
 /// The names every template may read at the top level.
 pub fn known_roots() -> BTreeSet<&'static str> {
-    ["inputs", "env", "stages", "state", "run", "item", "index", "output"]
-        .into_iter()
-        .collect()
+    [
+        "inputs", "env", "stages", "state", "run", "item", "index", "output",
+    ]
+    .into_iter()
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expression_references_are_nested_paths() {
+        let env: &'static Environment<'static> =
+            Box::leak(Box::new(crate::template::environment()));
+        let tmpl = Tmpl::expression(env, "stages.items.output").unwrap();
+        let refs = tmpl.references();
+        assert!(refs.contains("stages.items.output"), "{refs:?}");
+    }
 }
