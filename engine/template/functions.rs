@@ -50,7 +50,7 @@ fn invalid(message: impl Into<String>) -> Error {
 // time
 
 /// The current time in UTC, or the time `STAGEGRAPH_NOW` pins.
-pub fn now() -> Result<DateTime<Utc>, String> {
+pub(crate) fn now() -> Result<DateTime<Utc>, String> {
     let pinned = std::env::var(NOW_ENV).ok();
     now_from(pinned.as_deref(), Utc::now())
 }
@@ -65,7 +65,7 @@ fn now_from(pinned: Option<&str>, clock: DateTime<Utc>) -> Result<DateTime<Utc>,
 }
 
 /// A time as RFC 3339 in UTC with seconds precision: `2026-11-30T01:15:00Z`.
-pub fn format_rfc3339(time: DateTime<Utc>) -> String {
+pub(crate) fn format_rfc3339(time: DateTime<Utc>) -> String {
     time.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
@@ -74,7 +74,7 @@ fn now_fn() -> Result<String, Error> {
 }
 
 /// Seconds since the epoch of an RFC 3339 time or a `YYYY-MM-DD` date (midnight UTC).
-pub fn parse_timestamp(text: &str) -> Result<i64, String> {
+pub(crate) fn parse_timestamp(text: &str) -> Result<i64, String> {
     if let Ok(time) = DateTime::parse_from_rfc3339(text) {
         return Ok(time.timestamp());
     }
@@ -185,7 +185,7 @@ fn sha256_filter(value: Value) -> Result<String, Error> {
 }
 
 /// Lowercase hex SHA-256 of `bytes`.
-pub fn hex_sha256(bytes: &[u8]) -> String {
+pub(crate) fn hex_sha256(bytes: &[u8]) -> String {
     let digest = Sha256::digest(bytes);
     let mut out = String::with_capacity(64);
     for byte in digest {
