@@ -34,7 +34,11 @@ impl Anthropic<'_> {
         if let Some(temperature) = request.temperature {
             body["temperature"] = json!(temperature);
         }
-        let url = format!("{}/v1/messages", self.base_url);
+        // `base_url` names the host; one written with the version path works the same.
+        let url = match self.base_url.strip_suffix("/v1") {
+            Some(host) => format!("{host}/v1/messages"),
+            None => format!("{}/v1/messages", self.base_url),
+        };
         let post = JsonPost {
             alias: &request.alias,
             url: url.clone(),
