@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::error::ModelError;
-use super::http::{missing, JsonPost};
+use super::http::{count, missing, JsonPost};
 use super::{Call, ModelRequest, Usage};
 
 const API_VERSION: &str = "2023-06-01";
@@ -68,8 +68,4 @@ impl Anthropic<'_> {
         });
         Ok((text, usage))
     }
-}
-
-pub(crate) fn count(usage: &serde_json::Value, field: &str) -> u64 {
-    usage.get(field).and_then(|n| n.as_u64()).unwrap_or(0)
 }

@@ -245,10 +245,15 @@ fn check_alias(
     definition: Spanned<DeValue<'_>>,
 ) -> Result<Alias, AliasProblem> {
     let DeValue::Table(table) = definition.get_ref() else {
-        return Err((
-            Some(definition.span()),
-            format!("must be a table, not a {}", definition.get_ref().type_str()),
-        ));
+        return Err((Some(definition.span()), {
+            let kind = definition.get_ref().type_str();
+            let article = if kind.starts_with(['a', 'i']) {
+                "an"
+            } else {
+                "a"
+            };
+            format!("must be a table, not {article} {kind}")
+        }));
     };
     let spans: Vec<(String, Range<usize>, Range<usize>)> = table
         .iter()

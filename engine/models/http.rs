@@ -217,3 +217,8 @@ pub(crate) fn missing(alias: &str, url: &str, what: &str) -> ModelError {
         message: format!("the response has no {what}"),
     }
 }
+
+/// A token count from a response's `usage` object; a provider that leaves one out reports 0.
+pub(crate) fn count(usage: &serde_json::Value, field: &str) -> u64 {
+    usage.get(field).and_then(|n| n.as_u64()).unwrap_or(0)
+}

@@ -719,6 +719,11 @@ fn keys_must_fit_the_provider() {
         message.contains("c.toml:4:1: model `a`: `command` does not apply to provider `anthropic`"),
         "{message}"
     );
+    let message = check("[models]\na = 1\n");
+    assert!(
+        message.contains("c.toml:2:5: model `a`: must be a table, not an integer"),
+        "{message}"
+    );
     let message = check("[models.a]\nprovider = \"anthropic\"\n");
     assert!(
         message.contains("c.toml:1:9: model `a`: provider `anthropic` needs `model`"),
