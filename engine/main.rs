@@ -524,7 +524,10 @@ impl App {
         let missing = undefined_models(workflow, &models, Severity::Error);
         if !missing.is_empty() && exec.replay.is_none() {
             self.print_diagnostics(&missing);
-            return Err(invalid(format!("workflow `{}` needs model aliases that no configuration defines", workflow.name)));
+            return Err(invalid(format!(
+                "workflow `{}` needs model aliases that no configuration defines",
+                workflow.name
+            )));
         }
         let options = RunOptions {
             jobs: exec
@@ -851,22 +854,35 @@ fn toml_value(value: &Value) -> String {
 }
 
 /// Prompt stages whose model alias no configuration defines (sub-workflows included).
-fn undefined_models(workflow: &stagegraph::check::Workflow, models: &Models, severity: Severity) -> Vec<Diagnostic> {
+fn undefined_models(
+    workflow: &stagegraph::check::Workflow,
+    models: &Models,
+    severity: Severity,
+) -> Vec<Diagnostic> {
     let mut out = Vec::new();
     for stage in &workflow.stages {
         match &stage.action {
             stagegraph::check::Action::Prompt { model, .. } if !models.defines(model) => {
                 let location = workflow.raw.locate(&format!("/stages/{}/model", stage.id));
-                let known: Vec<String> = models.aliases().into_iter().map(|(alias, _)| alias).collect();
+                let known: Vec<String> = models
+                    .aliases()
+                    .into_iter()
+                    .map(|(alias, _)| alias)
+                    .collect();
                 let help = stagegraph::diag::did_you_mean(model, known.iter().map(String::as_str))
                     .unwrap_or_else(|| format!("define it in stagegraph.toml: [models.{model}] provider = \"command\" command = [...]"));
-                let mut diagnostic = Diagnostic::error(format!("stage `{}` uses model `{model}`, which no configuration defines", stage.id))
-                    .at_opt(location)
-                    .with_help(help);
+                let mut diagnostic = Diagnostic::error(format!(
+                    "stage `{}` uses model `{model}`, which no configuration defines",
+                    stage.id
+                ))
+                .at_opt(location)
+                .with_help(help);
                 diagnostic.severity = severity;
                 out.push(diagnostic);
             }
-            stagegraph::check::Action::Workflow { workflow: sub, .. } => out.extend(undefined_models(sub, models, severity)),
+            stagegraph::check::Action::Workflow { workflow: sub, .. } => {
+                out.extend(undefined_models(sub, models, severity))
+            }
             _ => {}
         }
     }
