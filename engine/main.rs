@@ -24,7 +24,7 @@ use stagegraph::Engine;
     long_about = "stagegraph runs workflows described as TOML stage graphs.\n\n\
         Workflows are found by name along the search path: --library folders, STAGEGRAPH_PATH, \
         .stagegraph/ in the current directory, ~/.config/stagegraph/, then the built-in library \
-        (context-update, refresh, compound). A path ending in .toml names a file directly.\n\n\
+        (embedded in the binary). A path ending in .toml names a file directly.\n\n\
         Exit codes: 0 success (completed, or ended early by exit_if), 1 the run failed, \
         2 the workflow, its inputs or the command line are invalid, 130 interrupted."
 )]
