@@ -1068,9 +1068,14 @@ fn prune(
         });
     }
     catalog.areas.retain(|area| !area.entries.is_empty());
+    debug_assert_eq!(
+        render(catalog, format).len(),
+        bytes,
+        "pruning size accounting"
+    );
     if !fits(bytes, lines) {
         warnings.push(format!(
-            "size budget not met: {lines} lines, {bytes} bytes (max {max_lines} lines, {max_bytes} bytes); only entries marked TODO, related to or duplicated remain to drop"
+            "size budget not met: {lines} lines, {bytes} bytes (max {max_lines} lines, {max_bytes} bytes); every entry left is marked TODO, related to, duplicated or just merged"
         ));
     }
     pruned
@@ -1117,7 +1122,7 @@ fn merge(args: &MergeArgs) -> Result<MergeOutcome, BuiltinError> {
         .filter_map(|raw| candidate(raw, &format, &mut warnings))
         .collect();
     // An entry without an area can only update an existing concept; it waits until the others
-    // are in, so an alias they bring is found now rather than on the next merge.
+    // are in, so a concept they add is found now rather than on the next merge.
     let (with_area, without_area): (Vec<&Candidate>, Vec<&Candidate>) =
         candidates.iter().partition(|candidate| {
             !candidate.area.is_empty() || catalog.find("", &candidate.concept).is_some()
