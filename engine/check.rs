@@ -155,7 +155,17 @@ pub fn check(
     cwd: &Path,
 ) -> Result<Workflow, Vec<Diagnostic>> {
     let mut visiting = Vec::new();
-    check_inner(raw, search, cwd, &mut visiting)
+    check_inner(raw, search, cwd, &mut visiting).map_err(in_file_order)
+}
+
+/// Problems are found phase by phase; a reader wants them in the order of the file.
+fn in_file_order(mut diags: Vec<Diagnostic>) -> Vec<Diagnostic> {
+    diags.sort_by_key(|d| {
+        d.location
+            .as_ref()
+            .map(|l| (l.source.path.clone(), l.span.start))
+    });
+    diags
 }
 
 fn check_inner(
