@@ -612,7 +612,7 @@ impl App {
     fn resume(&self, run_id: &str, exec: ExecArgs) -> Result<i32, Failure> {
         let id = record::resolve_run_id(&self.state_dir, run_id).map_err(invalid)?;
         let previous = record::read_record(&self.state_dir, &id).map_err(invalid)?;
-        let workflow = self.load(&previous.workflow)?;
+        let workflow = self.load(&self.resume_reference(&previous))?;
         let outputs = record::read_outputs(&self.state_dir, &id);
         let always_zero = workflow.file.workflow.always_exit_zero;
         let code = self.execute(
@@ -629,6 +629,25 @@ impl App {
         } else {
             code
         })
+    }
+
+    /// How to find a recorded run's workflow again: by name when the search path still leads to
+    /// the file the run used, else by that file's path (a run of `stagegraph run flow.toml`).
+    fn resume_reference(&self, previous: &record::RunRecord) -> String {
+        let Some(top) = previous.files.first().map(|f| f.path.as_str()) else {
+            return previous.workflow.clone();
+        };
+        let by_name = self
+            .engine
+            .search
+            .find_workflow(&previous.workflow, &self.engine.cwd);
+        match by_name {
+            Some(found) if found.source.path.display().to_string() == top => {
+                previous.workflow.clone()
+            }
+            _ if top.ends_with(".toml") && Path::new(top).is_file() => top.to_string(),
+            _ => previous.workflow.clone(),
+        }
     }
 
     fn runs(&self, action: Option<RunsAction>) -> Result<i32, Failure> {

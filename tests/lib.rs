@@ -1,1 +1,5 @@
+mod support;
 
+mod check;
+mod plan;
+mod run;
