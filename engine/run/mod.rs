@@ -23,11 +23,13 @@ use crate::template::{Scope, StageSlot, StageTable};
 pub mod cache;
 pub mod locks;
 pub mod process;
+mod progress;
 pub mod record;
 mod stage;
 
 pub use record::{ExitInfo, RunRecord, RunStatus, StageRecord, StageStatus};
 
+use progress::Reporter;
 use record::{FileHash, OutputLine, RunFiles, UsageTotals};
 use stage::{StageOutcome, StageRunner};
 
@@ -96,7 +98,7 @@ pub fn run(
     let run_id = record::new_run_id();
     let dir = record::runs_dir(&runtime.state_dir).join(&run_id);
     let files = RunFiles::create(dir.clone())?;
-    let reporter = Reporter::new(options, "");
+    let reporter = Reporter::new(options, workflow.stages.len());
     if !options.quiet {
         eprintln!(
             "run {run_id} ({}){}",
@@ -115,6 +117,7 @@ pub fn run(
     );
     executor.record.resumed_from = resume.as_ref().map(|r| r.run_id.clone());
     let record = executor.execute(resume.map(|r| r.outputs).unwrap_or_default());
+    executor.reporter.done();
     locks::release_all();
     if options.keep_runs > 0 && !options.dry_run {
         record::prune(&runtime.state_dir, options.keep_runs);
@@ -130,8 +133,9 @@ pub(crate) fn run_nested(
     options: &RunOptions,
     inputs: Map<String, Value>,
     parent: &str,
+    reporter: &Reporter,
 ) -> RunRecord {
-    let reporter = Reporter::new(options, &format!("{parent}/"));
+    let reporter = reporter.child(parent);
     let mut executor = Executor::new(
         workflow,
         runtime,
@@ -142,36 +146,6 @@ pub(crate) fn run_nested(
         reporter,
     );
     executor.execute(HashMap::new())
-}
-
-/// Progress on stderr and JSON events on stdout.
-#[derive(Clone)]
-pub(crate) struct Reporter {
-    quiet: bool,
-    json: bool,
-    prefix: String,
-}
-
-impl Reporter {
-    fn new(options: &RunOptions, prefix: &str) -> Self {
-        Reporter {
-            quiet: options.quiet,
-            json: options.json_events,
-            prefix: prefix.to_string(),
-        }
-    }
-
-    pub(crate) fn line(&self, text: &str) {
-        if !self.quiet {
-            eprintln!("{text}");
-        }
-    }
-
-    fn event(&self, event: &Value) {
-        if self.json {
-            println!("{event}");
-        }
-    }
 }
 
 struct Executor<'w, 'r> {
@@ -460,6 +434,7 @@ impl<'w, 'r> Executor<'w, 'r> {
                     entry.status = StageStatus::Running;
                     entry.started_at = Some(started_at);
                 }
+                self.reporter.started(&stage.id);
                 let event = json!({ "event": "stage_started", "stage": stage.id });
                 self.event(event);
                 let tx = tx.clone();
@@ -569,6 +544,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             entry.model_calls = outcome.model_calls.clone();
             entry.assumed = outcome.assumed;
         }
+        self.reporter.finished(&id);
         let mut line = format!("  {} {}{}", outcome.status_mark(), self.reporter.prefix, id);
         match outcome.status {
             StageStatus::Skipped => line.push_str(" skipped"),

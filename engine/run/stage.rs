@@ -703,8 +703,14 @@ impl StageRunner<'_> {
                 let inputs = crate::engine::resolve_inputs(workflow, inputs.clone(), &Map::new())
                     .map_err(|e| e.to_string())?;
                 let _ = unit;
-                let record =
-                    super::run_nested(workflow, self.runtime, self.options, inputs, &stage.id);
+                let record = super::run_nested(
+                    workflow,
+                    self.runtime,
+                    self.options,
+                    inputs,
+                    &stage.id,
+                    self.reporter,
+                );
                 match record.status {
                     RunStatus::Completed | RunStatus::Exited => {
                         Ok(record.outputs.unwrap_or(Value::Object(Map::new())))
