@@ -1,5 +1,6 @@
 mod support;
 
 mod check;
+mod explain;
 mod plan;
 mod run;

@@ -40,6 +40,8 @@ pub struct RunOptions {
     pub dry_run: bool,
     pub no_cache: bool,
     pub show_prompts: bool,
+    /// Say for each stage whether it would hit the cache and, on a miss, what changed.
+    pub explain: bool,
     /// Prompt stages answer from recordings (so a dry-run may send them).
     pub replay: bool,
     /// Print nothing on stderr but errors.
@@ -57,6 +59,7 @@ impl Default for RunOptions {
             no_cache: false,
             show_prompts: false,
             replay: false,
+            explain: false,
             quiet: false,
             json_events: false,
             keep_runs: 50,
@@ -70,6 +73,8 @@ pub struct Runtime<'a> {
     pub search: &'a SearchPath,
     pub cwd: PathBuf,
     pub state_dir: PathBuf,
+    /// With `explain`: the run to compare fingerprints with.
+    pub previous: Option<RunRecord>,
 }
 
 /// A run to resume from: its id and the outputs it recorded.
@@ -357,6 +362,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             reuse: &reuse,
             reporter: &reporter,
             cache: cache::Cache::new(&self.runtime.state_dir, &workflow.name),
+            table: Arc::clone(&self.table),
         };
         let status = self.schedule(&runner);
         for warning in runner.cache.take_warnings() {
@@ -523,11 +529,18 @@ impl<'w, 'r> Executor<'w, 'r> {
             (Some(output), true) => minijinja::Value::from_serialize(output),
             _ => minijinja::Value::from(()),
         };
+        // `cached` and `succeeded` carry the same output: only what was produced counts.
+        let slot_sha = match (&output_sha, outcome.status.has_output()) {
+            (Some(sha), true) => sha.clone(),
+            _ => outcome.status.as_str().to_string(),
+        };
         self.table.set(
             index,
             StageSlot {
                 output: slot_output,
                 status: outcome.status.as_str(),
+                sha256: slot_sha,
+                assumed: outcome.assumed,
             },
         );
         let duration_ms = outcome.duration.as_millis() as u64;
@@ -535,6 +548,8 @@ impl<'w, 'r> Executor<'w, 'r> {
             entry.status = outcome.status;
             entry.duration_ms = duration_ms;
             entry.fingerprint = outcome.fingerprint.clone();
+            entry.fingerprint_parts = outcome.fingerprint_parts.clone();
+            entry.explain = outcome.explain.clone();
             entry.output_sha256 = output_sha.filter(|_| outcome.status.has_output());
             entry.error = outcome.error.clone();
             entry.reason = outcome.reason.clone();
