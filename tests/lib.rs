@@ -2,5 +2,6 @@ mod support;
 
 mod check;
 mod explain;
+mod models;
 mod plan;
 mod run;
