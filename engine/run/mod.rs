@@ -344,6 +344,11 @@ impl<'w, 'r> Executor<'w, 'r> {
                                 std::thread::sleep(std::time::Duration::from_millis(100));
                                 continue;
                             }
+                            if lock.busy == Busy::Wait {
+                                // Ctrl-C while waiting: the run was interrupted, not turned away.
+                                self.finish(RunStatus::Interrupted);
+                                return self.record.clone();
+                            }
                             let message = lock
                                 .message
                                 .as_ref()
