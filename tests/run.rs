@@ -291,6 +291,66 @@ fn held_lock_with_busy_exit_ends_the_run_early() {
     assert!(!t.exists("busy.lock.d"), "the run left its lock behind");
 }
 
+/// Start `stagegraph run <workflow>` in the background and wait until its stderr shows `line`.
+fn spawn_until(t: &Test, workflow: &str, line: &str) -> std::process::Child {
+    let child = t.command(["run", workflow]).spawn();
+    wait_for(line, Duration::from_secs(30), || {
+        t.read_opt("spawned.stderr")
+            .is_some_and(|stderr| stderr.contains(line))
+    });
+    child
+}
+
+/// Wait for a background run to end; its exit code.
+fn finish(child: &mut std::process::Child) -> Option<i32> {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for the run") {
+            return status.code();
+        }
+        if started.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("the run did not end within 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+fn interrupt(child: &std::process::Child) {
+    // SAFETY: kill has no memory-safety preconditions.
+    let rc = unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    assert_eq!(rc, 0, "send SIGINT");
+}
+
+#[test]
+fn held_lock_with_busy_wait_waits_for_its_release() {
+    let t = test();
+    std::fs::create_dir(t.path("wait.lock.d")).expect("hold the lock");
+    let mut child = spawn_until(&t, "lock_wait", "waiting for lock");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(!t.exists("work-ran"), "the run did not wait");
+    std::fs::remove_dir(t.path("wait.lock.d")).expect("release the lock");
+    assert_eq!(finish(&mut child), Some(0));
+    assert!(t.exists("work-ran"));
+    assert_eq!(status(&t.last_run()), "completed");
+    let stderr = t.read("spawned.stderr");
+    let said = stderr.matches("waiting for lock").count();
+    assert!(said <= 2, "a wait of seconds said so {said} times:\n{stderr}");
+}
+
+#[test]
+fn ctrl_c_while_waiting_for_a_lock_is_an_interruption() {
+    let t = test();
+    std::fs::create_dir(t.path("wait.lock.d")).expect("hold the lock");
+    let mut child = spawn_until(&t, "lock_wait", "waiting for lock");
+    interrupt(&child);
+    assert_eq!(finish(&mut child), Some(130));
+    let record = t.last_run();
+    assert_eq!(status(&record), "interrupted");
+    assert_eq!(stage_status(&record, "work"), "not_run");
+    assert!(t.exists("wait.lock.d"), "a lock it did not take was removed");
+}
+
 #[test]
 fn always_exit_zero_keeps_the_failure_in_the_record() {
     let t = test();
@@ -369,20 +429,8 @@ fn ctrl_c_interrupts_the_run_and_kills_its_children() {
     let pgid = read_pgid(&t, "long.pgid");
     assert!(group_alive(pgid), "the stage's processes are running");
 
-    let sent = Instant::now();
-    // SAFETY: kill has no memory-safety preconditions.
-    let rc = unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    assert_eq!(rc, 0, "send SIGINT");
-    let code = loop {
-        if let Some(status) = child.try_wait().expect("wait for the run") {
-            break status.code();
-        }
-        if sent.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            panic!("the run did not stop within 20 s of SIGINT");
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    };
+    interrupt(&child);
+    let code = finish(&mut child);
     assert_eq!(code, Some(130), "stderr:\n{}", t.read("spawned.stderr"));
     wait_for(
         "the stage's process group to die",

@@ -308,18 +308,25 @@ impl<'w, 'r> Executor<'w, 'r> {
                         return self.record.clone();
                     }
                 };
-                let started = Instant::now();
+                // Say so once, then every 10 s: a wait can be long.
+                let mut announced: Option<Instant> = None;
                 loop {
                     match locks::try_acquire(&path, lock.stale_after) {
                         Ok(locks::Attempt::Acquired { lock, .. }) => break Some(lock),
                         Ok(locks::Attempt::Busy { .. }) => {
                             if lock.busy == Busy::Wait && !process::Interrupt::global().is_set() {
-                                if started.elapsed().as_secs() % 10 == 0 {
+                                if announced.is_none_or(|at| at.elapsed().as_secs() >= 10) {
                                     self.reporter
                                         .line(&format!("  waiting for lock {}", path.display()));
+                                    announced = Some(Instant::now());
                                 }
                                 std::thread::sleep(std::time::Duration::from_millis(100));
                                 continue;
+                            }
+                            if lock.busy == Busy::Wait {
+                                // Ctrl-C while waiting: the run was interrupted, not turned away.
+                                self.finish(RunStatus::Interrupted);
+                                return self.record.clone();
                             }
                             let message = lock
                                 .message
