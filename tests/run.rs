@@ -335,7 +335,10 @@ fn held_lock_with_busy_wait_waits_for_its_release() {
     assert_eq!(status(&t.last_run()), "completed");
     let stderr = t.read("spawned.stderr");
     let said = stderr.matches("waiting for lock").count();
-    assert!(said <= 2, "a wait of seconds said so {said} times:\n{stderr}");
+    assert!(
+        said <= 2,
+        "a wait of seconds said so {said} times:\n{stderr}"
+    );
 }
 
 #[test]
@@ -348,7 +351,10 @@ fn ctrl_c_while_waiting_for_a_lock_is_an_interruption() {
     let record = t.last_run();
     assert_eq!(status(&record), "interrupted");
     assert_eq!(stage_status(&record, "work"), "not_run");
-    assert!(t.exists("wait.lock.d"), "a lock it did not take was removed");
+    assert!(
+        t.exists("wait.lock.d"),
+        "a lock it did not take was removed"
+    );
 }
 
 #[test]
