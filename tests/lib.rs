@@ -1,6 +1,7 @@
 mod support;
 
 mod check;
+mod diagnostics;
 mod explain;
 mod models;
 mod overlay;
