@@ -1079,21 +1079,13 @@ impl<'a> Checker<'a> {
         }
         let p = |k: &str| format!("{sp}/{k}");
         if let Some(source) = &def.if_ {
-            self.pending_expr(format!("{prefix}if"), source, At::Pointer(p("if")));
+            self.stage_source(id, &["if"], "", source, Kind::Expr);
         }
         if let Some(source) = &def.exit_if {
-            self.pending_expr(
-                format!("{prefix}exit_if#output"),
-                source,
-                At::Pointer(p("exit_if")),
-            );
+            self.stage_source(id, &["exit_if"], "#output", source, Kind::Expr);
         }
         if let Some(source) = &def.exit_message {
-            self.pending_text(
-                format!("{prefix}exit_message#output"),
-                source,
-                At::Pointer(p("exit_message")),
-            );
+            self.stage_source(id, &["exit_message"], "#output", source, Kind::Text);
         }
         if def.exit_message.is_some()
             && def.exit_if.is_none()
@@ -1105,25 +1097,26 @@ impl<'a> Checker<'a> {
             );
         }
         for (a, assertion) in def.assert.iter().enumerate() {
-            self.pending_expr(
-                format!("{prefix}assert.{a}.that#output"),
+            let a = a.to_string();
+            self.stage_source(
+                id,
+                &["assert", &a, "that"],
+                "#output",
                 &assertion.that,
-                At::Pointer(p(&format!("assert/{a}/that"))),
+                Kind::Expr,
             );
             if let Some(message) = &assertion.message {
-                self.pending_text(
-                    format!("{prefix}assert.{a}.message#output"),
+                self.stage_source(
+                    id,
+                    &["assert", &a, "message"],
+                    "#output",
                     message,
-                    At::Pointer(p(&format!("assert/{a}/message"))),
+                    Kind::Text,
                 );
             }
         }
         if let Some(source) = &def.foreach {
-            self.pending_expr(
-                format!("{prefix}foreach"),
-                source,
-                At::Pointer(p("foreach")),
-            );
+            self.stage_source(id, &["foreach"], "", source, Kind::Expr);
         } else if def.concurrency.is_some() {
             self.diags.push(
                 Diagnostic::warning(format!("stage `{id}` has `concurrency` but no `foreach`"))
@@ -1133,11 +1126,7 @@ impl<'a> Checker<'a> {
         let item = if def.foreach.is_some() { "#item" } else { "" };
         if let Some(output) = &def.output {
             if let Some(path) = &output.path {
-                self.pending_text(
-                    format!("{prefix}output.path{item}"),
-                    path,
-                    At::Pointer(p("output/path")),
-                );
+                self.stage_source(id, &["output", "path"], item, path, Kind::Text);
                 if self.file.workflow.writes.is_empty() {
                     self.error(format!("stage `{id}` writes its output to a file, but `[workflow] writes` is empty"), &p("output/path"))
                         .help = Some("list the folders the workflow may write in `[workflow] writes`".into());
@@ -1154,21 +1143,12 @@ impl<'a> Checker<'a> {
                 }
             }
         }
-        for key in def.set_state.keys() {
-            let source = &def.set_state[key];
-            self.pending_value(
-                format!("{prefix}set_state.{key}#output"),
-                source,
-                At::Pointer(p(&format!("set_state/{}", pointer_segment(key)))),
-            );
+        for (key, source) in &def.set_state {
+            self.stage_source(id, &["set_state", key], "#output", source, Kind::Value);
         }
         if let Some(CacheDef::Keyed(keyed)) = &def.cache {
             if let Some(key) = &keyed.key {
-                self.pending_text(
-                    format!("{prefix}cache.key{item}"),
-                    key,
-                    At::Pointer(p("cache/key")),
-                );
+                self.stage_source(id, &["cache", "key"], item, key, Kind::Text);
             }
             if let Some(ttl) = &keyed.ttl {
                 self.duration(ttl, &p("cache/ttl"));
@@ -1214,10 +1194,13 @@ impl<'a> Checker<'a> {
                 let mut argc = 0;
                 if shell {
                     if let Some(script) = &def.shell {
-                        self.pending_text(
-                            format!("{prefix}shell{item}.sh"),
+                        // The `.sh` name turns on shell-quoting of every printed value.
+                        self.stage_source(
+                            id,
+                            &["shell"],
+                            &format!("{item}.sh"),
                             script,
-                            At::Pointer(p("shell")),
+                            Kind::Text,
                         );
                     }
                 } else if let Some(argv) = &def.command {
@@ -1229,29 +1212,17 @@ impl<'a> Checker<'a> {
                     }
                     argc = argv.len();
                     for (a, arg) in argv.iter().enumerate() {
-                        self.pending_text(
-                            format!("{prefix}command.{a}{item}"),
-                            arg,
-                            At::Pointer(p(&format!("command/{a}"))),
-                        );
+                        self.stage_source(id, &["command", &a.to_string()], item, arg, Kind::Text);
                     }
                 }
                 if let Some(stdin) = &def.stdin {
-                    self.pending_text(
-                        format!("{prefix}stdin{item}"),
-                        stdin,
-                        At::Pointer(p("stdin")),
-                    );
+                    self.stage_source(id, &["stdin"], item, stdin, Kind::Text);
                 }
                 if let Some(cwd) = &def.cwd {
-                    self.pending_text(format!("{prefix}cwd{item}"), cwd, At::Pointer(p("cwd")));
+                    self.stage_source(id, &["cwd"], item, cwd, Kind::Text);
                 }
                 for (k, v) in &def.env {
-                    self.pending_text(
-                        format!("{prefix}env.{k}{item}"),
-                        v,
-                        At::Pointer(p(&format!("env/{}", pointer_segment(k)))),
-                    );
+                    self.stage_source(id, &["env", k], item, v, Kind::Text);
                 }
                 PendingAction::Process {
                     shell,
@@ -1373,6 +1344,20 @@ impl<'a> Checker<'a> {
             Some(_) => PendingAction::None,
         };
         Some(pending)
+    }
+
+    /// Queue one template of stage `id`: `path` is where it sits in the stage
+    /// (`["assert", "0", "that"]`), which gives both its name and its pointer; `mark` says what
+    /// it may read (`#item`, `#output`, or nothing).
+    fn stage_source(&mut self, id: &str, path: &[&str], mark: &str, source: &str, kind: Kind) {
+        let name = format!("stages.{id}.{}{mark}", path.join("."));
+        let segments: Vec<String> = path.iter().map(|s| pointer_segment(s)).collect();
+        let at = At::Pointer(format!("{}/{}", stage_pointer(id), segments.join("/")));
+        match kind {
+            Kind::Text => self.pending_text(name, source, at),
+            Kind::Value => self.pending_value(name, source, at),
+            Kind::Expr => self.pending_expr(name, source, at),
+        }
     }
 
     fn gather_with(&mut self, name: &str, value: &Value, pointer: &str) {
@@ -1665,6 +1650,17 @@ impl<'a> Checker<'a> {
             }
         }
     }
+}
+
+/// How a queued template source is compiled.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// Rendered to text.
+    Text,
+    /// Rendered to text, or kept native when it is a single `{{ expression }}`.
+    Value,
+    /// A bare expression.
+    Expr,
 }
 
 enum PendingAction {
