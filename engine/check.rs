@@ -204,6 +204,7 @@ fn check_inner(
         diags,
         sources: Vec::new(),
         schemas: HashMap::new(),
+        globals: HashSet::new(),
     };
     let result = checker.run(visiting);
     visiting.pop();
@@ -490,6 +491,8 @@ struct Checker<'a> {
     diags: Vec<Diagnostic>,
     sources: Vec<Pending>,
     schemas: HashMap<String, Option<Arc<Schema>>>,
+    /// Names the template environment defines (functions and globals).
+    globals: HashSet<String>,
 }
 
 fn stage_id_regex() -> &'static Regex {
@@ -593,6 +596,7 @@ impl<'a> Checker<'a> {
                 self.diags.push(diagnostic);
             }
         }
+        self.globals = env.globals().map(|(name, _)| name.to_string()).collect();
         let env: &'static Environment<'static> = Box::leak(Box::new(env));
         let pendings = std::mem::take(&mut self.sources);
         for pending in &pendings {
@@ -1639,6 +1643,8 @@ impl<'a> Checker<'a> {
                 None
             }
             "state" | "run" => None,
+            // Functions and globals of the template environment (`now`, `range`, ...).
+            other if self.globals.contains(other) => None,
             other => {
                 let roots = compiled::known_roots();
                 let help = did_you_mean(other, roots.iter().copied()).unwrap_or_else(|| {

@@ -511,8 +511,15 @@ impl App {
             }
             Err(failure) => return Err(failure),
         };
-        self.execute(&workflow, inputs, &args.exec, None)
-            .map(zero_if)
+        match self.execute(&workflow, inputs, &args.exec, None) {
+            Ok(code) => Ok(zero_if(code)),
+            // A hook must not block its host: say what went wrong, exit 0.
+            Err(failure) if always_zero => {
+                eprintln!("error: {}", failure.message);
+                Ok(exit::SUCCESS)
+            }
+            Err(failure) => Err(failure),
+        }
     }
 
     fn collect_inputs(

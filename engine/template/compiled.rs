@@ -160,10 +160,15 @@ struct StagesView(Arc<StageTable>);
 impl Object for StagesView {
     fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
         let index = *self.0.index.get(key.as_str()?)?;
-        let slot = self.0.get(index)?;
+        // A stage that has not run (the run ended early, or it was never reached) reads as
+        // `{ output: none, status: "not_run" }`, so `[outputs]` can test it plainly.
+        let (output, status) = match self.0.get(index) {
+            Some(slot) => (slot.output, slot.status),
+            None => (Value::from(()), "not_run"),
+        };
         Some(Value::from_iter([
-            ("output", slot.output),
-            ("status", Value::from(slot.status)),
+            ("output", output),
+            ("status", Value::from(status)),
         ]))
     }
 
