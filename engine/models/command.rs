@@ -1,0 +1,58 @@
+//! The command provider: a program that reads the prompt on stdin and writes the reply on
+//! stdout. The prompt never goes on the command line, where it would be visible to every user of
+//! the machine and limited in length.
+
+use super::error::ModelError;
+use super::{ModelRequest, Usage};
+use crate::run::process::{run, ProcessError, ProcessSpec};
+
+pub(crate) fn complete(
+    argv: &[String],
+    timeout: std::time::Duration,
+    request: &ModelRequest,
+) -> Result<(String, Option<Usage>), ModelError> {
+    let alias = &request.alias;
+    let spec = ProcessSpec {
+        argv: argv.to_vec(),
+        stdin: Some(stdin_text(request).into_bytes()),
+        cwd: None,
+        env: request.env.clone(),
+        timeout: Some(timeout),
+    };
+    let output = run(&spec).map_err(|error| match error {
+        ProcessError::TimedOut { after } => ModelError::Timeout {
+            alias: alias.clone(),
+            after,
+        },
+        ProcessError::Interrupted => ModelError::Interrupted,
+        ProcessError::Io { .. } => ModelError::Command {
+            alias: alias.clone(),
+            message: error.to_string(),
+            retryable: true,
+        },
+        ProcessError::Empty | ProcessError::NotFound { .. } | ProcessError::Spawn { .. } => {
+            ModelError::Command {
+                alias: alias.clone(),
+                message: error.to_string(),
+                retryable: false,
+            }
+        }
+    })?;
+    if output.code != 0 {
+        return Err(ModelError::CommandFailed {
+            alias: alias.clone(),
+            code: output.code,
+            stderr_tail: output.stderr_tail(),
+        });
+    }
+    Ok((String::from_utf8_lossy(&output.stdout).into_owned(), None))
+}
+
+/// The system prompt, when there is one, goes in front of the prompt in a `<system>` block; a
+/// command has no other channel for it. Temperature has no channel at all and is ignored.
+fn stdin_text(request: &ModelRequest) -> String {
+    match &request.system {
+        Some(system) => format!("<system>\n{system}\n</system>\n\n{}", request.prompt),
+        None => request.prompt.clone(),
+    }
+}

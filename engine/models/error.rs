@@ -1,0 +1,232 @@
+//! The errors of the model layer, with enough shape for the executor to decide what to do next:
+//! report a configuration problem, retry, or give up.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// One problem in a configuration file, located by file, line and column.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigProblem {
+    /// The file the problem is in (`built-in` for the built-in configuration).
+    pub file: String,
+    pub line: usize,
+    pub column: usize,
+    /// The alias whose definition holds the problem, when it is inside one.
+    pub alias: Option<String>,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}: ", self.file, self.line, self.column)?;
+        if let Some(alias) = &self.alias {
+            write!(f, "model `{alias}`: ")?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+/// The recorded request closest to one that was never recorded, for a replay miss.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NearestRecording {
+    /// The recording's file name.
+    pub file: String,
+    pub alias: String,
+    /// The fields of the request that differ (`prompt`, `system`, `provider`, ...).
+    pub differs_in: Vec<String>,
+    /// A few `-`/`+` lines showing how the prompts differ; empty when they are equal.
+    pub prompt_diff: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// Every problem found in the configuration files, one per line.
+    #[error("{}", join_problems(.problems))]
+    Config { problems: Vec<ConfigProblem> },
+
+    #[error("cannot read model configuration {}: {source}", .path.display())]
+    ConfigRead {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+
+    #[error("undefined model alias `{alias}`{}", suggest(.suggestion, .defined))]
+    UndefinedAlias {
+        alias: String,
+        suggestion: Option<String>,
+        defined: Vec<String>,
+    },
+
+    #[error("model `{alias}`: the API key variable `{variable}` is not set in the environment")]
+    MissingKey { alias: String, variable: String },
+
+    /// The request never got an HTTP answer: connection refused, reset, DNS, TLS.
+    #[error("model `{alias}`: {message}{}", attempts_note(*.attempts))]
+    Transport {
+        alias: String,
+        message: String,
+        retryable: bool,
+        attempts: u32,
+    },
+
+    /// The provider answered with an error status; `body` is its error message, keys redacted.
+    #[error("model `{alias}`: HTTP {status} from {url}: {body}{}", attempts_note(*.attempts))]
+    Status {
+        alias: String,
+        url: String,
+        status: u16,
+        body: String,
+        retry_after: Option<Duration>,
+        attempts: u32,
+    },
+
+    /// A success status with a body that is not the expected JSON.
+    #[error("model `{alias}`: unexpected response from {url}: {message}")]
+    Response {
+        alias: String,
+        url: String,
+        message: String,
+    },
+
+    #[error("model `{alias}`: no reply within {}s", .after.as_secs_f64())]
+    Timeout { alias: String, after: Duration },
+
+    #[error("model `{alias}`: {message}")]
+    Command {
+        alias: String,
+        message: String,
+        retryable: bool,
+    },
+
+    #[error("model `{alias}`: command exited with code {code}{}", stderr_note(.stderr_tail))]
+    CommandFailed {
+        alias: String,
+        code: i32,
+        stderr_tail: String,
+    },
+
+    #[error("interrupted")]
+    Interrupted,
+
+    #[error("{}", replay_miss(.alias, .dir, .hash, .nearest))]
+    ReplayMiss {
+        alias: String,
+        dir: PathBuf,
+        /// The file name the request would have been recorded under; `None` for a `replay`
+        /// alias, which matches recordings whatever provider made them.
+        hash: Option<String>,
+        nearest: Option<NearestRecording>,
+    },
+
+    #[error("model `{alias}`: recording {}: {message}", .path.display())]
+    Recording {
+        alias: String,
+        path: PathBuf,
+        message: String,
+    },
+}
+
+impl ModelError {
+    /// Whether sending the same request again might succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ModelError::Transport { retryable, .. } | ModelError::Command { retryable, .. } => {
+                *retryable
+            }
+            ModelError::Status { status, .. } => is_retryable_status(*status),
+            ModelError::Timeout { .. } | ModelError::CommandFailed { .. } => true,
+            ModelError::Config { .. }
+            | ModelError::ConfigRead { .. }
+            | ModelError::UndefinedAlias { .. }
+            | ModelError::MissingKey { .. }
+            | ModelError::Response { .. }
+            | ModelError::Interrupted
+            | ModelError::ReplayMiss { .. }
+            | ModelError::Recording { .. } => false,
+        }
+    }
+
+    /// Whether the problem is in the configuration rather than in a request.
+    pub fn is_config(&self) -> bool {
+        matches!(
+            self,
+            ModelError::Config { .. }
+                | ModelError::ConfigRead { .. }
+                | ModelError::UndefinedAlias { .. }
+                | ModelError::MissingKey { .. }
+        )
+    }
+}
+
+/// 429 (rate limited), 408, and server errors, including Anthropic's 529 (overloaded).
+pub(crate) fn is_retryable_status(status: u16) -> bool {
+    status == 408 || status == 429 || (500..=599).contains(&status)
+}
+
+fn join_problems(problems: &[ConfigProblem]) -> String {
+    let lines: Vec<String> = problems.iter().map(ConfigProblem::to_string).collect();
+    lines.join("\n")
+}
+
+fn suggest(suggestion: &Option<String>, defined: &[String]) -> String {
+    match suggestion {
+        Some(near) => format!("; did you mean `{near}`?"),
+        None if defined.is_empty() => "; no model aliases are defined".to_string(),
+        None => format!("; defined: {}", defined.join(", ")),
+    }
+}
+
+fn attempts_note(attempts: u32) -> String {
+    if attempts > 1 {
+        format!(" (after {attempts} attempts)")
+    } else {
+        String::new()
+    }
+}
+
+fn stderr_note(tail: &str) -> String {
+    if tail.is_empty() {
+        " and no stderr".to_string()
+    } else {
+        format!(": {tail}")
+    }
+}
+
+fn replay_miss(
+    alias: &str,
+    dir: &std::path::Path,
+    hash: &Option<String>,
+    nearest: &Option<NearestRecording>,
+) -> String {
+    let mut out = match hash {
+        Some(hash) => format!(
+            "model `{alias}`: request {hash} was never recorded in {}",
+            dir.display()
+        ),
+        None => format!(
+            "model `{alias}`: no recording in {} matches this request",
+            dir.display()
+        ),
+    };
+    match nearest {
+        None => out.push_str("\n  the folder holds no recordings"),
+        Some(near) => {
+            out.push_str(&format!(
+                "\n  nearest recording: {} (alias `{}`), which differs in {}",
+                near.file,
+                near.alias,
+                if near.differs_in.is_empty() {
+                    "nothing hashed (was the file edited?)".to_string()
+                } else {
+                    near.differs_in.join(", ")
+                }
+            ));
+            for line in near.prompt_diff.lines() {
+                out.push_str("\n    ");
+                out.push_str(line);
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,214 @@
+//! The HTTP transport the API providers share: a JSON POST with a per-request timeout, retries
+//! with exponential backoff for 429, 5xx and connection errors (honouring `retry-after`), and
+//! error bodies surfaced with the key redacted.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::error::{is_retryable_status, ModelError};
+use crate::run::process::Interrupt;
+
+/// No wait between attempts is longer than this, whatever a server asks for.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// How much of an error body an error message quotes.
+const MAX_ERROR_BODY: usize = 600;
+
+/// The agent every request goes through: it keeps connections alive across requests.
+pub(crate) fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        // A 4xx/5xx must come back as a response so its body can be read.
+        .http_status_as_error(false)
+        // A redirect would carry the key's header to wherever it points.
+        .max_redirects(0)
+        .user_agent(concat!("stagegraph/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .new_agent()
+}
+
+/// One JSON POST to a provider.
+pub(crate) struct JsonPost<'a> {
+    pub(crate) alias: &'a str,
+    pub(crate) url: String,
+    pub(crate) headers: Vec<(&'static str, String)>,
+    /// The API key, so that nothing quoted from the server can leak it.
+    pub(crate) secret: Option<String>,
+    pub(crate) body: serde_json::Value,
+    pub(crate) timeout: Duration,
+    pub(crate) retries: u32,
+    /// The first wait between attempts; it doubles with each retry.
+    pub(crate) backoff: Duration,
+}
+
+impl JsonPost<'_> {
+    /// Send, retrying what may pass, and parse the success body as JSON.
+    pub(crate) fn send(&self, agent: &ureq::Agent) -> Result<serde_json::Value, ModelError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.attempt(agent) {
+                Ok(value) => return Ok(value),
+                Err(error) if attempt <= self.retries && retried_here(&error) => {
+                    sleep_interruptibly(self.delay(&error, attempt))?;
+                }
+                Err(mut error) => {
+                    if let ModelError::Status { attempts, .. }
+                    | ModelError::Transport { attempts, .. } = &mut error
+                    {
+                        *attempts = attempt;
+                    }
+                    return Err(error);
+                }
+            }
+        }
+    }
+
+    fn delay(&self, error: &ModelError, attempt: u32) -> Duration {
+        if let ModelError::Status {
+            retry_after: Some(after),
+            ..
+        } = error
+        {
+            return (*after).min(MAX_BACKOFF);
+        }
+        let factor = 2u32.saturating_pow(attempt.saturating_sub(1));
+        self.backoff.saturating_mul(factor).min(MAX_BACKOFF)
+    }
+
+    fn attempt(&self, agent: &ureq::Agent) -> Result<serde_json::Value, ModelError> {
+        let mut request = agent
+            .post(&self.url)
+            .config()
+            .timeout_global(Some(self.timeout))
+            .build();
+        for (name, value) in &self.headers {
+            request = request.header(*name, value);
+        }
+        let mut response = request
+            .send_json(&self.body)
+            .map_err(|error| self.transport_error(error))?;
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let body = response
+            .body_mut()
+            .with_config()
+            .lossy_utf8(true)
+            .read_to_string()
+            .map_err(|error| self.transport_error(error))?;
+        if !(200..300).contains(&status) {
+            return Err(ModelError::Status {
+                alias: self.alias.to_string(),
+                url: self.url.clone(),
+                status,
+                body: self.redact(&error_summary(&body)),
+                retry_after,
+                attempts: 1,
+            });
+        }
+        serde_json::from_str(&body).map_err(|error| ModelError::Response {
+            alias: self.alias.to_string(),
+            url: self.url.clone(),
+            message: self.redact(&format!(
+                "the body is not JSON ({error}): {}",
+                excerpt(&body, 200)
+            )),
+        })
+    }
+
+    fn transport_error(&self, error: ureq::Error) -> ModelError {
+        if let ureq::Error::Timeout(_) = error {
+            return ModelError::Timeout {
+                alias: self.alias.to_string(),
+                after: self.timeout,
+            };
+        }
+        let retryable = matches!(
+            error,
+            ureq::Error::Io(_) | ureq::Error::ConnectionFailed | ureq::Error::HostNotFound
+        );
+        ModelError::Transport {
+            alias: self.alias.to_string(),
+            message: self.redact(&format!("cannot reach {}: {error}", self.url)),
+            retryable,
+            attempts: 1,
+        }
+    }
+
+    fn redact(&self, text: &str) -> String {
+        match &self.secret {
+            Some(secret) if !secret.is_empty() => text.replace(secret.as_str(), "[redacted]"),
+            _ => text.to_string(),
+        }
+    }
+}
+
+/// The failures worth another attempt right away; a timeout is not one of them, since a second
+/// full wait is the caller's decision.
+fn retried_here(error: &ModelError) -> bool {
+    match error {
+        ModelError::Status { status, .. } => is_retryable_status(*status),
+        ModelError::Transport { retryable, .. } => *retryable,
+        _ => false,
+    }
+}
+
+fn sleep_interruptibly(total: Duration) -> Result<(), ModelError> {
+    let until = Instant::now() + total;
+    loop {
+        if Interrupt::global().is_set() {
+            return Err(ModelError::Interrupted);
+        }
+        let now = Instant::now();
+        if now >= until {
+            return Ok(());
+        }
+        thread::sleep((until - now).min(Duration::from_millis(50)));
+    }
+}
+
+/// The provider's own words from an error body: `error.message` (Anthropic, OpenAI), with the
+/// error type when there is one, else the body itself, shortened.
+fn error_summary(body: &str) -> String {
+    let trimmed = body.trim();
+    if trimmed.is_empty() {
+        return "(empty body)".to_string();
+    }
+    if let Ok(json) = serde_json::from_str::<serde_json::Value>(trimmed) {
+        let error = json.get("error").unwrap_or(&json);
+        let message = error
+            .get("message")
+            .and_then(|message| message.as_str())
+            .or_else(|| error.as_str());
+        if let Some(message) = message {
+            let kind = error.get("type").and_then(|kind| kind.as_str());
+            return match kind {
+                Some(kind) => excerpt(&format!("{kind}: {message}"), MAX_ERROR_BODY),
+                None => excerpt(message, MAX_ERROR_BODY),
+            };
+        }
+    }
+    excerpt(trimmed, MAX_ERROR_BODY)
+}
+
+fn excerpt(text: &str, max: usize) -> String {
+    let text = text.trim();
+    if text.chars().count() <= max {
+        text.to_string()
+    } else {
+        let kept: String = text.chars().take(max).collect();
+        format!("{kept}...")
+    }
+}
+
+/// The error for a success response that lacks a part every reply must have.
+pub(crate) fn missing(alias: &str, url: &str, what: &str) -> ModelError {
+    ModelError::Response {
+        alias: alias.to_string(),
+        url: url.to_string(),
+        message: format!("the response has no {what}"),
+    }
+}
