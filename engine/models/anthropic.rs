@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::error::ModelError;
-use super::http::{missing, JsonPost};
+use super::http::{count, missing, JsonPost};
 use super::{Call, ModelRequest, Usage};
 
 const API_VERSION: &str = "2023-06-01";
@@ -34,7 +34,11 @@ impl Anthropic<'_> {
         if let Some(temperature) = request.temperature {
             body["temperature"] = json!(temperature);
         }
-        let url = format!("{}/v1/messages", self.base_url);
+        // `base_url` names the host; one written with the version path works the same.
+        let url = match self.base_url.strip_suffix("/v1") {
+            Some(host) => format!("{host}/v1/messages"),
+            None => format!("{}/v1/messages", self.base_url),
+        };
         let post = JsonPost {
             alias: &request.alias,
             url: url.clone(),
@@ -64,8 +68,4 @@ impl Anthropic<'_> {
         });
         Ok((text, usage))
     }
-}
-
-pub(crate) fn count(usage: &serde_json::Value, field: &str) -> u64 {
-    usage.get(field).and_then(|n| n.as_u64()).unwrap_or(0)
 }

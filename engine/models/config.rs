@@ -245,10 +245,15 @@ fn check_alias(
     definition: Spanned<DeValue<'_>>,
 ) -> Result<Alias, AliasProblem> {
     let DeValue::Table(table) = definition.get_ref() else {
-        return Err((
-            Some(definition.span()),
-            format!("must be a table, not a {}", definition.get_ref().type_str()),
-        ));
+        return Err((Some(definition.span()), {
+            let kind = definition.get_ref().type_str();
+            let article = if kind.starts_with(['a', 'i']) {
+                "an"
+            } else {
+                "a"
+            };
+            format!("must be a table, not {article} {kind}")
+        }));
     };
     let spans: Vec<(String, Range<usize>, Range<usize>)> = table
         .iter()
@@ -439,5 +444,26 @@ fn lowercase_first(message: &str) -> String {
 
 /// The JSON Schema of the configuration file.
 pub(crate) fn schema() -> serde_json::Value {
-    schemars::schema_for!(ConfigFile).to_value()
+    let mut schema = schemars::schema_for!(ConfigFile).to_value();
+    drop_null_types(&mut schema);
+    schema
+}
+
+/// TOML has no null: an optional key is left out, never set to null, so `Option` fields must
+/// not advertise `"null"` as a type.
+fn drop_null_types(schema: &mut serde_json::Value) {
+    match schema {
+        serde_json::Value::Object(map) => {
+            if let Some(serde_json::Value::Array(types)) = map.get_mut("type") {
+                types.retain(|kind| kind != "null");
+                if types.len() == 1 {
+                    let only = types.remove(0);
+                    map.insert("type".to_string(), only);
+                }
+            }
+            map.values_mut().for_each(drop_null_types);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(drop_null_types),
+        _ => {}
+    }
 }

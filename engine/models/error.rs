@@ -116,7 +116,7 @@ pub enum ModelError {
         /// The file name the request would have been recorded under; `None` for a `replay`
         /// alias, which matches recordings whatever provider made them.
         hash: Option<String>,
-        nearest: Option<NearestRecording>,
+        nearest: Option<Box<NearestRecording>>,
     },
 
     #[error("model `{alias}`: recording {}: {message}", .path.display())]
@@ -197,7 +197,7 @@ fn replay_miss(
     alias: &str,
     dir: &std::path::Path,
     hash: &Option<String>,
-    nearest: &Option<NearestRecording>,
+    nearest: &Option<Box<NearestRecording>>,
 ) -> String {
     let mut out = match hash {
         Some(hash) => format!(

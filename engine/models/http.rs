@@ -18,8 +18,10 @@ pub(crate) fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()
         // A 4xx/5xx must come back as a response so its body can be read.
         .http_status_as_error(false)
-        // A redirect would carry the key's header to wherever it points.
+        // A redirect would carry the key's header to wherever it points; a 3xx is reported
+        // as the status it is instead.
         .max_redirects(0)
+        .max_redirects_will_error(false)
         .user_agent(concat!("stagegraph/", env!("CARGO_PKG_VERSION")))
         .build()
         .new_agent()
@@ -45,6 +47,9 @@ impl JsonPost<'_> {
         let mut attempt = 0;
         loop {
             attempt += 1;
+            if Interrupt::global().is_set() {
+                return Err(ModelError::Interrupted);
+            }
             match self.attempt(agent) {
                 Ok(value) => return Ok(value),
                 Err(error) if attempt <= self.retries && retried_here(&error) => {
@@ -211,4 +216,9 @@ pub(crate) fn missing(alias: &str, url: &str, what: &str) -> ModelError {
         url: url.to_string(),
         message: format!("the response has no {what}"),
     }
+}
+
+/// A token count from a response's `usage` object; a provider that leaves one out reports 0.
+pub(crate) fn count(usage: &serde_json::Value, field: &str) -> u64 {
+    usage.get(field).and_then(|n| n.as_u64()).unwrap_or(0)
 }

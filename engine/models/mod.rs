@@ -372,3 +372,6 @@ impl fmt::Debug for Models {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -3,9 +3,8 @@
 
 use serde_json::json;
 
-use super::anthropic::count;
 use super::error::ModelError;
-use super::http::{missing, JsonPost};
+use super::http::{count, missing, JsonPost};
 use super::{Call, ModelRequest, Usage};
 
 pub(crate) struct OpenAi<'a> {

@@ -201,11 +201,13 @@ fn miss(
     hash: Option<String>,
     recordings: &[(String, Recording)],
 ) -> ModelError {
-    let nearest = nearest(request, recordings).map(|(file, recorded)| NearestRecording {
-        file: file.to_string(),
-        alias: recorded.alias.clone(),
-        differs_in: recorded.differences(request),
-        prompt_diff: prompt_diff(&recorded.prompt, &request.prompt),
+    let nearest = nearest(request, recordings).map(|(file, recorded)| {
+        Box::new(NearestRecording {
+            file: file.to_string(),
+            alias: recorded.alias.clone(),
+            differs_in: recorded.differences(request),
+            prompt_diff: prompt_diff(&recorded.prompt, &request.prompt),
+        })
     });
     ModelError::ReplayMiss {
         alias: request.alias.clone(),
