@@ -1,7 +1,448 @@
 //! Built-ins: http.head, http.get.
+//!
+//! Both speak only http and https, never follow redirects (a 3xx comes back with its
+//! `location`, so a workflow sees where a link moved), and report 4xx and 5xx as results: the
+//! `status` tells. Only a request that got no answer is an error (refused connection, unknown
+//! host, timeout), as is a body larger than `max_bytes`. Neither writes anything.
 
-use super::Builtin;
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+
+use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
+use crate::template::functions::{hex_sha256, parse_duration};
+
+const DEFAULT_TIMEOUT: &str = "10s";
+const DEFAULT_MAX_BYTES: u64 = 10 * 1024 * 1024;
+
+/// The shape `parse_duration` accepts, so that `check` catches a bad `timeout` statically.
+const DURATION_PATTERN: &str = "^(0|([0-9]+(w|d|h|m|s|ms))+)$";
 
 pub(crate) fn builtins() -> Vec<Builtin> {
-    Vec::new()
+    vec![
+        Builtin {
+            name: "http.get",
+            description: "GET a url (redirects not followed): status, headers, body, sha256",
+            writes: false,
+            with_schema: get_with_schema,
+            output_schema: get_output_schema,
+            run: run_get,
+        },
+        Builtin {
+            name: "http.head",
+            description: "HEAD a url (redirects not followed): status and location",
+            writes: false,
+            with_schema: head_with_schema,
+            output_schema: head_output_schema,
+            run: run_head,
+        },
+    ]
+}
+
+fn url_schema() -> Value {
+    json!({ "type": "string", "description": "an http or https url", "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://" })
+}
+
+fn timeout_schema() -> Value {
+    json!({
+        "type": "string",
+        "description": "the whole request's time limit, e.g. \"10s\"",
+        "pattern": DURATION_PATTERN,
+        "default": DEFAULT_TIMEOUT,
+    })
+}
+
+fn head_with_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": { "url": url_schema(), "timeout": timeout_schema() },
+        "required": ["url"],
+        "additionalProperties": false,
+    })
+}
+
+fn head_output_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "status": { "type": "integer" },
+            "location": { "type": ["string", "null"] },
+        },
+        "required": ["status", "location"],
+        "additionalProperties": false,
+    })
+}
+
+fn get_with_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "url": url_schema(),
+            "timeout": timeout_schema(),
+            "max_bytes": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "the largest body accepted; a larger one is an error",
+                "default": DEFAULT_MAX_BYTES,
+            },
+        },
+        "required": ["url"],
+        "additionalProperties": false,
+    })
+}
+
+fn get_output_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "status": { "type": "integer" },
+            "headers": {
+                "type": "object",
+                "description": "lowercased names; repeated headers joined with \", \"",
+                "additionalProperties": { "type": "string" },
+            },
+            "body": { "type": "string", "description": "the body as text (invalid UTF-8 replaced)" },
+            "sha256": { "type": "string", "description": "hex SHA-256 of the body's bytes" },
+        },
+        "required": ["status", "headers", "body", "sha256"],
+        "additionalProperties": false,
+    })
+}
+
+/// The arguments both actions share, checked.
+struct Request<'a> {
+    action: &'static str,
+    url: &'a str,
+    timeout: Duration,
+    timeout_text: &'a str,
+}
+
+impl<'a> Request<'a> {
+    fn from_with(action: &'static str, with: &'a Value) -> Result<Self, BuiltinError> {
+        let fail = |message: String| BuiltinError::new(format!("{action}: {message}"));
+        let url = match with.get("url") {
+            Some(Value::String(url)) => url.as_str(),
+            Some(_) => return Err(fail("`url` must be a string".into())),
+            None => return Err(fail("`url` is required".into())),
+        };
+        let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+        if !matches!(scheme, Some(scheme) if scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https"))
+        {
+            return Err(fail(format!("`{url}` is not an http or https url")));
+        }
+        let timeout_text = match with.get("timeout") {
+            None | Some(Value::Null) => DEFAULT_TIMEOUT,
+            Some(Value::String(text)) => text.as_str(),
+            Some(_) => return Err(fail("`timeout` must be a duration such as \"10s\"".into())),
+        };
+        let timeout =
+            parse_duration(timeout_text).map_err(|message| fail(format!("timeout: {message}")))?;
+        if timeout.is_zero() {
+            return Err(fail("`timeout` must be longer than zero".into()));
+        }
+        Ok(Request {
+            action,
+            url,
+            timeout,
+            timeout_text,
+        })
+    }
+
+    fn agent(&self) -> ureq::Agent {
+        ureq::Agent::config_builder()
+            .max_redirects(0)
+            .http_status_as_error(false)
+            .timeout_global(Some(self.timeout))
+            .build()
+            .into()
+    }
+
+    /// A failure that names the action and the url, in words a workflow author can act on.
+    fn error(&self, err: ureq::Error) -> BuiltinError {
+        let why = match err {
+            ureq::Error::Timeout(_) => format!("timed out after {}", self.timeout_text),
+            ureq::Error::HostNotFound => "host not found".to_string(),
+            ureq::Error::ConnectionFailed => "connection failed".to_string(),
+            ureq::Error::Io(io) => format!("connection failed: {io}"),
+            ureq::Error::BodyExceedsLimit(limit) => {
+                format!("the body is larger than max_bytes ({limit})")
+            }
+            ureq::Error::BadUri(why) => format!("invalid url: {why}"),
+            other => other.to_string(),
+        };
+        BuiltinError::new(format!("{} `{}`: {why}", self.action, self.url))
+    }
+}
+
+fn header_text(value: &ureq::http::HeaderValue) -> String {
+    String::from_utf8_lossy(value.as_bytes()).into_owned()
+}
+
+fn run_head(with: &Value, _ctx: &BuiltinCtx) -> BuiltinResult {
+    let request = Request::from_with("http.head", with)?;
+    let response = request
+        .agent()
+        .head(request.url)
+        .call()
+        .map_err(|err| request.error(err))?;
+    let location = response.headers().get("location").map(header_text);
+    Ok(json!({
+        "status": response.status().as_u16(),
+        "location": location,
+    }))
+}
+
+fn run_get(with: &Value, _ctx: &BuiltinCtx) -> BuiltinResult {
+    let request = Request::from_with("http.get", with)?;
+    let max_bytes = match with.get("max_bytes") {
+        None | Some(Value::Null) => DEFAULT_MAX_BYTES,
+        Some(value) => value.as_u64().ok_or_else(|| {
+            BuiltinError::new("http.get: `max_bytes` must be a whole number of bytes")
+        })?,
+    };
+    let mut response = request
+        .agent()
+        .get(request.url)
+        .call()
+        .map_err(|err| request.error(err))?;
+
+    let mut headers = Map::new();
+    for (name, value) in response.headers() {
+        // `HeaderName` is lowercase already; repeated headers fold as HTTP allows.
+        let value = header_text(value);
+        match headers.get_mut(name.as_str()) {
+            Some(Value::String(existing)) => {
+                existing.push_str(", ");
+                existing.push_str(&value);
+            }
+            _ => {
+                headers.insert(name.as_str().to_string(), Value::String(value));
+            }
+        }
+    }
+    let bytes = response
+        .body_mut()
+        .with_config()
+        .limit(max_bytes)
+        .read_to_vec()
+        .map_err(|err| request.error(err))?;
+    Ok(json!({
+        "status": response.status().as_u16(),
+        "headers": headers,
+        "body": String::from_utf8_lossy(&bytes),
+        "sha256": hex_sha256(&bytes),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, BufReader, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::path::Path;
+    use std::thread;
+    use std::time::Instant;
+
+    use super::*;
+    use crate::builtins::{lookup, WriteRoots};
+
+    const HELLO: &str = "hello, 世界\n";
+
+    /// A stub server on 127.0.0.1 that answers by path, one thread per connection; it lives
+    /// until the test process ends.
+    fn serve() -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                thread::spawn(move || answer(stream));
+            }
+        });
+        format!("http://{address}")
+    }
+
+    fn answer(mut stream: TcpStream) {
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut request_line = String::new();
+        if reader.read_line(&mut request_line).is_err() {
+            return;
+        }
+        loop {
+            let mut line = String::new();
+            match reader.read_line(&mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) if line == "\r\n" => break,
+                Ok(_) => {}
+            }
+        }
+        let mut parts = request_line.split_whitespace();
+        let method = parts.next().unwrap_or("");
+        let path = parts.next().unwrap_or("");
+        let big = "x".repeat(2000);
+        let (status, extra, body): (&str, &str, &str) = match path {
+            "/ok" => ("200 OK", "X-Custom: One\r\nX-Custom: Two\r\n", HELLO),
+            "/moved" => ("301 Moved Permanently", "Location: /ok\r\n", "moved"),
+            "/missing" => ("404 Not Found", "", "no such page"),
+            "/broken" => ("500 Internal Server Error", "", "oops"),
+            "/slow" => {
+                thread::sleep(Duration::from_secs(3));
+                ("200 OK", "", "late")
+            }
+            "/big" => ("200 OK", "", big.as_str()),
+            _ => ("400 Bad Request", "", ""),
+        };
+        let mut reply = format!(
+            "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n",
+            body.len()
+        );
+        if method != "HEAD" {
+            reply.push_str(body);
+        }
+        let _ = stream.write_all(reply.as_bytes());
+    }
+
+    fn run(name: &str, with: Value) -> BuiltinResult {
+        let builtin = lookup(name).unwrap();
+        let cwd = Path::new(".");
+        let writes = WriteRoots::default();
+        let ctx = BuiltinCtx {
+            cwd,
+            writes: &writes,
+        };
+        (builtin.run)(&with, &ctx)
+    }
+
+    #[test]
+    fn registered_as_read_only() {
+        for name in ["http.get", "http.head"] {
+            let builtin = lookup(name).unwrap();
+            assert!(!builtin.writes, "{name}");
+            assert_eq!((builtin.with_schema)()["required"], json!(["url"]));
+            assert_eq!((builtin.output_schema)()["type"], "object");
+        }
+    }
+
+    #[test]
+    fn get_returns_status_headers_body_and_hash() {
+        let base = serve();
+        let output = run("http.get", json!({ "url": format!("{base}/ok") })).unwrap();
+        assert_eq!(output["status"], 200);
+        assert_eq!(output["body"], HELLO);
+        assert_eq!(output["sha256"], hex_sha256(HELLO.as_bytes()));
+        assert_eq!(output["headers"]["x-custom"], "One, Two");
+        assert_eq!(output["headers"]["content-length"], HELLO.len().to_string());
+    }
+
+    #[test]
+    fn redirects_are_not_followed() {
+        let base = serve();
+        let head = run("http.head", json!({ "url": format!("{base}/moved") })).unwrap();
+        assert_eq!(head, json!({ "status": 301, "location": "/ok" }));
+        let get = run("http.get", json!({ "url": format!("{base}/moved") })).unwrap();
+        assert_eq!(get["status"], 301);
+        assert_eq!(get["headers"]["location"], "/ok");
+        assert_eq!(get["body"], "moved");
+    }
+
+    #[test]
+    fn head_without_location() {
+        let base = serve();
+        let head = run("http.head", json!({ "url": format!("{base}/ok") })).unwrap();
+        assert_eq!(head, json!({ "status": 200, "location": null }));
+    }
+
+    #[test]
+    fn client_and_server_errors_are_results() {
+        let base = serve();
+        let missing = run("http.get", json!({ "url": format!("{base}/missing") })).unwrap();
+        assert_eq!(missing["status"], 404);
+        assert_eq!(missing["body"], "no such page");
+        let broken = run("http.head", json!({ "url": format!("{base}/broken") })).unwrap();
+        assert_eq!(broken["status"], 500);
+    }
+
+    #[test]
+    fn a_slow_reply_times_out() {
+        let base = serve();
+        let url = format!("{base}/slow");
+        let started = Instant::now();
+        let err = run("http.get", json!({ "url": url, "timeout": "300ms" })).unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(err.0, format!("http.get `{url}`: timed out after 300ms"));
+        let err = run("http.head", json!({ "url": url, "timeout": "200ms" })).unwrap_err();
+        assert!(err.0.contains("timed out after 200ms"), "{err}");
+    }
+
+    #[test]
+    fn other_schemes_are_refused() {
+        for url in ["ftp://127.0.0.1/x", "file:///etc/passwd", "127.0.0.1/x"] {
+            let err = run("http.get", json!({ "url": url })).unwrap_err();
+            assert_eq!(
+                err.0,
+                format!("http.get: `{url}` is not an http or https url")
+            );
+            let err = run("http.head", json!({ "url": url })).unwrap_err();
+            assert!(err.0.contains("is not an http or https url"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_body_over_max_bytes_is_an_error() {
+        let base = serve();
+        let url = format!("{base}/big");
+        let err = run("http.get", json!({ "url": url, "max_bytes": 1000 })).unwrap_err();
+        assert!(err.0.starts_with(&format!("http.get `{url}`")), "{err}");
+        assert!(err.0.contains("larger than max_bytes (1000)"), "{err}");
+        let fits = run("http.get", json!({ "url": url, "max_bytes": 2000 })).unwrap();
+        assert_eq!(fits["body"].as_str().map(str::len), Some(2000));
+    }
+
+    #[test]
+    fn a_refused_connection_names_the_url() {
+        let port = {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap().port()
+        };
+        let url = format!("http://127.0.0.1:{port}/");
+        let err = run("http.get", json!({ "url": url, "timeout": "2s" })).unwrap_err();
+        assert!(err.0.starts_with(&format!("http.get `{url}`: ")), "{err}");
+        assert!(err.0.contains("connection failed"), "{err}");
+    }
+
+    #[test]
+    fn bad_arguments() {
+        let err = run("http.get", json!({})).unwrap_err();
+        assert_eq!(err.0, "http.get: `url` is required");
+        let err = run(
+            "http.get",
+            json!({ "url": "http://127.0.0.1/", "timeout": "soon" }),
+        )
+        .unwrap_err();
+        assert!(err.0.contains("`soon` is not a duration"), "{err}");
+        let err = run(
+            "http.get",
+            json!({ "url": "http://127.0.0.1/", "max_bytes": -1 }),
+        )
+        .unwrap_err();
+        assert!(err.0.contains("max_bytes"), "{err}");
+    }
+
+    #[test]
+    fn the_with_schema_matches_what_run_accepts() {
+        let schema = get_with_schema();
+        let validator = jsonschema::validator_for(&schema).unwrap();
+        assert!(validator.is_valid(
+            &json!({ "url": "https://example.org/", "timeout": "1h30m", "max_bytes": 5 })
+        ));
+        assert!(!validator.is_valid(&json!({ "url": "ftp://example.org/" })));
+        assert!(!validator.is_valid(&json!({ "url": "http://x/", "timeout": "soon" })));
+        assert!(!validator.is_valid(&json!({ "url": "http://x/", "extra": 1 })));
+        let output = jsonschema::validator_for(&get_output_schema()).unwrap();
+        assert!(output.is_valid(
+            &json!({ "status": 200, "headers": { "a": "b" }, "body": "", "sha256": "" })
+        ));
+    }
 }
