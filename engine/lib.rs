@@ -12,6 +12,8 @@ pub mod engine;
 pub mod format;
 pub mod library;
 pub mod load;
+// Model errors carry the provider's error body for the user; they are rare and off the hot path.
+#[allow(clippy::result_large_err)]
 pub mod models;
 pub mod plan;
 pub mod run;

@@ -24,7 +24,7 @@ use stagegraph::Engine;
     long_about = "stagegraph runs workflows described as TOML stage graphs.\n\n\
         Workflows are found by name along the search path: --library folders, STAGEGRAPH_PATH, \
         .stagegraph/ in the current directory, ~/.config/stagegraph/, then the built-in library \
-        (context-update, refresh, compound). A path ending in .toml names a file directly.\n\n\
+        (embedded in the binary). A path ending in .toml names a file directly.\n\n\
         Exit codes: 0 success (completed, or ended early by exit_if), 1 the run failed, \
         2 the workflow, its inputs or the command line are invalid, 130 interrupted."
 )]
@@ -370,9 +370,22 @@ impl App {
         };
         let mut all = Vec::new();
         let mut summary = Vec::new();
+        let models = match Models::load(&self.engine.cwd) {
+            Ok(models) => Some(models),
+            Err(error) => {
+                all.push(Diagnostic::error(format!("model configuration: {error}")));
+                None
+            }
+        };
         for name in &names {
             let diagnostics = match self.engine.load(name) {
-                Ok(workflow) => workflow.warnings.clone(),
+                Ok(workflow) => {
+                    let mut diagnostics = workflow.warnings.clone();
+                    if let Some(models) = &models {
+                        diagnostics.extend(undefined_models(&workflow, models, Severity::Warning));
+                    }
+                    diagnostics
+                }
                 Err(diagnostics) => diagnostics,
             };
             let diagnostics: Vec<Diagnostic> = diagnostics
@@ -508,6 +521,14 @@ impl App {
         resume: Option<run::ResumeFrom>,
     ) -> Result<i32, Failure> {
         let models = self.models(exec)?;
+        let missing = undefined_models(workflow, &models, Severity::Error);
+        if !missing.is_empty() && exec.replay.is_none() {
+            self.print_diagnostics(&missing);
+            return Err(invalid(format!(
+                "workflow `{}` needs model aliases that no configuration defines",
+                workflow.name
+            )));
+        }
         let options = RunOptions {
             jobs: exec
                 .jobs
@@ -830,4 +851,40 @@ fn toml_value(value: &Value) -> String {
         Ok(v) => v.to_string(),
         Err(_) => value.to_string(),
     }
+}
+
+/// Prompt stages whose model alias no configuration defines (sub-workflows included).
+fn undefined_models(
+    workflow: &stagegraph::check::Workflow,
+    models: &Models,
+    severity: Severity,
+) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    for stage in &workflow.stages {
+        match &stage.action {
+            stagegraph::check::Action::Prompt { model, .. } if !models.defines(model) => {
+                let location = workflow.raw.locate(&format!("/stages/{}/model", stage.id));
+                let known: Vec<String> = models
+                    .aliases()
+                    .into_iter()
+                    .map(|(alias, _)| alias)
+                    .collect();
+                let help = stagegraph::diag::did_you_mean(model, known.iter().map(String::as_str))
+                    .unwrap_or_else(|| format!("define it in stagegraph.toml: [models.{model}] provider = \"command\" command = [...]"));
+                let mut diagnostic = Diagnostic::error(format!(
+                    "stage `{}` uses model `{model}`, which no configuration defines",
+                    stage.id
+                ))
+                .at_opt(location)
+                .with_help(help);
+                diagnostic.severity = severity;
+                out.push(diagnostic);
+            }
+            stagegraph::check::Action::Workflow { workflow: sub, .. } => {
+                out.extend(undefined_models(sub, models, severity))
+            }
+            _ => {}
+        }
+    }
+    out
 }

@@ -2,8 +2,8 @@
 //! `stages.X.output.a.b` references, and to synthesize the output a dry-run assumes.
 
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 
+pub use crate::builtins::paths::sha256_hex;
 use crate::diag::{did_you_mean, Diagnostic, SourceFile};
 
 /// A compiled JSON Schema.
@@ -265,14 +265,4 @@ fn offset_of(text: &str, line: usize, column: usize) -> usize {
         offset += l.len();
     }
     text.len()
-}
-
-/// Lowercase hex SHA-256.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    let mut out = String::with_capacity(64);
-    for byte in digest {
-        out.push_str(&format!("{byte:02x}"));
-    }
-    out
 }

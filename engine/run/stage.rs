@@ -21,6 +21,9 @@ use crate::models::{extract_json, ModelRequest};
 use crate::schema::sha256_hex;
 use crate::template::{Scope, Tmpl};
 
+/// One unit's result, its attempts and its model calls.
+type UnitResult = (Result<Value, String>, u32, Vec<ModelCall>);
+
 /// Bump when the meaning of a stored output changes.
 const CACHE_VERSION: &str = "stagegraph-cache-1";
 
@@ -574,7 +577,7 @@ impl StageRunner<'_> {
             .min(rendered.len())
             .max(1);
         let next = AtomicUsize::new(0);
-        let results: Mutex<Vec<Option<(Result<Value, String>, u32, Vec<ModelCall>)>>> =
+        let results: Mutex<Vec<Option<UnitResult>>> =
             Mutex::new((0..rendered.len()).map(|_| None).collect());
         let failed = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|scope| {
