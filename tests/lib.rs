@@ -1,1 +1,1 @@
-
+mod context_update;
