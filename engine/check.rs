@@ -155,7 +155,17 @@ pub fn check(
     cwd: &Path,
 ) -> Result<Workflow, Vec<Diagnostic>> {
     let mut visiting = Vec::new();
-    check_inner(raw, search, cwd, &mut visiting)
+    check_inner(raw, search, cwd, &mut visiting).map_err(in_file_order)
+}
+
+/// Problems are found phase by phase; a reader wants them in the order of the file.
+fn in_file_order(mut diags: Vec<Diagnostic>) -> Vec<Diagnostic> {
+    diags.sort_by_key(|d| {
+        d.location
+            .as_ref()
+            .map(|l| (l.source.path.clone(), l.span.start))
+    });
+    diags
 }
 
 fn check_inner(
@@ -287,8 +297,20 @@ fn describe_schema_error(error: &jsonschema::ValidationError<'_>, pointer: &str)
     match &error.kind {
         K::Type { kind } => {
             let expected = match kind {
-                jsonschema::error::TypeKind::Single(t) => format!("{t:?}").to_lowercase(),
-                jsonschema::error::TypeKind::Multiple(_) => return format!("`{at}`: {error}"),
+                jsonschema::error::TypeKind::Single(t) => t.to_string(),
+                // An optional key's schema also admits null, which TOML cannot write; name the
+                // one type a user can mean.
+                jsonschema::error::TypeKind::Multiple(types) => {
+                    let named: Vec<String> = types
+                        .iter()
+                        .filter(|t| *t != jsonschema::JsonType::Null)
+                        .map(|t| t.to_string())
+                        .collect();
+                    match named.as_slice() {
+                        [one] => one.clone(),
+                        _ => return format!("`{at}`: {error}"),
+                    }
+                }
             };
             format!(
                 "`{at}` must be {}, not {}",

@@ -44,12 +44,20 @@ fn input_error(message: impl Into<String>) -> InputError {
     }
 }
 
+/// "an integer", "a string": how a type reads in a message.
+fn with_article(kind: InputType) -> String {
+    match kind {
+        InputType::Integer | InputType::Array | InputType::Object => format!("an {}", kind.name()),
+        _ => format!("a {}", kind.name()),
+    }
+}
+
 /// Parse `--input K=V` text by the declared type.
 pub fn parse_input_value(kind: InputType, name: &str, text: &str) -> Result<Value, InputError> {
     let bad = || {
         input_error(format!(
-            "input `{name}` is {}, but got `{text}`",
-            kind.name()
+            "input `{name}` must be {}, not `{text}`",
+            with_article(kind)
         ))
     };
     Ok(match kind {
@@ -89,7 +97,7 @@ pub fn resolve_inputs(
             if !decl.kind.admits(&value) {
                 return Err(input_error(format!(
                     "input `{name}` must be {}, not {}",
-                    decl.kind.name(),
+                    with_article(decl.kind),
                     value
                 )));
             }

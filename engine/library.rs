@@ -234,14 +234,21 @@ impl SearchPath {
             })
     }
 
-    /// A template or schema: in the workflow's own library first, then along the path.
+    /// A template or schema named by a workflow of library `own`.
+    ///
+    /// Libraries higher on the search path than the workflow's own come first, so a project can
+    /// override one template of a shipped workflow with a file in `.stagegraph/templates/`;
+    /// then the workflow's own library, so its files win over those of libraries below it. A
+    /// workflow named by its path (not on the search path) looks in its own library first.
     pub fn find_file(&self, own: &Library, shelf: Shelf, relative: &str) -> Option<SourceFile> {
-        own.read(shelf, relative).or_else(|| {
-            self.libraries
-                .iter()
-                .filter(|library| *library != own)
-                .find_map(|library| library.read(shelf, relative))
-        })
+        if !self.libraries.contains(own) {
+            if let Some(found) = own.read(shelf, relative) {
+                return Some(found);
+            }
+        }
+        self.libraries
+            .iter()
+            .find_map(|library| library.read(shelf, relative))
     }
 
     /// Every workflow name on the path, each with the library it resolves to.

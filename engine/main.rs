@@ -79,6 +79,16 @@ enum Command {
         name: String,
         #[arg(long, value_enum, default_value_t = PlanFormat::Text)]
         format: PlanFormat,
+        /// Say for each stage whether a run would reuse it from the cache, and on a miss what
+        /// changed (a dry-run with these inputs; see `run --explain`).
+        #[arg(long)]
+        explain: bool,
+        /// With --explain: an input, K=V.
+        #[arg(long = "input", short = 'i', value_name = "K=V")]
+        inputs: Vec<String>,
+        /// With --explain: inputs as a JSON object from a file or - for stdin.
+        #[arg(long, value_name = "FILE|-")]
+        inputs_json: Option<String>,
     },
     /// Run a workflow.
     Run(RunArgs),
@@ -125,6 +135,10 @@ struct ExecArgs {
     /// With --dry-run: print every rendered prompt.
     #[arg(long)]
     show_prompts: bool,
+    /// A dry-run that says, for each stage, whether it would be reused from the cache and, if
+    /// not, what changed since the last run (implies --dry-run).
+    #[arg(long)]
+    explain: bool,
     /// Stages at once (default: the number of cores).
     #[arg(long, short = 'j')]
     jobs: Option<usize>,
@@ -257,7 +271,34 @@ impl App {
                 format,
                 deny_warnings,
             } => self.check(&names, format, deny_warnings),
-            Command::Plan { name, format } => self.plan(&name, format),
+            Command::Plan {
+                name,
+                explain: true,
+                inputs,
+                inputs_json,
+                ..
+            } => {
+                let exec = ExecArgs {
+                    dry_run: true,
+                    show_prompts: false,
+                    explain: true,
+                    jobs: None,
+                    no_cache: false,
+                    record: None,
+                    replay: None,
+                    json: false,
+                    quiet: true,
+                    keep_runs: 0,
+                };
+                let args = RunArgs {
+                    name,
+                    inputs,
+                    inputs_json,
+                    exec,
+                };
+                self.run(args)
+            }
+            Command::Plan { name, format, .. } => self.plan(&name, format),
             Command::Run(args) => self.run(args),
             Command::Resume { run_id, exec } => self.resume(&run_id, exec),
             Command::Runs { action } => self.runs(action),
@@ -534,7 +575,8 @@ impl App {
                 .jobs
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
                 .max(1),
-            dry_run: exec.dry_run,
+            dry_run: exec.dry_run || exec.explain,
+            explain: exec.explain,
             no_cache: exec.no_cache,
             show_prompts: exec.show_prompts,
             replay: exec.replay.is_some(),
@@ -547,6 +589,11 @@ impl App {
             search: &self.engine.search,
             cwd: self.engine.cwd.clone(),
             state_dir: self.state_dir.clone(),
+            previous: if exec.explain {
+                latest_real_run(&self.state_dir, &workflow.name)
+            } else {
+                None
+            },
         };
         let _ = ctrlc::set_handler(|| {
             std::thread::spawn(|| run::process::Interrupt::global().trigger());
@@ -576,6 +623,16 @@ impl App {
                     "{}",
                     serde_json::to_string_pretty(outputs).unwrap_or_default()
                 );
+            }
+        }
+        if exec.explain {
+            let width = record.stages.keys().map(String::len).max().unwrap_or(0);
+            for (id, stage) in &record.stages {
+                let verdict = stage
+                    .explain
+                    .clone()
+                    .unwrap_or_else(|| format!("not reached ({})", stage.status.as_str()));
+                println!("{id:width$}  {verdict}");
             }
         }
         let seconds = record.duration_ms as f64 / 1000.0;
@@ -612,7 +669,7 @@ impl App {
     fn resume(&self, run_id: &str, exec: ExecArgs) -> Result<i32, Failure> {
         let id = record::resolve_run_id(&self.state_dir, run_id).map_err(invalid)?;
         let previous = record::read_record(&self.state_dir, &id).map_err(invalid)?;
-        let workflow = self.load(&previous.workflow)?;
+        let workflow = self.load(&self.resume_reference(&previous))?;
         let outputs = record::read_outputs(&self.state_dir, &id);
         let always_zero = workflow.file.workflow.always_exit_zero;
         let code = self.execute(
@@ -629,6 +686,25 @@ impl App {
         } else {
             code
         })
+    }
+
+    /// How to find a recorded run's workflow again: by name when the search path still leads to
+    /// the file the run used, else by that file's path (a run of `stagegraph run flow.toml`).
+    fn resume_reference(&self, previous: &record::RunRecord) -> String {
+        let Some(top) = previous.files.first().map(|f| f.path.as_str()) else {
+            return previous.workflow.clone();
+        };
+        let by_name = self
+            .engine
+            .search
+            .find_workflow(&previous.workflow, &self.engine.cwd);
+        match by_name {
+            Some(found) if found.source.path.display().to_string() == top => {
+                previous.workflow.clone()
+            }
+            _ if top.ends_with(".toml") && Path::new(top).is_file() => top.to_string(),
+            _ => previous.workflow.clone(),
+        }
     }
 
     fn runs(&self, action: Option<RunsAction>) -> Result<i32, Failure> {
@@ -887,4 +963,13 @@ fn undefined_models(
         }
     }
     out
+}
+
+/// The newest run of a workflow that was not a dry-run.
+fn latest_real_run(state_dir: &Path, workflow: &str) -> Option<record::RunRecord> {
+    record::list_runs(state_dir)
+        .iter()
+        .rev()
+        .filter_map(|id| record::read_record(state_dir, id).ok())
+        .find(|r| r.workflow == workflow && !r.dry_run)
 }

@@ -137,9 +137,10 @@ impl<'w> Plan<'w> {
         let _ = writeln!(out, "  node [shape=box, fontname=\"monospace\"];");
         for &i in &self.workflow.order {
             let stage = &self.workflow.stages[i];
-            let mut label = format!("{}\\n{}", stage.id, self.action_summary(i));
+            let summary = self.action_summary(i);
+            let mut lines = vec![stage.id.as_str(), summary.as_str()];
             if stage.def.exit_if.is_some() {
-                label.push_str("\\n(exit_if)");
+                lines.push("(exit_if)");
             }
             let shape = if stage.def.exit_if.is_some() {
                 ", shape=diamond"
@@ -150,7 +151,7 @@ impl<'w> Plan<'w> {
                 out,
                 "  {} [label={}{shape}];",
                 dot_id(&stage.id),
-                dot_string(&label)
+                dot_label(&lines)
             );
         }
         for &i in &self.workflow.order {
@@ -218,9 +219,16 @@ fn dot_id(id: &str) -> String {
 }
 
 fn dot_string(text: &str) -> String {
-    let escaped = text
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace("\\\\n", "\\n");
-    format!("\"{escaped}\"")
+    format!("\"{}\"", dot_escape(text))
+}
+
+/// A label of several lines. Each line is escaped on its own, so a `\n` written in a command
+/// stays two characters and only the breaks between lines become DOT's `\n`.
+fn dot_label(lines: &[&str]) -> String {
+    let escaped: Vec<String> = lines.iter().map(|line| dot_escape(line)).collect();
+    format!("\"{}\"", escaped.join("\\n"))
+}
+
+fn dot_escape(text: &str) -> String {
+    text.replace('\\', "\\\\").replace('"', "\\\"")
 }

@@ -23,11 +23,13 @@ use crate::template::{Scope, StageSlot, StageTable};
 pub mod cache;
 pub mod locks;
 pub mod process;
+mod progress;
 pub mod record;
 mod stage;
 
 pub use record::{ExitInfo, RunRecord, RunStatus, StageRecord, StageStatus};
 
+use progress::Reporter;
 use record::{FileHash, OutputLine, RunFiles, UsageTotals};
 use stage::{StageOutcome, StageRunner};
 
@@ -38,6 +40,8 @@ pub struct RunOptions {
     pub dry_run: bool,
     pub no_cache: bool,
     pub show_prompts: bool,
+    /// Say for each stage whether it would hit the cache and, on a miss, what changed.
+    pub explain: bool,
     /// Prompt stages answer from recordings (so a dry-run may send them).
     pub replay: bool,
     /// Print nothing on stderr but errors.
@@ -55,6 +59,7 @@ impl Default for RunOptions {
             no_cache: false,
             show_prompts: false,
             replay: false,
+            explain: false,
             quiet: false,
             json_events: false,
             keep_runs: 50,
@@ -68,6 +73,8 @@ pub struct Runtime<'a> {
     pub search: &'a SearchPath,
     pub cwd: PathBuf,
     pub state_dir: PathBuf,
+    /// With `explain`: the run to compare fingerprints with.
+    pub previous: Option<RunRecord>,
 }
 
 /// A run to resume from: its id and the outputs it recorded.
@@ -96,7 +103,7 @@ pub fn run(
     let run_id = record::new_run_id();
     let dir = record::runs_dir(&runtime.state_dir).join(&run_id);
     let files = RunFiles::create(dir.clone())?;
-    let reporter = Reporter::new(options, "");
+    let reporter = Reporter::new(options, workflow.stages.len());
     if !options.quiet {
         eprintln!(
             "run {run_id} ({}){}",
@@ -115,6 +122,7 @@ pub fn run(
     );
     executor.record.resumed_from = resume.as_ref().map(|r| r.run_id.clone());
     let record = executor.execute(resume.map(|r| r.outputs).unwrap_or_default());
+    executor.reporter.done();
     locks::release_all();
     if options.keep_runs > 0 && !options.dry_run {
         record::prune(&runtime.state_dir, options.keep_runs);
@@ -130,8 +138,9 @@ pub(crate) fn run_nested(
     options: &RunOptions,
     inputs: Map<String, Value>,
     parent: &str,
+    reporter: &Reporter,
 ) -> RunRecord {
-    let reporter = Reporter::new(options, &format!("{parent}/"));
+    let reporter = reporter.child(parent);
     let mut executor = Executor::new(
         workflow,
         runtime,
@@ -142,36 +151,6 @@ pub(crate) fn run_nested(
         reporter,
     );
     executor.execute(HashMap::new())
-}
-
-/// Progress on stderr and JSON events on stdout.
-#[derive(Clone)]
-pub(crate) struct Reporter {
-    quiet: bool,
-    json: bool,
-    prefix: String,
-}
-
-impl Reporter {
-    fn new(options: &RunOptions, prefix: &str) -> Self {
-        Reporter {
-            quiet: options.quiet,
-            json: options.json_events,
-            prefix: prefix.to_string(),
-        }
-    }
-
-    pub(crate) fn line(&self, text: &str) {
-        if !self.quiet {
-            eprintln!("{text}");
-        }
-    }
-
-    fn event(&self, event: &Value) {
-        if self.json {
-            println!("{event}");
-        }
-    }
 }
 
 struct Executor<'w, 'r> {
@@ -329,18 +308,25 @@ impl<'w, 'r> Executor<'w, 'r> {
                         return self.record.clone();
                     }
                 };
-                let started = Instant::now();
+                // Say so once, then every 10 s: a wait can be long.
+                let mut announced: Option<Instant> = None;
                 loop {
                     match locks::try_acquire(&path, lock.stale_after) {
                         Ok(locks::Attempt::Acquired { lock, .. }) => break Some(lock),
                         Ok(locks::Attempt::Busy { .. }) => {
                             if lock.busy == Busy::Wait && !process::Interrupt::global().is_set() {
-                                if started.elapsed().as_secs() % 10 == 0 {
+                                if announced.is_none_or(|at| at.elapsed().as_secs() >= 10) {
                                     self.reporter
                                         .line(&format!("  waiting for lock {}", path.display()));
+                                    announced = Some(Instant::now());
                                 }
                                 std::thread::sleep(std::time::Duration::from_millis(100));
                                 continue;
+                            }
+                            if lock.busy == Busy::Wait {
+                                // Ctrl-C while waiting: the run was interrupted, not turned away.
+                                self.finish(RunStatus::Interrupted);
+                                return self.record.clone();
                             }
                             let message = lock
                                 .message
@@ -383,6 +369,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             reuse: &reuse,
             reporter: &reporter,
             cache: cache::Cache::new(&self.runtime.state_dir, &workflow.name),
+            table: Arc::clone(&self.table),
         };
         let status = self.schedule(&runner);
         for warning in runner.cache.take_warnings() {
@@ -460,6 +447,7 @@ impl<'w, 'r> Executor<'w, 'r> {
                     entry.status = StageStatus::Running;
                     entry.started_at = Some(started_at);
                 }
+                self.reporter.started(&stage.id);
                 let event = json!({ "event": "stage_started", "stage": stage.id });
                 self.event(event);
                 let tx = tx.clone();
@@ -548,11 +536,18 @@ impl<'w, 'r> Executor<'w, 'r> {
             (Some(output), true) => minijinja::Value::from_serialize(output),
             _ => minijinja::Value::from(()),
         };
+        // `cached` and `succeeded` carry the same output: only what was produced counts.
+        let slot_sha = match (&output_sha, outcome.status.has_output()) {
+            (Some(sha), true) => sha.clone(),
+            _ => outcome.status.as_str().to_string(),
+        };
         self.table.set(
             index,
             StageSlot {
                 output: slot_output,
                 status: outcome.status.as_str(),
+                sha256: slot_sha,
+                assumed: outcome.assumed,
             },
         );
         let duration_ms = outcome.duration.as_millis() as u64;
@@ -560,6 +555,8 @@ impl<'w, 'r> Executor<'w, 'r> {
             entry.status = outcome.status;
             entry.duration_ms = duration_ms;
             entry.fingerprint = outcome.fingerprint.clone();
+            entry.fingerprint_parts = outcome.fingerprint_parts.clone();
+            entry.explain = outcome.explain.clone();
             entry.output_sha256 = output_sha.filter(|_| outcome.status.has_output());
             entry.error = outcome.error.clone();
             entry.reason = outcome.reason.clone();
@@ -569,6 +566,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             entry.model_calls = outcome.model_calls.clone();
             entry.assumed = outcome.assumed;
         }
+        self.reporter.finished(&id);
         let mut line = format!("  {} {}{}", outcome.status_mark(), self.reporter.prefix, id);
         match outcome.status {
             StageStatus::Skipped => line.push_str(" skipped"),

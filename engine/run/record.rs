@@ -100,6 +100,9 @@ pub struct StageRecord {
     pub duration_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fingerprint: Option<String>,
+    /// What the fingerprint covers, hashed part by part (so a miss can say what changed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint_parts: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_sha256: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -116,6 +119,9 @@ pub struct StageRecord {
     pub reused_from: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub model_calls: Vec<ModelCall>,
+    /// With `--explain`: whether the stage would be reused, and why not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explain: Option<String>,
     /// In a dry-run: the output was assumed, not produced.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub assumed: bool,
@@ -132,6 +138,7 @@ impl StageRecord {
             started_at: None,
             duration_ms: 0,
             fingerprint: None,
+            fingerprint_parts: None,
             output_sha256: None,
             error: None,
             reason: None,
@@ -139,6 +146,7 @@ impl StageRecord {
             items: None,
             reused_from: None,
             model_calls: Vec::new(),
+            explain: None,
             assumed: false,
         }
     }

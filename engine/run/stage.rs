@@ -60,6 +60,8 @@ pub(crate) struct StageOutcome {
     pub reason: Option<String>,
     pub exit: Option<String>,
     pub fingerprint: Option<String>,
+    pub fingerprint_parts: Option<Value>,
+    pub explain: Option<String>,
     pub attempts: u32,
     pub items: Option<usize>,
     pub reused_from: Option<String>,
@@ -82,6 +84,8 @@ impl StageOutcome {
             reason: None,
             exit: None,
             fingerprint: None,
+            fingerprint_parts: None,
+            explain: None,
             attempts: 0,
             items: None,
             reused_from: None,
@@ -164,6 +168,7 @@ pub(crate) struct StageRunner<'a> {
     pub reuse: &'a HashMap<String, OutputLine>,
     pub reporter: &'a Reporter,
     pub cache: Cache,
+    pub table: std::sync::Arc<crate::template::StageTable>,
 }
 
 impl StageRunner<'_> {
@@ -198,6 +203,9 @@ impl StageRunner<'_> {
                 .map_err(|e| format!("`if`: {}", describe(&e)))?;
             if !value.is_true() {
                 outcome.status = StageStatus::Skipped;
+                if self.options.explain {
+                    outcome.explain = Some("skipped: `if` is false".into());
+                }
                 outcome.reason = stage
                     .def
                     .if_
@@ -234,7 +242,7 @@ impl StageRunner<'_> {
             .iter()
             .map(|unit| self.render(stage, &unit.to_value()))
             .collect::<Result<_, _>>()?;
-        let fingerprint = self.fingerprint(stage, &rendered);
+        let (fingerprint, parts) = self.fingerprint(stage, &rendered);
         outcome.fingerprint = Some(fingerprint.clone());
 
         let cache_id = match &stage.cache {
@@ -266,8 +274,14 @@ impl StageRunner<'_> {
         {
             outcome.status = StageStatus::Cached;
             outcome.reused_from = Some("cache".into());
+            if self.options.explain {
+                outcome.explain = Some("reused: the cache holds an identical execution".into());
+            }
             stored
         } else if self.options.dry_run && self.has_side_effects(stage, &rendered) {
+            if self.options.explain {
+                outcome.explain = Some(self.explain_miss(stage, &parts));
+            }
             for unit in &rendered {
                 if let Some(line) = unit.describe() {
                     outcome.notes.push(format!("(dry-run) would run {line}"));
@@ -389,6 +403,13 @@ impl StageRunner<'_> {
                 outcome.exit = Some(message.trim().to_string());
             }
         }
+        if self.options.explain && outcome.explain.is_none() {
+            outcome.explain = Some(match stage.action {
+                Action::None => "evaluated: no action".into(),
+                _ => "runs: read-only, so a dry-run runs it too".into(),
+            });
+        }
+        outcome.fingerprint_parts = Some(parts);
         outcome.output = Some(output);
         Ok(())
     }
@@ -514,43 +535,98 @@ impl StageRunner<'_> {
         })
     }
 
-    fn fingerprint(&self, stage: &Stage, rendered: &[Rendered]) -> String {
-        let deps: Vec<Value> = stage
-            .deps
-            .iter()
-            .map(|&d| {
-                let id = &self.workflow.stages[d].id;
-                let slot = self.base_scope_table_sha(d);
-                json!([id, slot])
-            })
-            .collect();
+    /// The fingerprint, and the hashes of what it covers, part by part.
+    fn fingerprint(&self, stage: &Stage, rendered: &[Rendered]) -> (String, Value) {
+        let mut deps = Map::new();
+        for &d in &stage.deps {
+            let slot = self.table.get(d).map(|slot| slot.sha256);
+            deps.insert(self.workflow.stages[d].id.clone(), json!(slot));
+        }
         let model = match &stage.action {
             Action::Prompt { model, .. } => self.runtime.models.identity(model),
             _ => None,
         };
         let sub = match &stage.action {
-            Action::Workflow { workflow, .. } => Some(workflow.file_hashes.clone()),
+            Action::Workflow { workflow, .. } => Some(json!(workflow.file_hashes)),
             _ => None,
         };
-        let document = json!({
+        let action: Vec<Value> = rendered.iter().map(Rendered::canonical).collect();
+        let hash = |value: &Value| sha256_hex(value.to_string().as_bytes());
+        let parts = json!({
             "version": CACHE_VERSION,
             "definition": stage.definition_hash,
-            "action": rendered.iter().map(Rendered::canonical).collect::<Vec<_>>(),
+            "action": hash(&Value::Array(action)),
             "deps": deps,
             "schema": stage.schema.as_ref().map(|s| s.sha256.clone()),
             "model": model,
-            "sub_workflow": sub,
+            "sub_workflow": sub.as_ref().map(hash),
         });
-        sha256_hex(document.to_string().as_bytes())
+        (hash(&parts), parts)
     }
 
-    fn base_scope_table_sha(&self, index: usize) -> Option<String> {
-        let id = &self.workflow.stages[index].id;
-        let stages = self.base_scope.stages.get_attr(id).ok()?;
-        let output = stages.get_attr("output").ok()?;
-        let status = stages.get_attr("status").ok()?;
-        let json = serde_json::to_string(&output).ok()?;
-        Some(sha256_hex(format!("{status}\0{json}").as_bytes()))
+    /// Why an execution would not be reused: the parts that differ from the last run's.
+    fn explain_miss(&self, stage: &Stage, parts: &Value) -> String {
+        let assumed: Vec<&str> = stage
+            .deps
+            .iter()
+            .filter(|&&d| self.table.get(d).is_some_and(|slot| slot.assumed))
+            .map(|&d| self.workflow.stages[d].id.as_str())
+            .collect();
+        let previous = self.runtime.previous.as_ref().and_then(|record| {
+            record
+                .stages
+                .get(&stage.id)
+                .and_then(|s| s.fingerprint_parts.clone())
+                .map(|p| (record, p))
+        });
+        let Some((record, before)) = previous else {
+            return "runs: no earlier run recorded this stage".into();
+        };
+        let mut reasons = Vec::new();
+        let changed = |key: &str| before.get(key) != parts.get(key);
+        if changed("version") {
+            reasons.push("the engine's cache version changed".to_string());
+        }
+        if changed("definition") {
+            reasons.push("its definition changed".to_string());
+        }
+        if changed("schema") {
+            reasons.push("its output schema changed".to_string());
+        }
+        if changed("model") {
+            reasons.push("the model behind its alias changed".to_string());
+        }
+        if changed("sub_workflow") {
+            reasons.push("its sub-workflow's files changed".to_string());
+        }
+        if let (Some(Value::Object(old)), Some(Value::Object(new))) =
+            (before.get("deps"), parts.get("deps"))
+        {
+            for (id, sha) in new {
+                if assumed.contains(&id.as_str()) {
+                    reasons.push(format!(
+                        "upstream `{id}` runs first, so its output is not known yet"
+                    ));
+                } else if old.get(id) != Some(sha) {
+                    reasons.push(format!("the output of upstream `{id}` changed"));
+                }
+            }
+        }
+        if changed("action") && reasons.is_empty() {
+            reasons
+                .push("its rendered action changed (inputs, state or template output)".to_string());
+        }
+        if reasons.is_empty() {
+            if stage.cache.is_some() {
+                reasons.push(format!("unchanged since run {}, but no cache entry is stored (expired or never stored)", record.run_id));
+            } else {
+                reasons.push(format!(
+                    "unchanged since run {}, but the stage has no `cache`",
+                    record.run_id
+                ));
+            }
+        }
+        format!("runs: {}", reasons.join("; "))
     }
 
     /// Run every unit (in parallel for `foreach`), each with its retries.
@@ -703,8 +779,14 @@ impl StageRunner<'_> {
                 let inputs = crate::engine::resolve_inputs(workflow, inputs.clone(), &Map::new())
                     .map_err(|e| e.to_string())?;
                 let _ = unit;
-                let record =
-                    super::run_nested(workflow, self.runtime, self.options, inputs, &stage.id);
+                let record = super::run_nested(
+                    workflow,
+                    self.runtime,
+                    self.options,
+                    inputs,
+                    &stage.id,
+                    self.reporter,
+                );
                 match record.status {
                     RunStatus::Completed | RunStatus::Exited => {
                         Ok(record.outputs.unwrap_or(Value::Object(Map::new())))

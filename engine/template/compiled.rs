@@ -126,6 +126,10 @@ pub struct StageTable {
 pub struct StageSlot {
     pub output: Value,
     pub status: &'static str,
+    /// SHA-256 of the status and output, for the fingerprints of the stages after it.
+    pub sha256: String,
+    /// A dry-run assumed this output instead of producing it.
+    pub assumed: bool,
 }
 
 impl StageTable {

@@ -1,0 +1,115 @@
+//! Progress on stderr: a live line on a terminal (what is running, how much is done) with each
+//! finished stage printed above it, or one plain line per stage otherwise; JSON events on stdout
+//! with `--json`.
+
+use std::collections::BTreeSet;
+use std::io::IsTerminal;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::RunOptions;
+
+/// Where a run reports; cheap to clone, shared with sub-workflow runs.
+#[derive(Clone)]
+pub(crate) struct Reporter {
+    quiet: bool,
+    json: bool,
+    pub(crate) prefix: String,
+    live: Option<Arc<Live>>,
+}
+
+struct Live {
+    bar: indicatif::ProgressBar,
+    running: Mutex<BTreeSet<String>>,
+}
+
+impl Reporter {
+    pub(crate) fn new(options: &RunOptions, total: usize) -> Self {
+        let live = (!options.quiet && !options.json_events && std::io::stderr().is_terminal())
+            .then(|| {
+                let bar = indicatif::ProgressBar::new(total as u64);
+                bar.set_style(
+                    indicatif::ProgressStyle::with_template(
+                        "{spinner} [{pos}/{len}] {elapsed} {wide_msg}",
+                    )
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+                );
+                bar.enable_steady_tick(Duration::from_millis(120));
+                Arc::new(Live {
+                    bar,
+                    running: Mutex::new(BTreeSet::new()),
+                })
+            });
+        Reporter {
+            quiet: options.quiet,
+            json: options.json_events,
+            prefix: String::new(),
+            live,
+        }
+    }
+
+    /// The reporter of a sub-workflow run inside stage `parent`.
+    pub(crate) fn child(&self, parent: &str) -> Self {
+        Reporter {
+            prefix: format!("{}{parent}/", self.prefix),
+            ..self.clone()
+        }
+    }
+
+    pub(crate) fn line(&self, text: &str) {
+        if self.quiet {
+            return;
+        }
+        match &self.live {
+            Some(live) => live.bar.println(text),
+            None => eprintln!("{text}"),
+        }
+    }
+
+    pub(crate) fn event(&self, event: &Value) {
+        if self.json {
+            println!("{event}");
+        }
+    }
+
+    pub(crate) fn started(&self, id: &str) {
+        if let Some(live) = &self.live {
+            let mut running = live.running.lock().unwrap_or_else(|p| p.into_inner());
+            running.insert(format!("{}{id}", self.prefix));
+            live.bar.set_message(running_message(&running));
+        }
+    }
+
+    pub(crate) fn finished(&self, id: &str) {
+        if let Some(live) = &self.live {
+            let mut running = live.running.lock().unwrap_or_else(|p| p.into_inner());
+            running.remove(&format!("{}{id}", self.prefix));
+            if self.prefix.is_empty() {
+                live.bar.inc(1);
+            }
+            live.bar.set_message(running_message(&running));
+        }
+    }
+
+    /// Clear the live line (the top-level run only).
+    pub(crate) fn done(&self) {
+        if let (Some(live), true) = (&self.live, self.prefix.is_empty()) {
+            live.bar.finish_and_clear();
+        }
+    }
+}
+
+fn running_message(running: &BTreeSet<String>) -> String {
+    if running.is_empty() {
+        return String::new();
+    }
+    let names: Vec<&str> = running.iter().take(4).map(String::as_str).collect();
+    let more = running.len().saturating_sub(names.len());
+    let mut text = format!("running {}", names.join(", "));
+    if more > 0 {
+        text.push_str(&format!(" (+{more})"));
+    }
+    text
+}

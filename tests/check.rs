@@ -1,0 +1,266 @@
+//! `stagegraph check`: the fixture workflows under `tests/fixtures/check/workflows/` (a library
+//! with its own `schemas/` and `templates/`), each snapshotted as `check --format json`; failing
+//! cases are prefixed `err_`. Also the GitHub format, exit codes and the generated format schema.
+
+use serde_json::Value;
+
+use crate::support::{fixtures, repo_root, Test};
+
+/// `check --format json` of one fixture, with the fixture folder's path replaced by `[LIB]`.
+fn check_json(name: &str) -> (Option<i32>, Value) {
+    let lib = fixtures("check");
+    let out = Test::new().run([
+        "--library".as_ref(),
+        lib.as_os_str(),
+        "check".as_ref(),
+        "--format".as_ref(),
+        "json".as_ref(),
+        name.as_ref(),
+    ]);
+    let text = out.stdout.replace(&lib.display().to_string(), "[LIB]");
+    let json = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("check --format json printed no JSON ({e}):\n{out:?}"));
+    (out.code, json)
+}
+
+#[test]
+fn fixtures_snapshot() {
+    insta::glob!("fixtures/check/workflows/*.toml", |path| {
+        let name = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .expect("a fixture name");
+        let (code, json) = check_json(name);
+        let errors = json["workflows"][0]["errors"].as_u64().unwrap_or(0);
+        if name.starts_with("err_") {
+            assert_eq!(code, Some(2), "{name} must fail check: {json:#}");
+            assert!(errors > 0, "{name} must report errors: {json:#}");
+            for diagnostic in json["diagnostics"].as_array().into_iter().flatten() {
+                assert!(
+                    diagnostic["line"].as_u64().is_some_and(|l| l > 0),
+                    "{name}: every diagnostic points at a line: {diagnostic:#}"
+                );
+            }
+        } else {
+            assert_eq!(code, Some(0), "{name} must pass check: {json:#}");
+            assert_eq!(errors, 0);
+        }
+        insta::assert_json_snapshot!(json);
+    });
+}
+
+fn messages(json: &Value) -> Vec<(u64, String, Option<String>)> {
+    json["diagnostics"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|d| {
+            (
+                d["line"].as_u64().unwrap_or(0),
+                d["message"].as_str().unwrap_or_default().to_string(),
+                d["help"].as_str().map(str::to_string),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn several_errors_are_reported_in_one_pass_with_their_lines() {
+    let (code, json) = check_json("err_several");
+    assert_eq!(code, Some(2));
+    let mut found = messages(&json);
+    found.sort();
+    let expected = [
+        (8, "unknown input `nmae`", "did you mean `name`?"),
+        (11, "unknown stage `greeet`", "did you mean `greet`?"),
+        (
+            12,
+            "environment variable `USER` is not in `[workflow] env`",
+            "",
+        ),
+        (15, "unknown stage `reprot`", "did you mean `report`?"),
+    ];
+    assert_eq!(found.len(), expected.len(), "{json:#}");
+    for ((line, message, help), (want_line, want_message, want_help)) in found.iter().zip(expected)
+    {
+        assert_eq!(*line, want_line, "{message}");
+        assert_eq!(message, want_message);
+        assert!(
+            help.as_deref().unwrap_or_default().contains(want_help),
+            "{message}: help {help:?} lacks {want_help:?}"
+        );
+    }
+}
+
+#[test]
+fn cycle_names_every_stage() {
+    let (_, json) = check_json("err_cycle");
+    let found = messages(&json);
+    let cycle = found
+        .iter()
+        .find(|(_, m, _)| m.contains("cycle"))
+        .unwrap_or_else(|| panic!("no cycle reported: {json:#}"));
+    for stage in ["first", "second", "third"] {
+        assert!(cycle.1.contains(stage), "{} lacks `{stage}`", cycle.1);
+    }
+}
+
+#[test]
+fn github_format_is_one_annotation_per_problem() {
+    let lib = fixtures("check");
+    let t = Test::new();
+    let out = t.run([
+        "--library".as_ref(),
+        lib.as_os_str(),
+        "check".as_ref(),
+        "--format".as_ref(),
+        "github".as_ref(),
+        "err_several".as_ref(),
+        "err_toml_syntax".as_ref(),
+    ]);
+    out.code(2);
+    let annotation =
+        regex::Regex::new(r"^::error file=([^,]+),line=(\d+),col=(\d+)::(.+)$").expect("a regex");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 5, "{}", out.stdout);
+    let mut seen = Vec::new();
+    for line in &lines {
+        let caps = annotation
+            .captures(line)
+            .unwrap_or_else(|| panic!("not a GitHub annotation: {line}"));
+        let file = std::path::Path::new(&caps[1]);
+        assert!(file.is_file(), "the annotation names a real file: {line}");
+        seen.push((
+            file.file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default()
+                .to_string(),
+            caps[2].parse::<u32>().expect("a line"),
+            caps[3].parse::<u32>().expect("a column"),
+        ));
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            ("err_several.toml".to_string(), 8, 24),
+            ("err_several.toml".to_string(), 11, 10),
+            ("err_several.toml".to_string(), 12, 24),
+            ("err_several.toml".to_string(), 15, 27),
+            ("err_toml_syntax.toml".to_string(), 2, 40),
+        ]
+    );
+    assert!(
+        out.stdout.contains("(help: did you mean `greet`?)"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn valid_workflow_exits_zero_in_every_format() {
+    let lib = fixtures("check");
+    let t = Test::new();
+    for format in ["text", "json", "github"] {
+        let out = t.run([
+            "--library".as_ref(),
+            lib.as_os_str(),
+            "check".as_ref(),
+            "--format".as_ref(),
+            format.as_ref(),
+            "ok_valid".as_ref(),
+        ]);
+        out.code(0);
+        if format == "github" {
+            assert_eq!(out.stdout, "", "no annotation for a valid workflow");
+        }
+    }
+}
+
+#[test]
+fn text_format_shows_a_snippet_and_a_suggestion() {
+    let lib = fixtures("check");
+    let out = Test::new().run([
+        "--library".as_ref(),
+        lib.as_os_str(),
+        "check".as_ref(),
+        "err_unknown_after".as_ref(),
+    ]);
+    out.code(2)
+        .stderr_has("err_unknown_after.toml:5:10: unknown stage `gaet`")
+        .stderr_has(r#"after = ["gaet"]"#)
+        .stderr_has("did you mean `gate`?")
+        .stderr_has("err_unknown_after: invalid (1 error(s)");
+}
+
+#[test]
+fn a_file_path_is_checked_directly() {
+    let t = Test::new();
+    t.write(
+        "flow.toml",
+        "[stages.a]\ncommand = [\"true\"]\n[stages.b]\nafter = [\"c\"]\ncommand = [\"true\"]\n",
+    );
+    t.run(["check", "flow.toml"])
+        .code(2)
+        .stderr_has("flow.toml:4:10: unknown stage `c`");
+    t.write("flow.toml", "[stages.a]\ncommand = [\"true\"]\n");
+    t.run(["check", "flow.toml"]).code(0);
+}
+
+/// The JSON Schema of the format, as the binary prints it.
+fn printed_schema() -> String {
+    let out = Test::new().run(["schema", "workflow"]);
+    out.code(0);
+    out.stdout
+}
+
+#[test]
+fn checked_in_workflow_schema_is_current() {
+    let path = repo_root().join("schemas").join("workflow.schema.json");
+    let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        checked_in == printed_schema(),
+        "schemas/workflow.schema.json is stale; regenerate it with \
+         `stagegraph schema workflow > schemas/workflow.schema.json`"
+    );
+}
+
+/// Every workflow the project ships, and every valid workflow its tests use, validates against
+/// the checked-in schema.
+#[test]
+fn workflows_validate_against_the_schema() {
+    let schema: Value = serde_json::from_str(&printed_schema()).expect("the schema is JSON");
+    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
+    let mut files: Vec<std::path::PathBuf> = Vec::new();
+    for folder in [
+        repo_root().join("workflows"),
+        fixtures("run").join("workflows"),
+    ] {
+        for entry in walkdir::WalkDir::new(folder).into_iter().flatten() {
+            if entry.path().extension().is_some_and(|e| e == "toml") {
+                files.push(entry.path().to_path_buf());
+            }
+        }
+    }
+    files.push(fixtures("check").join("workflows").join("ok_valid.toml"));
+    assert!(files.len() > 5, "found too few workflows: {files:?}");
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("read a workflow");
+        let doc: Value =
+            toml::from_str(&text).unwrap_or_else(|e| panic!("{} is not TOML: {e}", file.display()));
+        let problems: Vec<String> = validator
+            .iter_errors(&doc)
+            .map(|e| format!("{}: {e}", e.instance_path))
+            .collect();
+        assert!(
+            problems.is_empty(),
+            "{} does not validate:\n{}",
+            file.display(),
+            problems.join("\n")
+        );
+    }
+    // And the schema has teeth: a typo'd stage key is rejected.
+    let bad: Value =
+        toml::from_str("[stages.a]\ncommand = [\"true\"]\nexit_iff = \"x\"\n").expect("valid TOML");
+    assert!(!validator.is_valid(&bad));
+}

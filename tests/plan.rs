@@ -1,0 +1,442 @@
+//! `stagegraph plan`: a diamond workflow as JSON (snapshot), DOT (parsed by a small DOT parser
+//! below, and rendered by graphviz when it is installed) and Mermaid.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::support::Test;
+
+/// `top` feeds `left` (an edge inferred from a reference) and `right` (an explicit `after`);
+/// both feed `bottom`. The summaries hold quotes, a backslash and a literal `\n`, which DOT must
+/// escape rather than draw as a line break.
+const DIAMOND: &str = r#"
+[workflow]
+description = "a diamond: top, two branches, bottom"
+
+[stages.top]
+description = "where it starts"
+command = ["printf", '{"go": true}\n']
+output = { format = "json" }
+
+[stages.left]
+description = "an edge inferred from a reference"
+template = { inline = "left of {{ stages.top.output.go }}" }
+
+[stages.right]
+after = ["top"]
+shell = 'echo "right" \'
+
+[stages.bottom]
+after = ["left", "right"]
+command = ["echo", "bottom"]
+exit_if = "output == 'stop'"
+"#;
+
+const EDGES: [(&str, &str); 4] = [
+    ("left", "bottom"),
+    ("right", "bottom"),
+    ("top", "left"),
+    ("top", "right"),
+];
+
+fn plan(format: &str) -> String {
+    let t = Test::new();
+    t.write("diamond.toml", DIAMOND);
+    let out = t.run(["plan", "diamond.toml", "--format", format]);
+    out.code(0);
+    out.stdout
+}
+
+#[test]
+fn json_lists_waves_in_execution_order() {
+    let json: serde_json::Value = serde_json::from_str(&plan("json")).expect("plan JSON");
+    assert_eq!(
+        json["waves"],
+        serde_json::json!([["top"], ["left", "right"], ["bottom"]])
+    );
+    insta::assert_json_snapshot!(json);
+}
+
+#[test]
+fn text_lists_waves() {
+    let text = plan("text");
+    let waves: Vec<&str> = text.lines().filter(|l| l.starts_with("wave ")).collect();
+    assert_eq!(waves, ["wave 1:", "wave 2:", "wave 3:"], "{text}");
+    assert!(text.contains("after: left, right"), "{text}");
+}
+
+#[test]
+fn dot_is_a_valid_graph_with_every_edge() {
+    let text = plan("dot");
+    let graph = dot::parse(&text).unwrap_or_else(|e| panic!("invalid DOT ({e}):\n{text}"));
+    assert!(graph.directed);
+    let nodes: BTreeSet<&str> = graph.nodes.keys().map(String::as_str).collect();
+    assert_eq!(nodes, BTreeSet::from(["bottom", "left", "right", "top"]));
+    let edges: BTreeSet<(&str, &str)> = graph
+        .edges
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    assert_eq!(edges, BTreeSet::from(EDGES));
+    assert_eq!(graph.edges.len(), EDGES.len(), "an edge is repeated");
+
+    let label = |id: &str| dot::label(&graph.nodes[id]["label"]);
+    assert_eq!(label("right"), "right\nshell echo \"right\" \\");
+    assert_eq!(label("top"), "top\ncommand printf {\"go\": true}\\n");
+    assert_eq!(
+        graph.nodes["bottom"].get("shape").map(String::as_str),
+        Some("diamond")
+    );
+
+    // Graphviz itself, where it is installed.
+    if let Ok(mut child) = std::process::Command::new("dot")
+        .arg("-Tsvg")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(text.as_bytes())
+            .expect("feed dot");
+        let out = child.wait_with_output().expect("run dot");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "dot rejected the graph: {stderr}");
+        assert!(stderr.trim().is_empty(), "dot warned: {stderr}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("<svg"));
+    }
+}
+
+#[test]
+fn mermaid_is_a_flowchart_with_every_edge() {
+    let text = plan("mermaid");
+    assert!(text.starts_with("flowchart"), "{text}");
+    let edges: Vec<(&str, &str)> = text
+        .lines()
+        .filter_map(|line| line.trim().split_once(" --> "))
+        .collect();
+    let set: BTreeSet<(&str, &str)> = edges.iter().copied().collect();
+    assert_eq!(set, BTreeSet::from(EDGES), "{text}");
+    assert_eq!(edges.len(), EDGES.len(), "{text}");
+    for id in ["top", "left", "right", "bottom"] {
+        assert!(
+            text.lines().any(|l| l.trim().starts_with(&format!("{id}["))
+                || l.trim().starts_with(&format!("{id}{{"))),
+            "node {id} is not declared:\n{text}"
+        );
+    }
+}
+
+/// A parser for the DOT language as graphviz defines it, minus subgraphs, ports and HTML
+/// strings, which the engine does not emit.
+mod dot {
+    use super::*;
+
+    #[derive(Debug, Clone, PartialEq)]
+    enum Token {
+        /// An identifier, a numeral or a quoted string (unquoted, `\"` decoded).
+        Id(String),
+        Open,
+        Close,
+        OpenBracket,
+        CloseBracket,
+        Semi,
+        Comma,
+        Equals,
+        Arrow,
+        Line,
+    }
+
+    pub(super) struct Graph {
+        pub directed: bool,
+        /// Node id -> attributes (merged over every statement naming it).
+        pub nodes: BTreeMap<String, BTreeMap<String, String>>,
+        pub edges: Vec<(String, String)>,
+    }
+
+    fn lex(text: &str) -> Result<Vec<Token>, String> {
+        let chars: Vec<char> = text.chars().collect();
+        let mut tokens = Vec::new();
+        let mut i = 0;
+        while i < chars.len() {
+            let c = chars[i];
+            match c {
+                _ if c.is_whitespace() => i += 1,
+                '/' if chars.get(i + 1) == Some(&'/') => {
+                    while i < chars.len() && chars[i] != '\n' {
+                        i += 1;
+                    }
+                }
+                '#' if i == 0 || chars[i - 1] == '\n' => {
+                    while i < chars.len() && chars[i] != '\n' {
+                        i += 1;
+                    }
+                }
+                '/' if chars.get(i + 1) == Some(&'*') => {
+                    i += 2;
+                    while i + 1 < chars.len() && !(chars[i] == '*' && chars[i + 1] == '/') {
+                        i += 1;
+                    }
+                    i += 2;
+                }
+                '{' | '}' | '[' | ']' | ';' | ',' | '=' => {
+                    tokens.push(match c {
+                        '{' => Token::Open,
+                        '}' => Token::Close,
+                        '[' => Token::OpenBracket,
+                        ']' => Token::CloseBracket,
+                        ';' => Token::Semi,
+                        ',' => Token::Comma,
+                        _ => Token::Equals,
+                    });
+                    i += 1;
+                }
+                '-' if chars.get(i + 1) == Some(&'>') => {
+                    tokens.push(Token::Arrow);
+                    i += 2;
+                }
+                '-' if chars.get(i + 1) == Some(&'-') => {
+                    tokens.push(Token::Line);
+                    i += 2;
+                }
+                '"' => {
+                    i += 1;
+                    let mut value = String::new();
+                    loop {
+                        match chars.get(i) {
+                            None => return Err("unterminated string".into()),
+                            Some('"') => break,
+                            Some('\\') => match chars.get(i + 1) {
+                                Some('"') => {
+                                    value.push('"');
+                                    i += 2;
+                                }
+                                Some('\\') => {
+                                    value.push_str("\\\\");
+                                    i += 2;
+                                }
+                                Some('\n') => i += 2,
+                                _ => {
+                                    value.push('\\');
+                                    i += 1;
+                                }
+                            },
+                            Some(&other) => {
+                                value.push(other);
+                                i += 1;
+                            }
+                        }
+                    }
+                    i += 1;
+                    tokens.push(Token::Id(value));
+                }
+                _ if c.is_alphanumeric() || c == '_' || c == '.' || c == '-' => {
+                    let start = i;
+                    while i < chars.len()
+                        && (chars[i].is_alphanumeric() || chars[i] == '_' || chars[i] == '.')
+                    {
+                        i += 1;
+                    }
+                    if i == start {
+                        return Err(format!("unexpected `{c}`"));
+                    }
+                    let word: String = chars[start..i].iter().collect();
+                    let numeral = word.chars().all(|c| c.is_ascii_digit() || c == '.');
+                    let identifier =
+                        !word.starts_with(|c: char| c.is_ascii_digit()) && !word.contains('.');
+                    if !numeral && !identifier {
+                        return Err(format!("`{word}` is neither an identifier nor a numeral"));
+                    }
+                    tokens.push(Token::Id(word));
+                }
+                other => return Err(format!("unexpected `{other}`")),
+            }
+        }
+        Ok(tokens)
+    }
+
+    struct Parser {
+        tokens: Vec<Token>,
+        at: usize,
+        graph: Graph,
+    }
+
+    impl Parser {
+        fn peek(&self) -> Option<&Token> {
+            self.tokens.get(self.at)
+        }
+
+        fn next(&mut self) -> Result<Token, String> {
+            let token = self.tokens.get(self.at).cloned().ok_or("unexpected end")?;
+            self.at += 1;
+            Ok(token)
+        }
+
+        fn expect(&mut self, want: Token) -> Result<(), String> {
+            let got = self.next()?;
+            if got == want {
+                Ok(())
+            } else {
+                Err(format!("expected {want:?}, got {got:?}"))
+            }
+        }
+
+        fn id(&mut self) -> Result<String, String> {
+            match self.next()? {
+                Token::Id(id) => Ok(id),
+                other => Err(format!("expected an id, got {other:?}")),
+            }
+        }
+
+        /// `[a=b, c=d][e=f]`
+        fn attr_lists(&mut self) -> Result<BTreeMap<String, String>, String> {
+            let mut attrs = BTreeMap::new();
+            while self.peek() == Some(&Token::OpenBracket) {
+                self.next()?;
+                while self.peek() != Some(&Token::CloseBracket) {
+                    let key = self.id()?;
+                    self.expect(Token::Equals)?;
+                    let value = self.id()?;
+                    attrs.insert(key, value);
+                    if matches!(self.peek(), Some(Token::Comma | Token::Semi)) {
+                        self.next()?;
+                    }
+                }
+                self.expect(Token::CloseBracket)?;
+            }
+            Ok(attrs)
+        }
+
+        fn statement(&mut self) -> Result<(), String> {
+            let first = self.id()?;
+            let keyword = first.to_ascii_lowercase();
+            if matches!(keyword.as_str(), "graph" | "node" | "edge") {
+                self.attr_lists()?;
+                return Ok(());
+            }
+            if self.peek() == Some(&Token::Equals) {
+                self.next()?;
+                self.id()?;
+                return Ok(());
+            }
+            let mut chain = vec![first];
+            while matches!(self.peek(), Some(Token::Arrow | Token::Line)) {
+                let op = self.next()?;
+                let wanted = if self.graph.directed {
+                    Token::Arrow
+                } else {
+                    Token::Line
+                };
+                if op != wanted {
+                    return Err(format!("{op:?} in a graph that wants {wanted:?}"));
+                }
+                chain.push(self.id()?);
+            }
+            let attrs = self.attr_lists()?;
+            if chain.len() == 1 {
+                self.graph
+                    .nodes
+                    .entry(chain.remove(0))
+                    .or_default()
+                    .extend(attrs);
+            } else {
+                for pair in chain.windows(2) {
+                    self.graph.edges.push((pair[0].clone(), pair[1].clone()));
+                }
+            }
+            Ok(())
+        }
+    }
+
+    pub(super) fn parse(text: &str) -> Result<Graph, String> {
+        let mut parser = Parser {
+            tokens: lex(text)?,
+            at: 0,
+            graph: Graph {
+                directed: false,
+                nodes: BTreeMap::new(),
+                edges: Vec::new(),
+            },
+        };
+        let mut head = parser.id()?;
+        if head.eq_ignore_ascii_case("strict") {
+            head = parser.id()?;
+        }
+        parser.graph.directed = match head.to_ascii_lowercase().as_str() {
+            "digraph" => true,
+            "graph" => false,
+            other => return Err(format!("`{other}` is not graph or digraph")),
+        };
+        if matches!(parser.peek(), Some(Token::Id(_))) {
+            parser.next()?;
+        }
+        parser.expect(Token::Open)?;
+        loop {
+            match parser.peek() {
+                Some(Token::Close) => {
+                    parser.next()?;
+                    break;
+                }
+                Some(Token::Semi) => {
+                    parser.next()?;
+                }
+                Some(_) => parser.statement()?,
+                None => return Err("missing `}`".into()),
+            }
+        }
+        if parser.at != parser.tokens.len() {
+            return Err("text after the closing `}`".into());
+        }
+        // Every edge's ends must be nodes the graph declares (the engine declares each one).
+        for (from, to) in &parser.graph.edges {
+            for end in [from, to] {
+                if !parser.graph.nodes.contains_key(end) {
+                    return Err(format!("edge end `{end}` is not a declared node"));
+                }
+            }
+        }
+        Ok(parser.graph)
+    }
+
+    /// A label's text as graphviz draws it: `\n` breaks the line, `\\` is a backslash.
+    pub(super) fn label(escaped: &str) -> String {
+        let mut out = String::new();
+        let mut chars = escaped.chars();
+        while let Some(c) = chars.next() {
+            if c != '\\' {
+                out.push(c);
+                continue;
+            }
+            match chars.next() {
+                Some('n' | 'l' | 'r') => out.push('\n'),
+                Some(other) => out.push(other),
+                None => out.push('\\'),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn parser_rejects_broken_graphs() {
+        assert!(parse("digraph g { a -> b; }").is_err(), "undeclared ends");
+        assert!(
+            parse("digraph g { a; b; a -> b;").is_err(),
+            "no closing brace"
+        );
+        assert!(
+            parse("digraph g { a; b; a -- b; }").is_err(),
+            "undirected edge"
+        );
+        assert!(
+            parse("digraph g { a [label=\"x]; }").is_err(),
+            "open string"
+        );
+        let ok = parse("strict digraph \"g\" { node [shape=box]; a [label=\"x\\\"y\"]; b; a -> b [color=red] }")
+            .expect("valid DOT");
+        assert_eq!(ok.nodes["a"]["label"], "x\"y");
+        assert_eq!(ok.edges, [("a".to_string(), "b".to_string())]);
+    }
+}

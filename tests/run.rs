@@ -1,0 +1,557 @@
+//! `stagegraph run`: the fixture workflows under `tests/fixtures/run/workflows/`, each run in a
+//! temporary folder and checked through its run record (`runs show last --json`), the files it
+//! left and its exit code.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::support::{stage, statuses, wait_for, Test};
+
+fn test() -> Test {
+    Test::with_library("run")
+}
+
+fn status(record: &Value) -> &str {
+    record["status"].as_str().unwrap_or_default()
+}
+
+fn stage_status<'v>(record: &'v Value, id: &str) -> &'v str {
+    stage(record, id)["status"].as_str().unwrap_or_default()
+}
+
+fn stage_error(record: &Value, id: &str) -> String {
+    stage(record, id)["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Whether any live (not zombie) process is in the process group.
+fn group_alive(pgid: i32) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries.flatten().any(|entry| {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            return false;
+        };
+        // pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
+        let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            return false;
+        };
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let state = fields.first().copied().unwrap_or("Z");
+        let pgrp = fields.get(2).and_then(|f| f.parse::<i32>().ok());
+        pgrp == Some(pgid) && state != "Z" && state != "X"
+    })
+}
+
+fn read_pgid(t: &Test, file: &str) -> i32 {
+    t.read(file).trim().parse().expect("a process group id")
+}
+
+#[test]
+fn command_arguments_never_reach_a_shell() {
+    let t = test();
+    let value = "$(touch pwned); x";
+    t.run(["run", "argv", "--input", &format!("value={value}")])
+        .code(0);
+    assert_eq!(
+        t.stage_output("args"),
+        format!("[one; rm -rf {value}]\n[{value}]\n"),
+        "each argv element is one argument, passed verbatim"
+    );
+    assert!(!t.exists("pwned"));
+    assert_eq!(stage_status(&t.last_run(), "args"), "succeeded");
+}
+
+#[test]
+fn shell_values_are_quoted_automatically() {
+    let t = test();
+    let value = r#"it's "$(touch pwned)" `touch pwned` $HOME; touch pwned"#;
+    t.run(["run", "shell_quoting", "--input", &format!("value={value}")])
+        .code(0);
+    assert_eq!(t.stage_output("echo"), value);
+    assert_eq!(t.read("quoted.txt"), value);
+    assert!(!t.exists("pwned"), "a value became shell syntax");
+}
+
+#[test]
+fn false_if_skips_and_dependents_still_run() {
+    let t = test();
+    t.run(["run", "skip"]).code(0);
+    let record = t.last_run();
+    assert_eq!(status(&record), "completed");
+    assert_eq!(stage_status(&record, "optional"), "skipped");
+    assert_eq!(stage_status(&record, "dependent"), "succeeded");
+    assert_eq!(t.stage_output("dependent"), "optional was skipped\n");
+    assert!(!t.exists("optional-ran"));
+
+    t.run(["run", "skip", "--input", "enabled=true"]).code(0);
+    assert_eq!(stage_status(&t.last_run(), "optional"), "succeeded");
+    assert!(t.exists("optional-ran"));
+}
+
+#[test]
+fn exit_if_ends_the_run_early_and_successfully() {
+    let t = test();
+    t.run(["run", "exit_early"])
+        .code(0)
+        .stderr_has("gate: nothing new");
+    let record = t.last_run();
+    assert_eq!(status(&record), "exited");
+    assert_eq!(
+        record["exit"],
+        json!({ "stage": "gate", "message": "gate: nothing new" })
+    );
+    assert_eq!(
+        statuses(&record),
+        [
+            ("gate".to_string(), "succeeded".to_string()),
+            ("write".to_string(), "not_run".to_string()),
+            ("summary".to_string(), "not_run".to_string()),
+        ]
+    );
+    assert!(!t.exists("write-ran"));
+}
+
+#[test]
+fn failing_assert_fails_the_stage_and_the_run() {
+    let t = test();
+    t.run(["run", "assert"])
+        .code(1)
+        .stderr_has("too few items: 3");
+    let record = t.last_run();
+    assert_eq!(status(&record), "failed");
+    assert_eq!(stage_status(&record, "count"), "failed");
+    assert_eq!(stage_error(&record, "count"), "too few items: 3");
+    assert_eq!(stage_status(&record, "after"), "not_run");
+    assert!(!t.exists("after-ran"));
+}
+
+#[test]
+fn on_error_continue_goes_on_and_exit_ends_early() {
+    let t = test();
+    t.run(["run", "on_error"]).code(0);
+    let record = t.last_run();
+    assert_eq!(status(&record), "exited");
+    assert_eq!(stage_status(&record, "tolerated"), "failed");
+    assert!(stage_error(&record, "tolerated").contains("broken"));
+    assert_eq!(stage_status(&record, "next"), "succeeded");
+    assert_eq!(t.stage_output("next"), "tolerated was failed\n");
+    assert_eq!(stage_status(&record, "fatal"), "failed");
+    assert_eq!(record["exit"]["stage"], "fatal");
+    let message = record["exit"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("giving up"), "{message}");
+    assert_eq!(stage_status(&record, "never"), "not_run");
+    assert!(!t.exists("never-ran"));
+}
+
+#[test]
+fn retries_until_the_action_succeeds() {
+    let t = test();
+    t.run(["run", "retries"]).code(0);
+    let record = t.last_run();
+    assert_eq!(status(&record), "completed");
+    assert_eq!(stage(&record, "flaky")["attempts"], 3);
+    assert_eq!(t.count("attempts.count"), 3);
+    assert_eq!(t.stage_output("flaky"), "succeeded on attempt 3\n");
+}
+
+#[test]
+fn timeout_kills_the_process_group() {
+    let t = test();
+    let started = Instant::now();
+    t.run(["run", "timeout"]).code(1);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the run outlived its timeout: {:?}",
+        started.elapsed()
+    );
+    let record = t.last_run();
+    assert_eq!(stage_status(&record, "slow"), "failed");
+    assert!(
+        stage_error(&record, "slow").contains("timed out"),
+        "{record:#}"
+    );
+    let pgid = read_pgid(&t, "slow.pgid");
+    wait_for(
+        "the timed-out group to die",
+        Duration::from_secs(10),
+        || !group_alive(pgid),
+    );
+}
+
+#[test]
+fn foreach_keeps_input_order_under_a_concurrency_cap() {
+    let t = test();
+    t.run(["run", "foreach", "--jobs", "4"]).code(0);
+    let output: Value = serde_json::from_str(&t.stage_output("each")).expect("a JSON list");
+    assert_eq!(
+        output,
+        json!(["0:4\n", "1:1\n", "2:3\n", "3:0\n", "4:2\n", "5:5\n"])
+    );
+    assert_eq!(stage(&t.last_run(), "each")["items"], 6);
+    // Each item logs `start` after it began and `end` before it finished, so the overlap seen in
+    // the log can only understate the real one.
+    let mut running = 0i32;
+    let mut most = 0;
+    for line in t.read("overlap.log").lines() {
+        running += if line == "start" { 1 } else { -1 };
+        most = most.max(running);
+    }
+    assert!(most <= 2, "{most} items ran at once with concurrency = 2");
+    assert_eq!(running, 0);
+}
+
+#[test]
+fn schema_validation_failure_names_the_schema() {
+    let t = test();
+    t.run(["run", "schema_failure"])
+        .code(1)
+        .stderr_has("count.schema.json");
+    let record = t.last_run();
+    assert_eq!(stage_status(&record, "emit"), "failed");
+    let error = stage_error(&record, "emit");
+    assert!(
+        error.contains("count.schema.json") && error.contains("count"),
+        "{error}"
+    );
+}
+
+#[test]
+fn output_path_writes_only_inside_writes() {
+    let t = test();
+    t.run(["run", "output_path", "--input", "target=out/report.txt"])
+        .code(0);
+    assert_eq!(t.read("out/report.txt"), "report body\n");
+
+    for outside in ["elsewhere/report.txt", "out/../escaped.txt"] {
+        t.run([
+            "run",
+            "output_path",
+            "--input",
+            &format!("target={outside}"),
+        ])
+        .code(1);
+        let record = t.last_run();
+        assert_eq!(stage_status(&record, "report"), "failed");
+        assert!(
+            stage_error(&record, "report").contains("outside"),
+            "{record:#}"
+        );
+        assert!(!t.exists(outside), "{outside} was written");
+    }
+    assert!(
+        !t.exists("elsewhere"),
+        "a folder was created outside writes"
+    );
+}
+
+#[test]
+fn set_state_is_visible_to_the_next_run() {
+    let t = test();
+    t.run(["run", "state"]).code(0);
+    let first = t.last_run()["run_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(t.stage_output("remember"), "previous=none\n");
+    t.run(["run", "state"]).code(0);
+    let second = t.last_run()["run_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert_ne!(first, second);
+    assert_eq!(t.stage_output("remember"), format!("previous={first}\n"));
+    let saved: Value =
+        serde_json::from_str(&t.read("state/state/state.json")).expect("state is JSON");
+    assert_eq!(saved["x"], second.as_str());
+}
+
+#[test]
+fn held_lock_with_busy_exit_ends_the_run_early() {
+    let t = test();
+    std::fs::create_dir(t.path("busy.lock.d")).expect("hold the lock");
+    t.run(["run", "lock"]).code(0);
+    let record = t.last_run();
+    assert_eq!(status(&record), "exited");
+    assert_eq!(stage_status(&record, "work"), "not_run");
+    assert!(!t.exists("work-ran"));
+    assert!(
+        t.exists("busy.lock.d"),
+        "a lock it did not take was removed"
+    );
+
+    std::fs::remove_dir(t.path("busy.lock.d")).expect("release the lock");
+    t.run(["run", "lock"]).code(0);
+    assert_eq!(status(&t.last_run()), "completed");
+    assert!(t.exists("work-ran"));
+    assert!(!t.exists("busy.lock.d"), "the run left its lock behind");
+}
+
+/// Start `stagegraph run <workflow>` in the background and wait until its stderr shows `line`.
+fn spawn_until(t: &Test, workflow: &str, line: &str) -> std::process::Child {
+    let child = t.command(["run", workflow]).spawn();
+    wait_for(line, Duration::from_secs(30), || {
+        t.read_opt("spawned.stderr")
+            .is_some_and(|stderr| stderr.contains(line))
+    });
+    child
+}
+
+/// Wait for a background run to end; its exit code.
+fn finish(child: &mut std::process::Child) -> Option<i32> {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for the run") {
+            return status.code();
+        }
+        if started.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("the run did not end within 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+fn interrupt(child: &std::process::Child) {
+    // SAFETY: kill has no memory-safety preconditions.
+    let rc = unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    assert_eq!(rc, 0, "send SIGINT");
+}
+
+#[test]
+fn held_lock_with_busy_wait_waits_for_its_release() {
+    let t = test();
+    std::fs::create_dir(t.path("wait.lock.d")).expect("hold the lock");
+    let mut child = spawn_until(&t, "lock_wait", "waiting for lock");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(!t.exists("work-ran"), "the run did not wait");
+    std::fs::remove_dir(t.path("wait.lock.d")).expect("release the lock");
+    assert_eq!(finish(&mut child), Some(0));
+    assert!(t.exists("work-ran"));
+    assert_eq!(status(&t.last_run()), "completed");
+    let stderr = t.read("spawned.stderr");
+    let said = stderr.matches("waiting for lock").count();
+    assert!(
+        said <= 2,
+        "a wait of seconds said so {said} times:\n{stderr}"
+    );
+}
+
+#[test]
+fn ctrl_c_while_waiting_for_a_lock_is_an_interruption() {
+    let t = test();
+    std::fs::create_dir(t.path("wait.lock.d")).expect("hold the lock");
+    let mut child = spawn_until(&t, "lock_wait", "waiting for lock");
+    interrupt(&child);
+    assert_eq!(finish(&mut child), Some(130));
+    let record = t.last_run();
+    assert_eq!(status(&record), "interrupted");
+    assert_eq!(stage_status(&record, "work"), "not_run");
+    assert!(
+        t.exists("wait.lock.d"),
+        "a lock it did not take was removed"
+    );
+}
+
+#[test]
+fn always_exit_zero_keeps_the_failure_in_the_record() {
+    let t = test();
+    t.run(["run", "exit_zero"]).code(0);
+    let record = t.last_run();
+    assert_eq!(status(&record), "failed");
+    assert_eq!(stage_status(&record, "broken"), "failed");
+}
+
+#[test]
+fn typed_input_parse_error_is_invalid() {
+    let t = test();
+    t.run(["run", "inputs", "--input", "count=three"])
+        .code(2)
+        .stderr_has("input `count`")
+        .stderr_has("three");
+    t.run(["run", "inputs"])
+        .code(2)
+        .stderr_has("needs input `count`");
+    t.run(["run", "inputs", "--input", "count=1", "--input", "nmae=x"])
+        .code(2)
+        .stderr_has("did you mean `name`?");
+    assert!(t.run_ids().is_empty(), "an invalid invocation left a run");
+
+    t.run(["run", "inputs", "--input", "count=41"]).code(0);
+    assert_eq!(t.stage_output("show"), "42 anonymous\n");
+}
+
+#[test]
+fn inputs_json_from_stdin_ignores_unknown_keys() {
+    let t = test();
+    t.command(["run", "inputs", "--inputs-json", "-"])
+        .stdin(r#"{"count": 4, "name": "bob", "session_id": "abc", "extra": {"x": 1}}"#)
+        .output()
+        .code(0);
+    let record = t.last_run();
+    assert_eq!(record["inputs"], json!({ "count": 4, "name": "bob" }));
+    assert_eq!(t.stage_output("show"), "5 bob\n");
+
+    t.command(["run", "inputs", "--inputs-json", "-"])
+        .stdin(r#"{"count": "four"}"#)
+        .output()
+        .code(2)
+        .stderr_has("input `count`");
+}
+
+#[test]
+fn missing_program_fails_with_not_found() {
+    let t = test();
+    t.run(["run", "not_found"]).code(1);
+    let record = t.last_run();
+    assert_eq!(stage_status(&record, "missing"), "failed");
+    let error = stage_error(&record, "missing");
+    assert!(
+        error.contains("stagegraph-test-no-such-program") && error.contains("not found"),
+        "{error}"
+    );
+}
+
+#[test]
+fn ctrl_c_interrupts_the_run_and_kills_its_children() {
+    let t = test();
+    let mut child = t.command(["run", "interrupt"]).spawn();
+    let started_stage = || {
+        t.run_ids().iter().any(|id| {
+            std::fs::read_to_string(t.state_dir().join("runs").join(id).join("events.jsonl"))
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+                .any(|e| e["event"] == "stage_started" && e["stage"] == "long")
+        })
+    };
+    wait_for("the long stage to start", Duration::from_secs(30), || {
+        started_stage() && t.read_opt("long.pgid").is_some_and(|s| s.ends_with('\n'))
+    });
+    let pgid = read_pgid(&t, "long.pgid");
+    assert!(group_alive(pgid), "the stage's processes are running");
+
+    interrupt(&child);
+    let code = finish(&mut child);
+    assert_eq!(code, Some(130), "stderr:\n{}", t.read("spawned.stderr"));
+    wait_for(
+        "the stage's process group to die",
+        Duration::from_secs(10),
+        || !group_alive(pgid),
+    );
+    let record = t.last_run();
+    assert_eq!(status(&record), "interrupted");
+    assert_eq!(stage_status(&record, "after"), "not_run");
+    assert!(!t.exists("after-ran"));
+}
+
+#[test]
+fn cache_reuses_an_identical_execution() {
+    let t = test();
+    t.run(["run", "cache"]).code(0);
+    assert_eq!(stage_status(&t.last_run(), "expensive"), "succeeded");
+    t.run(["run", "cache"]).code(0);
+    let record = t.last_run();
+    assert_eq!(stage_status(&record, "expensive"), "cached");
+    assert_eq!(
+        t.count("expensive.count"),
+        1,
+        "the cached command ran again"
+    );
+    assert_eq!(t.stage_output("expensive"), "result\n");
+
+    t.run(["run", "cache", "--no-cache"]).code(0);
+    assert_eq!(stage_status(&t.last_run(), "expensive"), "succeeded");
+    assert_eq!(t.count("expensive.count"), 2);
+}
+
+#[test]
+fn resume_reuses_what_succeeded_and_runs_the_rest() {
+    let t = test();
+    t.write("fail.flag", "");
+    t.run(["run", "resume"]).code(1);
+    let failed = t.last_run();
+    assert_eq!(stage_status(&failed, "a"), "succeeded");
+    assert_eq!(stage_status(&failed, "b"), "failed");
+    assert_eq!(stage_status(&failed, "c"), "not_run");
+    let failed_id = failed["run_id"].as_str().unwrap_or_default().to_string();
+
+    std::fs::remove_file(t.path("fail.flag")).expect("fix the cause");
+    t.run(["resume", "last"]).code(0);
+    let resumed = t.last_run();
+    assert_eq!(status(&resumed), "completed");
+    assert_eq!(resumed["resumed_from"], failed_id.as_str());
+    assert_eq!(stage_status(&resumed, "a"), "cached");
+    assert_eq!(stage_status(&resumed, "b"), "succeeded");
+    assert_eq!(stage_status(&resumed, "c"), "succeeded");
+    assert_eq!(t.count("a.count"), 1, "a ran again");
+    assert_eq!(t.count("b.count"), 2);
+    assert_eq!(t.count("c.count"), 1);
+    assert_eq!(t.stage_output("c"), "C-B-A\n");
+}
+
+#[test]
+fn resume_finds_a_workflow_run_by_its_path() {
+    let t = Test::new();
+    t.write(
+        "flow.toml",
+        "[stages.a]\nshell = \"echo run >> a.count; echo A\"\n\n\
+         [stages.b]\nshell = \"test ! -e fail.flag && echo {{ stages.a.output | trim }}B\"\n",
+    );
+    t.write("fail.flag", "");
+    t.run(["run", "flow.toml"]).code(1);
+    std::fs::remove_file(t.path("fail.flag")).expect("fix the cause");
+    t.run(["resume", "last"]).code(0);
+    let record = t.last_run();
+    assert_eq!(stage_status(&record, "a"), "cached");
+    assert_eq!(stage_status(&record, "b"), "succeeded");
+    assert_eq!(t.count("a.count"), 1);
+}
+
+#[test]
+fn dry_run_has_no_side_effects_but_reads() {
+    let t = test();
+    t.write("input.txt", "read for real");
+    let out = t.run(["run", "--dry-run", "dry_run"]);
+    out.code(0);
+    assert!(!t.exists("made-by-command"), "a command ran in a dry-run");
+    assert!(!t.exists("written.txt"), "fs.write wrote in a dry-run");
+    assert_eq!(t.stage_output("show"), "read: read for real");
+    assert!(
+        out.stderr
+            .lines()
+            .any(|line| line.contains("touch") && line.contains("made-by-command")),
+        "the trace shows the command line:\n{}",
+        out.stderr
+    );
+    let record = t.last_run();
+    assert_eq!(record["dry_run"], true);
+    assert_eq!(stage(&record, "make")["assumed"], true);
+    assert_eq!(stage(&record, "write")["assumed"], true);
+    assert_eq!(stage(&record, "read")["assumed"], Value::Null);
+}
+
+#[test]
+fn allowed_env_and_child_env_make_a_recursion_guard() {
+    let t = test();
+    t.command(["run", "env_guard"])
+        .env("SG_TEST_GUARD", "0")
+        .output()
+        .code(0);
+    assert_eq!(status(&t.last_run()), "completed");
+    assert_eq!(t.stage_output("child"), "1", "child_env reaches processes");
+
+    t.command(["run", "env_guard"])
+        .env("SG_TEST_GUARD", "1")
+        .output()
+        .code(0)
+        .stderr_has("already inside a guarded run");
+    let record = t.last_run();
+    assert_eq!(status(&record), "exited");
+    assert_eq!(record["exit"]["stage"], "guard");
+    assert_eq!(stage_status(&record, "child"), "not_run");
+}

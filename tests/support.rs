@@ -1,0 +1,323 @@
+//! A small builder that runs the real `stagegraph` binary in a temporary folder.
+//!
+//! Every invocation gets `--state-dir` inside the folder, and HOME and XDG_CONFIG_HOME point into
+//! it too, so nothing from the machine's own configuration, libraries or run records leaks in.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tempfile::TempDir;
+
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_stagegraph");
+
+/// The repository root (where Cargo.toml is).
+pub(crate) fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `tests/fixtures/<name>`.
+pub(crate) fn fixtures(name: &str) -> PathBuf {
+    repo_root().join("tests").join("fixtures").join(name)
+}
+
+/// A temporary working folder and the state folder inside it.
+pub(crate) struct Test {
+    dir: TempDir,
+    /// `-L` folders given to every invocation.
+    libraries: Vec<PathBuf>,
+}
+
+impl Test {
+    pub(crate) fn new() -> Test {
+        let dir = tempfile::Builder::new()
+            .prefix("stagegraph-test-")
+            .tempdir()
+            .expect("a temporary folder");
+        Test {
+            dir,
+            libraries: Vec::new(),
+        }
+    }
+
+    /// A test whose `lib/` is a copy of `tests/fixtures/<name>`, given to every invocation as
+    /// `-L lib`.
+    pub(crate) fn with_library(name: &str) -> Test {
+        let mut test = Test::new();
+        let lib = test.path("lib");
+        copy_tree(&fixtures(name), &lib);
+        test.libraries.push(lib);
+        test
+    }
+
+    /// The temporary folder (the working directory of every invocation).
+    pub(crate) fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub(crate) fn path(&self, relative: &str) -> PathBuf {
+        self.dir.path().join(relative)
+    }
+
+    pub(crate) fn state_dir(&self) -> PathBuf {
+        self.path("state")
+    }
+
+    /// Write a file (parents created).
+    pub(crate) fn write(&self, relative: &str, text: &str) -> &Self {
+        let path = self.path(relative);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("create parent folders");
+        }
+        std::fs::write(&path, text).expect("write a file");
+        self
+    }
+
+    pub(crate) fn read(&self, relative: &str) -> String {
+        std::fs::read_to_string(self.path(relative))
+            .unwrap_or_else(|e| panic!("cannot read {relative}: {e}"))
+    }
+
+    /// A file's text, or `None` when it cannot be read.
+    pub(crate) fn read_opt(&self, relative: &str) -> Option<String> {
+        std::fs::read_to_string(self.path(relative)).ok()
+    }
+
+    pub(crate) fn exists(&self, relative: &str) -> bool {
+        self.path(relative).exists()
+    }
+
+    /// How many lines a counter file has (0 when it does not exist).
+    pub(crate) fn count(&self, relative: &str) -> usize {
+        std::fs::read_to_string(self.path(relative))
+            .map(|text| text.lines().count())
+            .unwrap_or(0)
+    }
+
+    /// A `stagegraph` invocation with the given arguments.
+    pub(crate) fn command<I, S>(&self, args: I) -> Invocation<'_>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        Invocation {
+            test: self,
+            args: args.into_iter().map(Into::into).collect(),
+            env: Vec::new(),
+            stdin: None,
+        }
+    }
+
+    /// Run `stagegraph` with the arguments and no stdin.
+    pub(crate) fn run<I, S>(&self, args: I) -> Output
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.command(args).output()
+    }
+
+    /// `runs show last --json`, parsed.
+    pub(crate) fn last_run(&self) -> Value {
+        let out = self.run(["runs", "show", "last", "--json"]);
+        out.code(0);
+        serde_json::from_str(&out.stdout)
+            .unwrap_or_else(|e| panic!("run.json is not JSON ({e}):\n{}", out.stdout))
+    }
+
+    /// The ids of the recorded runs, oldest first.
+    pub(crate) fn run_ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = std::fs::read_dir(self.state_dir().join("runs"))
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter(|e| e.path().is_dir())
+                    .map(|e| e.file_name().to_string_lossy().to_string())
+                    .collect()
+            })
+            .unwrap_or_default();
+        ids.sort();
+        ids
+    }
+
+    /// One stage's recorded output in the last run, as `runs show last --stage` prints it.
+    pub(crate) fn stage_output(&self, stage: &str) -> String {
+        let out = self.run(["runs", "show", "last", "--stage", stage]);
+        out.code(0);
+        out.stdout
+    }
+}
+
+/// A prepared invocation.
+pub(crate) struct Invocation<'t> {
+    test: &'t Test,
+    args: Vec<OsString>,
+    env: Vec<(String, String)>,
+    stdin: Option<String>,
+}
+
+impl Invocation<'_> {
+    pub(crate) fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    pub(crate) fn stdin(mut self, text: &str) -> Self {
+        self.stdin = Some(text.to_string());
+        self
+    }
+
+    fn build(&self) -> Command {
+        let root = self.test.root();
+        let mut command = Command::new(BIN);
+        command.current_dir(root);
+        command.arg("--state-dir").arg(self.test.state_dir());
+        for library in &self.test.libraries {
+            command.arg("--library").arg(library);
+        }
+        command.args(&self.args);
+        command
+            .env("HOME", root)
+            .env("XDG_CONFIG_HOME", root.join("config"))
+            .env("NO_COLOR", "1")
+            .env_remove("STAGEGRAPH_PATH")
+            .env_remove("STAGEGRAPH_CONFIG");
+        for (key, value) in &self.env {
+            command.env(key, value);
+        }
+        command
+    }
+
+    /// Run to completion.
+    pub(crate) fn output(self) -> Output {
+        let mut command = self.build();
+        command
+            .stdin(if self.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("start stagegraph");
+        if let Some(text) = &self.stdin {
+            let mut pipe = child.stdin.take().expect("a stdin pipe");
+            pipe.write_all(text.as_bytes()).expect("write stdin");
+        }
+        let output = child.wait_with_output().expect("wait for stagegraph");
+        Output {
+            args: self
+                .args
+                .iter()
+                .map(|a| a.to_string_lossy().to_string())
+                .collect(),
+            stdout: String::from_utf8_lossy(&output.stdout).to_string(),
+            stderr: String::from_utf8_lossy(&output.stderr).to_string(),
+            code: output.status.code(),
+        }
+    }
+
+    /// Start without waiting (stdout and stderr go to files in the test folder).
+    pub(crate) fn spawn(self) -> Child {
+        let mut command = self.build();
+        let stdout = std::fs::File::create(self.test.path("spawned.stdout")).expect("a file");
+        let stderr = std::fs::File::create(self.test.path("spawned.stderr")).expect("a file");
+        command
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
+            .spawn()
+            .expect("start stagegraph")
+    }
+}
+
+/// What an invocation left.
+#[derive(Debug)]
+pub(crate) struct Output {
+    pub args: Vec<String>,
+    pub stdout: String,
+    pub stderr: String,
+    /// `None` when a signal ended the process.
+    pub code: Option<i32>,
+}
+
+impl Output {
+    /// Assert the exit code, showing everything the process printed when it differs.
+    pub(crate) fn code(&self, expected: i32) -> &Self {
+        assert_eq!(
+            self.code,
+            Some(expected),
+            "`stagegraph {}` exited with {:?}, expected {expected}\n--- stdout\n{}\n--- stderr\n{}",
+            self.args.join(" "),
+            self.code,
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+
+    /// Assert that stderr contains a piece of text.
+    pub(crate) fn stderr_has(&self, needle: &str) -> &Self {
+        assert!(
+            self.stderr.contains(needle),
+            "stderr of `stagegraph {}` lacks {needle:?}:\n{}",
+            self.args.join(" "),
+            self.stderr
+        );
+        self
+    }
+}
+
+/// Poll until `ready` says yes, or panic after `limit`.
+pub(crate) fn wait_for(what: &str, limit: Duration, mut ready: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !ready() {
+        assert!(
+            started.elapsed() < limit,
+            "gave up waiting {limit:?} for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// Copy a folder recursively.
+pub(crate) fn copy_tree(from: &Path, to: &Path) {
+    for entry in walkdir::WalkDir::new(from) {
+        let entry = entry.expect("walk fixtures");
+        let relative = entry.path().strip_prefix(from).expect("inside the root");
+        let target = to.join(relative);
+        if entry.file_type().is_dir() {
+            std::fs::create_dir_all(&target).expect("create a folder");
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy a file");
+        }
+    }
+}
+
+/// A stage's field in a run record, e.g. `stage(&record, "gate")["status"]`.
+pub(crate) fn stage<'v>(record: &'v Value, id: &str) -> &'v Value {
+    record["stages"]
+        .get(id)
+        .unwrap_or_else(|| panic!("run.json has no stage `{id}`: {record:#}"))
+}
+
+/// Each stage's status, in record order.
+pub(crate) fn statuses(record: &Value) -> Vec<(String, String)> {
+    record["stages"]
+        .as_object()
+        .map(|stages| {
+            stages
+                .iter()
+                .map(|(id, s)| {
+                    (
+                        id.clone(),
+                        s["status"].as_str().unwrap_or_default().to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
