@@ -1008,3 +1008,59 @@ fn claude_md_reaches_the_writer_capped() {
     assert!(!writer.contains("TAIL-MARKER"), "cut at 4 KB");
     assert!(writer.contains("cut at 4096 characters"));
 }
+
+#[test]
+fn the_project_root_is_the_cwd_input_else_claude_project_dir() {
+    // No `cwd` in the payload, started from a subfolder: $CLAUDE_PROJECT_DIR names the root.
+    let project = Project::new();
+    fs::create_dir_all(project.path("sub")).expect("a subfolder");
+    let payload = json!({ "transcript_path": project.path("transcript.jsonl") }).to_string();
+    let run = project.run(T0, &[], Some(&payload), |command| {
+        command
+            .current_dir(project.path("sub"))
+            .env("CLAUDE_PROJECT_DIR", project.root());
+    });
+    run.assert_completed();
+    assert!(project.lexicon().is_some());
+    assert!(!project.path("sub/.roc").exists());
+
+    // An explicit `cwd` wins over the environment.
+    let project = Project::new();
+    let decoy = Project::new();
+    let run = project.hook_with(T0, &[], |command| {
+        command.env("CLAUDE_PROJECT_DIR", decoy.root());
+    });
+    run.assert_completed();
+    assert!(project.lexicon().is_some());
+    assert!(!decoy.path(".roc").exists(), "nothing written in the decoy");
+}
+
+#[test]
+fn a_contradiction_is_flagged_in_the_file_and_the_summary() {
+    let project = Project::new();
+    let before = format!(
+        "{HEADER}\n\n## Conventions\n\n### Backoff policy\n- **Definition**: Linear retry with five attempts.\n- **Aliases**: none\n- **Relations**: none\n- **Source**: user 2026-11-01\n"
+    );
+    project.write(".roc/rocket/lexicon.md", &before);
+    let run = project.hook(T0);
+    run.assert_completed();
+    let summary = run.stdout.trim();
+    assert!(
+        summary.starts_with("Lexicon updated: 1 added, 1 merged, 1 flagged."),
+        "{summary}"
+    );
+    assert!(summary.ends_with("Flagged: Backoff policy."), "{summary}");
+    let lexicon = project.lexicon().expect("written");
+    assert_lexicon_invariants(&lexicon);
+    assert!(
+        lexicon.contains(
+            "- **Definition**: Linear retry with five attempts. <!-- TODO: contradiction with:"
+        ),
+        "the old definition stays, marked: {lexicon}"
+    );
+    let writer = project.prompt("writer");
+    assert!(
+        writer.contains(before.trim()),
+        "the writer sees the lexicon: {writer}"
+    );
+}
