@@ -175,12 +175,19 @@ fn check_inner(
     visiting: &mut Vec<String>,
 ) -> Result<Workflow, Vec<Diagnostic>> {
     let mut diags = Vec::new();
-    validate_format(&raw, &mut diags);
-    if diags.iter().any(Diagnostic::is_error) {
-        return Err(diags);
+    let rejected = validate_format(&raw, &mut diags);
+    // Keep checking what is left after the format errors, so one pass reports every problem:
+    // the offending keys are dropped from a copy, and a `Workflow` is never built from it.
+    let format_failed = !rejected.is_empty() || diags.iter().any(Diagnostic::is_error);
+    let mut raw = raw;
+    if format_failed {
+        for pointer in &rejected {
+            remove_pointer(&mut raw.doc, pointer);
+        }
     }
     let file: WorkflowFile = match serde_json::from_value(raw.doc.clone()) {
         Ok(file) => file,
+        Err(_) if format_failed => return Err(diags),
         Err(error) => {
             return Err(vec![Diagnostic::error(format!(
                 "invalid workflow: {error}"
@@ -202,7 +209,7 @@ fn check_inner(
     visiting.pop();
     let mut diags = checker.diags;
     match result {
-        Some(parts) if !diags.iter().any(Diagnostic::is_error) => {
+        Some(parts) if !format_failed && !diags.iter().any(Diagnostic::is_error) => {
             let file_hashes = raw
                 .sources
                 .iter()
@@ -234,7 +241,9 @@ fn check_inner(
 }
 
 /// Validate the document against the format's JSON Schema, one diagnostic per problem.
-fn validate_format(raw: &RawWorkflow, diags: &mut Vec<Diagnostic>) {
+/// Returns the pointers of the values that broke the format, for `check_inner` to drop.
+fn validate_format(raw: &RawWorkflow, diags: &mut Vec<Diagnostic>) -> Vec<String> {
+    let mut rejected = Vec::new();
     static VALIDATOR: OnceLock<Option<jsonschema::Validator>> = OnceLock::new();
     let Some(validator) = VALIDATOR
         .get_or_init(|| jsonschema::validator_for(&crate::format::workflow_schema()).ok())
@@ -243,7 +252,7 @@ fn validate_format(raw: &RawWorkflow, diags: &mut Vec<Diagnostic>) {
         diags.push(Diagnostic::error(
             "the workflow format's schema does not compile",
         ));
-        return;
+        return rejected;
     };
     let schema_value = crate::format::workflow_schema();
     for error in validator.iter_errors(&raw.doc) {
@@ -254,6 +263,7 @@ fn validate_format(raw: &RawWorkflow, diags: &mut Vec<Diagnostic>) {
                 let allowed = allowed_keys(&schema_value, &pointer, &raw.doc);
                 for key in unexpected {
                     let key_pointer = format!("{pointer}/{}", pointer_segment(key));
+                    rejected.push(key_pointer.clone());
                     let help =
                         did_you_mean(key, allowed.iter().map(String::as_str)).or_else(|| {
                             (!allowed.is_empty())
@@ -269,8 +279,31 @@ fn validate_format(raw: &RawWorkflow, diags: &mut Vec<Diagnostic>) {
             _ => {
                 let message = describe_schema_error(&error, &pointer);
                 diags.push(Diagnostic::error(message).at_opt(raw.locate(&pointer)));
+                rejected.push(pointer);
             }
         }
+    }
+    rejected
+}
+
+/// Remove the value at a JSON pointer (a missing one is fine).
+fn remove_pointer(doc: &mut Value, pointer: &str) {
+    let Some((parent, last)) = pointer.rsplit_once('/') else {
+        return;
+    };
+    let key = last.replace("~1", "/").replace("~0", "~");
+    match doc.pointer_mut(parent) {
+        Some(Value::Object(map)) => {
+            map.shift_remove(&key);
+        }
+        Some(Value::Array(items)) => {
+            if let Ok(index) = key.parse::<usize>() {
+                if index < items.len() {
+                    items[index] = Value::Null;
+                }
+            }
+        }
+        _ => {}
     }
 }
 

@@ -2,6 +2,7 @@ mod support;
 
 mod check;
 mod context_update;
+mod diagnostics;
 mod explain;
 mod models;
 mod overlay;
