@@ -555,3 +555,21 @@ fn allowed_env_and_child_env_make_a_recursion_guard() {
     assert_eq!(record["exit"]["stage"], "guard");
     assert_eq!(stage_status(&record, "child"), "not_run");
 }
+
+#[test]
+fn printed_values_are_plain_text_not_python_reprs() {
+    let t = Test::new();
+    t.write(
+        "flow.toml",
+        r#"
+[stages.skipped]
+if = "false"
+command = ["true"]
+
+[stages.show]
+command = ["printf", "%s|%s|%s|%s", "{{ stages.skipped.output }}", "{{ true }}", "{{ [1, none, 'a'] }}", "{{ {'k': false} }}"]
+"#,
+    );
+    t.run(["run", "flow.toml"]).code(0);
+    assert_eq!(t.stage_output("show"), r#"|true|[1,null,"a"]|{"k":false}"#);
+}
