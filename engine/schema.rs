@@ -145,7 +145,11 @@ impl Schema {
     fn short_name(&self) -> String {
         let name = self.name.strip_prefix("<built-in>/").unwrap_or(&self.name);
         if name.contains('/') || name.ends_with(".json") {
-            name.to_string()
+            // `.../lib/schemas/gate/response.schema.json` -> `schemas/gate/response.schema.json`
+            match name.rfind("schemas/") {
+                Some(at) => name[at..].to_string(),
+                None => name.to_string(),
+            }
         } else {
             format!("the output of `{name}`")
         }
