@@ -313,6 +313,11 @@ mod tests {
         let text = "{\n  \"type\": \"object\",\n  \"properties\": {\n    \"n\": { \"type\": 12 }\n  }\n}\n";
         let file = SourceFile::new("s.schema.json", text);
         let diagnostic = Schema::compile(&file).expect_err("type 12 is not a type");
-        assert_eq!(diagnostic.line_col().map(|(line, _)| line), Some(4), "{}", diagnostic.message);
+        assert_eq!(
+            diagnostic.line_col().map(|(line, _)| line),
+            Some(4),
+            "{}",
+            diagnostic.message
+        );
     }
 }

@@ -573,3 +573,27 @@ command = ["printf", "%s|%s|%s|%s", "{{ stages.skipped.output }}", "{{ true }}",
     t.run(["run", "flow.toml"]).code(0);
     assert_eq!(t.stage_output("show"), r#"|true|[1,null,"a"]|{"k":false}"#);
 }
+
+#[test]
+fn a_failed_assertion_leaves_no_artifact() {
+    let t = Test::new();
+    t.write(
+        "flow.toml",
+        r#"
+[workflow]
+writes = ["out"]
+
+[stages.make]
+command = ["echo", "too short"]
+output = { path = "out/artifact.txt" }
+assert = [{ that = "output | length > 100", message = "the artifact is too short" }]
+"#,
+    );
+    t.run(["run", "flow.toml"])
+        .code(1)
+        .stderr_has("the artifact is too short");
+    assert!(
+        !t.exists("out/artifact.txt"),
+        "an artifact that failed its checks must not be written"
+    );
+}
