@@ -1,0 +1,1134 @@
+//! The shipped `context-update` workflow, run by the real binary as a Claude Code Stop hook would
+//! run it: in a temporary project, with the `haiku` and `sonnet` aliases answered by scripts that
+//! record the prompt they were given, and a pinned clock (`STAGEGRAPH_NOW`).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime};
+
+use serde_json::{json, Value};
+use tempfile::TempDir;
+
+const BIN: &str = env!("CARGO_BIN_EXE_stagegraph");
+const HEADER: &str =
+    "<!-- Auto-maintained by rocket:context-update. Edits are preserved when consistent. -->";
+/// The pinned clock of a first run; later runs add seconds to it.
+const T0: &str = "2026-11-30T12:00:00Z";
+const ENABLED: &str = "# Repo\n\nConventions: short names.\n\n- Background context: enabled\n";
+const GATE_YES: &str = r#"{"update": true, "candidates": ["Backoff policy", "Sync worker"]}"#;
+const GATE_NO: &str = r#"{"update": false, "candidates": []}"#;
+/// Prose around a fenced block, as models answer.
+const WRITER_ENTRIES: &str = r#"Here are the entries:
+```json
+{"entries": [
+  {"area": "Conventions", "concept": "Backoff policy", "definition": "The only retry mechanism for network calls: exponential, three attempts.", "aliases": ["retry policy"], "relations": ["Sync worker"], "source": "conversation 2026-11-30"},
+  {"area": "Architecture", "concept": "Sync worker", "definition": "The nightly job that mirrors uploads to cold storage.", "aliases": [], "relations": ["Backoff policy"], "source": "conversation 2026-11-30"}
+]}
+```"#;
+/// Lines in `tests/fixtures/context-update/session.jsonl`.
+const SESSION_LINES: u64 = 10;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/context-update")
+        .join(name)
+}
+
+/// `T0` plus `seconds`, as RFC 3339.
+fn at(seconds: i64) -> String {
+    let t0 = chrono::DateTime::parse_from_rfc3339(T0).expect("T0 is RFC 3339");
+    (t0 + chrono::Duration::seconds(seconds))
+        .to_utc()
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// A temporary project: CLAUDE.md, a transcript, model scripts and the run state.
+struct Project {
+    dir: TempDir,
+}
+
+/// One run of the binary and what it left behind.
+struct Outcome {
+    code: i32,
+    stdout: String,
+    stderr: String,
+    /// The newest run.json, if the run got that far.
+    record: Option<Value>,
+}
+
+impl Outcome {
+    fn record(&self) -> &Value {
+        self.record
+            .as_ref()
+            .unwrap_or_else(|| panic!("no run record; stderr:\n{}", self.stderr))
+    }
+
+    fn status(&self) -> &str {
+        self.record()["status"].as_str().unwrap_or("")
+    }
+
+    fn exit_stage(&self) -> Option<&str> {
+        self.record()["exit"]["stage"].as_str()
+    }
+
+    fn exit_message(&self) -> &str {
+        self.record()["exit"]["message"].as_str().unwrap_or("")
+    }
+
+    fn stage(&self, id: &str) -> &str {
+        self.record()["stages"][id]["status"].as_str().unwrap_or("")
+    }
+
+    fn summary(&self) -> &str {
+        self.record()["outputs"]["summary"].as_str().unwrap_or("")
+    }
+
+    /// Exited early at `stage`, with exit code 0, and nothing after it ran.
+    fn assert_exited_at(&self, stage: &str) {
+        assert_eq!(self.code, 0, "stderr:\n{}", self.stderr);
+        assert_eq!(self.status(), "exited", "stderr:\n{}", self.stderr);
+        assert_eq!(self.exit_stage(), Some(stage), "stderr:\n{}", self.stderr);
+        for later in ["lock", "writer", "merge", "write", "advance_cursor"] {
+            if later != stage {
+                assert_eq!(self.stage(later), "not_run", "stage {later} after an exit");
+            }
+        }
+    }
+
+    fn assert_completed(&self) {
+        assert_eq!(self.code, 0, "stderr:\n{}", self.stderr);
+        assert_eq!(
+            self.status(),
+            "completed",
+            "stderr:\n{}\nrecord: {:#}",
+            self.stderr,
+            self.record()
+        );
+    }
+}
+
+impl Project {
+    /// A project with the toggle on, the session fixture as transcript and both aliases defined
+    /// in the project's `stagegraph.toml`.
+    fn new() -> Project {
+        let project = Project::bare();
+        project.write("CLAUDE.md", ENABLED);
+        project.copy_session();
+        project.write("stagegraph.toml", &project.models_config());
+        project
+    }
+
+    /// Model scripts, a `claude` that must never run, no config and no CLAUDE.md.
+    fn bare() -> Project {
+        let dir = tempfile::Builder::new()
+            .prefix("context-update-")
+            .tempdir()
+            .expect("a temporary folder");
+        let project = Project { dir };
+        for model in ["gate", "writer"] {
+            // Saves the prompt and the guard variable it was started with, counts its calls,
+            // and answers with the reply file.
+            project.write(
+                &format!("models/{model}.sh"),
+                &format!(
+                    "dir=$(dirname \"$0\")\n\
+                     cat > \"$dir/{model}.prompt\"\n\
+                     printf '%s' \"${{ROCKET_CONTEXT_UPDATE_INVOKED-unset}}\" > \"$dir/{model}.env\"\n\
+                     echo call >> \"$dir/{model}.calls\"\n\
+                     cat \"$dir/{model}.reply\"\n"
+                ),
+            );
+        }
+        project.gate_replies(GATE_YES);
+        project.writer_replies(WRITER_ENTRIES);
+        project.write(
+            "bin/claude",
+            "#!/bin/sh\necho 'the real claude CLI must not run in tests' >&2\nexit 3\n",
+        );
+        make_executable(&project.path("bin/claude"));
+        project
+    }
+
+    fn models_config(&self) -> String {
+        let models = self.path("models");
+        format!(
+            "[models.haiku]\nprovider = \"command\"\ncommand = [\"sh\", \"{0}/gate.sh\"]\n\n\
+             [models.sonnet]\nprovider = \"command\"\ncommand = [\"sh\", \"{0}/writer.sh\"]\n",
+            models.display()
+        )
+    }
+
+    fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn path(&self, relative: &str) -> PathBuf {
+        self.dir.path().join(relative)
+    }
+
+    fn write(&self, relative: &str, text: &str) {
+        let path = self.path(relative);
+        fs::create_dir_all(path.parent().expect("a parent")).expect("create folders");
+        fs::write(path, text).expect("write a file");
+    }
+
+    fn read(&self, relative: &str) -> Option<String> {
+        fs::read_to_string(self.path(relative)).ok()
+    }
+
+    fn copy_session(&self) {
+        let text = fs::read_to_string(fixture("session.jsonl")).expect("the session fixture");
+        self.write("transcript.jsonl", &text);
+    }
+
+    fn append_transcript(&self, lines: &[Value]) {
+        let mut text = self.read("transcript.jsonl").unwrap_or_default();
+        for line in lines {
+            text.push_str(&line.to_string());
+            text.push('\n');
+        }
+        self.write("transcript.jsonl", &text);
+    }
+
+    fn gate_replies(&self, reply: &str) {
+        self.write("models/gate.reply", reply);
+    }
+
+    fn writer_replies(&self, reply: &str) {
+        self.write("models/writer.reply", reply);
+    }
+
+    fn calls(&self, model: &str) -> usize {
+        self.read(&format!("models/{model}.calls"))
+            .map_or(0, |text| text.lines().count())
+    }
+
+    fn prompt(&self, model: &str) -> String {
+        self.read(&format!("models/{model}.prompt"))
+            .unwrap_or_else(|| panic!("the {model} model was not called"))
+    }
+
+    fn lexicon(&self) -> Option<String> {
+        self.read(".roc/rocket/lexicon.md")
+    }
+
+    fn cursor(&self) -> Option<Value> {
+        self.read(".roc/rocket/context-gate-state.json")
+            .map(|text| serde_json::from_str(&text).expect("the cursor is JSON"))
+    }
+
+    fn cursor_line(&self) -> Option<u64> {
+        self.cursor()
+            .map(|cursor| cursor["last_processed_line"].as_u64().expect("a line"))
+    }
+
+    fn payload(&self) -> Value {
+        // A Stop hook payload as Claude Code writes it, with fields this workflow does not know.
+        json!({
+            "session_id": "5b1e7c2a-0000-4000-8000-000000000001",
+            "transcript_path": self.path("transcript.jsonl"),
+            "cwd": self.root(),
+            "permission_mode": "default",
+            "hook_event_name": "Stop",
+            "stop_hook_active": false,
+            "last_assistant_message": "Noted."
+        })
+    }
+
+    fn command(&self, now: &str) -> Command {
+        let path = format!(
+            "{}:{}",
+            self.path("bin").display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let mut command = Command::new(BIN);
+        command
+            .current_dir(self.root())
+            .arg("--state-dir")
+            .arg(self.path("state"))
+            .env("PATH", path)
+            .env("HOME", self.path("home"))
+            .env("XDG_CONFIG_HOME", self.path("home/.config"))
+            .env("STAGEGRAPH_NOW", now)
+            .env_remove("ROCKET_CONTEXT_UPDATE_INVOKED")
+            .env_remove("CLAUDE_PROJECT_DIR")
+            .env_remove("STAGEGRAPH_CONFIG")
+            .env_remove("STAGEGRAPH_PATH");
+        command
+    }
+
+    /// The hook: the payload on stdin.
+    fn hook(&self, now: &str) -> Outcome {
+        self.hook_with(now, &[], |_| {})
+    }
+
+    fn hook_with(&self, now: &str, extra: &[&str], adjust: impl FnOnce(&mut Command)) -> Outcome {
+        let payload = self.payload().to_string();
+        self.run(now, extra, Some(&payload), adjust)
+    }
+
+    /// A manual run: `--input` pairs, no stdin.
+    fn manual(&self, now: &str) -> Outcome {
+        let transcript = format!(
+            "transcript_path={}",
+            self.path("transcript.jsonl").display()
+        );
+        self.run(
+            now,
+            &["--input", &transcript, "--input", "manual=true"],
+            None,
+            |_| {},
+        )
+    }
+
+    fn run(
+        &self,
+        now: &str,
+        extra: &[&str],
+        stdin: Option<&str>,
+        adjust: impl FnOnce(&mut Command),
+    ) -> Outcome {
+        let before = self.run_ids();
+        let mut command = self.command(now);
+        command.args(["run", "context-update"]);
+        if stdin.is_some() {
+            command.args(["--inputs-json", "-"]);
+        }
+        command.args(extra);
+        adjust(&mut command);
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("start stagegraph");
+        {
+            use std::io::Write;
+            let mut pipe = child.stdin.take().expect("stdin");
+            pipe.write_all(stdin.unwrap_or("").as_bytes())
+                .expect("write stdin");
+        }
+        let output = child.wait_with_output().expect("wait for stagegraph");
+        let record = self
+            .run_ids()
+            .into_iter()
+            .filter(|id| !before.contains(id))
+            .max()
+            .map(|id| {
+                let path = self.path("state/runs").join(id).join("run.json");
+                let text = fs::read_to_string(path).expect("run.json");
+                serde_json::from_str(&text).expect("run.json is JSON")
+            });
+        Outcome {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            record,
+        }
+    }
+
+    fn run_ids(&self) -> Vec<String> {
+        fs::read_dir(self.path("state/runs"))
+            .map(|entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+fn make_executable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+fn modified(path: &Path) -> SystemTime {
+    fs::metadata(path)
+        .and_then(|meta| meta.modified())
+        .expect("a modification time")
+}
+
+/// Transcript lines in Claude Code's shape.
+fn user_says(text: &str) -> Value {
+    json!({
+        "parentUuid": null, "isSidechain": false, "userType": "external", "cwd": "/home/user/repo",
+        "sessionId": "5b1e7c2a-0000-4000-8000-000000000001", "version": "2.0.31",
+        "gitBranch": "main", "type": "user",
+        "message": { "role": "user", "content": text },
+        "uuid": "e21ba32d-d221-4dee-87f2-86149cfb2100", "timestamp": "2026-11-30T00:20:00.000Z"
+    })
+}
+
+fn assistant_says(text: &str) -> Value {
+    json!({
+        "parentUuid": null, "isSidechain": false, "userType": "external", "cwd": "/home/user/repo",
+        "sessionId": "5b1e7c2a-0000-4000-8000-000000000001", "version": "2.0.31",
+        "gitBranch": "main", "type": "assistant",
+        "message": {
+            "id": "msg_20", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+            "content": [
+                { "type": "thinking", "thinking": "private reasoning", "signature": "EqQBCkYIBxgCKkB" },
+                { "type": "text", "text": text }
+            ],
+            "stop_reason": "end_turn", "usage": { "input_tokens": 10, "output_tokens": 20 }
+        },
+        "uuid": "fbe2739b-8f72-4e6b-9a0c-5beaefd2be20", "timestamp": "2026-11-30T00:20:00.000Z"
+    })
+}
+
+fn tool_call(id: &str) -> Value {
+    json!({
+        "parentUuid": null, "isSidechain": false, "userType": "external", "cwd": "/home/user/repo",
+        "sessionId": "5b1e7c2a-0000-4000-8000-000000000001", "version": "2.0.31",
+        "gitBranch": "main", "type": "assistant",
+        "message": {
+            "id": "msg_21", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+            "content": [{ "type": "tool_use", "id": id, "name": "Bash", "input": { "command": "cargo test" } }],
+            "stop_reason": "tool_use", "usage": { "input_tokens": 10, "output_tokens": 5 }
+        },
+        "uuid": "74b247e7-0913-4c11-958c-ee3b25c71220", "timestamp": "2026-11-30T00:20:00.000Z"
+    })
+}
+
+fn tool_result(id: &str) -> Value {
+    json!({
+        "parentUuid": null, "isSidechain": false, "userType": "external", "cwd": "/home/user/repo",
+        "sessionId": "5b1e7c2a-0000-4000-8000-000000000001", "version": "2.0.31",
+        "gitBranch": "main", "type": "user",
+        "message": { "role": "user", "content": [{ "type": "tool_result", "tool_use_id": id, "content": "test result: ok. 12 passed" }] },
+        "uuid": "91545372-b279-4d0c-b229-66d3f42e9c20", "timestamp": "2026-11-30T00:20:00.000Z"
+    })
+}
+
+/// A turn with enough prose for the heuristic.
+fn chatty_turn() -> Vec<Value> {
+    vec![
+        user_says("The sync worker should also log every retry."),
+        assistant_says("I'll add a log line to the backoff policy hook."),
+        user_says("Call those lines retry notes."),
+        assistant_says("Done: each retry writes a retry note."),
+        user_says("Good."),
+        assistant_says("Anything else?"),
+    ]
+}
+
+/// An entry of a parsed lexicon: its concept name and its bullet lines.
+type Entry = (String, Vec<String>);
+
+/// The lexicon format's rules: the header first; areas and concepts sorted and unique; exactly
+/// the four bullets in order; every relation names a concept of the file; within the budget.
+fn assert_lexicon_invariants(text: &str) {
+    assert!(text.len() <= 12 * 1024, "over 12 KB");
+    assert!(text.lines().count() <= 300, "over 300 lines");
+    assert!(
+        text.ends_with('\n') && !text.ends_with("\n\n"),
+        "one trailing newline"
+    );
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some(HEADER), "the header is the first line");
+    let mut areas: Vec<(String, Vec<Entry>)> = Vec::new();
+    for line in lines {
+        if let Some(area) = line.strip_prefix("## ") {
+            areas.push((area.to_string(), Vec::new()));
+        } else if let Some(concept) = line.strip_prefix("### ") {
+            let area = areas.last_mut().expect("a concept inside an area");
+            area.1.push((concept.to_string(), Vec::new()));
+        } else if line.starts_with("- ") {
+            let area = areas.last_mut().expect("a bullet inside an area");
+            let entry = area.1.last_mut().expect("a bullet inside an entry");
+            entry.1.push(line.to_string());
+        } else {
+            assert!(line.is_empty(), "no prose in the lexicon: {line:?}");
+        }
+    }
+    let lower = |names: Vec<&String>| names.iter().map(|n| n.to_lowercase()).collect::<Vec<_>>();
+    let area_names = lower(areas.iter().map(|a| &a.0).collect());
+    let mut sorted = area_names.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(area_names, sorted, "areas sorted and unique");
+    let mut concepts = Vec::new();
+    for (_, entries) in &areas {
+        let names = lower(entries.iter().map(|e| &e.0).collect());
+        let mut sorted = names.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(names, sorted, "concepts sorted and unique within an area");
+        concepts.extend(names);
+    }
+    for (_, entries) in &areas {
+        for (concept, bullets) in entries {
+            let labels: Vec<&str> = bullets
+                .iter()
+                .map(|b| b.split("**").nth(1).unwrap_or(""))
+                .collect();
+            assert_eq!(
+                labels,
+                ["Definition", "Aliases", "Relations", "Source"],
+                "the bullets of {concept}"
+            );
+            let relations = bullets[2].trim_start_matches("- **Relations**: ");
+            if relations != "none" {
+                for relation in relations.split(", ") {
+                    assert!(
+                        concepts.contains(&relation.to_lowercase()),
+                        "relation {relation} of {concept} names no concept"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn check_finds_no_problem() {
+    let project = Project::new();
+    let output = project
+        .command(T0)
+        .args(["check", "context-update"])
+        .output()
+        .expect("run check");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(text.contains("0 error(s), 0 warning(s)"), "{text}");
+}
+
+#[test]
+fn a_hook_run_writes_the_lexicon_and_advances_the_cursor() {
+    let project = Project::new();
+    let run = project.hook(T0);
+    run.assert_completed();
+    assert_eq!(
+        run.stdout.trim(),
+        "Lexicon updated: 2 added, 0 merged, 0 flagged. Flagged: none."
+    );
+    assert_eq!(run.summary(), run.stdout.trim());
+    for exit in ["heuristic_no", "gate_no"] {
+        assert_eq!(run.stage(exit), "skipped", "{exit} when its check said yes");
+    }
+    for stage in ["recursion_guard", "toggle", "debounce", "lock", "write"] {
+        assert_eq!(run.stage(stage), "succeeded", "{stage}");
+    }
+    // Unknown payload fields are ignored; the known ones are the inputs.
+    assert_eq!(run.record()["inputs"]["hook_event_name"], "Stop");
+    assert!(run.record()["inputs"].get("permission_mode").is_none());
+
+    let lexicon = project.lexicon().expect("the lexicon is written");
+    assert_lexicon_invariants(&lexicon);
+    assert!(
+        lexicon.contains("## Architecture\n\n### Sync worker\n"),
+        "{lexicon}"
+    );
+    assert!(
+        lexicon.contains("### Backoff policy\n- **Definition**: The only retry mechanism for network calls: exponential, three attempts.\n- **Aliases**: retry policy\n- **Relations**: Sync worker\n"),
+        "{lexicon}"
+    );
+    assert!(
+        !lexicon.contains("```"),
+        "the reply's fence is not in the file"
+    );
+
+    assert_eq!(project.cursor_line(), Some(SESSION_LINES));
+    assert_eq!(
+        project.cursor().expect("cursor")["transcript_path"],
+        json!(project.path("transcript.jsonl"))
+    );
+    let state = project
+        .read("state/state/context-update.json")
+        .expect("state");
+    assert_eq!(
+        serde_json::from_str::<Value>(&state).expect("state JSON")["last_update"],
+        T0
+    );
+    assert!(
+        !project.path(".roc/rocket/lexicon.md.lock.d").exists(),
+        "the lock is released when the run ends"
+    );
+
+    // The gate saw the delta's prose, not its tool traffic or thinking.
+    let gate = project.prompt("gate");
+    assert!(
+        gate.contains("user: Can you add a retry to the upload step?"),
+        "{gate}"
+    );
+    assert!(gate.contains("the sync worker must use it too"), "{gate}");
+    assert!(
+        !gate.contains("fn upload(batch"),
+        "tool results stay out: {gate}"
+    );
+    assert!(
+        !gate.contains("private reasoning"),
+        "thinking stays out: {gate}"
+    );
+    assert!(gate.contains("(none yet)"), "no concept known yet: {gate}");
+    assert!(gate.contains("lines 1-10"), "{gate}");
+    // The writer got the scoped prompt.
+    let writer = project.prompt("writer");
+    assert!(
+        writer.contains("Candidates: Backoff policy, Sync worker\n"),
+        "{writer}"
+    );
+    assert!(writer.contains("Existing lexicon:\n(empty"), "{writer}");
+    assert!(
+        writer
+            .contains("Project conventions (from CLAUDE.md):\n# Repo\n\nConventions: short names."),
+        "{writer}"
+    );
+    // Every process the run started knew it was inside a context-update run.
+    assert_eq!(project.read("models/gate.env").as_deref(), Some("1"));
+    assert_eq!(project.read("models/writer.env").as_deref(), Some("1"));
+}
+
+#[test]
+fn a_second_run_on_the_same_transcript_changes_nothing() {
+    let project = Project::new();
+    project.hook(T0).assert_completed();
+    let lexicon = project.lexicon().expect("written");
+    let written_at = modified(&project.path(".roc/rocket/lexicon.md"));
+    std::thread::sleep(Duration::from_millis(20));
+
+    // Past the debounce: the heuristic finds no new line, no model is asked.
+    let again = project.hook(&at(3600));
+    again.assert_exited_at("heuristic_no");
+    assert!(
+        again.exit_message().contains("no new transcript lines"),
+        "{}",
+        again.exit_message()
+    );
+    assert_eq!(again.stdout.trim(), "No update needed.");
+    assert_eq!(project.calls("gate"), 1);
+    assert_eq!(project.cursor_line(), Some(SESSION_LINES));
+
+    // Manual: the writer answers the same entries; the merge changes nothing, nothing is written.
+    let manual = project.manual(&at(3700));
+    manual.assert_completed();
+    assert_eq!(manual.stdout.trim(), "No update needed.");
+    assert_eq!(manual.stage("merge"), "succeeded");
+    assert_eq!(manual.stage("write"), "skipped");
+    assert_eq!(project.calls("writer"), 2);
+
+    assert_eq!(project.lexicon().as_deref(), Some(lexicon.as_str()));
+    assert_eq!(
+        modified(&project.path(".roc/rocket/lexicon.md")),
+        written_at
+    );
+    // The debounce clock only moves when the file is written.
+    let state = project
+        .read("state/state/context-update.json")
+        .expect("state");
+    assert!(state.contains(T0), "{state}");
+}
+
+#[test]
+fn the_recursion_guard_ends_the_run_before_anything_else() {
+    let project = Project::new();
+    let run = project.hook_with(T0, &[], |command| {
+        command.env("ROCKET_CONTEXT_UPDATE_INVOKED", "1");
+    });
+    run.assert_exited_at("recursion_guard");
+    assert!(run
+        .exit_message()
+        .contains("already inside a context-update run"));
+    for stage in ["paths", "claude_md", "toggle", "delta", "gate"] {
+        assert_eq!(run.stage(stage), "not_run", "{stage}");
+    }
+    assert_eq!(run.stdout.trim(), "No update needed.");
+    assert_eq!(project.cursor(), None);
+    assert_eq!(project.calls("gate"), 0);
+
+    // Any other value is not the guard's.
+    let run = project.hook_with(T0, &[], |command| {
+        command.env("ROCKET_CONTEXT_UPDATE_INVOKED", "0");
+    });
+    run.assert_completed();
+}
+
+#[test]
+fn the_toggle_in_claude_md_decides_whether_the_hook_runs() {
+    let cases = [
+        (None, "no CLAUDE.md at the project root"),
+        (
+            Some("# Repo\n\nBackground context is something we like.\n"),
+            "has no \"- Background context: enabled\" line",
+        ),
+        (
+            Some("# Repo\n\n- Background context: disabled\n"),
+            "background context is disabled in CLAUDE.md",
+        ),
+        (
+            Some("# Repo\n\n- Background context: enabledish\n"),
+            "has no \"- Background context: enabled\" line",
+        ),
+    ];
+    for (claude_md, message) in cases {
+        let project = Project::new();
+        match claude_md {
+            Some(text) => project.write("CLAUDE.md", text),
+            None => fs::remove_file(project.path("CLAUDE.md")).expect("remove CLAUDE.md"),
+        }
+        let run = project.hook(T0);
+        run.assert_exited_at("toggle");
+        assert!(
+            run.exit_message().contains(message),
+            "{:?}: {}",
+            claude_md,
+            run.exit_message()
+        );
+        assert_eq!(project.cursor(), None, "the toggle leaves the cursor alone");
+        assert_eq!(project.calls("gate"), 0);
+    }
+
+    // Leading spaces and spacing around the colon are allowed, CRLF too.
+    for line in [
+        "  - Background context : enabled",
+        "-   Background context:enabled  ",
+        "- Background context: enabled\r",
+    ] {
+        let project = Project::new();
+        project.write("CLAUDE.md", &format!("# Repo\n\n{line}\nMore.\n"));
+        let run = project.hook(T0);
+        run.assert_completed();
+        assert_eq!(run.stage("toggle"), "succeeded", "{line:?}");
+    }
+}
+
+#[test]
+fn the_debounce_waits_after_a_write_and_leaves_the_cursor() {
+    let project = Project::new();
+    project.hook(T0).assert_completed();
+    project.append_transcript(&chatty_turn());
+
+    let early = project.hook(&at(100));
+    early.assert_exited_at("debounce");
+    assert!(
+        early
+            .exit_message()
+            .contains("written 100s ago (less than 300s)"),
+        "{}",
+        early.exit_message()
+    );
+    assert_eq!(project.cursor_line(), Some(SESSION_LINES), "not judged yet");
+    assert_eq!(project.calls("gate"), 1);
+
+    // A shorter debounce, given as an input.
+    project.gate_replies(GATE_NO);
+    let shorter = project.hook_with(&at(100), &["--input", "debounce_seconds=60"], |_| {});
+    shorter.assert_exited_at("gate_no");
+    assert_eq!(shorter.stage("debounce"), "succeeded");
+    assert_eq!(project.cursor_line(), Some(SESSION_LINES + 6));
+
+    // Once the time has passed, new lines are considered again.
+    project.append_transcript(&chatty_turn());
+    let later = project.hook(&at(400));
+    later.assert_exited_at("gate_no");
+    assert_eq!(later.stage("debounce"), "succeeded");
+    assert_eq!(project.cursor_line(), Some(SESSION_LINES + 12));
+}
+
+#[test]
+fn the_heuristic_judges_thin_deltas_and_moves_the_cursor() {
+    // Only tool traffic since the cursor.
+    let project = Project::new();
+    project.write(
+        ".roc/rocket/context-gate-state.json",
+        &json!({ "last_processed_line": SESSION_LINES }).to_string(),
+    );
+    project.append_transcript(&[tool_call("toolu_9"), tool_result("toolu_9")]);
+    let run = project.hook(T0);
+    run.assert_exited_at("heuristic_no");
+    assert!(
+        run.exit_message()
+            .starts_with("heuristic: only tool traffic in lines 11-12"),
+        "{}",
+        run.exit_message()
+    );
+    assert_eq!(run.stage("gate"), "not_run");
+    assert_eq!(project.calls("gate"), 0);
+    assert_eq!(project.cursor_line(), Some(SESSION_LINES + 2));
+
+    // A little prose: fewer lines than the heuristic wants.
+    project.append_transcript(&[
+        user_says("Thanks."),
+        assistant_says("You're welcome."),
+        tool_call("toolu_10"),
+    ]);
+    let run = project.hook(T0);
+    run.assert_exited_at("heuristic_no");
+    assert!(
+        run.exit_message()
+            .contains("2 lines of prose in lines 13-15, fewer than 5"),
+        "{}",
+        run.exit_message()
+    );
+    assert_eq!(project.cursor_line(), Some(SESSION_LINES + 5));
+
+    // The same delta passes a lower bar.
+    project.write(
+        ".roc/rocket/context-gate-state.json",
+        &json!({ "last_processed_line": SESSION_LINES + 2 }).to_string(),
+    );
+    let run = project.hook_with(T0, &["--input", "min_content_lines=2"], |_| {});
+    run.assert_completed();
+    assert_eq!(run.stage("heuristic_no"), "skipped");
+}
+
+#[test]
+fn the_gate_judges_the_delta_and_moves_the_cursor() {
+    let project = Project::new();
+    project.gate_replies(GATE_NO);
+    let run = project.hook(T0);
+    run.assert_exited_at("gate_no");
+    assert_eq!(
+        run.exit_message(),
+        "gate: nothing lexicon-worthy in the delta"
+    );
+    assert_eq!(run.stdout.trim(), "No update needed.");
+    assert_eq!(project.calls("writer"), 0);
+    assert_eq!(project.lexicon(), None);
+    assert_eq!(project.cursor_line(), Some(SESSION_LINES));
+
+    let project = Project::new();
+    project.gate_replies(r#"{"update": true, "candidates": []}"#);
+    let run = project.hook(T0);
+    run.assert_exited_at("gate_no");
+    assert_eq!(run.exit_message(), "gate: no candidate concepts");
+    assert_eq!(project.cursor_line(), Some(SESSION_LINES));
+
+    // The gate is shown the concepts the lexicon already has.
+    let project = Project::new();
+    project.write(
+        ".roc/rocket/lexicon.md",
+        &format!("{HEADER}\n\n## Domain\n\n### Outbound webhook\n- **Definition**: A POST to a customer URL.\n- **Aliases**: callback\n- **Relations**: none\n- **Source**: user 2026-11-01\n"),
+    );
+    project.gate_replies(GATE_NO);
+    project.hook(T0).assert_exited_at("gate_no");
+    assert!(project
+        .prompt("gate")
+        .contains("Concepts already in the lexicon:\nOutbound webhook\n"));
+}
+
+#[test]
+fn a_gate_reply_outside_its_schema_fails_the_run_with_exit_code_zero() {
+    let project = Project::new();
+    project
+        .gate_replies(r#"{"update": true, "candidates": ["Backoff policy"], "why": "it is new"}"#);
+    let run = project.hook(T0);
+    assert_eq!(run.code, 0, "an async hook always exits 0");
+    assert_eq!(run.status(), "failed");
+    assert_eq!(run.stage("gate"), "failed");
+    assert!(
+        run.record()["stages"]["gate"]["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("gate-response"),
+        "{:#}",
+        run.record()["stages"]["gate"]
+    );
+    assert_eq!(
+        project.calls("gate"),
+        2,
+        "asked once more with the problems"
+    );
+    assert_eq!(project.cursor(), None, "a failure judges nothing");
+    assert_eq!(project.lexicon(), None);
+}
+
+#[test]
+fn a_held_lock_ends_the_run_and_a_stale_one_is_taken_over() {
+    let project = Project::new();
+    let lock = project.path(".roc/rocket/lexicon.md.lock.d");
+    fs::create_dir_all(&lock).expect("hold the lock");
+    let run = project.hook(T0);
+    run.assert_exited_at("lock");
+    assert_eq!(run.exit_message(), "lexicon update already in progress");
+    assert_eq!(run.stdout.trim(), "Lexicon update already in progress.");
+    assert_eq!(project.calls("gate"), 1);
+    assert_eq!(project.calls("writer"), 0);
+    assert_eq!(project.cursor(), None, "the delta was not judged");
+    assert!(lock.is_dir(), "another run's lock is left alone");
+
+    // Ten minutes without a sign of life: the lock is stale.
+    let old = SystemTime::now() - Duration::from_secs(700);
+    fs::File::open(&lock)
+        .and_then(|dir| dir.set_modified(old))
+        .expect("age the lock");
+    let run = project.hook(T0);
+    run.assert_completed();
+    assert_eq!(run.record()["stages"]["lock"]["status"], "succeeded");
+    assert!(project.lexicon().is_some());
+    assert!(!lock.exists(), "released at the end of the run");
+}
+
+#[test]
+fn manual_mode_bypasses_the_toggle_the_debounce_the_heuristic_and_the_gate() {
+    let project = Project::new();
+    project.write("CLAUDE.md", "# Repo\n\n- Background context: disabled\n");
+    // A recent write, a cursor at the end of the transcript, and a thin transcript.
+    project.write(
+        "state/state/context-update.json",
+        &json!({ "last_update": at(-10) }).to_string(),
+    );
+    project.write(
+        "transcript.jsonl",
+        &format!(
+            "{}\n{}\n",
+            user_says("We call the nightly mirror job the sync worker."),
+            assistant_says("Noted.")
+        ),
+    );
+    project.write(
+        ".roc/rocket/context-gate-state.json",
+        &json!({ "last_processed_line": 2 }).to_string(),
+    );
+    let run = project.manual(T0);
+    run.assert_completed();
+    for stage in [
+        "toggle",
+        "debounce",
+        "heuristic",
+        "heuristic_no",
+        "lexicon_peek",
+        "gate",
+        "gate_no",
+    ] {
+        assert_eq!(run.stage(stage), "skipped", "{stage}");
+    }
+    assert_eq!(project.calls("gate"), 0);
+    let writer = project.prompt("writer");
+    assert!(
+        writer.contains("Candidates: none given. Extract them"),
+        "{writer}"
+    );
+    assert!(
+        writer.contains("user: We call the nightly mirror job the sync worker."),
+        "the whole transcript, not the delta after the cursor: {writer}"
+    );
+    assert_lexicon_invariants(&project.lexicon().expect("written"));
+    assert_eq!(project.cursor_line(), Some(2));
+}
+
+#[test]
+fn models_can_come_from_stagegraph_config() {
+    let project = Project::bare();
+    project.write("CLAUDE.md", ENABLED);
+    project.copy_session();
+    let config = project.path("elsewhere/models.toml");
+    project.write("elsewhere/models.toml", &project.models_config());
+    let run = project.hook_with(T0, &[], |command| {
+        command.env("STAGEGRAPH_CONFIG", &config);
+    });
+    run.assert_completed();
+    assert_eq!(project.calls("gate"), 1);
+    assert_eq!(project.calls("writer"), 1);
+}
+
+#[test]
+fn failures_exit_zero_and_leave_the_cursor() {
+    // The transcript is gone.
+    let project = Project::new();
+    fs::remove_file(project.path("transcript.jsonl")).expect("remove the transcript");
+    let run = project.hook(T0);
+    assert_eq!(run.code, 0);
+    assert_eq!(run.status(), "failed");
+    assert_eq!(run.stage("delta"), "failed");
+    assert_eq!(project.cursor(), None);
+
+    // A payload without a transcript path is not a run at all, and still exits 0.
+    let project = Project::new();
+    let run = project.run(T0, &[], Some(r#"{"session_id": "x", "cwd": "."}"#), |_| {});
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stderr.contains("transcript_path"), "{}", run.stderr);
+    assert!(run.record.is_none());
+
+    // The writer fails: nothing written, the delta stays to be judged again.
+    let project = Project::new();
+    project.writer_replies("I could not decide.");
+    let run = project.hook(T0);
+    assert_eq!(run.code, 0);
+    assert_eq!(run.status(), "failed");
+    assert_eq!(run.stage("writer"), "failed");
+    assert_eq!(project.cursor(), None);
+    assert_eq!(project.lexicon(), None);
+    assert!(!project.path(".roc/rocket/lexicon.md.lock.d").exists());
+}
+
+#[test]
+fn the_cursor_belongs_to_its_transcript() {
+    // Written for another session: this transcript is read from its first line.
+    let project = Project::new();
+    project.write(
+        ".roc/rocket/context-gate-state.json",
+        &json!({ "last_processed_line": 4, "transcript_path": "/elsewhere/other.jsonl" })
+            .to_string(),
+    );
+    project.gate_replies(GATE_NO);
+    project.hook(T0).assert_exited_at("gate_no");
+    assert!(project.prompt("gate").contains("lines 1-10"));
+    assert_eq!(project.cursor_line(), Some(SESSION_LINES));
+
+    // A cursor without a transcript (the older format) is taken as is.
+    project.write(
+        ".roc/rocket/context-gate-state.json",
+        &json!({ "last_processed_line": 4 }).to_string(),
+    );
+    project.hook(T0).assert_exited_at("gate_no");
+    assert!(project.prompt("gate").contains("lines 5-10"));
+
+    // Past the end of the file (rotated): the tail is read.
+    project.write(
+        ".roc/rocket/context-gate-state.json",
+        &json!({ "last_processed_line": 500 }).to_string(),
+    );
+    project.hook(T0).assert_exited_at("gate_no");
+    assert!(project.prompt("gate").contains("lines 1-10"));
+    assert_eq!(project.cursor_line(), Some(SESSION_LINES));
+
+    // A damaged cursor file counts as none and is rewritten.
+    project.write(".roc/rocket/context-gate-state.json", "{ not json");
+    let run = project.hook(T0);
+    run.assert_exited_at("gate_no");
+    assert_eq!(run.stage("cursor"), "failed");
+    assert_eq!(project.cursor_line(), Some(SESSION_LINES));
+}
+
+#[test]
+fn claude_md_reaches_the_writer_capped() {
+    let project = Project::new();
+    let long = format!("{ENABLED}\n{}\nTAIL-MARKER\n", "x".repeat(5000));
+    project.write("CLAUDE.md", &long);
+    project.hook(T0).assert_completed();
+    let writer = project.prompt("writer");
+    assert!(writer.contains("Conventions: short names."));
+    assert!(!writer.contains("TAIL-MARKER"), "cut at 4 KB");
+    assert!(writer.contains("cut at 4096 characters"));
+}
+
+#[test]
+fn the_project_root_is_the_cwd_input_else_claude_project_dir() {
+    // No `cwd` in the payload, started from a subfolder: $CLAUDE_PROJECT_DIR names the root.
+    let project = Project::new();
+    fs::create_dir_all(project.path("sub")).expect("a subfolder");
+    let payload = json!({ "transcript_path": project.path("transcript.jsonl") }).to_string();
+    let run = project.run(T0, &[], Some(&payload), |command| {
+        command
+            .current_dir(project.path("sub"))
+            .env("CLAUDE_PROJECT_DIR", project.root());
+    });
+    run.assert_completed();
+    assert!(project.lexicon().is_some());
+    assert!(!project.path("sub/.roc").exists());
+
+    // An explicit `cwd` wins over the environment.
+    let project = Project::new();
+    let decoy = Project::new();
+    let run = project.hook_with(T0, &[], |command| {
+        command.env("CLAUDE_PROJECT_DIR", decoy.root());
+    });
+    run.assert_completed();
+    assert!(project.lexicon().is_some());
+    assert!(!decoy.path(".roc").exists(), "nothing written in the decoy");
+}
+
+#[test]
+fn a_contradiction_is_flagged_in_the_file_and_the_summary() {
+    let project = Project::new();
+    let before = format!(
+        "{HEADER}\n\n## Conventions\n\n### Backoff policy\n- **Definition**: Linear retry with five attempts.\n- **Aliases**: none\n- **Relations**: none\n- **Source**: user 2026-11-01\n"
+    );
+    project.write(".roc/rocket/lexicon.md", &before);
+    let run = project.hook(T0);
+    run.assert_completed();
+    let summary = run.stdout.trim();
+    assert!(
+        summary.starts_with("Lexicon updated: 1 added, 1 merged, 1 flagged."),
+        "{summary}"
+    );
+    assert!(summary.ends_with("Flagged: Backoff policy."), "{summary}");
+    let lexicon = project.lexicon().expect("written");
+    assert_lexicon_invariants(&lexicon);
+    assert!(
+        lexicon.contains(
+            "- **Definition**: Linear retry with five attempts. <!-- TODO: contradiction with:"
+        ),
+        "the old definition stays, marked: {lexicon}"
+    );
+    let writer = project.prompt("writer");
+    assert!(
+        writer.contains(before.trim()),
+        "the writer sees the lexicon: {writer}"
+    );
+}
+
+#[test]
+fn two_runs_started_together_one_writes_the_other_ends_on_the_lock() {
+    let project = Project::new();
+    // A slow writer keeps the lock held long enough for the second run to meet it.
+    let writer = project.path("models/writer.sh");
+    let script = fs::read_to_string(&writer).expect("writer script");
+    project.write("models/writer.sh", &format!("sleep 1\n{script}"));
+    let payload = project.payload().to_string();
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            let mut command = project.command(T0);
+            command
+                .args(["run", "context-update", "--inputs-json", "-"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            let mut child = command.spawn().expect("start stagegraph");
+            {
+                use std::io::Write;
+                let mut pipe = child.stdin.take().expect("stdin");
+                pipe.write_all(payload.as_bytes()).expect("payload");
+            }
+            child
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().expect("wait");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let mut outcomes: Vec<(String, Option<String>)> = project
+        .run_ids()
+        .iter()
+        .map(|id| {
+            let text = project
+                .read(&format!("state/runs/{id}/run.json"))
+                .expect("run.json");
+            let record: Value = serde_json::from_str(&text).expect("json");
+            (
+                record["status"].as_str().unwrap_or("").to_string(),
+                record["exit"]["stage"].as_str().map(str::to_string),
+            )
+        })
+        .collect();
+    outcomes.sort();
+    assert_eq!(
+        outcomes,
+        [
+            ("completed".to_string(), None),
+            ("exited".to_string(), Some("lock".to_string()))
+        ]
+    );
+    assert_eq!(
+        project.calls("writer"),
+        1,
+        "only the lock holder asks the writer"
+    );
+    assert_lexicon_invariants(&project.lexicon().expect("the lexicon was written"));
+    assert!(
+        !project.path(".roc/rocket/lexicon.md.lock.d").exists(),
+        "the lock is released"
+    );
+}
