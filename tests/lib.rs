@@ -1,6 +1,7 @@
 mod support;
 
 mod check;
+mod compound;
 mod context_update;
 mod diagnostics;
 mod explain;
