@@ -136,16 +136,29 @@ impl Project {
             "context=the upload retry fix".into(),
         ];
         args.extend(extra.iter().map(|a| a.to_string()));
-        let path = format!(
+        self.test
+            .command(args)
+            .env("PATH", &self.search_path())
+            .env("STAGEGRAPH_NOW", NOW)
+            .output()
+    }
+
+    /// `stagegraph resume last`, with the same environment as `run`.
+    fn resume(&self) -> Output {
+        self.test
+            .command(["resume", "last"])
+            .env("PATH", &self.search_path())
+            .env("STAGEGRAPH_NOW", NOW)
+            .output()
+    }
+
+    /// `bin/` (the `gh` stub) first.
+    fn search_path(&self) -> String {
+        format!(
             "{}:{}",
             self.path("bin").display(),
             std::env::var("PATH").unwrap_or_default()
-        );
-        self.test
-            .command(args)
-            .env("PATH", &path)
-            .env("STAGEGRAPH_NOW", NOW)
-            .output()
+        )
     }
 
     /// The roles the model was asked for, in order.
@@ -665,6 +678,61 @@ fn a_new_doc_refuses_a_target_that_appeared_while_the_run_worked() {
         "appeared while this run worked",
     );
     assert_eq!(project.test.read(DOC), "mine\n");
+}
+
+/// A resumed run observes the disk again (the target is gone now: the doc is written) but does not
+/// ask the research roles again, since their inputs came out the same.
+#[test]
+fn a_resumed_run_observes_the_disk_afresh_and_reuses_the_model_calls() {
+    let project = Project::new();
+    let target = project.path(DOC);
+    project.hook(
+        "related-docs-finder",
+        &format!(
+            "mkdir -p '{}' && printf 'mine\\n' > '{}'\n",
+            target.parent().expect("a folder").display(),
+            target.display()
+        ),
+    );
+    let out = project.run(&[]);
+    assert_exited(
+        &out,
+        &project.record(),
+        "drift_check",
+        "appeared while this run worked",
+    );
+    fs::remove_file(&target).expect("remove the intruder");
+    fs::remove_file(project.path("model/hooks/related-docs-finder.sh")).expect("remove the hook");
+    let asked = project.calls();
+
+    let out = project.resume();
+    out.code(0);
+    let record = project.record();
+    assert_eq!(record["status"], "completed", "{record:#}");
+    assert!(project
+        .test
+        .read(DOC)
+        .starts_with("---\ntitle: Upload retries send an empty body\n"));
+    let again: Vec<String> = project.calls()[asked.len()..].to_vec();
+    for role in [
+        "triage",
+        "context-analyzer",
+        "solution-extractor",
+        "related-docs-finder",
+    ] {
+        assert!(
+            !again.iter().any(|r| r == role),
+            "{role} asked again: {again:?}"
+        );
+        assert_eq!(status(&record, &role.replace('-', "_")), "cached", "{role}");
+    }
+    for observer in ["solutions_index", "target_exists_now", "git_branch"] {
+        assert_eq!(
+            status(&record, observer),
+            "succeeded",
+            "{observer} replayed"
+        );
+    }
 }
 
 #[test]
