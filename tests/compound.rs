@@ -344,6 +344,23 @@ fn a_solved_verified_fix_becomes_a_validated_grounded_doc() {
 }
 
 #[test]
+fn a_skeleton_wrapped_in_its_own_delimiters_is_unwrapped() {
+    let project = Project::new();
+    let skeleton = Project::fixture_reply("context-analyzer")["frontmatter"]
+        .as_str()
+        .expect("a skeleton")
+        .to_string();
+    project.analyzer_frontmatter(&format!("---\n{skeleton}---\n"));
+    project.run(&[]).code(0);
+    let doc = project.test.read(DOC);
+    assert!(
+        doc.starts_with("---\ntitle: Upload retries send an empty body\n"),
+        "{doc}"
+    );
+    assert_eq!(doc.matches("\n---\n").count(), 1, "{doc}");
+}
+
+#[test]
 fn concepts_md_is_append_merged_and_existing_terms_are_not_repeated() {
     let project = Project::new();
     project.test.write(
@@ -427,7 +444,13 @@ fn a_repo_folder_that_does_not_exist_is_an_unclear_target() {
     let project = Project::new();
     let out = project.run(&["--input", "repo=elsewhere"]);
     let record = project.record();
-    assert_exited(&out, &record, "unclear_repo", "`elsewhere` is not a folder");
+    assert_exited(&out, &record, "repo_missing", "`elsewhere` is not a folder");
+    assert!(
+        project.calls().is_empty(),
+        "no model call: {:?}",
+        project.calls()
+    );
+    assert_eq!(status(&record, "git_branch"), "not_run");
     assert!(!project.path("elsewhere").exists());
 }
 
