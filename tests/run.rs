@@ -597,3 +597,42 @@ assert = [{ that = "output | length > 100", message = "the artifact is too short
         "an artifact that failed its checks must not be written"
     );
 }
+
+#[test]
+fn resume_reuses_work_but_observes_the_world_afresh() {
+    let t = Test::new();
+    t.write("note.txt", "one");
+    t.write("fail", "");
+    t.write(
+        "flow.toml",
+        r#"
+[stages.read]
+uses = "fs.read"
+with = { path = "note.txt" }
+
+[stages.expensive]
+command = ["sh", "-c", "echo run >> calls.txt; echo work"]
+
+[stages.use]
+command = ["sh", "-c", "test ! -e fail && echo {{ stages.read.output }}-{{ stages.expensive.output | trim }}"]
+"#,
+    );
+    t.run(["run", "flow.toml"]).code(1);
+    assert_eq!(t.count("calls.txt"), 1);
+    std::fs::remove_file(t.path("fail")).expect("remove the flag");
+    t.write("note.txt", "two");
+    t.run(["resume", "last"]).code(0);
+    let record = t.last_run();
+    assert_eq!(
+        stage_status(&record, "read"),
+        "succeeded",
+        "observations run again"
+    );
+    assert_eq!(
+        stage_status(&record, "expensive"),
+        "cached",
+        "work is reused"
+    );
+    assert_eq!(t.count("calls.txt"), 1);
+    assert_eq!(t.stage_output("use").trim(), "two-work");
+}

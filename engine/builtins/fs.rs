@@ -498,6 +498,10 @@ fn hash_folder(root: &Path) -> Result<String, BuiltinError> {
 struct WriteArgs {
     path: String,
     content: String,
+    /// Read raw from `with`: absent, `null` or a hash mean different things.
+    #[serde(default)]
+    #[allow(dead_code)]
+    expect_sha256: Option<Value>,
 }
 
 fn write_with_schema() -> Value {
@@ -506,6 +510,10 @@ fn write_with_schema() -> Value {
         json!({
             "path": path_property("The file to write; missing parent folders are created."),
             "content": { "type": "string", "description": "The whole new content of the file." },
+            "expect_sha256": {
+                "type": ["string", "null"],
+                "description": "A precondition against concurrent edits: the SHA-256 the file must still have (as read earlier, e.g. by fs.hash), or null when it must not exist yet. The write fails, touching nothing, when the file changed."
+            },
         }),
         &["path", "content"],
     )
@@ -514,6 +522,28 @@ fn write_with_schema() -> Value {
 fn write(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     let args: WriteArgs = parse_with("fs.write", with)?;
     let path = ctx.writes.check(&ctx.resolve(&args.path))?;
+    if let Some(expected) = with.get("expect_sha256") {
+        let current = match std::fs::read(&path) {
+            Ok(bytes) => Some(paths::sha256_hex(&bytes)),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
+            Err(err) => return Err(io_error("cannot read", &path, &err)),
+        };
+        let expected = expected.as_str();
+        if current.as_deref() != expected {
+            let said = match expected {
+                Some(hash) => format!("to have SHA-256 {hash}"),
+                None => "not to exist".to_string(),
+            };
+            let found = match &current {
+                Some(hash) => format!("it has {hash}"),
+                None => "it does not exist".to_string(),
+            };
+            return Err(BuiltinError::new(format!(
+                "refusing to write `{}`: it was expected {said}, but {found} (changed since it was read)",
+                path.display()
+            )));
+        }
+    }
     let outcome = paths::write_atomic(&path, args.content.as_bytes())
         .map_err(|err| io_error("cannot write", &path, &err))?;
     Ok(write_output(&path, outcome))
@@ -1079,6 +1109,34 @@ mod tests {
         assert_eq!(text(&out, "path"), path.display().to_string());
         assert_eq!(text(&out, "sha256"), sha256_hex(b"hello"));
         assert_eq!(out["changed"], json!(true));
+    }
+
+    #[test]
+    fn write_with_a_precondition_refuses_a_changed_file() {
+        let sandbox = Sandbox::new();
+        let create = json!({ "path": "out/doc.md", "content": "v1", "expect_sha256": null });
+        sandbox
+            .call("fs.write", create.clone())
+            .expect("absent, as expected");
+        let err = sandbox.call("fs.write", create).expect_err("it exists now");
+        assert!(err.to_string().contains("not to exist"), "{err}");
+
+        let update =
+            json!({ "path": "out/doc.md", "content": "v2", "expect_sha256": sha256_hex(b"v1") });
+        sandbox
+            .call("fs.write", update.clone())
+            .expect("unchanged since read");
+        let err = sandbox
+            .call("fs.write", update)
+            .expect_err("it changed since");
+        assert!(
+            err.to_string().contains("changed since it was read"),
+            "{err}"
+        );
+        assert_eq!(
+            fs::read_to_string(sandbox.path("out/doc.md")).expect("read"),
+            "v2"
+        );
     }
 
     #[test]

@@ -259,10 +259,12 @@ impl StageRunner<'_> {
             None => None,
         };
 
+        // Resume reuses work (commands, model calls, writes, sub-workflows), not observations:
+        // templates and read-only built-ins are cheap and read the world as it is now.
         let output = if let Some(previous) = self
             .reuse
             .get(&stage.id)
-            .filter(|p| p.fingerprint == fingerprint)
+            .filter(|p| p.fingerprint == fingerprint && is_work(stage))
         {
             outcome.status = StageStatus::Cached;
             outcome.reused_from = Some("resumed run".into());
@@ -886,6 +888,17 @@ impl StageRunner<'_> {
                 .map_err(|errors| vec![schema_failure(schema, &errors)])?;
         }
         Ok(value)
+    }
+}
+
+/// Whether a stage's action is work worth reusing on resume.
+fn is_work(stage: &Stage) -> bool {
+    match &stage.action {
+        Action::None | Action::Template(_) => false,
+        Action::Uses { builtin, .. } => builtin.writes,
+        Action::Command(_) | Action::Shell(_) | Action::Prompt { .. } | Action::Workflow { .. } => {
+            true
+        }
     }
 }
 
