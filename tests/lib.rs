@@ -8,3 +8,4 @@ mod models;
 mod overlay;
 mod plan;
 mod run;
+mod refresh;
