@@ -113,7 +113,8 @@ impl Home {
                 "@MISSING_GIT_URL@",
                 &format!("file://{}", self.test.path("missing.git").display()),
             )
-            .replace("@WEB@", &self.web);
+            .replace("@WEB@", &self.web)
+            .replace("@REFUSED@", &refused());
         self.test.write(&file, &text);
     }
 
@@ -246,6 +247,15 @@ fn serve() -> String {
     format!("http://{address}")
 }
 
+/// An http URL on a port nothing listens on.
+fn refused() -> String {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    format!("http://127.0.0.1:{port}")
+}
+
 fn source<'v>(registry: &'v Value, id: &str) -> &'v Value {
     registry["sources"]
         .as_array()
@@ -287,7 +297,7 @@ fn stages_every_transition_and_leaves_the_live_tree_alone() {
     let staged = home.json(&format!("{PROPOSED}/research/source-paths.json"));
     assert_eq!(staged["schema_version"], 2);
     assert_eq!(staged["generated_by"], "engine-bootstrap");
-    assert_eq!(staged["sources"].as_array().map(Vec::len), Some(9));
+    assert_eq!(staged["sources"].as_array().map(Vec::len), Some(10));
     let lib = source(&staged, "upstream-lib");
     assert_eq!(lib["lifecycle"]["state"], "reachable");
     assert_eq!(lib["lifecycle"]["last_checked_sha"], home.head.as_str());
@@ -316,6 +326,10 @@ fn stages_every_transition_and_leaves_the_live_tree_alone() {
         source(&staged, "api-docs")["lifecycle"]["state"],
         "reachable"
     );
+    // A web server that does not answer is unknown too, and only that source.
+    let mirror = source(&staged, "mirror");
+    assert_eq!(mirror["lifecycle"]["state"], "unknown");
+    assert_eq!(mirror["lifecycle"]["last_checked"], NOW);
     // Out of scope or not probed: exactly as they were.
     let live = home.json(&format!("{LIVE}/research/source-paths.json"));
     for id in ["design-notes", "retired", "dead-link", "companion"] {
@@ -392,7 +406,7 @@ fn a_failing_model_leaves_the_plain_summary() {
     assert_eq!(stage(&home.record(), "summary")["status"], "failed");
     let text = out.stdout.trim_end();
     assert!(
-        text.starts_with("Probed 5 of the 6 in-scope sources of demo-context"),
+        text.starts_with("Probed 6 of the 7 in-scope sources of demo-context"),
         "{text}"
     );
     assert!(
