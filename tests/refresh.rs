@@ -611,6 +611,26 @@ fn locating_the_contextualizer() {
         .run(["run", "refresh", "--input", "project_dir=project"]);
     assert_exited(&home, &out, "root", "Rerun naming it (--input name=demo)");
 
+    // Installed as a symbolic link to a folder elsewhere: found, read through the link, and the
+    // folder it points to left alone.
+    std::fs::rename(
+        home.test.path(LIVE),
+        home.test.path("dotfiles-demo-context"),
+    )
+    .expect("move");
+    std::os::unix::fs::symlink(
+        home.test.path("dotfiles-demo-context"),
+        home.test.path(LIVE),
+    )
+    .expect("link");
+    let target_before = home.tree("dotfiles-demo-context");
+    home.refresh(&[]).code(0);
+    assert_eq!(home.record()["status"], "completed");
+    assert!(home
+        .test
+        .exists(&format!("{PROPOSED}/.review/manifest.json")));
+    assert_eq!(home.tree("dotfiles-demo-context"), target_before);
+
     // A name is a slug, never a path.
     let out = home.test.run([
         "run",
