@@ -1645,6 +1645,9 @@ impl<'a> Checker<'a> {
             "state" | "run" => None,
             // Functions and globals of the template environment (`now`, `range`, ...).
             other if self.globals.contains(other) => None,
+            // Bound inside the template itself (a `set` or `for` the analysis did not follow,
+            // such as a `set` inside an `if`).
+            other if bound_locally(source, other) => None,
             other => {
                 let roots = compiled::known_roots();
                 let help = did_you_mean(other, roots.iter().copied()).unwrap_or_else(|| {
@@ -1765,6 +1768,15 @@ fn belongs_to_stage(name: &str, id: &str) -> bool {
     name.strip_prefix("stages.")
         .and_then(|rest| rest.strip_prefix(id))
         .is_some_and(|rest| rest.starts_with('.'))
+}
+
+/// Whether a template binds `name` itself with `{% set %}`, `{% for %}` or `{% macro %}`.
+fn bound_locally(source: &str, name: &str) -> bool {
+    let pattern = format!(
+        r"\{{%-?\s*(?:set|for|macro)\s+(?:[\w\s,(]*[\s,(])?{}\b",
+        regex::escape(name)
+    );
+    Regex::new(&pattern).is_ok_and(|re| re.is_match(source))
 }
 
 /// A pending template's name without its context marks.
@@ -1920,4 +1932,27 @@ fn line_span(text: &str, line: usize) -> std::ops::Range<usize> {
 /// The variable prefix the engine uses for its own generated template names.
 pub fn is_engine_template(name: &str) -> bool {
     name.starts_with(ENGINE_TEMPLATE_PREFIX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bound_locally;
+
+    #[test]
+    fn names_bound_by_the_template_itself_are_recognised() {
+        assert!(bound_locally(
+            "{% if x %}{% set total = 1 %}{% endif %}{{ total }}",
+            "total"
+        ));
+        assert!(bound_locally(
+            "{%- for a, b in pairs %}{{ b }}{% endfor %}",
+            "b"
+        ));
+        assert!(bound_locally(
+            "{% macro row(cell) %}{{ cell }}{% endmacro %}",
+            "row"
+        ));
+        assert!(!bound_locally("{{ total }}", "total"));
+        assert!(!bound_locally("{% set subtotal = 1 %}{{ total }}", "total"));
+    }
 }

@@ -16,6 +16,33 @@ use stagegraph::plan::Plan;
 use stagegraph::run::{self, record, RunOptions, RunStatus, Runtime};
 use stagegraph::Engine;
 
+/// Printing that ignores a closed stdout or stderr (`stagegraph runs | head -1`) instead of
+/// panicking the way `println!` does.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($arg)*);
+    }};
+}
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+macro_rules! err {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 #[derive(Parser)]
 #[command(
     name = "stagegraph",
@@ -243,7 +270,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(failure) => {
             if !failure.message.is_empty() {
-                eprintln!("error: {}", failure.message);
+                errln!("error: {}", failure.message);
             }
             failure.code
         }
@@ -307,7 +334,7 @@ impl App {
                     SchemaKind::Workflow => stagegraph::format::workflow_schema(),
                     SchemaKind::Config => Models::config_schema(),
                 };
-                println!(
+                outln!(
                     "{}",
                     serde_json::to_string_pretty(&schema).unwrap_or_default()
                 );
@@ -319,7 +346,7 @@ impl App {
 
     fn print_diagnostics(&self, diagnostics: &[Diagnostic]) {
         for diagnostic in diagnostics {
-            eprint!("{}", diagnostic.render(self.color));
+            err!("{}", diagnostic.render(self.color));
         }
     }
 
@@ -334,7 +361,7 @@ impl App {
     fn list(&self) -> Result<i32, Failure> {
         let workflows = self.engine.search.workflows();
         if workflows.is_empty() {
-            eprintln!("no workflows on the search path");
+            errln!("no workflows on the search path");
         }
         let width = workflows.iter().map(|(n, _, _)| n.len()).max().unwrap_or(0);
         for (name, library, shadowed) in workflows {
@@ -359,7 +386,7 @@ impl App {
                         .join(", ")
                 ));
             }
-            println!("{name:width$}  {description}  [{origin}]");
+            outln!("{name:width$}  {description}  [{origin}]");
         }
         Ok(exit::SUCCESS)
     }
@@ -371,7 +398,7 @@ impl App {
                 .search
                 .find_workflow(name, &self.engine.cwd)
                 .ok_or_else(|| invalid(format!("no workflow named `{name}`")))?;
-            print!("{}", found.source.text);
+            out!("{}", found.source.text);
             return Ok(exit::SUCCESS);
         }
         let raw =
@@ -391,9 +418,9 @@ impl App {
                     origins.insert(pointer.clone(), serde_json::json!({ "file": source.path.display().to_string(), "line": line, "column": column }));
                 }
                 let out = serde_json::json!({ "workflow": raw.name, "document": raw.doc, "origins": origins, "files": raw.sources.iter().map(|s| s.path.display().to_string()).collect::<Vec<_>>() });
-                println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+                outln!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
             }
-            ShowFormat::Toml => print!("{}", effective_toml(&raw)),
+            ShowFormat::Toml => out!("{}", effective_toml(&raw)),
         }
         Ok(exit::SUCCESS)
     }
@@ -446,7 +473,7 @@ impl App {
                 self.print_diagnostics(&all);
                 for (name, errors, warnings) in &summary {
                     let verdict = if *errors > 0 { "invalid" } else { "ok" };
-                    eprintln!("{name}: {verdict} ({errors} error(s), {warnings} warning(s))");
+                    errln!("{name}: {verdict} ({errors} error(s), {warnings} warning(s))");
                 }
             }
             CheckFormat::Json => {
@@ -454,11 +481,11 @@ impl App {
                     "workflows": summary.iter().map(|(n, e, w)| serde_json::json!({"name": n, "errors": e, "warnings": w})).collect::<Vec<_>>(),
                     "diagnostics": all.iter().map(Diagnostic::to_json).collect::<Vec<_>>(),
                 });
-                println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+                outln!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
             }
             CheckFormat::Github => {
                 for d in &all {
-                    println!("{}", d.to_github());
+                    outln!("{}", d.to_github());
                 }
             }
         }
@@ -471,13 +498,13 @@ impl App {
         let workflow = self.load(name)?;
         let plan = Plan::new(&workflow);
         match format {
-            PlanFormat::Text => print!("{}", plan.to_text()),
-            PlanFormat::Json => println!(
+            PlanFormat::Text => out!("{}", plan.to_text()),
+            PlanFormat::Json => outln!(
                 "{}",
                 serde_json::to_string_pretty(&plan.to_json()).unwrap_or_default()
             ),
-            PlanFormat::Dot => print!("{}", plan.to_dot()),
-            PlanFormat::Mermaid => print!("{}", plan.to_mermaid()),
+            PlanFormat::Dot => out!("{}", plan.to_dot()),
+            PlanFormat::Mermaid => out!("{}", plan.to_mermaid()),
         }
         Ok(exit::SUCCESS)
     }
@@ -506,7 +533,7 @@ impl App {
         let inputs = match self.collect_inputs(&workflow, &args) {
             Ok(inputs) => inputs,
             Err(failure) if always_zero => {
-                eprintln!("error: {}", failure.message);
+                errln!("error: {}", failure.message);
                 return Ok(exit::SUCCESS);
             }
             Err(failure) => return Err(failure),
@@ -515,7 +542,7 @@ impl App {
             Ok(code) => Ok(zero_if(code)),
             // A hook must not block its host: say what went wrong, exit 0.
             Err(failure) if always_zero => {
-                eprintln!("error: {}", failure.message);
+                errln!("error: {}", failure.message);
                 Ok(exit::SUCCESS)
             }
             Err(failure) => Err(failure),
@@ -612,21 +639,21 @@ impl App {
             })?;
         if let Some(Value::Object(outputs)) = &record.outputs {
             if exec.json {
-                println!(
+                outln!(
                     "{}",
                     serde_json::json!({ "event": "outputs", "outputs": outputs })
                 );
             } else if outputs.len() == 1 {
                 if let Some(Value::String(text)) = outputs.values().next() {
-                    println!("{}", text.trim_end());
+                    outln!("{}", text.trim_end());
                 } else {
-                    println!(
+                    outln!(
                         "{}",
                         serde_json::to_string_pretty(outputs).unwrap_or_default()
                     );
                 }
             } else if !outputs.is_empty() {
-                println!(
+                outln!(
                     "{}",
                     serde_json::to_string_pretty(outputs).unwrap_or_default()
                 );
@@ -639,7 +666,7 @@ impl App {
                     .explain
                     .clone()
                     .unwrap_or_else(|| format!("not reached ({})", stage.status.as_str()));
-                println!("{id:width$}  {verdict}");
+                outln!("{id:width$}  {verdict}");
             }
         }
         let seconds = record.duration_ms as f64 / 1000.0;
@@ -664,7 +691,7 @@ impl App {
             RunStatus::Running => "running".to_string(),
         };
         if !exec.quiet || record.status == RunStatus::Failed {
-            eprintln!("run {} {summary}", record.run_id);
+            errln!("run {} {summary}", record.run_id);
         }
         Ok(match record.status {
             RunStatus::Completed | RunStatus::Exited => exit::SUCCESS,
@@ -719,7 +746,7 @@ impl App {
             None => {
                 let ids = record::list_runs(&self.state_dir);
                 if ids.is_empty() {
-                    eprintln!("no runs in {}", record::runs_dir(&self.state_dir).display());
+                    errln!("no runs in {}", record::runs_dir(&self.state_dir).display());
                 }
                 for id in ids {
                     match record::read_record(&self.state_dir, &id) {
@@ -729,7 +756,7 @@ impl App {
                                 (_, Some(error)) => error.clone(),
                                 _ => String::new(),
                             };
-                            println!(
+                            outln!(
                                 "{id}  {:<16} {:<11} {:>8}ms  {}",
                                 r.workflow,
                                 r.status.as_str(),
@@ -737,7 +764,7 @@ impl App {
                                 first_line(&detail)
                             );
                         }
-                        Err(error) => println!("{id}  (unreadable: {error})"),
+                        Err(error) => outln!("{id}  (unreadable: {error})"),
                     }
                 }
                 Ok(exit::SUCCESS)
@@ -755,8 +782,8 @@ impl App {
                         invalid(format!("run {id} recorded no output for stage `{stage}`"))
                     })?;
                     match &line.output {
-                        Value::String(text) => print!("{text}"),
-                        other => println!(
+                        Value::String(text) => out!("{text}"),
+                        other => outln!(
                             "{}",
                             serde_json::to_string_pretty(other).unwrap_or_default()
                         ),
@@ -764,13 +791,13 @@ impl App {
                     return Ok(exit::SUCCESS);
                 }
                 if json {
-                    println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+                    outln!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
                     return Ok(exit::SUCCESS);
                 }
-                println!("run {} ({}) {}", r.run_id, r.workflow, r.status.as_str());
-                println!("started {}  duration {}ms", r.started_at, r.duration_ms);
+                outln!("run {} ({}) {}", r.run_id, r.workflow, r.status.as_str());
+                outln!("started {}  duration {}ms", r.started_at, r.duration_ms);
                 if let Some(exit) = &r.exit {
-                    println!(
+                    outln!(
                         "exit: {}{}",
                         exit.stage
                             .as_ref()
@@ -780,11 +807,11 @@ impl App {
                     );
                 }
                 if let Some(error) = &r.error {
-                    println!("error: {error}");
+                    outln!("error: {error}");
                 }
                 for (id, s) in &r.stages {
                     let extra = s.error.clone().or(s.reason.clone()).unwrap_or_default();
-                    println!(
+                    outln!(
                         "  {:<24} {:<9} {:>7}ms  {}",
                         id,
                         s.status.as_str(),
@@ -794,16 +821,19 @@ impl App {
                 }
                 let u = &r.usage;
                 if u.model_calls > 0 {
-                    println!(
+                    outln!(
                         "model calls: {}  tokens in: {}  out: {}  latency: {}ms",
-                        u.model_calls, u.input_tokens, u.output_tokens, u.latency_ms
+                        u.model_calls,
+                        u.input_tokens,
+                        u.output_tokens,
+                        u.latency_ms
                     );
                 }
                 Ok(exit::SUCCESS)
             }
             Some(RunsAction::Prune { keep }) => {
                 let removed = record::prune(&self.state_dir, keep);
-                eprintln!("removed {} run(s)", removed.len());
+                errln!("removed {} run(s)", removed.len());
                 Ok(exit::SUCCESS)
             }
         }
@@ -847,7 +877,7 @@ impl App {
                 code: exit::FAILED,
                 message: format!("cannot write {}: {e}", path.display()),
             })?;
-            eprintln!(
+            errln!(
                 "wrote {}",
                 path.strip_prefix(&self.engine.cwd)
                     .unwrap_or(path)

@@ -31,6 +31,16 @@ impl Schema {
             )
         })?;
         let name = file.path.display().to_string();
+        if let Err(error) = jsonschema::validator_for(&value) {
+            // The schema is the instance the meta-schema rejected: point at the offending key.
+            let span = locate_json_pointer(&file.text, &error.instance_path.to_string());
+            let at = error.instance_path.to_string();
+            let at = if at.is_empty() { "/".to_string() } else { at };
+            return Err(Box::new(
+                Diagnostic::error(format!("schema does not compile: at {at}: {error}"))
+                    .at(file, span),
+            ));
+        }
         Schema::from_value(value, &name).map_err(|message| {
             Box::new(
                 Diagnostic::error(format!("schema does not compile: {message}")).at(file, 0..0),
@@ -135,7 +145,11 @@ impl Schema {
     fn short_name(&self) -> String {
         let name = self.name.strip_prefix("<built-in>/").unwrap_or(&self.name);
         if name.contains('/') || name.ends_with(".json") {
-            name.to_string()
+            // `.../lib/schemas/gate/response.schema.json` -> `schemas/gate/response.schema.json`
+            match name.rfind("schemas/") {
+                Some(at) => name[at..].to_string(),
+                None => name.to_string(),
+            }
         } else {
             format!("the output of `{name}`")
         }
@@ -265,4 +279,45 @@ fn offset_of(text: &str, line: usize, column: usize) -> usize {
         offset += l.len();
     }
     text.len()
+}
+
+/// The span of the key a JSON pointer ends at, found by following its segments through the text
+/// (each segment searched as a quoted key after the previous one); the whole text's start when a
+/// segment is not found.
+fn locate_json_pointer(text: &str, pointer: &str) -> std::ops::Range<usize> {
+    let mut offset = 0;
+    let mut span = 0..0;
+    for segment in pointer.split('/').skip(1) {
+        let segment = segment.replace("~1", "/").replace("~0", "~");
+        if segment.parse::<usize>().is_ok() {
+            continue;
+        }
+        let needle = format!("\"{segment}\"");
+        match text[offset..].find(&needle) {
+            Some(found) => {
+                span = offset + found..offset + found + needle.len();
+                offset = span.end;
+            }
+            None => break,
+        }
+    }
+    span
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_schema_that_does_not_compile_points_at_the_key() {
+        let text = "{\n  \"type\": \"object\",\n  \"properties\": {\n    \"n\": { \"type\": 12 }\n  }\n}\n";
+        let file = SourceFile::new("s.schema.json", text);
+        let diagnostic = Schema::compile(&file).expect_err("type 12 is not a type");
+        assert_eq!(
+            diagnostic.line_col().map(|(line, _)| line),
+            Some(4),
+            "{}",
+            diagnostic.message
+        );
+    }
 }

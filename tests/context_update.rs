@@ -1064,3 +1064,71 @@ fn a_contradiction_is_flagged_in_the_file_and_the_summary() {
         "the writer sees the lexicon: {writer}"
     );
 }
+
+#[test]
+fn two_runs_started_together_one_writes_the_other_ends_on_the_lock() {
+    let project = Project::new();
+    // A slow writer keeps the lock held long enough for the second run to meet it.
+    let writer = project.path("models/writer.sh");
+    let script = fs::read_to_string(&writer).expect("writer script");
+    project.write("models/writer.sh", &format!("sleep 1\n{script}"));
+    let payload = project.payload().to_string();
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            let mut command = project.command(T0);
+            command
+                .args(["run", "context-update", "--inputs-json", "-"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            let mut child = command.spawn().expect("start stagegraph");
+            {
+                use std::io::Write;
+                let mut pipe = child.stdin.take().expect("stdin");
+                pipe.write_all(payload.as_bytes()).expect("payload");
+            }
+            child
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().expect("wait");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let mut outcomes: Vec<(String, Option<String>)> = project
+        .run_ids()
+        .iter()
+        .map(|id| {
+            let text = project
+                .read(&format!("state/runs/{id}/run.json"))
+                .expect("run.json");
+            let record: Value = serde_json::from_str(&text).expect("json");
+            (
+                record["status"].as_str().unwrap_or("").to_string(),
+                record["exit"]["stage"].as_str().map(str::to_string),
+            )
+        })
+        .collect();
+    outcomes.sort();
+    assert_eq!(
+        outcomes,
+        [
+            ("completed".to_string(), None),
+            ("exited".to_string(), Some("lock".to_string()))
+        ]
+    );
+    assert_eq!(
+        project.calls("writer"),
+        1,
+        "only the lock holder asks the writer"
+    );
+    assert_lexicon_invariants(&project.lexicon().expect("the lexicon was written"));
+    assert!(
+        !project.path(".roc/rocket/lexicon.md.lock.d").exists(),
+        "the lock is released"
+    );
+}

@@ -555,3 +555,45 @@ fn allowed_env_and_child_env_make_a_recursion_guard() {
     assert_eq!(record["exit"]["stage"], "guard");
     assert_eq!(stage_status(&record, "child"), "not_run");
 }
+
+#[test]
+fn printed_values_are_plain_text_not_python_reprs() {
+    let t = Test::new();
+    t.write(
+        "flow.toml",
+        r#"
+[stages.skipped]
+if = "false"
+command = ["true"]
+
+[stages.show]
+command = ["printf", "%s|%s|%s|%s", "{{ stages.skipped.output }}", "{{ true }}", "{{ [1, none, 'a'] }}", "{{ {'k': false} }}"]
+"#,
+    );
+    t.run(["run", "flow.toml"]).code(0);
+    assert_eq!(t.stage_output("show"), r#"|true|[1,null,"a"]|{"k":false}"#);
+}
+
+#[test]
+fn a_failed_assertion_leaves_no_artifact() {
+    let t = Test::new();
+    t.write(
+        "flow.toml",
+        r#"
+[workflow]
+writes = ["out"]
+
+[stages.make]
+command = ["echo", "too short"]
+output = { path = "out/artifact.txt" }
+assert = [{ that = "output | length > 100", message = "the artifact is too short" }]
+"#,
+    );
+    t.run(["run", "flow.toml"])
+        .code(1)
+        .stderr_has("the artifact is too short");
+    assert!(
+        !t.exists("out/artifact.txt"),
+        "an artifact that failed its checks must not be written"
+    );
+}

@@ -326,7 +326,26 @@ impl StageRunner<'_> {
             output
         };
 
-        // `output.path`: the artifact also written where the workflow asked.
+        let with_output = self
+            .base_scope
+            .with_output(minijinja::Value::from_serialize(&output))
+            .to_value();
+        for (that, message) in &stage.asserts {
+            let held = that
+                .eval(&with_output)
+                .map_err(|e| format!("`assert`: {}", describe(&e)))?;
+            if !held.is_true() {
+                let text = match message {
+                    Some(message) => message
+                        .render(&with_output)
+                        .map_err(|e| format!("assert message: {}", describe(&e)))?,
+                    None => format!("assertion failed: {}", assert_source(stage, that)),
+                };
+                return Err(text);
+            }
+        }
+        // `output.path`: the artifact also written where the workflow asked, once it passed
+        // validation and every assertion.
         if let Some(path) = &stage.output_path {
             let per_unit: Vec<(&Scope, Value)> = if stage.foreach.is_some() {
                 units
@@ -358,24 +377,6 @@ impl StageRunner<'_> {
             }
         }
 
-        let with_output = self
-            .base_scope
-            .with_output(minijinja::Value::from_serialize(&output))
-            .to_value();
-        for (that, message) in &stage.asserts {
-            let held = that
-                .eval(&with_output)
-                .map_err(|e| format!("`assert`: {}", describe(&e)))?;
-            if !held.is_true() {
-                let text = match message {
-                    Some(message) => message
-                        .render(&with_output)
-                        .map_err(|e| format!("assert message: {}", describe(&e)))?,
-                    None => format!("assertion failed: {}", assert_source(stage, that)),
-                };
-                return Err(text);
-            }
-        }
         for (name, tmpl) in &stage.set_state {
             let value = tmpl
                 .eval(&with_output)

@@ -96,8 +96,9 @@ impl Tmpl {
     }
 }
 
-/// How a value becomes text in a command argument or a file: strings as they are, `none` as the
-/// empty string, everything else as JSON.
+/// How a value becomes text in a command argument, a prompt or a file: strings as they are,
+/// `none` as the empty string, booleans as `true`/`false`, lists and maps as JSON, numbers as
+/// numbers (not Python's `None`/`True`/`['a']`, which minijinja prints by default).
 pub fn value_to_text(value: &Value) -> String {
     if let Some(text) = value.as_str() {
         return text.to_string();
@@ -106,6 +107,7 @@ pub fn value_to_text(value: &Value) -> String {
         return String::new();
     }
     match value.kind() {
+        minijinja::value::ValueKind::Bool => value.is_true().to_string(),
         minijinja::value::ValueKind::Map | minijinja::value::ValueKind::Seq => {
             serde_json::to_string(value).unwrap_or_else(|_| value.to_string())
         }

@@ -1,8 +1,10 @@
 //! The template language: minijinja with strict undefined, plus the functions and filters that
 //! let a workflow shape data without a script.
 //!
-//! Templates whose name ends in `.sh` (the `shell` action's scripts) shell-quote every value
-//! they print, so data can never become shell syntax.
+//! Printed values follow [`compiled::value_to_text`]: `none` prints nothing, booleans print
+//! `true`/`false`, lists and maps print as JSON. Templates whose name ends in `.sh` (the `shell`
+//! action's scripts) also shell-quote every value they print, so data can never become shell
+//! syntax.
 
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 
@@ -24,13 +26,16 @@ pub fn environment() -> Environment<'static> {
         }
     });
     env.set_formatter(|out, state, value| {
-        if state.auto_escape() == AutoEscape::Custom("shell") && !value.is_safe() {
-            let text = compiled::value_to_text(value);
-            out.write_str(&functions::shell_quote(&text))?;
-            Ok(())
-        } else {
-            minijinja::escape_formatter(out, state, value)
+        if value.is_safe() {
+            return minijinja::escape_formatter(out, state, value);
         }
+        let text = compiled::value_to_text(value);
+        if state.auto_escape() == AutoEscape::Custom("shell") {
+            out.write_str(&functions::shell_quote(&text))?;
+        } else {
+            out.write_str(&text)?;
+        }
+        Ok(())
     });
     functions::register(&mut env);
     env
