@@ -9,3 +9,4 @@ mod models;
 mod overlay;
 mod plan;
 mod run;
+mod refresh;

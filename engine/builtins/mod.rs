@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+mod attempt;
 mod catalog;
 mod fs;
 mod http;
@@ -75,6 +76,7 @@ static REGISTRY: std::sync::LazyLock<Vec<Builtin>> = std::sync::LazyLock::new(||
         markdown::builtins(),
         transcript::builtins(),
         catalog::builtins(),
+        attempt::builtins(),
     ]
     .into_iter()
     .flatten()
