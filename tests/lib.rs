@@ -8,5 +8,5 @@ mod explain;
 mod models;
 mod overlay;
 mod plan;
-mod run;
 mod refresh;
+mod run;

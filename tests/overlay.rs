@@ -209,3 +209,39 @@ fn eject_copies_and_refuses_to_overwrite() {
     out.code(2);
     out.stderr_has("refusing to overwrite");
 }
+
+#[test]
+fn the_readme_overlay_of_the_shipped_refresh_checks() {
+    let test = Test::new();
+    test.write(
+        ".stagegraph/workflows/refresh.toml",
+        r#"[workflow]
+extends = "refresh"
+
+[stages.probe]
+timeout = "60s"
+
+[stages.decay_check]
+disabled = true
+
+[stages.notify]
+after = ["summary"]
+command = ["notify-send", "refresh finished"]
+"#,
+    );
+    let out = test.run(["check", "refresh"]);
+    out.code(0);
+    let out = test.run(["plan", "refresh", "--format", "json"]);
+    out.code(0);
+    let plan: serde_json::Value = serde_json::from_str(&out.stdout).expect("json");
+    let ids: Vec<&str> = plan["stages"]
+        .as_array()
+        .expect("stages")
+        .iter()
+        .filter_map(|s| s["id"].as_str())
+        .collect();
+    assert!(
+        ids.contains(&"notify") && !ids.contains(&"decay_check"),
+        "{ids:?}"
+    );
+}

@@ -375,10 +375,16 @@ fn stages_every_transition_and_leaves_the_live_tree_alone() {
 
     // Phase 2: the snapshot crawled 2026-10-01 with a 30-day decay is 30 days overdue.
     let decay: Value =
-        serde_json::from_str(&home.test.stage_output("decay_check")).expect("decay JSON");
+        serde_json::from_str(&home.test.stage_output("decay_expiry")).expect("decay JSON");
     assert_eq!(
         decay["expired"],
         serde_json::json!([{ "source_id": "guide", "crawl_date": "2026-10-01", "decay": "30d", "overdue_days": 30 }])
+    );
+    let notice = home.test.stage_output("decay_check");
+    assert!(
+        notice.starts_with("1 web-doc source is past the decay budget:")
+            && notice.contains("guide (crawled 2026-10-01, decay 30d, 30 days overdue)"),
+        "{notice}"
     );
 
     // The summary: the model's paragraph, then the handoff line, last.
