@@ -65,8 +65,8 @@ fn head_output_schema() -> Value {
     json!({
         "type": "object",
         "properties": {
-            "status": { "type": "integer" },
-            "location": { "type": ["string", "null"] },
+            "status": { "type": "integer", "description": "The HTTP status code; 3xx, 4xx and 5xx are results, not errors." },
+            "location": { "type": ["string", "null"], "description": "The Location header of a redirect (not followed), or null." },
         },
         "required": ["status", "location"],
         "additionalProperties": false,
@@ -95,7 +95,7 @@ fn get_output_schema() -> Value {
     json!({
         "type": "object",
         "properties": {
-            "status": { "type": "integer" },
+            "status": { "type": "integer", "description": "The HTTP status code; 3xx, 4xx and 5xx are results, not errors." },
             "headers": {
                 "type": "object",
                 "description": "lowercased names; repeated headers joined with \", \"",

@@ -60,12 +60,13 @@ fn output_schema() -> Value {
             "body": { "type": "string", "description": "the text after the closing delimiter" },
             "problems": {
                 "type": "array",
+                "description": "Parser-safety and required-field problems; empty when the frontmatter is safe to promote.",
                 "items": {
                     "type": "object",
                     "properties": {
-                        "line": { "type": ["integer", "null"], "minimum": 1 },
-                        "field": { "type": ["string", "null"] },
-                        "message": { "type": "string" },
+                        "line": { "type": ["integer", "null"], "minimum": 1, "description": "The 1-based line in the document, or null when the problem has no line." },
+                        "field": { "type": ["string", "null"], "description": "The top-level field concerned, or null." },
+                        "message": { "type": "string", "description": "What is wrong, as a lowercase fragment." },
                     },
                     "required": ["line", "field", "message"],
                     "additionalProperties": false,

@@ -84,3 +84,48 @@ static REGISTRY: std::sync::LazyLock<Vec<Builtin>> = std::sync::LazyLock::new(||
     all.sort_by_key(|builtin| builtin.name);
     all
 });
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every property of every built-in's `with` and output schema says what it is, since
+    /// `check` messages and the README's reference are built from them.
+    #[test]
+    fn every_schema_property_of_every_builtin_is_described() {
+        fn check(schema: &Value, at: &str, missing: &mut Vec<String>) {
+            if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
+                for (name, property) in properties {
+                    let here = format!("{at}.{name}");
+                    if property.get("description").is_none() {
+                        missing.push(here.clone());
+                    }
+                    check(property, &here, missing);
+                    if let Some(items) = property.get("items") {
+                        check(items, &here, missing);
+                    }
+                }
+            }
+        }
+        let mut missing = Vec::new();
+        let lock = crate::run::locks::lookup(crate::run::locks::LOCK_ACQUIRE);
+        for builtin in all().iter().chain(lock) {
+            check(
+                &(builtin.with_schema)(),
+                &format!("{}.with", builtin.name),
+                &mut missing,
+            );
+            check(
+                &(builtin.output_schema)(),
+                &format!("{}.output", builtin.name),
+                &mut missing,
+            );
+            assert!(
+                jsonschema::validator_for(&(builtin.with_schema)()).is_ok(),
+                "{}: `with` schema does not compile",
+                builtin.name
+            );
+        }
+        assert!(missing.is_empty(), "undescribed properties: {missing:#?}");
+    }
+}

@@ -129,8 +129,8 @@ fn output_schema() -> Value {
         "required": ["acquired", "path", "took_over_stale"],
         "properties": {
             "acquired": { "type": "boolean", "description": "false when another run holds the lock" },
-            "path": { "type": "string" },
-            "took_over_stale": { "type": "boolean" }
+            "path": { "type": "string", "description": "The lock folder, absolute" },
+            "took_over_stale": { "type": "boolean", "description": "true when a stale lock was removed and taken" }
         },
         "examples": [{ "acquired": true, "path": "lock.d", "took_over_stale": false }]
     })
