@@ -939,7 +939,7 @@ mod tests {
     }
 
     #[test]
-    fn schemas_accept_and_refuse_what_they_should() {
+    fn registered_as_a_read_only_builtin() {
         let builtin = &builtins()[0];
         assert_eq!(builtin.name, "transcript.delta");
         assert!(!builtin.writes);
