@@ -1585,7 +1585,7 @@ impl<'a> Checker<'a> {
                     return None;
                 };
                 match parts.get(2) {
-                    None | Some(&"status") => {}
+                    None | Some(&"status") | Some(&"error") => {}
                     Some(&"output") => {
                         let path = &parts[3..];
                         if let Err(message) = schemas[target_index].check_path(path, target) {
@@ -1603,10 +1603,10 @@ impl<'a> Checker<'a> {
                             at,
                             source,
                             reference,
-                            format!("`stages.{target}` has `output` and `status`, not `{other}`"),
+                            format!("`stages.{target}` has `output`, `status` and `error`, not `{other}`"),
                         );
                         self.diags.last_mut().expect("pushed").help =
-                            did_you_mean(other, ["output", "status"]);
+                            did_you_mean(other, ["output", "status", "error"]);
                     }
                 }
                 Some(target_index)

@@ -636,3 +636,26 @@ command = ["sh", "-c", "test ! -e fail && echo {{ stages.read.output }}-{{ stage
     assert_eq!(t.count("calls.txt"), 1);
     assert_eq!(t.stage_output("use").trim(), "two-work");
 }
+
+#[test]
+fn a_later_stage_can_read_why_an_earlier_one_failed() {
+    let t = Test::new();
+    t.write(
+        "flow.toml",
+        r#"
+[stages.probe]
+command = ["sh", "-c", "echo 'upstream unreachable' >&2; exit 7"]
+on_error = "continue"
+
+[stages.report]
+template = { inline = "{{ stages.probe.status }}: {{ stages.probe.error }}" }
+"#,
+    );
+    t.run(["run", "flow.toml"]).code(0);
+    let report = t.stage_output("report");
+    assert!(report.starts_with("failed: "), "{report}");
+    assert!(
+        report.contains("exited with code 7") && report.contains("upstream unreachable"),
+        "{report}"
+    );
+}

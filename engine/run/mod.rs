@@ -548,6 +548,7 @@ impl<'w, 'r> Executor<'w, 'r> {
                 status: outcome.status.as_str(),
                 sha256: slot_sha,
                 assumed: outcome.assumed,
+                error: outcome.error.clone(),
             },
         );
         let duration_ms = outcome.duration.as_millis() as u64;

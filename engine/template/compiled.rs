@@ -132,6 +132,8 @@ pub struct StageSlot {
     pub sha256: String,
     /// A dry-run assumed this output instead of producing it.
     pub assumed: bool,
+    /// Why it failed (`on_error = "continue"`), for the stages after it.
+    pub error: Option<String>,
 }
 
 impl StageTable {
@@ -164,13 +166,14 @@ impl Object for StagesView {
         let index = *self.0.index.get(key.as_str()?)?;
         // A stage that has not run (the run ended early, or it was never reached) reads as
         // `{ output: none, status: "not_run" }`, so `[outputs]` can test it plainly.
-        let (output, status) = match self.0.get(index) {
-            Some(slot) => (slot.output, slot.status),
-            None => (Value::from(()), "not_run"),
+        let (output, status, error) = match self.0.get(index) {
+            Some(slot) => (slot.output, slot.status, slot.error),
+            None => (Value::from(()), "not_run", None),
         };
         Some(Value::from_iter([
             ("output", output),
             ("status", Value::from(status)),
+            ("error", Value::from(error)),
         ]))
     }
 
