@@ -587,19 +587,30 @@ impl<'a> Checker<'a> {
                 }
             }
         }
-        let at_of: HashMap<String, (At, String, Context)> = pendings
+        // Each compiled name -> the pending it came from (the last one, should two share a name).
+        let at_of: HashMap<String, usize> = pendings
             .iter()
-            .map(|p| {
-                (
-                    clean_name(&p.name),
-                    (p.at.clone(), p.source.clone(), context_of(&p.name)),
-                )
-            })
+            .enumerate()
+            .map(|(k, p)| (clean_name(&p.name), k))
             .collect();
+        // Each stage's template names, found in one pass over the names rather than one pass per
+        // stage: `stages.<id>.<key>`, with `value:` before it for native values.
+        let mut names_of: Vec<Vec<&str>> = vec![Vec::new(); ids.len()];
+        for name in compiled.keys() {
+            let bare = name.strip_prefix("value:").unwrap_or(name);
+            let Some(rest) = bare.strip_prefix("stages.") else {
+                continue;
+            };
+            for (dot, _) in rest.match_indices('.') {
+                if let Some(&i) = index.get(&rest[..dot]) {
+                    names_of[i].push(name.as_str());
+                }
+            }
+        }
 
         // Pass 2: references, edges, types.
         let mut deps: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); ids.len()];
-        let mut reference_checks = Vec::new();
+        let mut reference_checks: Vec<(usize, &str, Context, usize, String)> = Vec::new();
         for (i, (id, def)) in self.file.stages.iter().enumerate() {
             for (position, after) in def.after.iter().enumerate() {
                 let pointer = format!("{}/after/{position}", stage_pointer(id));
@@ -613,45 +624,27 @@ impl<'a> Checker<'a> {
                     None => self.unknown_stage(after, &pointer, &ids),
                 }
             }
-            let names: Vec<&String> = compiled
-                .keys()
-                .filter(|n| belongs_to_stage(n, id))
-                .collect();
-            let mut names: Vec<String> = names.into_iter().cloned().collect();
-            names.sort();
-            for name in names {
-                let (at, source, context) = at_of[&name].clone();
-                let refs = compiled[&name].references();
-                for reference in refs {
-                    reference_checks.push((
-                        i,
-                        name.clone(),
-                        context,
-                        at.clone(),
-                        source.clone(),
-                        reference,
-                    ));
+            let names = &mut names_of[i];
+            names.sort_unstable();
+            for &name in names.iter() {
+                let pending = at_of[name];
+                let context = context_of(&pendings[pending].name);
+                for reference in compiled[name].references() {
+                    reference_checks.push((i, name, context, pending, reference));
                 }
             }
         }
         // Workflow-level templates.
-        let mut top_names: Vec<String> = compiled
+        let mut top_names: Vec<&str> = compiled
             .keys()
             .filter(|n| !n.contains("stages."))
-            .cloned()
+            .map(String::as_str)
             .collect();
-        top_names.sort();
+        top_names.sort_unstable();
         for name in top_names {
-            let (at, source, _) = at_of[&name].clone();
-            for reference in compiled[&name].references() {
-                reference_checks.push((
-                    usize::MAX,
-                    name.clone(),
-                    Context::Plain,
-                    at.clone(),
-                    source.clone(),
-                    reference,
-                ));
+            let pending = at_of[name];
+            for reference in compiled[name].references() {
+                reference_checks.push((usize::MAX, name, Context::Plain, pending, reference));
             }
         }
         let stage_schemas: Vec<SchemaOf> = stage_actions
@@ -659,14 +652,15 @@ impl<'a> Checker<'a> {
             .zip(self.file.stages.values())
             .map(|(action, def)| self.schema_of(action.as_ref(), def))
             .collect();
-        for (i, name, context, at, source, reference) in reference_checks {
+        for (i, name, context, pending, reference) in reference_checks {
             let own = (i != usize::MAX).then_some(i);
+            let Pending { at, source, .. } = &pendings[pending];
             if let Some(target) = self.check_reference(
                 own,
-                &name,
+                name,
                 context,
-                &at,
-                &source,
+                at,
+                source,
                 &reference,
                 &index,
                 &ids,
@@ -675,7 +669,7 @@ impl<'a> Checker<'a> {
                 if let Some(own) = own {
                     if target == own {
                         // `stages.<self>` inside its own templates: only `output` makes sense.
-                        self.diag_at(&at, &source, &reference, format!("stage `{}` refers to its own result; use `output` in `exit_if` and `assert`", ids[own]));
+                        self.diag_at(at, source, &reference, format!("stage `{}` refers to its own result; use `output` in `exit_if` and `assert`", ids[own]));
                     } else {
                         deps[own].insert(target);
                     }
@@ -1725,13 +1719,6 @@ fn build_with(take: &mut dyn FnMut(&str) -> Option<Tmpl>, name: &str, value: &Va
     }
 }
 
-fn belongs_to_stage(name: &str, id: &str) -> bool {
-    let name = name.strip_prefix("value:").unwrap_or(name);
-    name.strip_prefix("stages.")
-        .and_then(|rest| rest.strip_prefix(id))
-        .is_some_and(|rest| rest.starts_with('.'))
-}
-
 /// A pending template's name without its context marks.
 fn clean_name(name: &str) -> String {
     name.replace("#output", "").replace("#item", "")
@@ -1885,4 +1872,31 @@ fn line_span(text: &str, line: usize) -> std::ops::Range<usize> {
 /// The variable prefix the engine uses for its own generated template names.
 pub fn is_engine_template(name: &str) -> bool {
     name.starts_with(ENGINE_TEMPLATE_PREFIX)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn references_belong_to_the_stage_that_wrote_them() {
+        // `s1` is a prefix of `s10`: the edge inferred from `s10`'s template must land on `s10`.
+        let dir = tempfile::tempdir().expect("a temp dir");
+        std::fs::write(
+            dir.path().join("w.toml"),
+            "[stages.s0]\ncommand = [\"true\"]\n\
+             [stages.s1]\ncommand = [\"true\"]\n\
+             [stages.s10]\ncommand = [\"echo\", \"{{ stages.s0.output }}\"]\n",
+        )
+        .expect("write the workflow");
+        let engine = crate::Engine::new(&[], dir.path());
+        let workflow = engine.load("w.toml").expect("the workflow checks");
+        let deps: Vec<(&str, Vec<usize>)> = workflow
+            .stages
+            .iter()
+            .map(|s| (s.id.as_str(), s.deps.clone()))
+            .collect();
+        assert_eq!(
+            deps,
+            vec![("s0", vec![]), ("s1", vec![]), ("s10", vec![0])]
+        );
+    }
 }
