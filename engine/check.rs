@@ -722,11 +722,11 @@ impl<'a> Checker<'a> {
 
         // Assemble.
         let mut take = |name: &str| compiled.remove(name);
-        let mut stages = Vec::new();
+        let mut stages = Vec::with_capacity(ids.len());
         for (i, ((id, def), pending)) in self.file.stages.iter().zip(stage_actions).enumerate() {
             let prefix = format!("stages.{id}.");
             let get = |take: &mut dyn FnMut(&str) -> Option<Tmpl>, key: &str| {
-                take(&format!("{prefix}{key}"))
+                take(&[prefix.as_str(), key].concat())
             };
             let action = match pending {
                 None | Some(PendingAction::None) => Action::None,
@@ -837,7 +837,7 @@ impl<'a> Checker<'a> {
                     ttl: None,
                 }),
                 CacheDef::Keyed(k) => Some(CacheSpec {
-                    key: take(&format!("{prefix}cache.key")),
+                    key: take(&[prefix.as_str(), "cache.key"].concat()),
                     ttl: k
                         .ttl
                         .as_deref()
@@ -851,14 +851,14 @@ impl<'a> Checker<'a> {
                 def: def.clone(),
                 action,
                 deps: deps[i].iter().copied().collect(),
-                if_: take(&format!("{prefix}if")),
-                exit_if: take(&format!("{prefix}exit_if")),
-                exit_message: take(&format!("{prefix}exit_message")),
+                if_: take(&[prefix.as_str(), "if"].concat()),
+                exit_if: take(&[prefix.as_str(), "exit_if"].concat()),
+                exit_message: take(&[prefix.as_str(), "exit_message"].concat()),
                 asserts,
-                foreach: take(&format!("{prefix}foreach")),
+                foreach: take(&[prefix.as_str(), "foreach"].concat()),
                 format,
                 schema,
-                output_path: take(&format!("{prefix}output.path")),
+                output_path: take(&[prefix.as_str(), "output.path"].concat()),
                 set_state,
                 cache,
                 timeout: def
@@ -1035,11 +1035,12 @@ impl<'a> Checker<'a> {
     ) -> Option<PendingAction> {
         let sp = stage_pointer(id);
         let prefix = format!("stages.{id}.");
-        let actions: Vec<&str> = ACTION_KEYS
-            .iter()
-            .copied()
-            .filter(|key| self.raw.doc.pointer(&format!("{sp}/{key}")).is_some())
-            .collect();
+        // The stage as written, for which keys it has (a JSON pointer per key would parse and
+        // unescape the whole path each time).
+        let raw: &'a RawWorkflow = self.raw;
+        let written = raw.doc.get("stages").and_then(|s| s.get(id));
+        let has = |key: &str| written.and_then(|w| w.get(key)).is_some();
+        let actions: Vec<&str> = ACTION_KEYS.iter().copied().filter(|k| has(k)).collect();
         if actions.len() > 1 {
             self.error_key(
                 format!(
@@ -1163,10 +1164,7 @@ impl<'a> Checker<'a> {
             if action.is_some_and(|a| allowed.contains(&a)) {
                 return Vec::new();
             }
-            keys.iter()
-                .copied()
-                .filter(|k| self.raw.doc.pointer(&format!("{sp}/{k}")).is_some())
-                .collect()
+            keys.iter().copied().filter(|k| has(k)).collect()
         };
         let mut strays = stray(&process_keys, &["command", "shell"]);
         strays.extend(stray(&prompt_keys, &["prompt"]));
@@ -1734,6 +1732,9 @@ fn build_with(take: &mut dyn FnMut(&str) -> Option<Tmpl>, name: &str, value: &Va
 
 /// A pending template's name without its context marks.
 fn clean_name(name: &str) -> String {
+    if !name.contains('#') {
+        return name.to_string();
+    }
     name.replace("#output", "").replace("#item", "")
 }
 
