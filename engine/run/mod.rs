@@ -163,7 +163,12 @@ impl Reporter {
 
     pub(crate) fn line(&self, text: &str) {
         if !self.quiet {
-            eprintln!("{text}");
+            // One write per line: `eprintln!` on the unbuffered stderr writes the text and the
+            // newline separately, two system calls for every stage of a run.
+            let mut line = String::with_capacity(text.len() + 1);
+            line.push_str(text);
+            line.push('\n');
+            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
         }
     }
 
