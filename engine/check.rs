@@ -15,6 +15,7 @@ use std::time::Duration;
 use minijinja::Environment;
 use petgraph::graph::{DiGraph, NodeIndex};
 use regex::Regex;
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::builtins::{self, Builtin};
@@ -175,17 +176,24 @@ fn check_inner(
     visiting: &mut Vec<String>,
 ) -> Result<Workflow, Vec<Diagnostic>> {
     let mut diags = Vec::new();
-    let rejected = validate_format(&raw, &mut diags);
-    // Keep checking what is left after the format errors, so one pass reports every problem:
-    // the offending keys are dropped from a copy, and a `Workflow` is never built from it.
-    let format_failed = !rejected.is_empty() || diags.iter().any(Diagnostic::is_error);
+    // The typed reading is as strict as the format's schema but for the bounds in
+    // `within_bounds`, so a document that reads and is within them is valid: the schema (whose
+    // compiled validator is large and slow to build) is consulted only to explain a document
+    // that is not. Checking then goes on with what is left after the format errors, so one pass
+    // reports every problem: the offending keys are dropped from a copy, and a `Workflow` is
+    // never built from it.
     let mut raw = raw;
-    if format_failed {
+    let mut format_failed = false;
+    let mut parsed = WorkflowFile::deserialize(&raw.doc);
+    if !parsed.as_ref().is_ok_and(within_bounds) {
+        let rejected = validate_format(&raw, &mut diags);
+        format_failed = !rejected.is_empty() || diags.iter().any(Diagnostic::is_error);
         for pointer in &rejected {
             remove_pointer(&mut raw.doc, pointer);
         }
+        parsed = WorkflowFile::deserialize(&raw.doc);
     }
-    let file: WorkflowFile = match serde_json::from_value(raw.doc.clone()) {
+    let file: WorkflowFile = match parsed {
         Ok(file) => file,
         Err(_) if format_failed => return Err(diags),
         Err(error) => {
@@ -239,6 +247,13 @@ fn check_inner(
         }
         _ => Err(diags),
     }
+}
+
+/// The format's constraints that the typed reading does not enforce by itself.
+fn within_bounds(file: &WorkflowFile) -> bool {
+    file.stages
+        .values()
+        .all(|stage| stage.concurrency != Some(0))
 }
 
 /// Validate the document against the format's JSON Schema, one diagnostic per problem.
@@ -624,19 +639,30 @@ impl<'a> Checker<'a> {
                 }
             }
         }
-        let at_of: HashMap<String, (At, String, Context)> = pendings
+        // Each compiled name -> the pending it came from (the last one, should two share a name).
+        let at_of: HashMap<String, usize> = pendings
             .iter()
-            .map(|p| {
-                (
-                    clean_name(&p.name),
-                    (p.at.clone(), p.source.clone(), context_of(&p.name)),
-                )
-            })
+            .enumerate()
+            .map(|(k, p)| (clean_name(&p.name), k))
             .collect();
+        // Each stage's template names, found in one pass over the names rather than one pass per
+        // stage: `stages.<id>.<key>`, with `value:` before it for native values.
+        let mut names_of: Vec<Vec<&str>> = vec![Vec::new(); ids.len()];
+        for name in compiled.keys() {
+            let bare = name.strip_prefix("value:").unwrap_or(name);
+            let Some(rest) = bare.strip_prefix("stages.") else {
+                continue;
+            };
+            for (dot, _) in rest.match_indices('.') {
+                if let Some(&i) = index.get(&rest[..dot]) {
+                    names_of[i].push(name.as_str());
+                }
+            }
+        }
 
         // Pass 2: references, edges, types.
         let mut deps: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); ids.len()];
-        let mut reference_checks = Vec::new();
+        let mut reference_checks: Vec<(usize, &str, Context, usize, String)> = Vec::new();
         for (i, (id, def)) in self.file.stages.iter().enumerate() {
             for (position, after) in def.after.iter().enumerate() {
                 let pointer = format!("{}/after/{position}", stage_pointer(id));
@@ -650,45 +676,27 @@ impl<'a> Checker<'a> {
                     None => self.unknown_stage(after, &pointer, &ids),
                 }
             }
-            let names: Vec<&String> = compiled
-                .keys()
-                .filter(|n| belongs_to_stage(n, id))
-                .collect();
-            let mut names: Vec<String> = names.into_iter().cloned().collect();
-            names.sort();
-            for name in names {
-                let (at, source, context) = at_of[&name].clone();
-                let refs = compiled[&name].references();
-                for reference in refs {
-                    reference_checks.push((
-                        i,
-                        name.clone(),
-                        context,
-                        at.clone(),
-                        source.clone(),
-                        reference,
-                    ));
+            let names = &mut names_of[i];
+            names.sort_unstable();
+            for &name in names.iter() {
+                let pending = at_of[name];
+                let context = context_of(&pendings[pending].name);
+                for reference in compiled[name].references() {
+                    reference_checks.push((i, name, context, pending, reference));
                 }
             }
         }
         // Workflow-level templates.
-        let mut top_names: Vec<String> = compiled
+        let mut top_names: Vec<&str> = compiled
             .keys()
             .filter(|n| !n.contains("stages."))
-            .cloned()
+            .map(String::as_str)
             .collect();
-        top_names.sort();
+        top_names.sort_unstable();
         for name in top_names {
-            let (at, source, _) = at_of[&name].clone();
-            for reference in compiled[&name].references() {
-                reference_checks.push((
-                    usize::MAX,
-                    name.clone(),
-                    Context::Plain,
-                    at.clone(),
-                    source.clone(),
-                    reference,
-                ));
+            let pending = at_of[name];
+            for reference in compiled[name].references() {
+                reference_checks.push((usize::MAX, name, Context::Plain, pending, reference));
             }
         }
         let stage_schemas: Vec<SchemaOf> = stage_actions
@@ -696,14 +704,15 @@ impl<'a> Checker<'a> {
             .zip(self.file.stages.values())
             .map(|(action, def)| self.schema_of(action.as_ref(), def))
             .collect();
-        for (i, name, context, at, source, reference) in reference_checks {
+        for (i, name, context, pending, reference) in reference_checks {
             let own = (i != usize::MAX).then_some(i);
+            let Pending { at, source, .. } = &pendings[pending];
             if let Some(target) = self.check_reference(
                 own,
-                &name,
+                name,
                 context,
-                &at,
-                &source,
+                at,
+                source,
                 &reference,
                 &index,
                 &ids,
@@ -712,7 +721,7 @@ impl<'a> Checker<'a> {
                 if let Some(own) = own {
                     if target == own {
                         // `stages.<self>` inside its own templates: only `output` makes sense.
-                        self.diag_at(&at, &source, &reference, format!("stage `{}` refers to its own result; use `output` in `exit_if` and `assert`", ids[own]));
+                        self.diag_at(at, source, &reference, format!("stage `{}` refers to its own result; use `output` in `exit_if` and `assert`", ids[own]));
                     } else {
                         deps[own].insert(target);
                     }
@@ -752,11 +761,11 @@ impl<'a> Checker<'a> {
 
         // Assemble.
         let mut take = |name: &str| compiled.remove(name);
-        let mut stages = Vec::new();
+        let mut stages = Vec::with_capacity(ids.len());
         for (i, ((id, def), pending)) in self.file.stages.iter().zip(stage_actions).enumerate() {
             let prefix = format!("stages.{id}.");
             let get = |take: &mut dyn FnMut(&str) -> Option<Tmpl>, key: &str| {
-                take(&format!("{prefix}{key}"))
+                take(&[prefix.as_str(), key].concat())
             };
             let action = match pending {
                 None | Some(PendingAction::None) => Action::None,
@@ -867,7 +876,7 @@ impl<'a> Checker<'a> {
                     ttl: None,
                 }),
                 CacheDef::Keyed(k) => Some(CacheSpec {
-                    key: take(&format!("{prefix}cache.key")),
+                    key: take(&[prefix.as_str(), "cache.key"].concat()),
                     ttl: k
                         .ttl
                         .as_deref()
@@ -881,14 +890,14 @@ impl<'a> Checker<'a> {
                 def: def.clone(),
                 action,
                 deps: deps[i].iter().copied().collect(),
-                if_: take(&format!("{prefix}if")),
-                exit_if: take(&format!("{prefix}exit_if")),
-                exit_message: take(&format!("{prefix}exit_message")),
+                if_: take(&[prefix.as_str(), "if"].concat()),
+                exit_if: take(&[prefix.as_str(), "exit_if"].concat()),
+                exit_message: take(&[prefix.as_str(), "exit_message"].concat()),
                 asserts,
-                foreach: take(&format!("{prefix}foreach")),
+                foreach: take(&[prefix.as_str(), "foreach"].concat()),
                 format,
                 schema,
-                output_path: take(&format!("{prefix}output.path")),
+                output_path: take(&[prefix.as_str(), "output.path"].concat()),
                 set_state,
                 cache,
                 timeout: def
@@ -1065,11 +1074,12 @@ impl<'a> Checker<'a> {
     ) -> Option<PendingAction> {
         let sp = stage_pointer(id);
         let prefix = format!("stages.{id}.");
-        let actions: Vec<&str> = ACTION_KEYS
-            .iter()
-            .copied()
-            .filter(|key| self.raw.doc.pointer(&format!("{sp}/{key}")).is_some())
-            .collect();
+        // The stage as written, for which keys it has (a JSON pointer per key would parse and
+        // unescape the whole path each time).
+        let raw: &'a RawWorkflow = self.raw;
+        let written = raw.doc.get("stages").and_then(|s| s.get(id));
+        let has = |key: &str| written.and_then(|w| w.get(key)).is_some();
+        let actions: Vec<&str> = ACTION_KEYS.iter().copied().filter(|k| has(k)).collect();
         if actions.len() > 1 {
             self.error_key(
                 format!(
@@ -1173,10 +1183,7 @@ impl<'a> Checker<'a> {
             if action.is_some_and(|a| allowed.contains(&a)) {
                 return Vec::new();
             }
-            keys.iter()
-                .copied()
-                .filter(|k| self.raw.doc.pointer(&format!("{sp}/{k}")).is_some())
-                .collect()
+            keys.iter().copied().filter(|k| has(k)).collect()
         };
         let mut strays = stray(&process_keys, &["command", "shell"]);
         strays.extend(stray(&prompt_keys, &["prompt"]));
@@ -1763,13 +1770,6 @@ fn build_with(take: &mut dyn FnMut(&str) -> Option<Tmpl>, name: &str, value: &Va
     }
 }
 
-fn belongs_to_stage(name: &str, id: &str) -> bool {
-    let name = name.strip_prefix("value:").unwrap_or(name);
-    name.strip_prefix("stages.")
-        .and_then(|rest| rest.strip_prefix(id))
-        .is_some_and(|rest| rest.starts_with('.'))
-}
-
 /// Whether a template binds `name` itself with `{% set %}`, `{% for %}` or `{% macro %}`.
 fn bound_locally(source: &str, name: &str) -> bool {
     let pattern = format!(
@@ -1781,6 +1781,9 @@ fn bound_locally(source: &str, name: &str) -> bool {
 
 /// A pending template's name without its context marks.
 fn clean_name(name: &str) -> String {
+    if !name.contains('#') {
+        return name.to_string();
+    }
     name.replace("#output", "").replace("#item", "")
 }
 
@@ -1936,7 +1939,95 @@ pub fn is_engine_template(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::bound_locally;
+    use super::*;
+
+    fn doc(text: &str) -> Value {
+        let source = SourceFile::new("w.toml", text);
+        load::parse_document(&source, 0).expect("valid TOML").0
+    }
+
+    fn schema_errors(doc: &Value) -> usize {
+        let validator = jsonschema::validator_for(&crate::format::workflow_schema())
+            .expect("the format schema compiles");
+        validator.iter_errors(doc).count()
+    }
+
+    /// Whether `check` would skip the schema for this document.
+    fn reads_cleanly(doc: &Value) -> bool {
+        WorkflowFile::deserialize(doc).is_ok_and(|file| within_bounds(&file))
+    }
+
+    #[test]
+    fn a_document_that_reads_cleanly_is_valid_against_the_schema() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/check/workflows");
+        let mut texts: Vec<String> = std::fs::read_dir(fixtures)
+            .expect("the check fixtures")
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+            .collect();
+        texts.extend(
+            [
+                "[stages.a]\nforeach = \"inputs.xs\"\nconcurrency = 0\ncommand = [\"true\"]",
+                "[stages.a]\nforeach = \"inputs.xs\"\nconcurrency = 2\ncommand = [\"true\"]",
+                "[stages.a]\nretries = -1\ncommand = [\"true\"]",
+                "[stages.a]\nmax_tokens = 1.5\nprompt = \"p\"",
+                "[stages.a]\ncache = { key = \"k\", ttl = 3 }\ncommand = [\"true\"]",
+                "[stages.a]\non_error = \"ignore\"\ncommand = [\"true\"]",
+                "[workflow]\nlock = { path = \"l\", busy = \"later\" }",
+                "[inputs.n]\ntype = \"float\"",
+                "[stages.a]\ntemplate = { inline = \"x\", extra = 1 }",
+                "[stages.a]\noutput = { format = \"yaml\" }\ntemplate = \"t\"",
+                "[stages.a]\nassert = [{ that = \"true\", because = \"x\" }]",
+                "[outputs]\nx = 1",
+            ]
+            .map(String::from),
+        );
+        let mut clean = 0;
+        for text in &texts {
+            let Ok((doc, _)) = load::parse_document(&SourceFile::new("w.toml", text.as_str()), 0)
+            else {
+                continue;
+            };
+            if reads_cleanly(&doc) {
+                clean += 1;
+                assert_eq!(
+                    schema_errors(&doc),
+                    0,
+                    "reads cleanly but is invalid:\n{text}"
+                );
+            }
+        }
+        assert!(clean >= 2, "some documents read cleanly");
+    }
+
+    #[test]
+    fn zero_concurrency_is_left_to_the_schema() {
+        let d = doc("[stages.a]\nforeach = \"inputs.xs\"\nconcurrency = 0\ncommand = [\"true\"]");
+        assert!(WorkflowFile::deserialize(&d).is_ok());
+        assert!(!reads_cleanly(&d));
+        assert!(schema_errors(&d) > 0);
+    }
+
+    #[test]
+    fn references_belong_to_the_stage_that_wrote_them() {
+        // `s1` is a prefix of `s10`: the edge inferred from `s10`'s template must land on `s10`.
+        let dir = tempfile::tempdir().expect("a temp dir");
+        std::fs::write(
+            dir.path().join("w.toml"),
+            "[stages.s0]\ncommand = [\"true\"]\n\
+             [stages.s1]\ncommand = [\"true\"]\n\
+             [stages.s10]\ncommand = [\"echo\", \"{{ stages.s0.output }}\"]\n",
+        )
+        .expect("write the workflow");
+        let engine = crate::Engine::new(&[], dir.path());
+        let workflow = engine.load("w.toml").expect("the workflow checks");
+        let deps: Vec<(&str, Vec<usize>)> = workflow
+            .stages
+            .iter()
+            .map(|s| (s.id.as_str(), s.deps.clone()))
+            .collect();
+        assert_eq!(deps, vec![("s0", vec![]), ("s1", vec![]), ("s10", vec![0])]);
+    }
 
     #[test]
     fn names_bound_by_the_template_itself_are_recognised() {

@@ -82,6 +82,9 @@ impl RawWorkflow {
 
 /// Escape one JSON pointer segment.
 pub fn pointer_segment(segment: &str) -> String {
+    if !segment.contains(['~', '/']) {
+        return segment.to_string();
+    }
     segment.replace('~', "~0").replace('/', "~1")
 }
 
@@ -231,21 +234,23 @@ fn convert_table(
     source: usize,
     origins: &mut HashMap<String, Origin>,
 ) -> Value {
-    let mut map = Map::new();
+    let mut map = Map::with_capacity(table.len());
     for (key, value) in table.iter() {
-        let child = format!("{pointer}/{}", pointer_segment(key.get_ref()));
+        let segment = pointer_segment(key.get_ref());
+        let mut child = String::with_capacity(pointer.len() + 1 + segment.len());
+        child.push_str(pointer);
+        child.push('/');
+        child.push_str(&segment);
+        let converted = convert_value(value.get_ref(), &child, source, origins);
         origins.insert(
-            child.clone(),
+            child,
             Origin {
                 source,
                 key: key.span(),
                 value: value.span(),
             },
         );
-        map.insert(
-            key.get_ref().to_string(),
-            convert_value(value.get_ref(), &child, source, origins),
-        );
+        map.insert(key.get_ref().to_string(), converted);
     }
     Value::Object(map)
 }

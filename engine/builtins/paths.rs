@@ -187,10 +187,13 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 pub(crate) fn hex(digest: &[u8]) -> String {
-    use std::fmt::Write as _;
+    // By table rather than `write!("{:02x}")`: a run hashes every stage's fingerprint and output,
+    // and the formatting machinery cost as much as the hashing.
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(digest.len() * 2);
-    for byte in digest {
-        let _ = write!(out, "{byte:02x}");
+    for &byte in digest {
+        out.push(DIGITS[usize::from(byte >> 4)] as char);
+        out.push(DIGITS[usize::from(byte & 0xf)] as char);
     }
     out
 }

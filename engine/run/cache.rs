@@ -29,6 +29,8 @@ pub struct Cache {
     path: PathBuf,
     entries: Mutex<Option<HashMap<String, Entry>>>,
     warnings: Mutex<Vec<String>>,
+    /// The file, opened for appending at the first `put` and kept open for the run.
+    appender: Mutex<Option<std::fs::File>>,
 }
 
 impl Cache {
@@ -37,6 +39,7 @@ impl Cache {
             path: state_dir.join("cache").join(format!("{workflow}.jsonl")),
             entries: Mutex::new(None),
             warnings: Mutex::new(Vec::new()),
+            appender: Mutex::new(None),
         }
     }
 
@@ -101,14 +104,24 @@ impl Cache {
         };
         let mut line = serde_json::to_vec(&entry).map_err(std::io::Error::other)?;
         line.push(b'\n');
-        if let Some(parent) = self.path.parent() {
-            std::fs::create_dir_all(parent)?;
+        {
+            let mut appender = self.appender.lock().unwrap_or_else(|p| p.into_inner());
+            let file = match appender.as_mut() {
+                Some(file) => file,
+                None => {
+                    if let Some(parent) = self.path.parent() {
+                        std::fs::create_dir_all(parent)?;
+                    }
+                    let file = OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(&self.path)?;
+                    appender.insert(file)
+                }
+            };
+            // `&File` writes straight through: one `write` of the whole line, as before.
+            file.write_all(&line)?;
         }
-        let mut file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.path)?;
-        file.write_all(&line)?;
         let mut guard = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(entries) = guard.as_mut() {
             entries.insert(entry.id.clone(), entry);

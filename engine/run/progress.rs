@@ -64,13 +64,22 @@ impl Reporter {
         }
         match &self.live {
             Some(live) => live.bar.println(text),
-            None => eprintln!("{text}"),
+            None => {
+                // One write per line (`eprintln!` on the unbuffered stderr makes two system
+                // calls), and a closed stderr is not an error of the run.
+                let mut line = String::with_capacity(text.len() + 1);
+                line.push_str(text);
+                line.push('\n');
+                let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+            }
         }
     }
 
     pub(crate) fn event(&self, event: &Value) {
         if self.json {
-            println!("{event}");
+            let mut line = event.to_string();
+            line.push('\n');
+            let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), line.as_bytes());
         }
     }
 
