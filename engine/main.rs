@@ -354,6 +354,10 @@ impl App {
         self.engine.load(name).map_err(|diagnostics| {
             self.print_diagnostics(&diagnostics);
             let errors = diagnostics.iter().filter(|d| d.is_error()).count();
+            // A workflow that was not found has nothing more to say than that.
+            if diagnostics.iter().all(|d| d.location.is_none()) && errors == 1 {
+                return invalid("");
+            }
             invalid(format!("workflow `{name}` is invalid ({errors} error(s))"))
         })
     }
