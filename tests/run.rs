@@ -659,3 +659,41 @@ template = { inline = "{{ stages.probe.status }}: {{ stages.probe.error }}" }
         "{report}"
     );
 }
+
+#[test]
+fn a_run_killed_outright_can_be_resumed() {
+    let t = Test::new();
+    t.write(
+        "flow.toml",
+        r#"
+[stages.first]
+command = ["sh", "-c", "echo ran >> calls.txt; echo done"]
+
+[stages.second]
+after = ["first"]
+command = ["sh", "-c", "if [ -e hang ]; then echo $$ > second.pid; exec sleep 30; fi; echo finished"]
+"#,
+    );
+    t.write("hang", "");
+    let mut child = t.command(["run", "flow.toml"]).spawn();
+    wait_for("the second stage to start", Duration::from_secs(20), || {
+        t.exists("second.pid")
+    });
+    // SIGKILL: no handler runs, nothing is cleaned up; the record must still be usable.
+    child.kill().expect("kill stagegraph");
+    let _ = child.wait();
+    let pid: i32 = t.read("second.pid").trim().parse().expect("a pid");
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+    std::fs::remove_file(t.path("hang")).expect("unhang");
+    t.run(["resume", "last"]).code(0);
+    let record = t.last_run();
+    assert_eq!(stage_status(&record, "first"), "cached", "{record:#}");
+    assert_eq!(stage_status(&record, "second"), "succeeded");
+    assert_eq!(
+        t.count("calls.txt"),
+        1,
+        "the finished stage is not run again"
+    );
+}
