@@ -134,9 +134,29 @@ fn stagegraph_binary() -> Result<PathBuf, String> {
         };
     }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
+    let mut build = Command::new(cargo);
+    build
         .args(["build", "--release", "--bin", "stagegraph"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    // What cargo set for this bench's own process: build scripts that watch these variables
+    // (`CARGO_PKG_NAME`, ...) would otherwise rebuild their crates on every bench run.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_MANIFEST_")
+            || [
+                "CARGO_CRATE_NAME",
+                "CARGO_BIN_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "OUT_DIR",
+            ]
+            .contains(&name.as_ref())
+        {
+            build.env_remove(name.as_ref());
+        }
+    }
+    let status = build
         .status()
         .map_err(|e| format!("cannot run cargo to build the binary: {e}"))?;
     if !status.success() {
@@ -251,7 +271,10 @@ fn workflow_toml(name: &str, deps: &[Vec<usize>], template: bool) -> String {
             let _ = writeln!(out, "after = [{}]", list.join(", "));
         }
         if template {
-            let _ = writeln!(out, "template = {{ inline = \"{{{{ inputs.word }}}} {i}\" }}");
+            let _ = writeln!(
+                out,
+                "template = {{ inline = \"{{{{ inputs.word }}}} {i}\" }}"
+            );
         } else {
             let _ = writeln!(out, "shell = \"echo {i} > out/{i}.txt\"");
         }
@@ -486,7 +509,13 @@ fn print_table(rows: &[Row]) {
 fn print_aligned(lines: &[Vec<String>]) {
     let columns = lines.first().map_or(0, Vec::len);
     let widths: Vec<usize> = (0..columns)
-        .map(|c| lines.iter().map(|l| l[c].chars().count()).max().unwrap_or(0))
+        .map(|c| {
+            lines
+                .iter()
+                .map(|l| l[c].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     for (i, line) in lines.iter().enumerate() {
         let cells: Vec<String> = line
@@ -550,7 +579,12 @@ fn bench() -> Result<(), String> {
     // `check` of the shipped workflows: every workflow on an otherwise empty search path.
     let shipped_dir = root.path().join("shipped");
     fs::create_dir_all(&shipped_dir).map_err(|e| e.to_string())?;
-    let shipped = median(bench.runs, &shipped_dir, || Ok(()), || bench.stagegraph(&["check"]))?;
+    let shipped = median(
+        bench.runs,
+        &shipped_dir,
+        || Ok(()),
+        || bench.stagegraph(&["check"]),
+    )?;
 
     let mut rows = Vec::new();
     for &n in &options.sizes {

@@ -243,7 +243,9 @@ fn check_inner(
 
 /// The format's constraints that the typed reading does not enforce by itself.
 fn within_bounds(file: &WorkflowFile) -> bool {
-    file.stages.values().all(|stage| stage.concurrency != Some(0))
+    file.stages
+        .values()
+        .all(|stage| stage.concurrency != Some(0))
 }
 
 /// Validate the document against the format's JSON Schema, one diagnostic per problem.
@@ -1941,7 +1943,11 @@ mod tests {
             };
             if reads_cleanly(&doc) {
                 clean += 1;
-                assert_eq!(schema_errors(&doc), 0, "reads cleanly but is invalid:\n{text}");
+                assert_eq!(
+                    schema_errors(&doc),
+                    0,
+                    "reads cleanly but is invalid:\n{text}"
+                );
             }
         }
         assert!(clean >= 2, "some documents read cleanly");
@@ -1973,9 +1979,6 @@ mod tests {
             .iter()
             .map(|s| (s.id.as_str(), s.deps.clone()))
             .collect();
-        assert_eq!(
-            deps,
-            vec![("s0", vec![]), ("s1", vec![]), ("s10", vec![0])]
-        );
+        assert_eq!(deps, vec![("s0", vec![]), ("s1", vec![]), ("s10", vec![0])]);
     }
 }
