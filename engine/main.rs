@@ -1,6 +1,7 @@
 //! The command line: parses arguments, calls the library, prints, and maps outcomes to the
 //! documented exit codes.
 
+use std::mem::ManuallyDrop;
 use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -282,8 +283,11 @@ impl App {
         }
     }
 
-    fn load(&self, name: &str) -> Result<stagegraph::check::Workflow, Failure> {
-        self.engine.load(name).map_err(|diagnostics| {
+    /// A checked workflow, never freed: the process ends soon after, and freeing the stages,
+    /// templates and parsed document of a large workflow one by one takes longer than the
+    /// process exit that reclaims them at once.
+    fn load(&self, name: &str) -> Result<ManuallyDrop<stagegraph::check::Workflow>, Failure> {
+        self.engine.load(name).map(ManuallyDrop::new).map_err(|diagnostics| {
             self.print_diagnostics(&diagnostics);
             let errors = diagnostics.iter().filter(|d| d.is_error()).count();
             invalid(format!("workflow `{name}` is invalid ({errors} error(s))"))
@@ -384,6 +388,8 @@ impl App {
                     if let Some(models) = &models {
                         diagnostics.extend(undefined_models(&workflow, models, Severity::Warning));
                     }
+                    // Not freed, as in `load`.
+                    std::mem::forget(workflow);
                     diagnostics
                 }
                 Err(diagnostics) => diagnostics,
