@@ -1,8 +1,8 @@
 //! The command line: parses arguments, calls the library, prints, and maps outcomes to the
 //! documented exit codes.
 
-use std::mem::ManuallyDrop;
 use std::io::{IsTerminal, Read};
+use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -287,11 +287,14 @@ impl App {
     /// templates and parsed document of a large workflow one by one takes longer than the
     /// process exit that reclaims them at once.
     fn load(&self, name: &str) -> Result<ManuallyDrop<stagegraph::check::Workflow>, Failure> {
-        self.engine.load(name).map(ManuallyDrop::new).map_err(|diagnostics| {
-            self.print_diagnostics(&diagnostics);
-            let errors = diagnostics.iter().filter(|d| d.is_error()).count();
-            invalid(format!("workflow `{name}` is invalid ({errors} error(s))"))
-        })
+        self.engine
+            .load(name)
+            .map(ManuallyDrop::new)
+            .map_err(|diagnostics| {
+                self.print_diagnostics(&diagnostics);
+                let errors = diagnostics.iter().filter(|d| d.is_error()).count();
+                invalid(format!("workflow `{name}` is invalid ({errors} error(s))"))
+            })
     }
 
     fn list(&self) -> Result<i32, Failure> {
