@@ -134,9 +134,29 @@ fn stagegraph_binary() -> Result<PathBuf, String> {
         };
     }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
+    let mut build = Command::new(cargo);
+    build
         .args(["build", "--release", "--bin", "stagegraph"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    // What cargo set for this bench's own process: build scripts that watch these variables
+    // (`CARGO_PKG_NAME`, ...) would otherwise rebuild their crates on every bench run.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_MANIFEST_")
+            || [
+                "CARGO_CRATE_NAME",
+                "CARGO_BIN_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "OUT_DIR",
+            ]
+            .contains(&name.as_ref())
+        {
+            build.env_remove(name.as_ref());
+        }
+    }
+    let status = build
         .status()
         .map_err(|e| format!("cannot run cargo to build the binary: {e}"))?;
     if !status.success() {

@@ -206,7 +206,9 @@ pub fn parse_document(
             })
             .collect());
     }
-    let mut origins = HashMap::new();
+    // Sized up front: growing a map of tens of thousands of pointers rehashes them all
+    // several times.
+    let mut origins = HashMap::with_capacity(1 + count_entries(table.get_ref()));
     let span = table.span();
     origins.insert(
         String::new(),
@@ -218,6 +220,18 @@ pub fn parse_document(
     );
     let doc = convert_table(table.get_ref(), "", source_index, &mut origins);
     Ok((doc, origins))
+}
+
+/// How many keys and array elements a table holds, at every depth: one origin each.
+fn count_entries(table: &DeTable<'_>) -> usize {
+    fn in_value(value: &DeValue<'_>) -> usize {
+        match value {
+            DeValue::Table(table) => count_entries(table),
+            DeValue::Array(items) => items.iter().map(|i| 1 + in_value(i.get_ref())).sum(),
+            _ => 0,
+        }
+    }
+    table.iter().map(|(_, v)| 1 + in_value(v.get_ref())).sum()
 }
 
 fn lowercase_first(text: &str) -> String {

@@ -14,7 +14,7 @@ use std::time::Instant;
 use serde_json::{json, Map, Value};
 
 use crate::builtins::WriteRoots;
-use crate::check::Workflow;
+use crate::check::{Action, Workflow};
 use crate::format::Busy;
 use crate::library::SearchPath;
 use crate::models::Models;
@@ -450,10 +450,13 @@ impl<'w, 'r> Executor<'w, 'r> {
                 self.reporter.started(&stage.id);
                 let event = json!({ "event": "stage_started", "stage": stage.id });
                 self.event(event);
-                if running == 1 && ready.is_empty() {
-                    // The only thing that can happen until it ends: run it here rather than
-                    // hand it to a worker and wait, which costs two thread wake-ups a stage
-                    // (most of the time of a chain of quick or cached stages).
+                // Handing a stage to a worker and waiting for its result costs two thread
+                // wake-ups, most of the time of a quick stage. A stage runs here instead when it
+                // is the only thing that can happen until it ends, or when it starts no process
+                // and waits on nothing (a template, or no action), so it is over in moments.
+                let in_place = matches!(stage.action, Action::Template(_) | Action::None)
+                    && stage.foreach.is_none();
+                if in_place || (running == 1 && ready.is_empty()) {
                     let outcome = runner.run(index);
                     let _ = tx.send((index, outcome));
                     break;

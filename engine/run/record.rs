@@ -3,7 +3,9 @@
 //! leaves a consistent record that `resume` can build on.
 //!
 //! `run.json` is rewritten after a stage ends, but at most every 100 ms while stages end faster
-//! than that (a 10,000-stage run would otherwise rewrite it 10,000 times); the append-only
+//! than that (a 10,000-stage run would otherwise rewrite it 10,000 times), and no more often
+//! than 20 times what the last rewrite took (a rewrite grows with the record, so a fixed
+//! interval would make a long run of many stages quadratic); the append-only
 //! `events.jsonl` and `outputs.jsonl` carry every transition the moment it happens, and `resume`
 //! reads outputs from there.
 
@@ -210,6 +212,9 @@ pub struct RunFiles {
     events: BufWriter<File>,
     outputs: BufWriter<File>,
     last_write: Option<Instant>,
+    /// How long the last rewrite took: rewrites are spaced by at least 20 times that, so a
+    /// large record costs at most about 5% of a run however long the run is.
+    last_cost: Duration,
     dirty: bool,
 }
 
@@ -222,6 +227,7 @@ impl RunFiles {
             outputs: BufWriter::new(open(dir.join("artifacts").join("outputs.jsonl"))?),
             dir,
             last_write: None,
+            last_cost: Duration::ZERO,
             dirty: false,
         })
     }
@@ -240,16 +246,17 @@ impl RunFiles {
 
     /// Rewrite `run.json`, unless it was rewritten less than 100 ms ago and `force` is off.
     pub fn save(&mut self, record: &RunRecord, force: bool) -> std::io::Result<()> {
-        let recent = self
-            .last_write
-            .is_some_and(|at| at.elapsed() < Duration::from_millis(100));
+        let spacing = Duration::from_millis(100).max(self.last_cost * 20);
+        let recent = self.last_write.is_some_and(|at| at.elapsed() < spacing);
         if recent && !force {
             self.dirty = true;
             return Ok(());
         }
+        let started = Instant::now();
         let mut bytes = serde_json::to_vec_pretty(record).map_err(std::io::Error::other)?;
         bytes.push(b'\n');
         write_atomic(&self.dir.join("run.json"), &bytes)?;
+        self.last_cost = started.elapsed();
         self.last_write = Some(Instant::now());
         self.dirty = false;
         Ok(())
