@@ -1009,6 +1009,28 @@ impl<'a> Checker<'a> {
         self.diags.push(diagnostic);
     }
 
+    /// `stages.X.output.<path>` (or `output.<path>` in X's own predicates) against what X can
+    /// produce; the error points at the first segment of the path.
+    fn check_output_path(
+        &mut self,
+        schema: &SchemaOf,
+        path: &[&str],
+        stage: &str,
+        at: &At,
+        source: &str,
+        reference: &str,
+    ) {
+        if let Err((message, help)) = schema.check_path(path, stage) {
+            self.diag_at(
+                at,
+                source,
+                path.first().copied().unwrap_or(reference),
+                message,
+            );
+            self.diags.last_mut().expect("pushed").help = help;
+        }
+    }
+
     fn pending_text(&mut self, name: String, source: &str, at: At) {
         self.sources.push(Pending {
             name,
@@ -1594,16 +1616,14 @@ impl<'a> Checker<'a> {
                 match parts.get(2) {
                     None | Some(&"status") | Some(&"error") => {}
                     Some(&"output") => {
-                        let path = &parts[3..];
-                        if let Err(message) = schemas[target_index].check_path(path, target) {
-                            self.diag_at(
-                                at,
-                                source,
-                                path.first().copied().unwrap_or(reference),
-                                message.0,
-                            );
-                            self.diags.last_mut().expect("pushed").help = message.1;
-                        }
+                        self.check_output_path(
+                            &schemas[target_index],
+                            &parts[3..],
+                            target,
+                            at,
+                            source,
+                            reference,
+                        );
                     }
                     Some(other) => {
                         self.diag_at(
@@ -1623,16 +1643,14 @@ impl<'a> Checker<'a> {
                     self.diag_at(at, source, reference, "`output` is only bound in `exit_if`, `exit_message`, `assert` and `set_state`".to_string());
                     self.diags.last_mut().expect("pushed").help = own.map(|_| format!("read another stage's result as `stages.<id>.output`; this is stage `{stage_name}`"));
                 } else if let Some(own) = own {
-                    let path = &parts[1..];
-                    if let Err(message) = schemas[own].check_path(path, stage_name) {
-                        self.diag_at(
-                            at,
-                            source,
-                            path.first().copied().unwrap_or(reference),
-                            message.0,
-                        );
-                        self.diags.last_mut().expect("pushed").help = message.1;
-                    }
+                    self.check_output_path(
+                        &schemas[own],
+                        &parts[1..],
+                        stage_name,
+                        at,
+                        source,
+                        reference,
+                    );
                 }
                 None
             }

@@ -215,12 +215,13 @@ fn path_output_schema() -> Value {
 // ---------------------------------------------------------------------------------------------
 // fs.read
 
+/// `{ path, optional }`: the arguments of every reading built-in (`fs.read`, `json.read`).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ReadArgs {
-    path: String,
+pub(super) struct ReadArgs {
+    pub(super) path: String,
     #[serde(default)]
-    optional: bool,
+    pub(super) optional: bool,
 }
 
 fn read_with_schema() -> Value {

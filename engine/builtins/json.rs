@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use super::fs::{
     io_error, object_schema, optional_property, parse_with, path_property, value_schema,
-    write_output, write_output_schema,
+    write_output, write_output_schema, ReadArgs,
 };
 use super::paths;
 use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
@@ -52,14 +52,6 @@ pub(crate) fn builtins() -> Vec<Builtin> {
 
 // ---------------------------------------------------------------------------------------------
 // json.read
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ReadArgs {
-    path: String,
-    #[serde(default)]
-    optional: bool,
-}
 
 fn read_with_schema() -> Value {
     object_schema(
