@@ -147,8 +147,6 @@ pub enum WithTree {
     Object(Vec<(String, WithTree)>),
 }
 
-const ENGINE_TEMPLATE_PREFIX: &str = "@";
-
 /// Check a loaded workflow. Sub-workflows are loaded and checked through `search`.
 pub fn check(
     raw: RawWorkflow,
@@ -276,7 +274,7 @@ fn validate_format(raw: &RawWorkflow, diags: &mut Vec<Diagnostic>) -> Vec<String
         use jsonschema::error::ValidationErrorKind as K;
         match &error.kind {
             K::AdditionalProperties { unexpected } => {
-                let allowed = allowed_keys(&schema_value, &pointer, &raw.doc);
+                let allowed = allowed_keys(&schema_value, &pointer);
                 for key in unexpected {
                     let key_pointer = format!("{pointer}/{}", pointer_segment(key));
                     rejected.push(key_pointer.clone());
@@ -399,7 +397,7 @@ fn json_type(value: &Value) -> &'static str {
 }
 
 /// The keys the format allows at a pointer (for suggestions).
-fn allowed_keys(schema: &Value, pointer: &str, doc: &Value) -> Vec<String> {
+fn allowed_keys(schema: &Value, pointer: &str) -> Vec<String> {
     let defs = schema.get("$defs");
     let resolve = |node: &Value| -> Value {
         let mut node = node.clone();
@@ -421,7 +419,6 @@ fn allowed_keys(schema: &Value, pointer: &str, doc: &Value) -> Vec<String> {
         .split('/')
         .filter(|s| !s.is_empty())
         .collect();
-    let _ = doc;
     for segment in segments {
         let next = node
             .get("properties")
@@ -1948,11 +1945,6 @@ fn line_span(text: &str, line: usize) -> std::ops::Range<usize> {
         start += l.len();
     }
     0..0
-}
-
-/// The variable prefix the engine uses for its own generated template names.
-pub fn is_engine_template(name: &str) -> bool {
-    name.starts_with(ENGINE_TEMPLATE_PREFIX)
 }
 
 #[cfg(test)]

@@ -74,10 +74,6 @@ impl RawWorkflow {
     pub fn file(&self) -> &SourceFile {
         &self.sources[0]
     }
-
-    pub fn origin_file(&self, pointer: &str) -> Option<&SourceFile> {
-        self.origins.get(pointer).map(|o| &self.sources[o.source])
-    }
 }
 
 /// Escape one JSON pointer segment.

@@ -10,7 +10,8 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 
 use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
-use crate::template::functions::{hex_sha256, parse_duration};
+use crate::builtins::paths::sha256_hex;
+use crate::template::functions::parse_duration;
 
 const DEFAULT_TIMEOUT: &str = "10s";
 const DEFAULT_MAX_BYTES: u64 = 10 * 1024 * 1024;
@@ -230,7 +231,7 @@ fn run_get(with: &Value, _ctx: &BuiltinCtx) -> BuiltinResult {
         "status": response.status().as_u16(),
         "headers": headers,
         "body": String::from_utf8_lossy(&bytes),
-        "sha256": hex_sha256(&bytes),
+        "sha256": sha256_hex(&bytes),
     }))
 }
 
@@ -327,7 +328,7 @@ mod tests {
         let output = run("http.get", json!({ "url": format!("{base}/ok") })).unwrap();
         assert_eq!(output["status"], 200);
         assert_eq!(output["body"], HELLO);
-        assert_eq!(output["sha256"], hex_sha256(HELLO.as_bytes()));
+        assert_eq!(output["sha256"], sha256_hex(HELLO.as_bytes()));
         assert_eq!(output["headers"]["x-custom"], "One, Two");
         assert_eq!(output["headers"]["content-length"], HELLO.len().to_string());
     }

@@ -411,7 +411,6 @@ impl<'w, 'r> Executor<'w, 'r> {
     /// The scheduling loop: start ready stages up to `--jobs`, record what ends.
     fn schedule(&mut self, runner: &StageRunner) -> RunStatus {
         let workflow = self.workflow;
-        let n = workflow.stages.len();
         let mut waiting: Vec<usize> = workflow.stages.iter().map(|s| s.deps.len()).collect();
         let mut ready: VecDeque<usize> = workflow
             .order
@@ -429,7 +428,6 @@ impl<'w, 'r> Executor<'w, 'r> {
         };
         let (tx, rx) = mpsc::channel::<(usize, StageOutcome)>();
         let mut running = 0usize;
-        let mut finished = 0usize;
         let mut stop: Option<RunStatus> = None;
         let interrupt = process::Interrupt::global();
         pool.in_place_scope(|scope| loop {
@@ -474,7 +472,6 @@ impl<'w, 'r> Executor<'w, 'r> {
                 break;
             };
             running -= 1;
-            finished += 1;
             let stage = &workflow.stages[index];
             let verdict = self.absorb(index, outcome);
             match verdict {
@@ -504,8 +501,6 @@ impl<'w, 'r> Executor<'w, 'r> {
                 let _ = files.save(&self.record, false);
             }
         });
-        let _ = finished;
-        let _ = n;
         if interrupt.is_set() {
             stop = Some(RunStatus::Interrupted);
         }

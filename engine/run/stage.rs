@@ -315,7 +315,7 @@ impl StageRunner<'_> {
                     }
                 }
             }
-            let output = self.execute(stage, &rendered, &units, outcome)?;
+            let output = self.execute(stage, &rendered, outcome)?;
             if let Some(id) = &cache_id {
                 if !self.options.dry_run {
                     if let Err(error) = self.cache.put(id, &output) {
@@ -332,7 +332,7 @@ impl StageRunner<'_> {
             .base_scope
             .with_output(minijinja::Value::from_serialize(&output))
             .to_value();
-        for (that, message) in &stage.asserts {
+        for (position, (that, message)) in stage.asserts.iter().enumerate() {
             let held = that
                 .eval(&with_output)
                 .map_err(|e| format!("`assert`: {}", describe(&e)))?;
@@ -341,7 +341,7 @@ impl StageRunner<'_> {
                     Some(message) => message
                         .render(&with_output)
                         .map_err(|e| format!("assert message: {}", describe(&e)))?,
-                    None => format!("assertion failed: {}", assert_source(stage, that)),
+                    None => format!("assertion failed: {}", stage.def.assert[position].that),
                 };
                 return Err(text);
             }
@@ -637,12 +637,10 @@ impl StageRunner<'_> {
         &self,
         stage: &Stage,
         rendered: &[Rendered],
-        units: &[Scope],
         outcome: &mut StageOutcome,
     ) -> Result<Value, String> {
         if stage.foreach.is_none() {
-            let (result, attempts, calls) =
-                self.execute_with_retries(stage, &rendered[0], &units[0]);
+            let (result, attempts, calls) = self.execute_with_retries(stage, &rendered[0]);
             outcome.attempts = attempts;
             outcome.model_calls.extend(calls);
             return result;
@@ -669,7 +667,7 @@ impl StageRunner<'_> {
                     if i >= rendered.len() {
                         break;
                     }
-                    let result = self.execute_with_retries(stage, &rendered[i], &units[i]);
+                    let result = self.execute_with_retries(stage, &rendered[i]);
                     if result.0.is_err() {
                         failed.store(true, Ordering::SeqCst);
                     }
@@ -690,17 +688,12 @@ impl StageRunner<'_> {
         Ok(Value::Array(outputs))
     }
 
-    fn execute_with_retries(
-        &self,
-        stage: &Stage,
-        rendered: &Rendered,
-        unit: &Scope,
-    ) -> (Result<Value, String>, u32, Vec<ModelCall>) {
+    fn execute_with_retries(&self, stage: &Stage, rendered: &Rendered) -> UnitResult {
         let mut calls = Vec::new();
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let result = self.execute_once(stage, rendered, unit, &mut calls);
+            let result = self.execute_once(stage, rendered, &mut calls);
             match result {
                 Err(error) if attempt <= stage.retries && !Interrupt::global().is_set() => {
                     let wait = stage
@@ -722,7 +715,6 @@ impl StageRunner<'_> {
         &self,
         stage: &Stage,
         rendered: &Rendered,
-        unit: &Scope,
         calls: &mut Vec<ModelCall>,
     ) -> Result<Value, String> {
         match rendered {
@@ -781,7 +773,6 @@ impl StageRunner<'_> {
                 };
                 let inputs = crate::engine::resolve_inputs(workflow, inputs.clone(), &Map::new())
                     .map_err(|e| e.to_string())?;
-                let _ = unit;
                 let record = super::run_nested(
                     workflow,
                     self.runtime,
@@ -905,20 +896,6 @@ fn is_work(stage: &Stage) -> bool {
 fn schema_failure(schema: &crate::schema::Schema, errors: &[String]) -> String {
     let name = schema.name.rsplit('/').next().unwrap_or(&schema.name);
     format!("the output does not match {name}: {}", errors.join("; "))
-}
-
-fn assert_source(stage: &Stage, that: &Tmpl) -> String {
-    let position = stage
-        .asserts
-        .iter()
-        .position(|(t, _)| std::ptr::eq(t, that))
-        .unwrap_or(0);
-    stage
-        .def
-        .assert
-        .get(position)
-        .map(|a| a.that.clone())
-        .unwrap_or_default()
 }
 
 fn sleep_interruptibly(total: Duration) {

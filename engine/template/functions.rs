@@ -14,7 +14,6 @@ use chrono::{DateTime, NaiveDate, SecondsFormat, Utc};
 use minijinja::value::{Kwargs, Rest, ValueKind};
 use minijinja::{Environment, Error, ErrorKind, Value};
 use regex::Regex;
-use sha2::{Digest, Sha256};
 
 /// The environment variable that, when set to an RFC 3339 time, pins what `now()` returns.
 pub const NOW_ENV: &str = "STAGEGRAPH_NOW";
@@ -181,17 +180,7 @@ fn sha256_filter(value: Value) -> Result<String, Error> {
         None => serde_json::to_vec(&value)
             .map_err(|err| invalid(format!("sha256: cannot serialize the value to JSON: {err}")))?,
     };
-    Ok(hex_sha256(&bytes))
-}
-
-/// Lowercase hex SHA-256 of `bytes`.
-pub(crate) fn hex_sha256(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    let mut out = String::with_capacity(64);
-    for byte in digest {
-        out.push_str(&format!("{byte:02x}"));
-    }
-    out
+    Ok(crate::builtins::paths::sha256_hex(&bytes))
 }
 
 fn from_json_filter(text: &str) -> Result<Value, Error> {
@@ -562,8 +551,14 @@ mod tests {
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
         // Non-strings hash their compact JSON: `[1,2]`.
-        assert_eq!(ok("{{ [1, 2] | sha256 }}"), hex_sha256(b"[1,2]"));
-        assert_eq!(ok("{{ 'é' | sha256 }}"), hex_sha256("é".as_bytes()));
+        assert_eq!(
+            ok("{{ [1, 2] | sha256 }}"),
+            crate::builtins::paths::sha256_hex(b"[1,2]")
+        );
+        assert_eq!(
+            ok("{{ 'é' | sha256 }}"),
+            crate::builtins::paths::sha256_hex("é".as_bytes())
+        );
     }
 
     #[test]
