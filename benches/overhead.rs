@@ -126,9 +126,10 @@ fn parse_options() -> Result<Options, String> {
 /// The release binary: `STAGEGRAPH_BIN`, or built now and found beside this executable.
 fn stagegraph_binary() -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os("STAGEGRAPH_BIN") {
+        // Absolute: the bench runs it from other directories.
         let path = PathBuf::from(path);
         return if path.is_file() {
-            Ok(path)
+            fs::canonicalize(&path).map_err(|e| format!("{}: {e}", path.display()))
         } else {
             Err(format!("STAGEGRAPH_BIN={} is not a file", path.display()))
         };

@@ -270,9 +270,9 @@ fn validate_format(raw: &RawWorkflow, diags: &mut Vec<Diagnostic>) -> Vec<String
     };
     let schema_value = crate::format::workflow_schema();
     for error in validator.iter_errors(&raw.doc) {
-        let pointer = error.instance_path.to_string();
+        let pointer = error.instance_path().to_string();
         use jsonschema::error::ValidationErrorKind as K;
-        match &error.kind {
+        match &error.kind() {
             K::AdditionalProperties { unexpected } => {
                 let allowed = allowed_keys(&schema_value, &pointer);
                 for key in unexpected {
@@ -341,7 +341,7 @@ fn pointer_to_dotted(pointer: &str) -> String {
 fn describe_schema_error(error: &jsonschema::ValidationError<'_>, pointer: &str) -> String {
     use jsonschema::error::ValidationErrorKind as K;
     let at = pointer_to_dotted(pointer);
-    match &error.kind {
+    match &error.kind() {
         K::Type { kind } => {
             let expected = match kind {
                 jsonschema::error::TypeKind::Single(t) => t.to_string(),
@@ -362,15 +362,15 @@ fn describe_schema_error(error: &jsonschema::ValidationError<'_>, pointer: &str)
             format!(
                 "`{at}` must be {}, not {}",
                 article(&expected),
-                json_type(&error.instance)
+                json_type(&error.instance())
             )
         }
-        K::Enum { options } => format!("`{at}` must be one of {options}, not {}", error.instance),
+        K::Enum { options } => format!("`{at}` must be one of {options}, not {}", error.instance()),
         K::Required { property } => format!("`{at}` is missing the required key {property}"),
         K::AnyOf { .. } | K::OneOfNotValid { .. } => {
             format!(
                 "`{at}` has the wrong shape ({})",
-                json_type(&error.instance)
+                json_type(&error.instance())
             )
         }
         _ => format!("`{at}`: {error}"),

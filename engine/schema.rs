@@ -31,32 +31,34 @@ impl Schema {
             )
         })?;
         let name = file.path.display().to_string();
-        if let Err(error) = jsonschema::validator_for(&value) {
-            // The schema is the instance the meta-schema rejected: point at the offending key.
-            let span = locate_json_pointer(&file.text, &error.instance_path.to_string());
-            let at = error.instance_path.to_string();
-            let at = if at.is_empty() { "/".to_string() } else { at };
-            return Err(Box::new(
-                Diagnostic::error(format!("schema does not compile: at {at}: {error}"))
-                    .at(file, span),
-            ));
+        match jsonschema::validator_for(&value) {
+            Ok(validator) => Ok(Schema::with_validator(value, &name, validator)),
+            Err(error) => {
+                // The schema is the instance the meta-schema rejected: point at the offending key.
+                let span = locate_json_pointer(&file.text, &error.instance_path().to_string());
+                let at = error.instance_path().to_string();
+                let at = if at.is_empty() { "/".to_string() } else { at };
+                Err(Box::new(
+                    Diagnostic::error(format!("schema does not compile: at {at}: {error}"))
+                        .at(file, span),
+                ))
+            }
         }
-        Schema::from_value(value, &name).map_err(|message| {
-            Box::new(
-                Diagnostic::error(format!("schema does not compile: {message}")).at(file, 0..0),
-            )
-        })
     }
 
     pub fn from_value(value: Value, name: &str) -> Result<Schema, String> {
         let validator = jsonschema::validator_for(&value).map_err(|e| e.to_string())?;
+        Ok(Schema::with_validator(value, name, validator))
+    }
+
+    fn with_validator(value: Value, name: &str, validator: jsonschema::Validator) -> Schema {
         let sha256 = sha256_hex(value.to_string().as_bytes());
-        Ok(Schema {
+        Schema {
             name: name.to_string(),
             value,
             sha256,
             validator,
-        })
+        }
     }
 
     /// Every validation error, as `at /path: message` lines.
@@ -65,7 +67,7 @@ impl Schema {
             .validator
             .iter_errors(instance)
             .map(|error| {
-                let path = error.instance_path.to_string();
+                let path = error.instance_path().to_string();
                 let at = if path.is_empty() {
                     "/".to_string()
                 } else {

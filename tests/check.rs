@@ -250,7 +250,7 @@ fn workflows_validate_against_the_schema() {
             toml::from_str(&text).unwrap_or_else(|e| panic!("{} is not TOML: {e}", file.display()));
         let problems: Vec<String> = validator
             .iter_errors(&doc)
-            .map(|e| format!("{}: {e}", e.instance_path))
+            .map(|e| format!("{}: {e}", e.instance_path()))
             .collect();
         assert!(
             problems.is_empty(),
