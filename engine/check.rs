@@ -597,8 +597,14 @@ impl<'a> Checker<'a> {
         });
         let mut compiled: HashMap<String, Tmpl> = HashMap::new();
         let mut failed: HashSet<String> = HashSet::new();
-        for pending in &self.sources {
-            if pending.native || !compiled::has_syntax(&pending.source) {
+        // Templates that are only text and lookups never reach minijinja's compiler.
+        let mut interpolated: Vec<Option<compiled::Interpolation>> = self
+            .sources
+            .iter()
+            .map(|p| compiled::Interpolation::parse(&p.name, &p.source, p.native))
+            .collect();
+        for (pending, plain) in self.sources.iter().zip(&interpolated) {
+            if plain.is_some() || pending.native || !compiled::has_syntax(&pending.source) {
                 continue;
             }
             if let Err(error) = env.add_template_owned(pending.name.clone(), pending.source.clone())
@@ -611,11 +617,13 @@ impl<'a> Checker<'a> {
         self.globals = env.globals().map(|(name, _)| name.to_string()).collect();
         let env: &'static Environment<'static> = Box::leak(Box::new(env));
         let pendings = std::mem::take(&mut self.sources);
-        for pending in &pendings {
+        for (pending, plain) in pendings.iter().zip(&mut interpolated) {
             if failed.contains(&pending.name) {
                 continue;
             }
-            let result = if pending.native {
+            let result = if let Some(interpolation) = plain.take() {
+                Ok(Tmpl::Interpolated(interpolation))
+            } else if pending.native {
                 Tmpl::expression(env, &pending.source)
             } else if !compiled::has_syntax(&pending.source) {
                 Ok(Tmpl::Literal(pending.source.clone()))

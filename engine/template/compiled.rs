@@ -13,6 +13,8 @@ use minijinja::{Environment, Error, Expression, Template};
 pub enum Tmpl {
     /// No template syntax at all: the text as is.
     Literal(String),
+    /// Text and `{{ a.b.c }}` lookups only, evaluated without minijinja's compiler or VM.
+    Interpolated(Interpolation),
     /// A template rendered to text.
     Text(Template<'static, 'static>),
     /// A template that is a single `{{ expression }}`: evaluates to the expression's value, so a
@@ -24,6 +26,7 @@ impl std::fmt::Debug for Tmpl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Tmpl::Literal(text) => write!(f, "Literal({text:?})"),
+            Tmpl::Interpolated(i) => write!(f, "Interpolated({:?})", i.source),
             Tmpl::Text(t) => write!(f, "Text({})", t.name()),
             Tmpl::Native(_) => write!(f, "Native"),
         }
@@ -63,6 +66,7 @@ impl Tmpl {
     pub fn eval(&self, scope: &Value) -> Result<Value, Error> {
         match self {
             Tmpl::Literal(text) => Ok(Value::from(text.as_str())),
+            Tmpl::Interpolated(interpolation) => interpolation.eval(scope),
             Tmpl::Text(template) => template.render(scope).map(Value::from),
             Tmpl::Native(expression) => expression.eval(scope),
         }
@@ -72,17 +76,9 @@ impl Tmpl {
     pub fn render(&self, scope: &Value) -> Result<String, Error> {
         match self {
             Tmpl::Literal(text) => Ok(text.clone()),
+            Tmpl::Interpolated(interpolation) => interpolation.render(scope),
             Tmpl::Text(template) => template.render(scope),
-            Tmpl::Native(expression) => {
-                let value = expression.eval(scope)?;
-                if value.is_undefined() {
-                    return Err(Error::new(
-                        minijinja::ErrorKind::UndefinedError,
-                        "the expression is undefined",
-                    ));
-                }
-                Ok(value_to_text(&value))
-            }
+            Tmpl::Native(expression) => text_of_expression(&expression.eval(scope)?),
         }
     }
 
@@ -90,10 +86,196 @@ impl Tmpl {
     pub fn references(&self) -> HashSet<String> {
         match self {
             Tmpl::Literal(_) => HashSet::new(),
+            Tmpl::Interpolated(interpolation) => interpolation.references(),
             Tmpl::Text(template) => template.undeclared_variables(true),
             Tmpl::Native(expression) => expression.undeclared_variables(true),
         }
     }
+}
+
+/// A template made only of text and `{{ a.b.c }}` lookups of the scope, the common case in a
+/// workflow (`{{ inputs.repo }}`, `{{ stages.gate.output.path }}`). A compiled minijinja
+/// template costs about 8 KB and tens of microseconds to build; this costs the parts' text.
+/// Whenever a lookup does not give a printable value (undefined, a safe string), the template
+/// is handed to minijinja whole, so errors and edge cases read exactly as they would there.
+pub struct Interpolation {
+    parts: Vec<Part>,
+    /// Evaluates to the value of its one lookup rather than to text (an expression).
+    native: bool,
+    /// Printed values are shell-quoted (a `.sh` template).
+    shell: bool,
+    name: Box<str>,
+    source: Box<str>,
+}
+
+/// The environment that evaluates an interpolation minijinja's way, when a lookup fails.
+static FALLBACK: std::sync::LazyLock<Environment<'static>> =
+    std::sync::LazyLock::new(super::environment);
+
+enum Part {
+    Text(Box<str>),
+    Lookup(Box<[Box<str>]>),
+}
+
+/// Words minijinja reads as operators or constants, never as a plain name.
+const KEYWORDS: &[&str] = &[
+    "and", "or", "not", "in", "is", "if", "else", "true", "false", "none", "True", "False", "None",
+    "loop", "self", "super", "varargs", "kwargs",
+];
+
+/// `a.b.c` as its segments, when that is all the text is.
+fn lookup_path(text: &str) -> Option<Box<[Box<str>]>> {
+    let segments: Vec<Box<str>> = text.split('.').map(Box::from).collect();
+    let is_ident = |s: &str| {
+        let mut chars = s.chars();
+        chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !KEYWORDS.contains(&s)
+    };
+    let roots = known_roots();
+    (roots.contains(segments[0].as_ref()) && segments.iter().all(|s| is_ident(s)))
+        .then(|| segments.into_boxed_slice())
+}
+
+impl Interpolation {
+    /// The parts of a text template, if it is only text and lookups.
+    fn parse_text(source: &str) -> Option<Vec<Part>> {
+        let mut parts = Vec::new();
+        let mut rest = source;
+        while let Some(at) = next_block(rest) {
+            if !rest[at..].starts_with("{{") {
+                return None;
+            }
+            if at > 0 {
+                parts.push(Part::Text(rest[..at].into()));
+            }
+            let inside = &rest[at + 2..];
+            let end = inside.find("}}")?;
+            parts.push(Part::Lookup(lookup_path(inside[..end].trim())?));
+            rest = &inside[end + 2..];
+        }
+        if !rest.is_empty() {
+            parts.push(Part::Text(rest.into()));
+        }
+        Some(parts)
+    }
+
+    /// The template as text and lookups, unless it needs minijinja. `native` is an
+    /// expression; a `value:` template that is one `{{ ... }}` keeps its value native too.
+    pub fn parse(name: &str, source: &str, native: bool) -> Option<Self> {
+        let single = |expression: &str| Some(vec![Part::Lookup(lookup_path(expression.trim())?)]);
+        let (parts, native) = if native {
+            (single(source)?, true)
+        } else if !has_syntax(source) {
+            return None;
+        } else if let Some(expression) =
+            single_expression(source).filter(|_| name.starts_with("value:"))
+        {
+            (single(expression)?, true)
+        } else {
+            (Self::parse_text(source)?, false)
+        };
+        Some(Interpolation {
+            parts,
+            native,
+            shell: name.ends_with(".sh"),
+            name: name.into(),
+            source: source.into(),
+        })
+    }
+
+    /// The value at a path, when it is defined all the way down.
+    fn lookup(path: &[Box<str>], scope: &Value) -> Option<Value> {
+        let mut value = scope.get_attr(&path[0]).ok()?;
+        for segment in &path[1..] {
+            if value.is_undefined() || value.is_none() {
+                return None;
+            }
+            value = value.get_attr(segment).ok()?;
+        }
+        (!value.is_undefined()).then_some(value)
+    }
+
+    fn eval(&self, scope: &Value) -> Result<Value, Error> {
+        if self.native {
+            let Some(Part::Lookup(path)) = self.parts.first() else {
+                unreachable!("a native interpolation is one lookup")
+            };
+            return match Self::lookup(path, scope) {
+                Some(value) => Ok(value),
+                None => self.by_minijinja(scope),
+            };
+        }
+        self.render(scope).map(Value::from)
+    }
+
+    fn render(&self, scope: &Value) -> Result<String, Error> {
+        if self.native {
+            return text_of_expression(&self.eval(scope)?);
+        }
+        let mut out = String::new();
+        for part in &self.parts {
+            match part {
+                Part::Text(text) => out.push_str(text),
+                Part::Lookup(path) => match Self::lookup(path, scope) {
+                    Some(value) if !value.is_safe() => {
+                        let text = value_to_text(&value);
+                        if self.shell {
+                            out.push_str(&super::functions::shell_quote(&text));
+                        } else {
+                            out.push_str(&text);
+                        }
+                    }
+                    _ => return self.by_minijinja(scope).map(|v| value_to_text(&v)),
+                },
+            }
+        }
+        Ok(out)
+    }
+
+    /// The template evaluated by minijinja itself: its exact result or error.
+    fn by_minijinja(&self, scope: &Value) -> Result<Value, Error> {
+        if self.native {
+            FALLBACK
+                .compile_expression_owned(self.source.to_string())?
+                .eval(scope)
+        } else {
+            FALLBACK
+                .render_named_str(&self.name, &self.source, scope)
+                .map(Value::from)
+        }
+    }
+
+    fn references(&self) -> HashSet<String> {
+        self.parts
+            .iter()
+            .filter_map(|part| match part {
+                Part::Lookup(path) => Some(path.join(".")),
+                Part::Text(_) => None,
+            })
+            .collect()
+    }
+}
+
+/// Where the next `{{`, `{%` or `{#` starts.
+fn next_block(text: &str) -> Option<usize> {
+    let bytes = text.as_bytes();
+    text.match_indices('{')
+        .map(|(at, _)| at)
+        .find(|&at| matches!(bytes.get(at + 1), Some(b'{' | b'%' | b'#')))
+}
+
+/// An expression's value as text; undefined is an error.
+fn text_of_expression(value: &Value) -> Result<String, Error> {
+    if value.is_undefined() {
+        return Err(Error::new(
+            minijinja::ErrorKind::UndefinedError,
+            "the expression is undefined",
+        ));
+    }
+    Ok(value_to_text(value))
 }
 
 /// How a value becomes text in a command argument, a prompt or a file: strings as they are,
@@ -268,6 +450,94 @@ pub fn known_roots() -> BTreeSet<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn scope() -> Value {
+        let inputs = Value::from_serialize(serde_json::json!({
+            "word": "stage", "list": ["a", 1], "map": {"k": true}, "nothing": null,
+            "flag": false, "number": 2.5, "unsafe": "a b; rm -rf /", "nested": {"deep": {"x": 7}},
+        }));
+        Scope {
+            inputs,
+            ..Scope::default()
+        }
+        .to_value()
+    }
+
+    /// Every interpolation renders, evaluates, fails and reports references exactly as the
+    /// same template compiled by minijinja.
+    #[test]
+    fn interpolations_agree_with_minijinja() {
+        let mut env = crate::template::environment();
+        let cases: &[(&str, &str, bool)] = &[
+            ("t", "{{ inputs.word }} 17", false),
+            ("t", "{{inputs.word}}-{{ inputs.number }}", false),
+            ("t", "a {{ inputs.list }} b {{ inputs.map }}", false),
+            ("t", "[{{ inputs.nothing }}] {{ inputs.flag }}\n", false),
+            ("t", "json {\"k\": \"{{ inputs.word }}\"} }} {", false),
+            ("t", "{{ inputs.nested.deep.x }}", false),
+            ("t", "{{ inputs.missing }}", false),
+            ("t", "{{ inputs.nothing.x }}", false),
+            ("t", "{{ inputs.word.x }}", false),
+            ("t", "{{ item }}", false),
+            ("x.sh", "echo {{ inputs.unsafe }} {{ inputs.word }}", false),
+            ("value:v", "{{ inputs.list }}", false),
+            ("value:v", " {{ inputs.map }} ", false),
+            ("e", "inputs.nested.deep", true),
+            ("e", "inputs.missing", true),
+        ];
+        for (k, &(name, source, native)) in cases.iter().enumerate() {
+            let interpolation = Interpolation::parse(name, source, native)
+                .unwrap_or_else(|| panic!("not an interpolation: {source}"));
+            let fast = Tmpl::Interpolated(interpolation);
+            let name = format!("{k}-{name}");
+            env.add_template_owned(name.clone(), source.to_string())
+                .unwrap();
+            let env: &'static Environment<'static> = Box::leak(Box::new(env.clone()));
+            let slow = if native {
+                Tmpl::expression(env, source).unwrap()
+            } else if let Some(e) = single_expression(source).filter(|_| name.contains("value:")) {
+                Tmpl::expression(env, e).unwrap()
+            } else {
+                Tmpl::text(env, &name).unwrap()
+            };
+            let show = |r: Result<Value, Error>| r.map(|v| format!("{v:?}")).map_err(|e| e.kind());
+            assert_eq!(
+                show(fast.eval(&scope())),
+                show(slow.eval(&scope())),
+                "eval {source}"
+            );
+            assert_eq!(
+                fast.render(&scope()).map_err(|e| e.kind()),
+                slow.render(&scope()).map_err(|e| e.kind()),
+                "render {source}"
+            );
+            assert_eq!(fast.references(), slow.references(), "references {source}");
+        }
+    }
+
+    #[test]
+    fn templates_beyond_lookups_are_left_to_minijinja() {
+        for source in [
+            "{% if inputs.flag %}x{% endif %}",
+            "{{ inputs.word | upper }}",
+            "{{- inputs.word }}",
+            "{{ inputs.word -}}",
+            "{{ inputs.list.0 }}",
+            "{{ inputs['word'] }}",
+            "{{ other.word }}",
+            "{{ inputs.not }}",
+            "{# note #}{{ inputs.word }}",
+            "{{{ inputs.word }}}",
+            "{{ inputs.word }",
+            "no syntax at all",
+        ] {
+            assert!(
+                Interpolation::parse("t", source, false).is_none(),
+                "{source}"
+            );
+        }
+        assert!(Interpolation::parse("e", "inputs.a == 1", true).is_none());
+    }
 
     #[test]
     fn expression_references_are_nested_paths() {
