@@ -67,7 +67,7 @@ pub struct CheckedLock {
 pub struct Stage {
     pub id: String,
     pub index: usize,
-    pub def: StageDef,
+    pub def: Arc<StageDef>,
     pub action: Action,
     /// The stages that must finish first (explicit `after` and inferred references), sorted.
     pub deps: Vec<usize>,
@@ -622,7 +622,7 @@ impl<'a> Checker<'a> {
                 continue;
             }
             let result = if let Some(interpolation) = plain.take() {
-                Ok(Tmpl::Interpolated(interpolation))
+                Ok(Tmpl::Interpolated(Box::new(interpolation)))
             } else if pending.native {
                 Tmpl::expression(env, &pending.source)
             } else if !compiled::has_syntax(&pending.source) {

@@ -20,7 +20,7 @@ pub struct WorkflowFile {
     pub inputs: IndexMap<String, InputDecl>,
     /// The stages; ids match `^[a-z][a-z0-9_]*$`.
     #[serde(default)]
-    pub stages: IndexMap<String, StageDef>,
+    pub stages: IndexMap<String, std::sync::Arc<StageDef>>,
     /// The run's results: name -> template. A template that is a single `{{ expression }}`
     /// keeps the expression's value (a list stays a list).
     #[serde(default)]

@@ -697,3 +697,45 @@ command = ["sh", "-c", "if [ -e hang ]; then echo $$ > second.pid; exec sleep 30
         "the finished stage is not run again"
     );
 }
+
+/// Quick stages end within the record's rewrite spacing, so their rewrite is held back; it
+/// must still land while a long stage runs, not when the long stage ends.
+#[test]
+fn a_held_back_record_lands_while_a_long_stage_runs() {
+    let t = Test::new();
+    t.write(
+        "flow.toml",
+        r#"
+[stages.a]
+command = ["true"]
+
+[stages.b]
+after = ["a"]
+command = ["true"]
+
+[stages.long]
+after = ["b"]
+command = ["sh", "-c", "exec sleep 8"]
+"#,
+    );
+    let mut child = t.command(["run", "flow.toml"]).spawn();
+    let shows_b_done = || {
+        t.run_ids().last().is_some_and(|id| {
+            let path = t.state_dir().join("runs").join(id).join("run.json");
+            std::fs::read_to_string(path)
+                .ok()
+                .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+                .is_some_and(|r| r["stages"]["b"]["status"] == "succeeded")
+        })
+    };
+    let shown = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        shows_b_done()
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        shown,
+        "run.json still does not show `b` finished 5 s into `long`"
+    );
+}

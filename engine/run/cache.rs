@@ -25,9 +25,17 @@ struct Entry {
     output: Value,
 }
 
+/// An entry as read from the file.
+struct Stored {
+    entry: Entry,
+    line: usize,
+    /// Its hash was checked against its output.
+    verified: bool,
+}
+
 pub struct Cache {
     path: PathBuf,
-    entries: Mutex<Option<HashMap<String, Entry>>>,
+    entries: Mutex<Option<HashMap<String, Stored>>>,
     warnings: Mutex<Vec<String>>,
     /// The file, opened for appending at the first `put` and kept open for the run.
     appender: Mutex<Option<std::fs::File>>,
@@ -51,7 +59,10 @@ impl Cache {
         }
     }
 
-    fn load(&self) -> HashMap<String, Entry> {
+    /// Every entry of the file, by id (the last line of an id wins), with its line number.
+    /// Hashes are checked when an entry is used, not here: a rerun reads every line but may
+    /// use few of them.
+    fn load(&self) -> HashMap<String, Stored> {
         let mut entries = HashMap::new();
         let Ok(file) = std::fs::File::open(&self.path) else {
             return entries;
@@ -63,14 +74,15 @@ impl Cache {
                 continue;
             }
             match serde_json::from_str::<Entry>(&line) {
-                Ok(entry) if sha256_hex(entry.output.to_string().as_bytes()) == entry.sha256 => {
-                    entries.insert(entry.id.clone(), entry);
+                Ok(entry) => {
+                    let stored = Stored {
+                        entry,
+                        line: number + 1,
+                        verified: false,
+                    };
+                    entries.insert(stored.entry.id.clone(), stored);
                 }
-                _ => warnings.push(format!(
-                    "ignoring corrupt cache entry at {}:{}",
-                    self.path.display(),
-                    number + 1
-                )),
+                Err(_) => warnings.push(self.corrupt(number + 1)),
             }
         }
         self.warnings
@@ -80,18 +92,39 @@ impl Cache {
         entries
     }
 
-    /// A stored output, unless older than `ttl`.
-    pub fn get(&self, id: &str, ttl: Option<Duration>) -> Option<Value> {
+    fn corrupt(&self, line: usize) -> String {
+        format!(
+            "ignoring corrupt cache entry at {}:{line}",
+            self.path.display()
+        )
+    }
+
+    /// A stored output and its SHA-256, unless older than `ttl` or corrupt.
+    pub fn get(&self, id: &str, ttl: Option<Duration>) -> Option<(Value, String)> {
         let mut guard = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let entries = guard.get_or_insert_with(|| self.load());
-        let entry = entries.get(id)?;
+        let stored = entries.get_mut(id)?;
+        if !stored.verified {
+            let entry = &stored.entry;
+            if sha256_hex(entry.output.to_string().as_bytes()) != entry.sha256 {
+                let warning = self.corrupt(stored.line);
+                entries.remove(id);
+                self.warnings
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(warning);
+                return None;
+            }
+            stored.verified = true;
+        }
+        let entry = &stored.entry;
         if let Some(ttl) = ttl {
             let age = chrono::Utc::now().timestamp() - entry.created_at;
             if age < 0 || age as u64 > ttl.as_secs() {
                 return None;
             }
         }
-        Some(entry.output.clone())
+        Some((entry.output.clone(), entry.sha256.clone()))
     }
 
     /// Store an output (already validated).
@@ -124,7 +157,12 @@ impl Cache {
         }
         let mut guard = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(entries) = guard.as_mut() {
-            entries.insert(entry.id.clone(), entry);
+            let stored = Stored {
+                entry,
+                line: 0,
+                verified: true,
+            };
+            entries.insert(stored.entry.id.clone(), stored);
         }
         Ok(())
     }

@@ -449,12 +449,12 @@ impl<'w, 'r> Executor<'w, 'r> {
                 let event = json!({ "event": "stage_started", "stage": stage.id });
                 self.event(event);
                 // Handing a stage to a worker and waiting for its result costs two thread
-                // wake-ups, most of the time of a quick stage. A stage runs here instead when it
-                // is the only thing that can happen until it ends, or when it starts no process
-                // and waits on nothing (a template, or no action), so it is over in moments.
+                // wake-ups, most of the time of a quick stage. A stage that starts no process
+                // and waits on nothing (a template, or no action) is over in moments, so it runs
+                // here; anything else runs on a worker while this thread keeps the record.
                 let in_place = matches!(stage.action, Action::Template(_) | Action::None)
                     && stage.foreach.is_none();
-                if in_place || (running == 1 && ready.is_empty()) {
+                if in_place {
                     let outcome = runner.run(index);
                     let _ = tx.send((index, outcome));
                     break;
@@ -468,7 +468,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             if running == 0 {
                 break;
             }
-            let Ok((index, outcome)) = rx.recv() else {
+            let Some((index, outcome)) = self.next_result(&rx) else {
                 break;
             };
             running -= 1;
@@ -507,26 +507,59 @@ impl<'w, 'r> Executor<'w, 'r> {
         stop.unwrap_or(RunStatus::Completed)
     }
 
+    /// The next finished stage. While none is ready, what the record holds back reaches the
+    /// files: the buffered logs at once, a `run.json` rewrite held back by the spacing as soon
+    /// as it is due.
+    fn next_result(
+        &mut self,
+        rx: &mpsc::Receiver<(usize, StageOutcome)>,
+    ) -> Option<(usize, StageOutcome)> {
+        match rx.try_recv() {
+            Ok(result) => return Some(result),
+            Err(mpsc::TryRecvError::Disconnected) => return None,
+            Err(mpsc::TryRecvError::Empty) => {}
+        }
+        let Some(files) = &mut self.files else {
+            return rx.recv().ok();
+        };
+        let _ = files.flush_logs();
+        loop {
+            let Some(due) = files.rewrite_due_in() else {
+                return rx.recv().ok();
+            };
+            match rx.recv_timeout(due) {
+                Ok(result) => return Some(result),
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    let _ = files.save(&self.record, false);
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => return None,
+            }
+        }
+    }
+
     /// Record a finished stage; say what it means for the run.
-    fn absorb(&mut self, index: usize, outcome: StageOutcome) -> Verdict {
+    fn absorb(&mut self, index: usize, mut outcome: StageOutcome) -> Verdict {
         let stage = &self.workflow.stages[index];
         let id = stage.id.clone();
-        let output_sha = outcome
-            .output
-            .as_ref()
-            .map(|o| crate::schema::sha256_hex(o.to_string().as_bytes()));
+        let has_output = outcome.status.has_output();
+        // A reused output comes with its hash; anything else is hashed once, here.
+        let output_sha = match (outcome.output_sha256.take(), &outcome.output) {
+            (Some(sha), Some(_)) => Some(sha),
+            (_, Some(output)) => Some(crate::schema::sha256_hex(output.to_string().as_bytes())),
+            (_, None) => None,
+        };
         if let (Some(files), Some(output), Some(fingerprint), Some(sha)) = (
             &mut self.files,
             &outcome.output,
             &outcome.fingerprint,
             &output_sha,
         ) {
-            if outcome.status.has_output() && !outcome.assumed {
-                let _ = files.output(&OutputLine {
-                    stage: id.clone(),
-                    fingerprint: fingerprint.clone(),
-                    sha256: sha.clone(),
-                    output: output.clone(),
+            if has_output && !outcome.assumed {
+                let _ = files.output(&record::OutputLineRef {
+                    stage: &id,
+                    fingerprint,
+                    sha256: sha,
+                    output,
                 });
             }
         }
@@ -538,12 +571,12 @@ impl<'w, 'r> Executor<'w, 'r> {
                 self.record.usage.output_tokens += usage.output_tokens;
             }
         }
-        let slot_output = match (&outcome.output, outcome.status.has_output()) {
+        let slot_output = match (&outcome.output, has_output) {
             (Some(output), true) => minijinja::Value::from_serialize(output),
             _ => minijinja::Value::from(()),
         };
         // `cached` and `succeeded` carry the same output: only what was produced counts.
-        let slot_sha = match (&output_sha, outcome.status.has_output()) {
+        let slot_sha = match (&output_sha, has_output) {
             (Some(sha), true) => sha.clone(),
             _ => outcome.status.as_str().to_string(),
         };
@@ -561,16 +594,16 @@ impl<'w, 'r> Executor<'w, 'r> {
         if let Some(entry) = self.record.stages.get_mut(&id) {
             entry.status = outcome.status;
             entry.duration_ms = duration_ms;
-            entry.fingerprint = outcome.fingerprint.clone();
-            entry.fingerprint_parts = outcome.fingerprint_parts.clone();
-            entry.explain = outcome.explain.clone();
-            entry.output_sha256 = output_sha.filter(|_| outcome.status.has_output());
+            entry.fingerprint = outcome.fingerprint.take();
+            entry.fingerprint_parts = outcome.fingerprint_parts.take();
+            entry.explain = outcome.explain.take();
+            entry.output_sha256 = output_sha.filter(|_| has_output);
             entry.error = outcome.error.clone();
-            entry.reason = outcome.reason.clone();
+            entry.reason = outcome.reason.take();
             entry.attempts = outcome.attempts;
             entry.items = outcome.items;
-            entry.reused_from = outcome.reused_from.clone();
-            entry.model_calls = outcome.model_calls.clone();
+            entry.reused_from = outcome.reused_from.take();
+            entry.model_calls = std::mem::take(&mut outcome.model_calls);
             entry.assumed = outcome.assumed;
         }
         self.reporter.finished(&id);

@@ -1,13 +1,14 @@
 //! Run records: `runs/<run-id>/run.json` (rewritten atomically), `events.jsonl` and
-//! `artifacts/outputs.jsonl` (appended and flushed as each stage ends), so a crash or a Ctrl-C
-//! leaves a consistent record that `resume` can build on.
+//! `artifacts/outputs.jsonl` (appended, and flushed before every rewrite of `run.json`), so a
+//! crash or a Ctrl-C leaves a consistent record that `resume` can build on.
 //!
 //! `run.json` is rewritten after a stage ends, but at most every 100 ms while stages end faster
 //! than that (a 10,000-stage run would otherwise rewrite it 10,000 times), and no more often
 //! than 20 times what the last rewrite took (a rewrite grows with the record, so a fixed
-//! interval would make a long run of many stages quadratic); the append-only
-//! `events.jsonl` and `outputs.jsonl` carry every transition the moment it happens, and `resume`
-//! reads outputs from there.
+//! interval would make a long run of many stages quadratic). The append-only `events.jsonl` and
+//! `outputs.jsonl` are buffered between rewrites (two writes a stage cost more than a cached
+//! stage itself) and flushed first, so they always hold at least what `run.json` claims;
+//! `resume` reads outputs from there.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -206,6 +207,15 @@ pub struct OutputLine {
     pub output: Value,
 }
 
+/// An [`OutputLine`] to write, borrowed from the outcome it records.
+#[derive(Serialize)]
+pub struct OutputLineRef<'a> {
+    pub stage: &'a str,
+    pub fingerprint: &'a str,
+    pub sha256: &'a str,
+    pub output: &'a Value,
+}
+
 /// The files of one run, open for appending.
 pub struct RunFiles {
     pub dir: PathBuf,
@@ -232,27 +242,29 @@ impl RunFiles {
         })
     }
 
+    /// Append an event; it reaches the file at the latest with the next `run.json` rewrite.
     pub fn event(&mut self, event: &Value) -> std::io::Result<()> {
         serde_json::to_writer(&mut self.events, event)?;
-        self.events.write_all(b"\n")?;
-        self.events.flush()
+        self.events.write_all(b"\n")
     }
 
-    pub fn output(&mut self, line: &OutputLine) -> std::io::Result<()> {
+    /// Append a stage's output; it reaches the file before `run.json` says the stage finished.
+    pub fn output(&mut self, line: &OutputLineRef) -> std::io::Result<()> {
         serde_json::to_writer(&mut self.outputs, line)?;
-        self.outputs.write_all(b"\n")?;
-        self.outputs.flush()
+        self.outputs.write_all(b"\n")
     }
 
     /// Rewrite `run.json`, unless it was rewritten less than 100 ms ago and `force` is off.
     pub fn save(&mut self, record: &RunRecord, force: bool) -> std::io::Result<()> {
-        let spacing = Duration::from_millis(100).max(self.last_cost * 20);
+        let spacing = self.spacing();
         let recent = self.last_write.is_some_and(|at| at.elapsed() < spacing);
         if recent && !force {
             self.dirty = true;
             return Ok(());
         }
         let started = Instant::now();
+        // The logs first: the record never claims an output `resume` cannot find.
+        self.flush_logs()?;
         let mut bytes = serde_json::to_vec_pretty(record).map_err(std::io::Error::other)?;
         bytes.push(b'\n');
         write_atomic(&self.dir.join("run.json"), &bytes)?;
@@ -262,8 +274,24 @@ impl RunFiles {
         Ok(())
     }
 
-    pub fn is_dirty(&self) -> bool {
-        self.dirty
+    /// Push the buffered logs to their files.
+    pub fn flush_logs(&mut self) -> std::io::Result<()> {
+        self.outputs.flush()?;
+        self.events.flush()
+    }
+
+    /// How long until a held-back `run.json` rewrite may happen; `None` when none is pending.
+    pub fn rewrite_due_in(&self) -> Option<Duration> {
+        if !self.dirty {
+            return None;
+        }
+        let spacing = self.spacing();
+        let since = self.last_write.map(|at| at.elapsed()).unwrap_or(spacing);
+        Some(spacing.saturating_sub(since))
+    }
+
+    fn spacing(&self) -> Duration {
+        Duration::from_millis(100).max(self.last_cost * 20)
     }
 }
 
@@ -332,13 +360,41 @@ pub fn read_outputs(state_dir: &Path, id: &str) -> HashMap<String, OutputLine> {
     out
 }
 
+/// The workflow a run record belongs to, read from the head of its `run.json` (the record's
+/// second key) rather than by parsing a record that can hold thousands of stages.
+fn read_workflow_name(state_dir: &Path, id: &str) -> Option<String> {
+    use std::io::Read;
+    let path = runs_dir(state_dir).join(id).join("run.json");
+    let from_head = || {
+        let mut head = Vec::with_capacity(1024);
+        File::open(&path)
+            .ok()?
+            .take(1024)
+            .read_to_end(&mut head)
+            .ok()?;
+        let head = String::from_utf8_lossy(&head);
+        let key = head.find("\"workflow\"")?;
+        let value = head[key + "\"workflow\"".len()..]
+            .trim_start()
+            .strip_prefix(':')?;
+        serde_json::Deserializer::from_str(value)
+            .into_iter::<String>()
+            .next()?
+            .ok()
+    };
+    // A head that does not read (a record written some other way): the whole record.
+    from_head().or_else(|| read_record(state_dir, id).ok().map(|r| r.workflow))
+}
+
 /// Keep the newest `keep` runs of each workflow; returns the ids removed.
 pub fn prune(state_dir: &Path, keep: usize) -> Vec<String> {
     let mut by_workflow: HashMap<String, Vec<String>> = HashMap::new();
-    for id in list_runs(state_dir) {
-        let workflow = read_record(state_dir, &id)
-            .map(|r| r.workflow)
-            .unwrap_or_default();
+    let ids = list_runs(state_dir);
+    if ids.len() <= keep {
+        return Vec::new();
+    }
+    for id in ids {
+        let workflow = read_workflow_name(state_dir, &id).unwrap_or_default();
         by_workflow.entry(workflow).or_default().push(id);
     }
     let mut removed = Vec::new();

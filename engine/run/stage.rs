@@ -61,6 +61,8 @@ pub(crate) struct StageOutcome {
     pub exit: Option<String>,
     pub fingerprint: Option<String>,
     pub fingerprint_parts: Option<Value>,
+    /// The output's SHA-256, when it is already known (a cache entry stores it).
+    pub output_sha256: Option<String>,
     pub explain: Option<String>,
     pub attempts: u32,
     pub items: Option<usize>,
@@ -85,6 +87,7 @@ impl StageOutcome {
             exit: None,
             fingerprint: None,
             fingerprint_parts: None,
+            output_sha256: None,
             explain: None,
             attempts: 0,
             items: None,
@@ -269,13 +272,14 @@ impl StageRunner<'_> {
             outcome.status = StageStatus::Cached;
             outcome.reused_from = Some("resumed run".into());
             previous.output.clone()
-        } else if let Some(stored) = cache_id
+        } else if let Some((stored, sha256)) = cache_id
             .as_ref()
             .filter(|_| !self.options.no_cache)
             .and_then(|id| self.cache.get(id, stage.cache.as_ref().and_then(|c| c.ttl)))
         {
             outcome.status = StageStatus::Cached;
             outcome.reused_from = Some("cache".into());
+            outcome.output_sha256 = Some(sha256);
             if self.options.explain {
                 outcome.explain = Some("reused: the cache holds an identical execution".into());
             }
@@ -328,18 +332,23 @@ impl StageRunner<'_> {
             output
         };
 
-        let with_output = self
-            .base_scope
-            .with_output(minijinja::Value::from_serialize(&output))
-            .to_value();
+        // The scope with `output`, built only for a stage that reads it.
+        let with_output_cell = std::cell::OnceCell::new();
+        let with_output = || {
+            with_output_cell.get_or_init(|| {
+                self.base_scope
+                    .with_output(minijinja::Value::from_serialize(&output))
+                    .to_value()
+            })
+        };
         for (position, (that, message)) in stage.asserts.iter().enumerate() {
             let held = that
-                .eval(&with_output)
+                .eval(with_output())
                 .map_err(|e| format!("`assert`: {}", describe(&e)))?;
             if !held.is_true() {
                 let text = match message {
                     Some(message) => message
-                        .render(&with_output)
+                        .render(with_output())
                         .map_err(|e| format!("assert message: {}", describe(&e)))?,
                     None => format!("assertion failed: {}", stage.def.assert[position].that),
                 };
@@ -381,7 +390,7 @@ impl StageRunner<'_> {
 
         for (name, tmpl) in &stage.set_state {
             let value = tmpl
-                .eval(&with_output)
+                .eval(with_output())
                 .map_err(|e| format!("`set_state.{name}`: {}", describe(&e)))?;
             outcome.set_state.push((
                 name.clone(),
@@ -390,12 +399,12 @@ impl StageRunner<'_> {
         }
         if let Some(exit_if) = &stage.exit_if {
             let exits = exit_if
-                .eval(&with_output)
+                .eval(with_output())
                 .map_err(|e| format!("`exit_if`: {}", describe(&e)))?;
             if exits.is_true() {
                 let message = match &stage.exit_message {
                     Some(message) => message
-                        .render(&with_output)
+                        .render(with_output())
                         .map_err(|e| format!("`exit_message`: {}", describe(&e)))?,
                     None => format!(
                         "stage `{}`: `{}` is true",

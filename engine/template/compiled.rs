@@ -14,12 +14,12 @@ pub enum Tmpl {
     /// No template syntax at all: the text as is.
     Literal(String),
     /// Text and `{{ a.b.c }}` lookups only, evaluated without minijinja's compiler or VM.
-    Interpolated(Interpolation),
+    Interpolated(Box<Interpolation>),
     /// A template rendered to text.
-    Text(Template<'static, 'static>),
+    Text(Box<Template<'static, 'static>>),
     /// A template that is a single `{{ expression }}`: evaluates to the expression's value, so a
     /// list stays a list and a number a number.
-    Native(Expression<'static, 'static>),
+    Native(Box<Expression<'static, 'static>>),
 }
 
 impl std::fmt::Debug for Tmpl {
@@ -53,13 +53,13 @@ impl Tmpl {
     /// A template whose source was added to `env` under `name` before it was leaked (or a
     /// literal / native expression, which need no registration).
     pub fn text(env: &'static Environment<'static>, name: &str) -> Result<Tmpl, Error> {
-        Ok(Tmpl::Text(env.get_template(name)?))
+        Ok(Tmpl::Text(Box::new(env.get_template(name)?)))
     }
 
     pub fn expression(env: &'static Environment<'static>, source: &str) -> Result<Tmpl, Error> {
-        Ok(Tmpl::Native(
+        Ok(Tmpl::Native(Box::new(
             env.compile_expression_owned(source.to_string())?,
-        ))
+        )))
     }
 
     /// Evaluate: a string for text templates, the value for native ones.
@@ -488,7 +488,7 @@ mod tests {
         for (k, &(name, source, native)) in cases.iter().enumerate() {
             let interpolation = Interpolation::parse(name, source, native)
                 .unwrap_or_else(|| panic!("not an interpolation: {source}"));
-            let fast = Tmpl::Interpolated(interpolation);
+            let fast = Tmpl::Interpolated(Box::new(interpolation));
             let name = format!("{k}-{name}");
             env.add_template_owned(name.clone(), source.to_string())
                 .unwrap();
