@@ -121,8 +121,9 @@ pub fn run(
         reporter,
     );
     executor.record.resumed_from = resume.as_ref().map(|r| r.run_id.clone());
-    let record = executor.execute(resume.map(|r| r.outputs).unwrap_or_default());
+    executor.execute(resume.map(|r| r.outputs).unwrap_or_default());
     executor.reporter.done();
+    let record = executor.record;
     locks::release_all();
     if options.keep_runs > 0 && !options.dry_run {
         record::prune(&runtime.state_dir, options.keep_runs);
@@ -150,7 +151,8 @@ pub(crate) fn run_nested(
         None,
         reporter,
     );
-    executor.execute(HashMap::new())
+    executor.execute(HashMap::new());
+    executor.record
 }
 
 struct Executor<'w, 'r> {
@@ -254,7 +256,7 @@ impl<'w, 'r> Executor<'w, 'r> {
         self.save(true);
     }
 
-    fn execute(&mut self, reuse: HashMap<String, OutputLine>) -> RunRecord {
+    fn execute(&mut self, reuse: HashMap<String, OutputLine>) {
         let workflow = self.workflow;
         let event = json!({ "event": "run_started", "workflow": workflow.name, "inputs": self.record.inputs, "dry_run": self.options.dry_run });
         self.event(event);
@@ -286,7 +288,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             Err(error) => {
                 self.record.error = Some(error);
                 self.finish(RunStatus::Failed);
-                return self.record.clone();
+                return;
             }
         };
 
@@ -305,7 +307,7 @@ impl<'w, 'r> Executor<'w, 'r> {
                     Err(error) => {
                         self.record.error = Some(format!("lock path: {error}"));
                         self.finish(RunStatus::Failed);
-                        return self.record.clone();
+                        return;
                     }
                 };
                 // Say so once, then every 10 s: a wait can be long.
@@ -326,7 +328,7 @@ impl<'w, 'r> Executor<'w, 'r> {
                             if lock.busy == Busy::Wait {
                                 // Ctrl-C while waiting: the run was interrupted, not turned away.
                                 self.finish(RunStatus::Interrupted);
-                                return self.record.clone();
+                                return;
                             }
                             let message = lock
                                 .message
@@ -346,13 +348,13 @@ impl<'w, 'r> Executor<'w, 'r> {
                                 self.reporter.line(&format!("  exit: {message}"));
                                 self.finish(RunStatus::Exited);
                             }
-                            return self.record.clone();
+                            return;
                         }
                         Err(error) => {
                             self.record.error =
                                 Some(format!("cannot take lock {}: {error}", path.display()));
                             self.finish(RunStatus::Failed);
-                            return self.record.clone();
+                            return;
                         }
                     }
                 }
@@ -398,14 +400,13 @@ impl<'w, 'r> Executor<'w, 'r> {
                         self.record.error =
                             Some(format!("output `{name}`: {}", stage::describe(&error)));
                         self.finish(RunStatus::Failed);
-                        return self.record.clone();
+                        return;
                     }
                 }
             }
             self.record.outputs = Some(Value::Object(outputs));
         }
         self.finish(status);
-        self.record.clone()
     }
 
     /// The scheduling loop: start ready stages up to `--jobs`, record what ends.

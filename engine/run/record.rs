@@ -20,7 +20,6 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::builtins::paths::write_atomic;
 use crate::models::Usage;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -267,7 +266,7 @@ impl RunFiles {
         self.flush_logs()?;
         let mut bytes = serde_json::to_vec_pretty(record).map_err(std::io::Error::other)?;
         bytes.push(b'\n');
-        write_atomic(&self.dir.join("run.json"), &bytes)?;
+        replace_file(&self.dir.join("run.json"), &bytes, force)?;
         self.last_cost = started.elapsed();
         self.last_write = Some(Instant::now());
         self.dirty = false;
@@ -293,6 +292,25 @@ impl RunFiles {
     fn spacing(&self) -> Duration {
         Duration::from_millis(100).max(self.last_cost * 20)
     }
+}
+
+/// Replace a file by renaming a complete new one over it, so a reader or a crash sees the old
+/// record or the new one, never a mix. Only a final rewrite (`sync`) waits for the disk: the
+/// rewrites between are superseded within moments.
+fn replace_file(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut temp = tempfile::Builder::new()
+        .prefix(".run.json.")
+        .suffix(".tmp")
+        // The usual 0o666 less the umask, like any file the run writes.
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .tempfile_in(dir)?;
+    temp.write_all(bytes)?;
+    if sync {
+        temp.as_file().sync_all()?;
+    }
+    temp.persist(path).map_err(|error| error.error)?;
+    Ok(())
 }
 
 /// The runs folder of a state folder.

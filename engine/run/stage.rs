@@ -573,7 +573,14 @@ impl StageRunner<'_> {
             "model": model,
             "sub_workflow": sub.as_ref().map(hash),
         });
-        (hash(&parts), parts)
+        let fingerprint = hash(&parts);
+        // The record keeps the parts without `deps`: they are the upstream stages' output hashes,
+        // which the record holds already (and which can be many).
+        let mut parts = parts;
+        if let Value::Object(map) = &mut parts {
+            map.remove("deps");
+        }
+        (fingerprint, parts)
     }
 
     /// Why an execution would not be reused: the parts that differ from the last run's.
@@ -611,17 +618,23 @@ impl StageRunner<'_> {
         if changed("sub_workflow") {
             reasons.push("its sub-workflow's files changed".to_string());
         }
-        if let (Some(Value::Object(old)), Some(Value::Object(new))) =
-            (before.get("deps"), parts.get("deps"))
-        {
-            for (id, sha) in new {
-                if assumed.contains(&id.as_str()) {
-                    reasons.push(format!(
-                        "upstream `{id}` runs first, so its output is not known yet"
-                    ));
-                } else if old.get(id) != Some(sha) {
-                    reasons.push(format!("the output of upstream `{id}` changed"));
-                }
+        for &d in &stage.deps {
+            let id = self.workflow.stages[d].id.as_str();
+            if assumed.contains(&id) {
+                reasons.push(format!(
+                    "upstream `{id}` runs first, so its output is not known yet"
+                ));
+                continue;
+            }
+            // What the fingerprint took from it: its output hash, or its status without one.
+            let now = self.table.get(d).map(|slot| slot.sha256);
+            let then = record.stages.get(id).map(|s| {
+                s.output_sha256
+                    .clone()
+                    .unwrap_or_else(|| s.status.as_str().to_string())
+            });
+            if now != then {
+                reasons.push(format!("the output of upstream `{id}` changed"));
             }
         }
         if changed("action") && reasons.is_empty() {
