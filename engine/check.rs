@@ -228,6 +228,10 @@ fn check_inner(
                 })
                 .collect();
             let warnings = std::mem::take(&mut diags);
+            // The merged document has been read into `file`; locations come from `origins`.
+            // Freed here, it does not add to a long run's peak memory.
+            let mut raw = raw;
+            raw.doc = Value::Null;
             Ok(Workflow {
                 name: raw.name.clone(),
                 file,
@@ -984,8 +988,8 @@ impl<'a> Checker<'a> {
 
     fn unknown_stage(&mut self, name: &str, pointer: &str, ids: &[String]) {
         if let Some(origin) = self.raw.disabled.get(name) {
-            let source = &self.raw.sources[origin.source];
-            let (line, _) = source.line_col(origin.key.start);
+            let source = &self.raw.sources[origin.source()];
+            let (line, _) = source.line_col(origin.key().start);
             self.error(
                 format!(
                     "stage `{name}` is disabled by {}:{line}",
@@ -1600,8 +1604,8 @@ impl<'a> Checker<'a> {
                 let Some(&target_index) = index.get(*target) else {
                     if self.raw.disabled.contains_key(*target) {
                         let origin = &self.raw.disabled[*target];
-                        let file = &self.raw.sources[origin.source];
-                        let (line, _) = file.line_col(origin.key.start);
+                        let file = &self.raw.sources[origin.source()];
+                        let (line, _) = file.line_col(origin.key().start);
                         self.diag_at(
                             at,
                             source,

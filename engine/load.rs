@@ -16,14 +16,46 @@ use crate::diag::{did_you_mean, Diagnostic, Location, SourceFile};
 use crate::format::ACTION_KEYS;
 use crate::library::{Found, Library, SearchPath};
 
-/// Where a key of the merged document was written.
-#[derive(Debug, Clone)]
+/// Where a key of the merged document was written. Kept compact (20 bytes): a workflow of
+/// thousands of stages has an origin for every key.
+#[derive(Debug, Clone, Copy)]
 pub struct Origin {
     /// Index into [`RawWorkflow::sources`].
-    pub source: usize,
+    source: u32,
     /// The key's span (or the value's, for array elements).
-    pub key: Range<usize>,
-    pub value: Range<usize>,
+    key: [u32; 2],
+    value: [u32; 2],
+}
+
+impl Origin {
+    pub fn new(source: usize, key: Range<usize>, value: Range<usize>) -> Self {
+        let narrow = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        Origin {
+            source: narrow(source),
+            key: [narrow(key.start), narrow(key.end)],
+            value: [narrow(value.start), narrow(value.end)],
+        }
+    }
+
+    /// Index into [`RawWorkflow::sources`].
+    pub fn source(&self) -> usize {
+        self.source as usize
+    }
+
+    pub fn key(&self) -> Range<usize> {
+        self.key[0] as usize..self.key[1] as usize
+    }
+
+    pub fn value(&self) -> Range<usize> {
+        self.value[0] as usize..self.value[1] as usize
+    }
+
+    fn shifted(self, offset: usize) -> Self {
+        Origin {
+            source: self.source + offset as u32,
+            ..self
+        }
+    }
 }
 
 /// A workflow document, overlays merged, every key's origin known.
@@ -44,12 +76,12 @@ pub struct RawWorkflow {
 impl RawWorkflow {
     /// The location of a pointer's value, or of the closest enclosing key that has one.
     pub fn locate(&self, pointer: &str) -> Option<Location> {
-        self.locate_with(pointer, |o| o.value.clone())
+        self.locate_with(pointer, Origin::value)
     }
 
     /// The location of a pointer's key.
     pub fn locate_key(&self, pointer: &str) -> Option<Location> {
-        self.locate_with(pointer, |o| o.key.clone())
+        self.locate_with(pointer, Origin::key)
     }
 
     fn locate_with(
@@ -61,7 +93,7 @@ impl RawWorkflow {
         loop {
             if let Some(origin) = self.origins.get(current) {
                 return Some(Location {
-                    source: self.sources[origin.source].clone(),
+                    source: self.sources[origin.source()].clone(),
                     span: pick(origin),
                 });
             }
@@ -206,14 +238,7 @@ pub fn parse_document(
     // several times.
     let mut origins = HashMap::with_capacity(1 + count_entries(table.get_ref()));
     let span = table.span();
-    origins.insert(
-        String::new(),
-        Origin {
-            source: source_index,
-            key: span.clone(),
-            value: span,
-        },
-    );
+    origins.insert(String::new(), Origin::new(source_index, span.clone(), span));
     let doc = convert_table(table.get_ref(), "", source_index, &mut origins);
     Ok((doc, origins))
 }
@@ -252,14 +277,7 @@ fn convert_table(
         child.push('/');
         child.push_str(&segment);
         let converted = convert_value(value.get_ref(), &child, source, origins);
-        origins.insert(
-            child,
-            Origin {
-                source,
-                key: key.span(),
-                value: value.span(),
-            },
-        );
+        origins.insert(child, Origin::new(source, key.span(), value.span()));
         map.insert(key.get_ref().to_string(), converted);
     }
     Value::Object(map)
@@ -297,14 +315,7 @@ fn convert_value(
                 .enumerate()
                 .map(|(index, item)| {
                     let child = format!("{pointer}/{index}");
-                    origins.insert(
-                        child.clone(),
-                        Origin {
-                            source,
-                            key: item.span(),
-                            value: item.span(),
-                        },
-                    );
+                    origins.insert(child.clone(), Origin::new(source, item.span(), item.span()));
                     convert_value(item.get_ref(), &child, source, origins)
                 })
                 .collect(),
@@ -330,18 +341,12 @@ fn overlay(top: &mut RawWorkflow, base: RawWorkflow) -> Result<(), Vec<Diagnosti
     let mut origins: HashMap<String, Origin> = base
         .origins
         .into_iter()
-        .map(|(pointer, mut origin)| {
-            origin.source += offset;
-            (pointer, origin)
-        })
+        .map(|(pointer, origin)| (pointer, origin.shifted(offset)))
         .collect();
     let mut disabled: HashMap<String, Origin> = base
         .disabled
         .into_iter()
-        .map(|(id, mut origin)| {
-            origin.source += offset;
-            (id, origin)
-        })
+        .map(|(id, origin)| (id, origin.shifted(offset)))
         .collect();
     let mut diagnostics = Vec::new();
     let base_name = base.name.clone();
@@ -389,11 +394,7 @@ fn overlay(top: &mut RawWorkflow, base: RawWorkflow) -> Result<(), Vec<Diagnosti
                             .origins
                             .get(&format!("{pointer}/disabled"))
                             .cloned()
-                            .unwrap_or(Origin {
-                                source: 0,
-                                key: 0..0,
-                                value: 0..0,
-                            });
+                            .unwrap_or(Origin::new(0, 0..0, 0..0));
                         if !exists {
                             diagnostics.push(
                                 Diagnostic::error(format!(

@@ -264,9 +264,7 @@ impl RunFiles {
         let started = Instant::now();
         // The logs first: the record never claims an output `resume` cannot find.
         self.flush_logs()?;
-        let mut bytes = serde_json::to_vec_pretty(record).map_err(std::io::Error::other)?;
-        bytes.push(b'\n');
-        replace_file(&self.dir.join("run.json"), &bytes, force)?;
+        replace_file(&self.dir.join("run.json"), record, force)?;
         self.last_cost = started.elapsed();
         self.last_write = Some(Instant::now());
         self.dirty = false;
@@ -294,18 +292,22 @@ impl RunFiles {
     }
 }
 
-/// Replace a file by renaming a complete new one over it, so a reader or a crash sees the old
+/// Replace `run.json` by renaming a complete new one over it, so a reader or a crash sees the old
 /// record or the new one, never a mix. Only a final rewrite (`sync`) waits for the disk: the
 /// rewrites between are superseded within moments.
-fn replace_file(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
+fn replace_file(path: &Path, record: &RunRecord, sync: bool) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    let mut temp = tempfile::Builder::new()
+    let temp = tempfile::Builder::new()
         .prefix(".run.json.")
         .suffix(".tmp")
         // The usual 0o666 less the umask, like any file the run writes.
         .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
         .tempfile_in(dir)?;
-    temp.write_all(bytes)?;
+    // Serialized straight into the file: a record of thousands of stages is megabytes.
+    let mut out = BufWriter::with_capacity(64 * 1024, temp);
+    serde_json::to_writer(&mut out, record).map_err(std::io::Error::other)?;
+    out.write_all(b"\n")?;
+    let temp = out.into_inner().map_err(|error| error.into_error())?;
     if sync {
         temp.as_file().sync_all()?;
     }
