@@ -550,7 +550,8 @@ impl<'a> Checker<'a> {
         }
 
         // Pass 1: gather every template source, resolve template files, compile schemas.
-        let mut stage_actions: Vec<Option<PendingAction>> = Vec::new();
+        let mut stage_actions: Vec<Option<PendingAction>> = Vec::with_capacity(ids.len());
+        self.sources.reserve(2 * ids.len());
         for (id, def) in &self.file.stages {
             stage_actions.push(self.gather_stage(id, def, visiting));
         }
@@ -878,7 +879,7 @@ impl<'a> Checker<'a> {
                     take(&format!("value:{prefix}set_state.{k}")).map(|t| (k.clone(), t))
                 })
                 .collect();
-            let cache = def.cache.as_ref().and_then(|c| match c {
+            let cache = def.cache.as_ref().and_then(|c| match &**c {
                 CacheDef::Enabled(false) => None,
                 CacheDef::Enabled(true) => Some(CacheSpec {
                     key: None,
@@ -1191,7 +1192,7 @@ impl<'a> Checker<'a> {
         for (key, source) in &def.set_state {
             self.stage_source(id, &["set_state", key], "#output", source, Kind::Value);
         }
-        if let Some(CacheDef::Keyed(keyed)) = &def.cache {
+        if let Some(CacheDef::Keyed(keyed)) = def.cache.as_deref() {
             if let Some(key) = &keyed.key {
                 self.stage_source(id, &["cache", "key"], item, key, Kind::Text);
             }
@@ -1314,7 +1315,7 @@ impl<'a> Checker<'a> {
                 };
                 self.check_with(id, builtin, def);
                 if let Some(with) = &def.with {
-                    for (k, v) in with {
+                    for (k, v) in with.iter() {
                         self.gather_with(
                             &format!("{prefix}with.{k}{item}"),
                             v,
@@ -1374,7 +1375,7 @@ impl<'a> Checker<'a> {
                         );
                     }
                 }
-                for (k, v) in &given {
+                for (k, v) in given.iter() {
                     self.gather_with(
                         &format!("{prefix}with.{k}{item}"),
                         v,
@@ -1472,7 +1473,7 @@ impl<'a> Checker<'a> {
                 );
             }
         }
-        for (key, value) in &with {
+        for (key, value) in with.iter() {
             let Some(property) = properties.get(key) else {
                 continue;
             };

@@ -170,7 +170,7 @@ pub struct StageDef {
     pub workflow: Option<String>,
     /// Arguments of `uses` or inputs of `workflow`; string values are templates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub with: Option<IndexMap<String, Value>>,
+    pub with: Option<Box<IndexMap<String, Value>>>,
 
     /// Commands: a template fed to stdin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -221,7 +221,7 @@ pub struct StageDef {
 
     /// How the output is read, validated and saved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub output: Option<OutputDef>,
+    pub output: Option<Box<OutputDef>>,
     /// What a failure does to the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_error: Option<OnError>,
@@ -239,13 +239,13 @@ pub struct StageDef {
     pub timeout: Option<String>,
     /// Reuse the output of an identical earlier execution.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache: Option<CacheDef>,
+    pub cache: Option<Box<CacheDef>>,
     /// On success, values saved in the workflow's persistent state (templates).
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub set_state: IndexMap<String, String>,
     /// The output a dry-run assumes when it does not execute this stage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dry_run_output: Option<Value>,
+    pub dry_run_output: Option<Box<Value>>,
 }
 
 /// The keys that name a stage's action.
