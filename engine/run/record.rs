@@ -104,7 +104,7 @@ pub struct StageRecord {
     pub fingerprint: Option<String>,
     /// What the fingerprint covers, hashed part by part (so a miss can say what changed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fingerprint_parts: Option<Value>,
+    pub fingerprint_parts: Option<FingerprintParts>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_sha256: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -195,6 +195,22 @@ pub struct RunRecord {
     pub outputs: Option<Value>,
     #[serde(default)]
     pub usage: UsageTotals,
+}
+
+/// What a stage's fingerprint covers, each part hashed. The fingerprint is the SHA-256 of this
+/// document as compact JSON, fields in this order, with `deps`; the record keeps it without
+/// `deps` (the upstream stages' output hashes, which the record holds already).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FingerprintParts {
+    pub version: String,
+    pub definition: String,
+    pub action: String,
+    /// Each upstream stage's output hash (or its status, when it has no output).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deps: Option<IndexMap<String, Option<String>>>,
+    pub schema: Option<String>,
+    pub model: Option<String>,
+    pub sub_workflow: Option<String>,
 }
 
 /// A stage output as kept in `artifacts/outputs.jsonl`.

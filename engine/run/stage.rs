@@ -60,7 +60,7 @@ pub(crate) struct StageOutcome {
     pub reason: Option<String>,
     pub exit: Option<String>,
     pub fingerprint: Option<String>,
-    pub fingerprint_parts: Option<Value>,
+    pub fingerprint_parts: Option<super::record::FingerprintParts>,
     /// The output's SHA-256, when it is already known (a cache entry stores it).
     pub output_sha256: Option<String>,
     pub explain: Option<String>,
@@ -548,43 +548,44 @@ impl StageRunner<'_> {
     }
 
     /// The fingerprint, and the hashes of what it covers, part by part.
-    fn fingerprint(&self, stage: &Stage, rendered: &[Rendered]) -> (String, Value) {
-        let mut deps = Map::new();
-        for &d in &stage.deps {
-            let slot = self.table.get(d).map(|slot| slot.sha256);
-            deps.insert(self.workflow.stages[d].id.clone(), json!(slot));
-        }
+    fn fingerprint(
+        &self,
+        stage: &Stage,
+        rendered: &[Rendered],
+    ) -> (String, super::record::FingerprintParts) {
+        let deps = stage
+            .deps
+            .iter()
+            .map(|&d| {
+                let slot = self.table.get(d).map(|slot| slot.sha256);
+                (self.workflow.stages[d].id.clone(), slot)
+            })
+            .collect();
         let model = match &stage.action {
             Action::Prompt { model, .. } => self.runtime.models.identity(model),
             _ => None,
         };
         let sub = match &stage.action {
-            Action::Workflow { workflow, .. } => Some(json!(workflow.file_hashes)),
+            Action::Workflow { workflow, .. } => Some(json_hash(&workflow.file_hashes)),
             _ => None,
         };
         let action: Vec<Value> = rendered.iter().map(Rendered::canonical).collect();
-        let hash = |value: &Value| sha256_hex(value.to_string().as_bytes());
-        let parts = json!({
-            "version": CACHE_VERSION,
-            "definition": stage.definition_hash,
-            "action": hash(&Value::Array(action)),
-            "deps": deps,
-            "schema": stage.schema.as_ref().map(|s| s.sha256.clone()),
-            "model": model,
-            "sub_workflow": sub.as_ref().map(hash),
-        });
-        let fingerprint = hash(&parts);
-        // The record keeps the parts without `deps`: they are the upstream stages' output hashes,
-        // which the record holds already (and which can be many).
-        let mut parts = parts;
-        if let Value::Object(map) = &mut parts {
-            map.remove("deps");
-        }
+        let mut parts = super::record::FingerprintParts {
+            version: CACHE_VERSION.to_string(),
+            definition: stage.definition_hash.clone(),
+            action: json_hash(&action),
+            deps: Some(deps),
+            schema: stage.schema.as_ref().map(|s| s.sha256.clone()),
+            model,
+            sub_workflow: sub,
+        };
+        let fingerprint = json_hash(&parts);
+        parts.deps = None;
         (fingerprint, parts)
     }
 
     /// Why an execution would not be reused: the parts that differ from the last run's.
-    fn explain_miss(&self, stage: &Stage, parts: &Value) -> String {
+    fn explain_miss(&self, stage: &Stage, parts: &super::record::FingerprintParts) -> String {
         let assumed: Vec<&str> = stage
             .deps
             .iter()
@@ -602,20 +603,19 @@ impl StageRunner<'_> {
             return "runs: no earlier run recorded this stage".into();
         };
         let mut reasons = Vec::new();
-        let changed = |key: &str| before.get(key) != parts.get(key);
-        if changed("version") {
+        if before.version != parts.version {
             reasons.push("the engine's cache version changed".to_string());
         }
-        if changed("definition") {
+        if before.definition != parts.definition {
             reasons.push("its definition changed".to_string());
         }
-        if changed("schema") {
+        if before.schema != parts.schema {
             reasons.push("its output schema changed".to_string());
         }
-        if changed("model") {
+        if before.model != parts.model {
             reasons.push("the model behind its alias changed".to_string());
         }
-        if changed("sub_workflow") {
+        if before.sub_workflow != parts.sub_workflow {
             reasons.push("its sub-workflow's files changed".to_string());
         }
         for &d in &stage.deps {
@@ -637,7 +637,7 @@ impl StageRunner<'_> {
                 reasons.push(format!("the output of upstream `{id}` changed"));
             }
         }
-        if changed("action") && reasons.is_empty() {
+        if before.action != parts.action && reasons.is_empty() {
             reasons
                 .push("its rendered action changed (inputs, state or template output)".to_string());
         }
@@ -915,6 +915,25 @@ fn is_work(stage: &Stage) -> bool {
     }
 }
 
+/// The SHA-256 of a value's compact JSON, hashed as it is written.
+fn json_hash(value: &impl serde::Serialize) -> String {
+    use sha2::Digest;
+    struct Hashing(sha2::Sha256);
+    impl std::io::Write for Hashing {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.update(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut hashing = Hashing(sha2::Sha256::new());
+    // Writing JSON into a hasher cannot fail.
+    let _ = serde_json::to_writer(&mut hashing, value);
+    crate::builtins::paths::hex(&hashing.0.finalize())
+}
+
 fn schema_failure(schema: &crate::schema::Schema, errors: &[String]) -> String {
     let name = schema.name.rsplit('/').next().unwrap_or(&schema.name);
     format!("the output does not match {name}: {}", errors.join("; "))
@@ -1020,4 +1039,40 @@ pub(crate) fn save_state(
     let mut bytes = serde_json::to_vec_pretty(&state).map_err(std::io::Error::other)?;
     bytes.push(b'\n');
     crate::builtins::paths::write_atomic(&path, &bytes).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::record::FingerprintParts;
+
+    /// A fingerprint is the hash of the parts as one compact JSON document, fields in a fixed
+    /// order: changing that silently would invalidate every cache entry users hold.
+    #[test]
+    fn fingerprints_hash_the_parts_document_as_written() {
+        let deps: indexmap::IndexMap<String, Option<String>> = [
+            ("a".to_string(), Some("f00d".to_string())),
+            ("b".to_string(), None),
+        ]
+        .into_iter()
+        .collect();
+        let parts = FingerprintParts {
+            version: CACHE_VERSION.to_string(),
+            definition: "d1".into(),
+            action: "a1".into(),
+            deps: Some(deps),
+            schema: None,
+            model: Some("claude".into()),
+            sub_workflow: None,
+        };
+        let document = format!(
+            r#"{{"version":"{CACHE_VERSION}","definition":"d1","action":"a1","deps":{{"a":"f00d","b":null}},"schema":null,"model":"claude","sub_workflow":null}}"#
+        );
+        assert_eq!(json_hash(&parts), sha256_hex(document.as_bytes()));
+        let recorded = FingerprintParts {
+            deps: None,
+            ..parts
+        };
+        assert!(!serde_json::to_string(&recorded).unwrap().contains("deps"));
+    }
 }
