@@ -1,8 +1,8 @@
 //! The stage cache: `cache/<workflow>.jsonl` in the state folder, one entry a line.
 //!
 //! One append-only file per workflow rather than a file per entry: a no-op rerun of thousands
-//! of cached stages reads one file instead of thousands. Each line is written with a single
-//! `write` on a file opened for appending, after the output passed validation; a line that does
+//! of cached stages reads one file instead of thousands. Lines are appended (buffered, flushed
+//! whenever the run waits and at its end) after the output passed validation; a line that does
 //! not parse or whose hash does not match its output is ignored with a warning.
 
 use std::collections::HashMap;
@@ -38,7 +38,7 @@ pub struct Cache {
     entries: Mutex<Option<HashMap<String, Stored>>>,
     warnings: Mutex<Vec<String>>,
     /// The file, opened for appending at the first `put` and kept open for the run.
-    appender: Mutex<Option<std::fs::File>>,
+    appender: Mutex<Option<std::io::BufWriter<std::fs::File>>>,
 }
 
 impl Cache {
@@ -149,10 +149,11 @@ impl Cache {
                         .create(true)
                         .append(true)
                         .open(&self.path)?;
-                    appender.insert(file)
+                    appender.insert(std::io::BufWriter::with_capacity(64 * 1024, file))
                 }
             };
-            // `&File` writes straight through: one `write` of the whole line, as before.
+            // Buffered whole lines: a flush appends complete lines only (`BufWriter` flushes
+            // before a line that does not fit), so a concurrent run never sees half a line.
             file.write_all(&line)?;
         }
         let mut guard = self.entries.lock().unwrap_or_else(|p| p.into_inner());
@@ -165,6 +166,16 @@ impl Cache {
             entries.insert(stored.entry.id.clone(), stored);
         }
         Ok(())
+    }
+
+    /// Append what `put` has buffered. Also done when the cache is dropped; a run calls it
+    /// whenever it waits, so a crash loses at most the entries of the last moments.
+    pub fn flush(&self) -> std::io::Result<()> {
+        let mut appender = self.appender.lock().unwrap_or_else(|p| p.into_inner());
+        match appender.as_mut() {
+            Some(file) => file.flush(),
+            None => Ok(()),
+        }
     }
 
     pub fn take_warnings(&self) -> Vec<String> {

@@ -374,6 +374,10 @@ impl<'w, 'r> Executor<'w, 'r> {
             table: Arc::clone(&self.table),
         };
         let status = self.schedule(&runner);
+        if let Err(error) = runner.cache.flush() {
+            self.reporter
+                .line(&format!("warning: cannot store cache entries: {error}"));
+        }
         for warning in runner.cache.take_warnings() {
             self.reporter.line(&format!("warning: {warning}"));
         }
@@ -469,7 +473,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             if running == 0 {
                 break;
             }
-            let Some((index, outcome)) = self.next_result(&rx) else {
+            let Some((index, outcome)) = self.next_result(&rx, &runner.cache) else {
                 break;
             };
             running -= 1;
@@ -514,12 +518,14 @@ impl<'w, 'r> Executor<'w, 'r> {
     fn next_result(
         &mut self,
         rx: &mpsc::Receiver<(usize, StageOutcome)>,
+        cache: &cache::Cache,
     ) -> Option<(usize, StageOutcome)> {
         match rx.try_recv() {
             Ok(result) => return Some(result),
             Err(mpsc::TryRecvError::Disconnected) => return None,
             Err(mpsc::TryRecvError::Empty) => {}
         }
+        let _ = cache.flush();
         let Some(files) = &mut self.files else {
             return rx.recv().ok();
         };
