@@ -526,6 +526,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             Err(mpsc::TryRecvError::Empty) => {}
         }
         let _ = cache.flush();
+        self.reporter.flush();
         let Some(files) = &mut self.files else {
             return rx.recv().ok();
         };
@@ -629,9 +630,9 @@ impl<'w, 'r> Executor<'w, 'r> {
         if outcome.assumed {
             line.push_str(" [assumed]");
         }
-        self.reporter.line(&line);
+        self.reporter.stage_line(&line);
         for note in &outcome.notes {
-            self.reporter.line(&format!("      {note}"));
+            self.reporter.stage_line(&format!("      {note}"));
         }
         let event = json!({
             "event": "stage_finished",

@@ -18,7 +18,13 @@ pub(crate) struct Reporter {
     json: bool,
     pub(crate) prefix: String,
     live: Option<Arc<Live>>,
+    /// Stage lines held back while stages finish back to back (plain output only); written
+    /// before any other line, whenever the run waits, and at the end.
+    batch: Arc<Mutex<String>>,
 }
+
+/// A batch is written once it holds this much.
+const BATCH_BYTES: usize = 32 * 1024;
 
 struct Live {
     bar: indicatif::ProgressBar,
@@ -47,6 +53,7 @@ impl Reporter {
             json: options.json_events,
             prefix: String::new(),
             live,
+            batch: Arc::default(),
         }
     }
 
@@ -58,6 +65,7 @@ impl Reporter {
         }
     }
 
+    /// A line now.
     pub(crate) fn line(&self, text: &str) {
         if self.quiet {
             return;
@@ -65,14 +73,35 @@ impl Reporter {
         match &self.live {
             Some(live) => live.bar.println(text),
             None => {
-                // One write per line (`eprintln!` on the unbuffered stderr makes two system
-                // calls), and a closed stderr is not an error of the run.
-                let mut line = String::with_capacity(text.len() + 1);
-                line.push_str(text);
-                line.push('\n');
-                let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+                let mut batch = self.batch.lock().unwrap_or_else(|p| p.into_inner());
+                batch.push_str(text);
+                batch.push('\n');
+                write_stderr(&mut batch);
             }
         }
+    }
+
+    /// A line that may wait for the next batch: what a finished stage prints.
+    pub(crate) fn stage_line(&self, text: &str) {
+        if self.quiet {
+            return;
+        }
+        match &self.live {
+            Some(live) => live.bar.println(text),
+            None => {
+                let mut batch = self.batch.lock().unwrap_or_else(|p| p.into_inner());
+                batch.push_str(text);
+                batch.push('\n');
+                if batch.len() >= BATCH_BYTES {
+                    write_stderr(&mut batch);
+                }
+            }
+        }
+    }
+
+    /// Write the held-back lines.
+    pub(crate) fn flush(&self) {
+        write_stderr(&mut self.batch.lock().unwrap_or_else(|p| p.into_inner()));
     }
 
     pub(crate) fn event(&self, event: &Value) {
@@ -104,9 +133,18 @@ impl Reporter {
 
     /// Clear the live line (the top-level run only).
     pub(crate) fn done(&self) {
+        self.flush();
         if let (Some(live), true) = (&self.live, self.prefix.is_empty()) {
             live.bar.finish_and_clear();
         }
+    }
+}
+
+/// One write for the whole batch; a closed stderr is not an error of the run.
+fn write_stderr(batch: &mut String) {
+    if !batch.is_empty() {
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), batch.as_bytes());
+        batch.clear();
     }
 }
 
