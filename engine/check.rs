@@ -675,15 +675,15 @@ impl<'a> Checker<'a> {
         let mut reference_checks: Vec<(usize, &str, Context, usize, String)> = Vec::new();
         for (i, (id, def)) in self.file.stages.iter().enumerate() {
             for (position, after) in def.after.iter().enumerate() {
-                let pointer = format!("{}/after/{position}", stage_pointer(id));
+                let pointer = || format!("{}/after/{position}", stage_pointer(id));
                 match index.get(after.as_str()) {
                     Some(&j) if j == i => {
-                        self.error(format!("stage `{id}` cannot run after itself"), &pointer);
+                        self.error(format!("stage `{id}` cannot run after itself"), &pointer());
                     }
                     Some(&j) => {
                         deps[i].insert(j);
                     }
-                    None => self.unknown_stage(after, &pointer, &ids),
+                    None => self.unknown_stage(after, &pointer(), &ids),
                 }
             }
             let names = &mut names_of[i];

@@ -315,8 +315,9 @@ fn convert_value(
                 .enumerate()
                 .map(|(index, item)| {
                     let child = format!("{pointer}/{index}");
-                    origins.insert(child.clone(), Origin::new(source, item.span(), item.span()));
-                    convert_value(item.get_ref(), &child, source, origins)
+                    let converted = convert_value(item.get_ref(), &child, source, origins);
+                    origins.insert(child, Origin::new(source, item.span(), item.span()));
+                    converted
                 })
                 .collect(),
         ),

@@ -464,6 +464,12 @@ impl<'w, 'r> Executor<'w, 'r> {
                     let _ = tx.send((index, outcome));
                     break;
                 }
+                // A stage whose output is reused (or whose `if` is false) is over here as well;
+                // only work goes to a worker.
+                if let Some(outcome) = runner.run_if_reused(index) {
+                    let _ = tx.send((index, outcome));
+                    break;
+                }
                 let tx = tx.clone();
                 scope.spawn(move |_| {
                     let outcome = runner.run(index);

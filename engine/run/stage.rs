@@ -75,6 +75,10 @@ pub(crate) struct StageOutcome {
     pub notes: Vec<String>,
     /// A failure that fails the run.
     pub fatal: bool,
+    /// Asked to finish only without work ([`StageRunner::run_if_reused`]).
+    reuse_only: bool,
+    /// It has work to do, left for [`StageRunner::run`].
+    deferred: bool,
 }
 
 impl StageOutcome {
@@ -97,6 +101,8 @@ impl StageOutcome {
             duration: Duration::ZERO,
             set_state: Vec::new(),
             notes: Vec::new(),
+            reuse_only: false,
+            deferred: false,
             fatal: false,
         }
     }
@@ -175,10 +181,23 @@ pub(crate) struct StageRunner<'a> {
 }
 
 impl StageRunner<'_> {
+    /// The stage's outcome when it needs no work here: its `if` is false, or its output is
+    /// reused from the cache or a resumed run (and so are dry-run assumptions). `None` when it
+    /// has work to do, which [`StageRunner::run`] does.
+    pub(crate) fn run_if_reused(&self, index: usize) -> Option<StageOutcome> {
+        let outcome = self.run_with(index, true);
+        (!outcome.deferred).then_some(outcome)
+    }
+
     pub(crate) fn run(&self, index: usize) -> StageOutcome {
+        self.run_with(index, false)
+    }
+
+    fn run_with(&self, index: usize, reuse_only: bool) -> StageOutcome {
         let started = Instant::now();
         let stage = &self.workflow.stages[index];
         let mut outcome = StageOutcome::new();
+        outcome.reuse_only = reuse_only;
         if let Err(error) = self.run_inner(stage, &mut outcome) {
             outcome.status = StageStatus::Failed;
             outcome.output = None;
@@ -308,6 +327,10 @@ impl StageRunner<'_> {
             }
             outcome.assumed = true;
             self.assumed_output(stage, units.len())
+        } else if outcome.reuse_only {
+            // Not reusable: the caller hands the stage to a worker.
+            outcome.deferred = true;
+            return Ok(());
         } else {
             if self.options.dry_run && self.options.show_prompts {
                 for unit in &rendered {
