@@ -366,7 +366,7 @@ fn describe_schema_error(error: &jsonschema::ValidationError<'_>, pointer: &str)
             format!(
                 "`{at}` must be {}, not {}",
                 article(&expected),
-                json_type(&error.instance())
+                json_type(error.instance())
             )
         }
         K::Enum { options } => format!("`{at}` must be one of {options}, not {}", error.instance()),
@@ -374,7 +374,7 @@ fn describe_schema_error(error: &jsonschema::ValidationError<'_>, pointer: &str)
         K::AnyOf { .. } | K::OneOfNotValid { .. } => {
             format!(
                 "`{at}` has the wrong shape ({})",
-                json_type(&error.instance())
+                json_type(error.instance())
             )
         }
         _ => format!("`{at}`: {error}"),

@@ -472,7 +472,7 @@ fn overlay(top: &mut RawWorkflow, base: RawWorkflow) -> Result<(), Vec<Diagnosti
     }
     // The root span belongs to the top file.
     if let Some(origin) = top.origins.get("") {
-        origins.insert(String::new(), origin.clone());
+        origins.insert(String::new(), *origin);
     }
     top.doc = merged_doc;
     top.origins = origins;
@@ -516,7 +516,7 @@ fn copy_origins(from: &HashMap<String, Origin>, to: &mut HashMap<String, Origin>
     let prefix = format!("{pointer}/");
     for (key, origin) in from {
         if key == pointer || key.starts_with(&prefix) {
-            to.insert(key.clone(), origin.clone());
+            to.insert(key.clone(), *origin);
         }
     }
 }
