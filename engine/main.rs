@@ -11,8 +11,8 @@ use serde_json::{Map, Value};
 
 use stagegraph::diag::{has_errors, Diagnostic, Severity};
 
-/// A run of many small stages allocates and frees many small values; mimalloc does that in
-/// about half the time of the system allocator (measured in README, "Benchmark").
+/// A run of many small stages allocates and frees many small values: with mimalloc a no-op
+/// rerun of 10,000 stages took 0.19 s instead of 0.25 s (README, "Benchmark").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use stagegraph::exit;
