@@ -134,8 +134,7 @@ fn lookup_path(text: &str) -> Option<Box<[Box<str>]>> {
             && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
             && !KEYWORDS.contains(&s)
     };
-    let roots = known_roots();
-    (roots.contains(segments[0].as_ref()) && segments.iter().all(|s| is_ident(s)))
+    (ROOTS.contains(&segments[0].as_ref()) && segments.iter().all(|s| is_ident(s)))
         .then(|| segments.into_boxed_slice())
 }
 
@@ -439,12 +438,13 @@ impl Object for Scope {
 }
 
 /// The names every template may read at the top level.
+const ROOTS: [&str; 8] = [
+    "inputs", "env", "stages", "state", "run", "item", "index", "output",
+];
+
+/// The names every template may read at the top level.
 pub fn known_roots() -> BTreeSet<&'static str> {
-    [
-        "inputs", "env", "stages", "state", "run", "item", "index", "output",
-    ]
-    .into_iter()
-    .collect()
+    ROOTS.into_iter().collect()
 }
 
 #[cfg(test)]
