@@ -739,3 +739,40 @@ command = ["sh", "-c", "exec sleep 8"]
         "run.json still does not show `b` finished 5 s into `long`"
     );
 }
+
+#[test]
+fn outputs_see_how_the_run_ended() {
+    let t = Test::new();
+    t.write(
+        "flow.toml",
+        r#"
+[inputs.stop]
+type = "boolean"
+default = false
+
+[stages.gate]
+template = { inline = "checked" }
+exit_if = "inputs.stop"
+exit_message = "nothing to do"
+
+[stages.work]
+after = ["gate"]
+template = { inline = "done" }
+
+[outputs]
+status = "{{ run.status }}"
+reason = "{{ run.exit.message if run.exit else 'finished' }}"
+by = "{{ run.exit.stage if run.exit else '' }}"
+"#,
+    );
+    t.run(["run", "flow.toml", "--input", "stop=true"]).code(0);
+    assert_eq!(
+        t.last_run()["outputs"],
+        json!({ "status": "exited", "reason": "nothing to do", "by": "gate" })
+    );
+    t.run(["run", "flow.toml"]).code(0);
+    assert_eq!(
+        t.last_run()["outputs"],
+        json!({ "status": "completed", "reason": "finished", "by": "" })
+    );
+}

@@ -241,6 +241,20 @@ impl<'w, 'r> Executor<'w, 'r> {
         }
     }
 
+    /// What templates see as `run`: `status` is `running` until `[outputs]`, which also see
+    /// `exit` (`{ stage, message }` when a stage ended the run early, else none).
+    fn run_value(&self, status: RunStatus) -> minijinja::Value {
+        minijinja::Value::from_serialize(json!({
+            "id": self.record.run_id,
+            "dir": self.files.as_ref().map(|f| f.dir.display().to_string()),
+            "started_at": self.record.started_at,
+            "workflow": self.workflow.name,
+            "dry_run": self.options.dry_run,
+            "status": status.as_str(),
+            "exit": self.record.exit,
+        }))
+    }
+
     fn finish(&mut self, status: RunStatus) {
         self.record.status = status;
         self.record.finished_at = Some(record::now_rfc3339());
@@ -271,13 +285,7 @@ impl<'w, 'r> Executor<'w, 'r> {
                 &self.runtime.state_dir,
                 &workflow.name,
             )),
-            run: minijinja::Value::from_serialize(json!({
-                "id": self.record.run_id,
-                "dir": self.files.as_ref().map(|f| f.dir.display().to_string()),
-                "started_at": self.record.started_at,
-                "workflow": workflow.name,
-                "dry_run": self.options.dry_run,
-            })),
+            run: self.run_value(RunStatus::Running),
             item: None,
             index: None,
             output: None,
@@ -383,8 +391,9 @@ impl<'w, 'r> Executor<'w, 'r> {
         }
         scope.output = None;
 
-        // Outputs.
+        // Outputs, which also see how the run ended (`run.status`, `run.exit`).
         if status == RunStatus::Completed || status == RunStatus::Exited {
+            scope.run = self.run_value(status);
             let base = scope.to_value();
             let mut outputs = Map::new();
             for (name, tmpl) in &workflow.outputs {
