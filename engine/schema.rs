@@ -52,7 +52,7 @@ impl Schema {
     }
 
     fn with_validator(value: Value, name: &str, validator: jsonschema::Validator) -> Schema {
-        let sha256 = sha256_hex(value.to_string().as_bytes());
+        let sha256 = crate::builtins::paths::sha256_json(&value);
         Schema {
             name: name.to_string(),
             value,

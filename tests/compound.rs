@@ -680,9 +680,8 @@ fn an_update_refuses_to_overwrite_a_doc_edited_while_the_run_worked() {
     assert_eq!(project.test.read(&format!("repo/{EXISTING}")), edited);
 }
 
-#[test]
-fn a_new_doc_refuses_a_target_that_appeared_while_the_run_worked() {
-    let project = Project::new();
+/// The related-docs role writes the new doc's target itself, as another writer would mid-run.
+fn write_target_while_the_run_works(project: &Project) {
     let target = project.path(DOC);
     project.hook(
         "related-docs-finder",
@@ -692,6 +691,12 @@ fn a_new_doc_refuses_a_target_that_appeared_while_the_run_worked() {
             target.display()
         ),
     );
+}
+
+#[test]
+fn a_new_doc_refuses_a_target_that_appeared_while_the_run_worked() {
+    let project = Project::new();
+    write_target_while_the_run_works(&project);
     let out = project.run(&[]);
     let record = project.record();
     assert_exited(
@@ -708,15 +713,7 @@ fn a_new_doc_refuses_a_target_that_appeared_while_the_run_worked() {
 #[test]
 fn a_resumed_run_observes_the_disk_afresh_and_reuses_the_model_calls() {
     let project = Project::new();
-    let target = project.path(DOC);
-    project.hook(
-        "related-docs-finder",
-        &format!(
-            "mkdir -p '{}' && printf 'mine\\n' > '{}'\n",
-            target.parent().expect("a folder").display(),
-            target.display()
-        ),
-    );
+    write_target_while_the_run_works(&project);
     let out = project.run(&[]);
     assert_exited(
         &out,
@@ -724,7 +721,7 @@ fn a_resumed_run_observes_the_disk_afresh_and_reuses_the_model_calls() {
         "drift_check",
         "appeared while this run worked",
     );
-    fs::remove_file(&target).expect("remove the intruder");
+    fs::remove_file(project.path(DOC)).expect("remove the intruder");
     fs::remove_file(project.path("model/hooks/related-docs-finder.sh")).expect("remove the hook");
     let asked = project.calls();
 

@@ -186,6 +186,14 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
+/// SHA-256 of a value's compact JSON (what `to_string` gives), hashed as it is written.
+pub fn sha256_json(value: &impl serde::Serialize) -> String {
+    let mut hasher = Sha256::new();
+    // Writing JSON into a hasher cannot fail.
+    let _ = serde_json::to_writer(&mut hasher, value);
+    hex(&hasher.finalize())
+}
+
 pub(crate) fn hex(digest: &[u8]) -> String {
     // By table rather than `write!("{:02x}")`: a run hashes every stage's fingerprint and output,
     // and the formatting machinery cost as much as the hashing.

@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::builtins::paths::sha256_json;
 use crate::schema::sha256_hex;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -106,7 +107,7 @@ impl Cache {
         let stored = entries.get_mut(id)?;
         if !stored.verified {
             let entry = &stored.entry;
-            if sha256_hex(entry.output.to_string().as_bytes()) != entry.sha256 {
+            if sha256_json(&entry.output) != entry.sha256 {
                 let warning = self.corrupt(stored.line);
                 entries.remove(id);
                 self.warnings
@@ -132,7 +133,7 @@ impl Cache {
         let entry = Entry {
             id: id.to_string(),
             created_at: chrono::Utc::now().timestamp(),
-            sha256: sha256_hex(output.to_string().as_bytes()),
+            sha256: sha256_json(output),
             output: output.clone(),
         };
         let mut line = serde_json::to_vec(&entry).map_err(std::io::Error::other)?;

@@ -568,7 +568,7 @@ impl<'w, 'r> Executor<'w, 'r> {
         // A reused output comes with its hash; anything else is hashed once, here.
         let output_sha = match (outcome.output_sha256.take(), &outcome.output) {
             (Some(sha), Some(_)) => Some(sha),
-            (_, Some(output)) => Some(crate::schema::sha256_hex(output.to_string().as_bytes())),
+            (_, Some(output)) => Some(crate::builtins::paths::sha256_json(output)),
             (_, None) => None,
         };
         if let (Some(files), Some(output), Some(fingerprint), Some(sha)) = (

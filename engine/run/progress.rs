@@ -67,22 +67,17 @@ impl Reporter {
 
     /// A line now.
     pub(crate) fn line(&self, text: &str) {
-        if self.quiet {
-            return;
-        }
-        match &self.live {
-            Some(live) => live.bar.println(text),
-            None => {
-                let mut batch = self.batch.lock().unwrap_or_else(|p| p.into_inner());
-                batch.push_str(text);
-                batch.push('\n');
-                write_stderr(&mut batch);
-            }
-        }
+        self.print(text, true);
     }
 
     /// A line that may wait for the next batch: what a finished stage prints.
     pub(crate) fn stage_line(&self, text: &str) {
+        self.print(text, false);
+    }
+
+    /// Print a line above the live line, or add it to the batch, written now when `now` or when
+    /// the batch is full.
+    fn print(&self, text: &str, now: bool) {
         if self.quiet {
             return;
         }
@@ -92,7 +87,7 @@ impl Reporter {
                 let mut batch = self.batch.lock().unwrap_or_else(|p| p.into_inner());
                 batch.push_str(text);
                 batch.push('\n');
-                if batch.len() >= BATCH_BYTES {
+                if now || batch.len() >= BATCH_BYTES {
                     write_stderr(&mut batch);
                 }
             }

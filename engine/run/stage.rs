@@ -14,6 +14,7 @@ use super::cache::Cache;
 use super::process::{self, Interrupt, ProcessSpec};
 use super::record::{ModelCall, OutputLine, StageStatus};
 use super::{Reporter, RunOptions, RunStatus, Runtime};
+use crate::builtins::paths::sha256_json;
 use crate::builtins::{BuiltinCtx, WriteRoots};
 use crate::check::{Action, ProcessAction, Stage, WithTree, Workflow};
 use crate::format::OutputFormat;
@@ -589,20 +590,20 @@ impl StageRunner<'_> {
             _ => None,
         };
         let sub = match &stage.action {
-            Action::Workflow { workflow, .. } => Some(json_hash(&workflow.file_hashes)),
+            Action::Workflow { workflow, .. } => Some(sha256_json(&workflow.file_hashes)),
             _ => None,
         };
         let action: Vec<Value> = rendered.iter().map(Rendered::canonical).collect();
         let mut parts = super::record::FingerprintParts {
             version: CACHE_VERSION.to_string(),
             definition: stage.definition_hash.clone(),
-            action: json_hash(&action),
+            action: sha256_json(&action),
             deps: Some(deps),
             schema: stage.schema.as_ref().map(|s| s.sha256.clone()),
             model,
             sub_workflow: sub,
         };
-        let fingerprint = json_hash(&parts);
+        let fingerprint = sha256_json(&parts);
         parts.deps = None;
         (fingerprint, parts)
     }
@@ -938,25 +939,6 @@ fn is_work(stage: &Stage) -> bool {
     }
 }
 
-/// The SHA-256 of a value's compact JSON, hashed as it is written.
-fn json_hash(value: &impl serde::Serialize) -> String {
-    use sha2::Digest;
-    struct Hashing(sha2::Sha256);
-    impl std::io::Write for Hashing {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.update(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut hashing = Hashing(sha2::Sha256::new());
-    // Writing JSON into a hasher cannot fail.
-    let _ = serde_json::to_writer(&mut hashing, value);
-    crate::builtins::paths::hex(&hashing.0.finalize())
-}
-
 fn schema_failure(schema: &crate::schema::Schema, errors: &[String]) -> String {
     let name = schema.name.rsplit('/').next().unwrap_or(&schema.name);
     format!("the output does not match {name}: {}", errors.join("; "))
@@ -1091,7 +1073,7 @@ mod tests {
         let document = format!(
             r#"{{"version":"{CACHE_VERSION}","definition":"d1","action":"a1","deps":{{"a":"f00d","b":null}},"schema":null,"model":"claude","sub_workflow":null}}"#
         );
-        assert_eq!(json_hash(&parts), sha256_hex(document.as_bytes()));
+        assert_eq!(sha256_json(&parts), sha256_hex(document.as_bytes()));
         let recorded = FingerprintParts {
             deps: None,
             ..parts
