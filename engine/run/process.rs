@@ -4,10 +4,11 @@
 //! Every running group is registered in [`Interrupt`], so a Ctrl-C can kill all of them at once
 //! and the blocked waits return.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
 use std::io::Write;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
@@ -70,7 +71,16 @@ pub fn run(spec: &ProcessSpec) -> Result<ProcessOutput, ProcessError> {
     if interrupt.is_set() {
         return Err(ProcessError::Interrupted);
     }
-    let mut command = Command::new(program);
+    // The program is looked up on PATH here, once per run for each name, rather than by the
+    // spawned child trying every PATH entry in turn: a command stage costs one exec, not nine.
+    let mut command = match resolve(program, spec) {
+        Some(path) => {
+            let mut command = Command::new(path);
+            command.arg0(program);
+            command
+        }
+        None => Command::new(program),
+    };
     command
         .args(&spec.argv[1..])
         .stdin(if spec.stdin.is_some() {
@@ -168,6 +178,41 @@ pub fn run(spec: &ProcessSpec) -> Result<ProcessOutput, ProcessError> {
     })
 }
 
+/// The executable a bare program name runs, searched on the PATH the child will see (the
+/// stage's `env` may set one); remembered for the rest of the run. `None` leaves the search to
+/// the spawn: names with a slash, and names found nowhere (the spawn then reports them).
+fn resolve(program: &str, spec: &ProcessSpec) -> Option<PathBuf> {
+    static FOUND: OnceLock<Mutex<HashMap<(OsString, String), PathBuf>>> = OnceLock::new();
+    if program.is_empty() || program.contains('/') {
+        return None;
+    }
+    let path = match spec.env.iter().rev().find(|(key, _)| key == "PATH") {
+        Some((_, value)) => OsString::from(value),
+        None => std::env::var_os("PATH")?,
+    };
+    if std::env::split_paths(&path).any(|dir| !dir.is_absolute()) {
+        // A relative entry is searched from the child's directory: leave that to the spawn.
+        return None;
+    }
+    let key = (path, program.to_string());
+    let found = FOUND.get_or_init(Mutex::default);
+    let mut found = found.lock().unwrap_or_else(|poison| poison.into_inner());
+    if let Some(hit) = found.get(&key) {
+        return Some(hit.clone());
+    }
+    let hit = std::env::split_paths(&key.0)
+        .map(|dir| dir.join(program))
+        .find(|candidate| is_executable(candidate))?;
+    found.insert(key, hit.clone());
+    Some(hit)
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+}
+
 fn kill_group(pgid: i32, signal: i32) {
     // SAFETY: killpg has no memory-safety preconditions; a stale pgid yields ESRCH.
     unsafe {
@@ -254,6 +299,32 @@ mod tests {
         let mut s = spec(&["cat"]);
         s.stdin = Some(b"through the pipe".to_vec());
         assert_eq!(run(&s).unwrap().stdout, b"through the pipe");
+    }
+
+    #[test]
+    fn programs_are_found_on_the_path_the_child_sees() {
+        let dir = tempfile::tempdir().unwrap();
+        let tool = dir.path().join("stagegraph-test-tool");
+        std::fs::write(&tool, "#!/bin/sh\necho \"$0\"\n").unwrap();
+        std::fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let mut s = spec(&["stagegraph-test-tool"]);
+        s.env = vec![(
+            "PATH".into(),
+            format!("/nonexistent:{}", dir.path().display()),
+        )];
+        assert_eq!(resolve("stagegraph-test-tool", &s), Some(tool));
+        assert!(run(&s).is_ok());
+        s.env = vec![("PATH".into(), "relative/bin".into())];
+        assert_eq!(resolve("stagegraph-test-tool", &s), None);
+        assert_eq!(resolve("./stagegraph-test-tool", &s), None);
+        // The child still sees the name it was given as argv[0].
+        let s = spec(&["sh", "-c", "tr '\\0' ' ' < /proc/$$/cmdline"]);
+        assert!(resolve("sh", &s).is_some_and(|path| path.is_absolute()));
+        assert_eq!(
+            run(&s).unwrap().stdout.split(|&b| b == b' ').next(),
+            Some(&b"sh"[..])
+        );
     }
 
     #[test]
