@@ -30,7 +30,7 @@ mod stage;
 pub use record::{ExitInfo, RunRecord, RunStatus, StageRecord, StageStatus};
 
 use progress::Reporter;
-use record::{FileHash, OutputLine, RunFiles, UsageTotals};
+use record::{Event, FileHash, OutputLine, RunFiles, Stamped, UsageTotals};
 use stage::{StageOutcome, StageRunner};
 
 /// How to run.
@@ -230,15 +230,8 @@ impl<'w, 'r> Executor<'w, 'r> {
         }
     }
 
-    fn event(&mut self, mut event: Value) {
-        if let Value::Object(map) = &mut event {
-            map.insert("at".into(), Value::from(record::now_rfc3339()));
-            map.insert("run_id".into(), Value::from(self.record.run_id.clone()));
-        }
-        self.reporter.event(&event);
-        if let Some(files) = &mut self.files {
-            let _ = files.event(&event);
-        }
+    fn event(&mut self, event: Event) {
+        emit(&self.reporter, &mut self.files, &self.record.run_id, event);
     }
 
     /// What templates see as `run`: `status` is `running` until `[outputs]`, which also see
@@ -259,21 +252,25 @@ impl<'w, 'r> Executor<'w, 'r> {
         self.record.status = status;
         self.record.finished_at = Some(record::now_rfc3339());
         self.record.duration_ms = self.started.elapsed().as_millis() as u64;
-        let event = json!({
-            "event": "run_finished",
-            "status": status.as_str(),
-            "exit": self.record.exit,
-            "error": self.record.error,
-            "duration_ms": self.record.duration_ms,
-        });
-        self.event(event);
+        let record = &self.record;
+        let event = Event::RunFinished {
+            status: status.as_str(),
+            exit: record.exit.as_ref(),
+            error: record.error.as_deref(),
+            duration_ms: record.duration_ms,
+        };
+        emit(&self.reporter, &mut self.files, &record.run_id, event);
         self.save(true);
     }
 
     fn execute(&mut self, reuse: HashMap<String, OutputLine>) {
         let workflow = self.workflow;
-        let event = json!({ "event": "run_started", "workflow": workflow.name, "inputs": self.record.inputs, "dry_run": self.options.dry_run });
-        self.event(event);
+        let event = Event::RunStarted {
+            workflow: &workflow.name,
+            inputs: &self.record.inputs,
+            dry_run: self.options.dry_run,
+        };
+        emit(&self.reporter, &mut self.files, &self.record.run_id, event);
         self.save(true);
 
         // The scope every template sees; `stages` reads the live table.
@@ -460,8 +457,7 @@ impl<'w, 'r> Executor<'w, 'r> {
                     entry.started_at = Some(started_at);
                 }
                 self.reporter.started(&stage.id);
-                let event = json!({ "event": "stage_started", "stage": stage.id });
-                self.event(event);
+                self.event(Event::StageStarted { stage: &stage.id });
                 // Handing a stage to a worker and waiting for its result costs two thread
                 // wake-ups, most of the time of a quick stage. A stage that starts no process
                 // and waits on nothing (a template, or no action) is over in moments, so it runs
@@ -649,16 +645,14 @@ impl<'w, 'r> Executor<'w, 'r> {
         for note in &outcome.notes {
             self.reporter.stage_line(&format!("      {note}"));
         }
-        let event = json!({
-            "event": "stage_finished",
-            "stage": id,
-            "status": outcome.status.as_str(),
-            "duration_ms": duration_ms,
-            "error": outcome.error,
-            "exit": outcome.exit,
-            "notes": outcome.notes,
+        self.event(Event::StageFinished {
+            stage: &id,
+            status: outcome.status.as_str(),
+            duration_ms,
+            error: outcome.error.as_deref(),
+            exit: outcome.exit.as_deref(),
+            notes: &outcome.notes,
         });
-        self.event(event);
 
         // Persistent state.
         if !outcome.set_state.is_empty() && !self.options.dry_run {
@@ -683,6 +677,19 @@ impl<'w, 'r> Executor<'w, 'r> {
             return Verdict::Fail;
         }
         Verdict::Continue
+    }
+}
+
+/// Stamp an event and hand it to the reporter and the record.
+fn emit(reporter: &Reporter, files: &mut Option<RunFiles>, run_id: &str, event: Event) {
+    let event = Stamped {
+        event,
+        at: record::now_rfc3339(),
+        run_id,
+    };
+    reporter.event(&event);
+    if let Some(files) = files {
+        let _ = files.event(&event);
     }
 }
 

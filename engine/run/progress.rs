@@ -7,8 +7,6 @@ use std::io::IsTerminal;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::Value;
-
 use super::RunOptions;
 
 /// Where a run reports; cheap to clone, shared with sub-workflow runs.
@@ -99,9 +97,11 @@ impl Reporter {
         write_stderr(&mut self.batch.lock().unwrap_or_else(|p| p.into_inner()));
     }
 
-    pub(crate) fn event(&self, event: &Value) {
+    pub(crate) fn event(&self, event: &super::record::Stamped) {
         if self.json {
-            let mut line = event.to_string();
+            let Ok(mut line) = serde_json::to_string(event) else {
+                return;
+            };
             line.push('\n');
             let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), line.as_bytes());
         }

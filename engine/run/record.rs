@@ -213,6 +213,44 @@ pub struct FingerprintParts {
     pub sub_workflow: Option<String>,
 }
 
+/// One line of `events.jsonl` (and of `run --json`), written from borrowed fields: a run of many
+/// stages writes two of these per stage.
+#[derive(Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event<'a> {
+    RunStarted {
+        workflow: &'a str,
+        inputs: &'a serde_json::Map<String, Value>,
+        dry_run: bool,
+    },
+    StageStarted {
+        stage: &'a str,
+    },
+    StageFinished {
+        stage: &'a str,
+        status: &'static str,
+        duration_ms: u64,
+        error: Option<&'a str>,
+        exit: Option<&'a str>,
+        notes: &'a [String],
+    },
+    RunFinished {
+        status: &'static str,
+        exit: Option<&'a ExitInfo>,
+        error: Option<&'a str>,
+        duration_ms: u64,
+    },
+}
+
+/// An [`Event`] with when it happened and the run it belongs to.
+#[derive(Serialize)]
+pub struct Stamped<'a> {
+    #[serde(flatten)]
+    pub event: Event<'a>,
+    pub at: String,
+    pub run_id: &'a str,
+}
+
 /// A stage output as kept in `artifacts/outputs.jsonl`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OutputLine {
@@ -258,7 +296,7 @@ impl RunFiles {
     }
 
     /// Append an event; it reaches the file at the latest with the next `run.json` rewrite.
-    pub fn event(&mut self, event: &Value) -> std::io::Result<()> {
+    pub fn event(&mut self, event: &Stamped) -> std::io::Result<()> {
         serde_json::to_writer(&mut self.events, event)?;
         self.events.write_all(b"\n")
     }
@@ -459,4 +497,46 @@ pub fn new_run_id() -> String {
 
 pub fn now_rfc3339() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_written_as_documented() {
+        let notes = vec!["(dry-run) would run sh -c true".to_string()];
+        let line = |event| {
+            serde_json::to_string(&Stamped {
+                event,
+                at: "2026-11-30T00:00:00.000Z".into(),
+                run_id: "r1",
+            })
+            .unwrap()
+        };
+        assert_eq!(
+            line(Event::StageFinished {
+                stage: "gate",
+                status: "failed",
+                duration_ms: 12,
+                error: Some("boom"),
+                exit: None,
+                notes: &notes,
+            }),
+            r#"{"event":"stage_finished","stage":"gate","status":"failed","duration_ms":12,"error":"boom","exit":null,"notes":["(dry-run) would run sh -c true"],"at":"2026-11-30T00:00:00.000Z","run_id":"r1"}"#
+        );
+        let exit = ExitInfo {
+            stage: Some("gate".into()),
+            message: "nothing to do".into(),
+        };
+        assert_eq!(
+            line(Event::RunFinished {
+                status: "exited",
+                exit: Some(&exit),
+                error: None,
+                duration_ms: 3,
+            }),
+            r#"{"event":"run_finished","status":"exited","exit":{"stage":"gate","message":"nothing to do"},"error":null,"duration_ms":3,"at":"2026-11-30T00:00:00.000Z","run_id":"r1"}"#
+        );
+    }
 }
