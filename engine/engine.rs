@@ -26,7 +26,18 @@ impl Engine {
 
     /// Load and check one workflow (by name or path).
     pub fn load(&self, reference: &str) -> Result<Workflow, Vec<Diagnostic>> {
+        self.load_then(reference, |_| {})
+    }
+
+    /// Load and check one workflow, telling `loaded` its name before it is checked (a run
+    /// starts reading its cache then).
+    pub fn load_then(
+        &self,
+        reference: &str,
+        loaded: impl FnOnce(&str),
+    ) -> Result<Workflow, Vec<Diagnostic>> {
         let raw = load::load(&self.search, reference, &self.cwd)?;
+        loaded(&raw.name);
         check::check(raw, &self.search, &self.cwd)
     }
 }

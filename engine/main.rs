@@ -360,8 +360,16 @@ impl App {
     /// templates and parsed document of a large workflow one by one takes longer than the
     /// process exit that reclaims them at once.
     fn load(&self, name: &str) -> Result<ManuallyDrop<stagegraph::check::Workflow>, Failure> {
+        self.load_then(name, |_| {})
+    }
+
+    fn load_then(
+        &self,
+        name: &str,
+        loaded: impl FnOnce(&str),
+    ) -> Result<ManuallyDrop<stagegraph::check::Workflow>, Failure> {
         self.engine
-            .load(name)
+            .load_then(name, loaded)
             .map(ManuallyDrop::new)
             .map_err(|diagnostics| {
                 self.print_diagnostics(&diagnostics);
@@ -539,7 +547,12 @@ impl App {
     }
 
     fn run(&self, args: RunArgs) -> Result<i32, Failure> {
-        let workflow = self.load(&args.name)?;
+        let read_ahead = !args.exec.no_cache;
+        let workflow = self.load_then(&args.name, |workflow| {
+            if read_ahead {
+                run::cache::read_ahead(&self.state_dir, workflow);
+            }
+        })?;
         let always_zero = workflow.file.workflow.always_exit_zero;
         let zero_if = |code: i32| {
             if always_zero && code == exit::FAILED {

@@ -34,6 +34,66 @@ struct Stored {
     verified: bool,
 }
 
+type Entries = (HashMap<String, Stored>, Vec<String>);
+
+/// A cache file being read on another thread.
+static READ_AHEAD: Mutex<Option<(PathBuf, std::thread::JoinHandle<Entries>)>> = Mutex::new(None);
+
+/// Start reading a workflow's cache file on another thread, so that a run finds it read: a
+/// rerun of thousands of cached stages reads the file while the workflow is checked.
+pub fn read_ahead(state_dir: &Path, workflow: &str) {
+    let path = cache_path(state_dir, workflow);
+    if !path.is_file() {
+        return;
+    }
+    let reading = {
+        let path = path.clone();
+        std::thread::Builder::new()
+            .name("cache-read".into())
+            .spawn(move || read_entries(&path))
+    };
+    if let Ok(reading) = reading {
+        *READ_AHEAD.lock().unwrap_or_else(|p| p.into_inner()) = Some((path, reading));
+    }
+}
+
+fn cache_path(state_dir: &Path, workflow: &str) -> PathBuf {
+    state_dir.join("cache").join(format!("{workflow}.jsonl"))
+}
+
+/// Every entry of a cache file, by id (the last line of an id wins), with its line number, and
+/// a warning for each line that does not parse. Hashes are checked when an entry is used, not
+/// here: a rerun reads every line but may use few of them.
+fn read_entries(path: &Path) -> Entries {
+    let mut entries = HashMap::new();
+    let mut warnings = Vec::new();
+    let Ok(file) = std::fs::File::open(path) else {
+        return (entries, warnings);
+    };
+    for (number, line) in BufReader::new(file).lines().enumerate() {
+        let Ok(line) = line else { break };
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Entry>(&line) {
+            Ok(entry) => {
+                let stored = Stored {
+                    entry,
+                    line: number + 1,
+                    verified: false,
+                };
+                entries.insert(stored.entry.id.clone(), stored);
+            }
+            Err(_) => warnings.push(corrupt(path, number + 1)),
+        }
+    }
+    (entries, warnings)
+}
+
+fn corrupt(path: &Path, line: usize) -> String {
+    format!("ignoring corrupt cache entry at {}:{line}", path.display())
+}
+
 pub struct Cache {
     path: PathBuf,
     entries: Mutex<Option<HashMap<String, Stored>>>,
@@ -45,7 +105,7 @@ pub struct Cache {
 impl Cache {
     pub fn new(state_dir: &Path, workflow: &str) -> Self {
         Cache {
-            path: state_dir.join("cache").join(format!("{workflow}.jsonl")),
+            path: cache_path(state_dir, workflow),
             entries: Mutex::new(None),
             warnings: Mutex::new(Vec::new()),
             appender: Mutex::new(None),
@@ -60,32 +120,18 @@ impl Cache {
         }
     }
 
-    /// Every entry of the file, by id (the last line of an id wins), with its line number.
-    /// Hashes are checked when an entry is used, not here: a rerun reads every line but may
-    /// use few of them.
+    /// Every entry of the file: read ahead if [`read_ahead`] started it, else read now.
     fn load(&self) -> HashMap<String, Stored> {
-        let mut entries = HashMap::new();
-        let Ok(file) = std::fs::File::open(&self.path) else {
-            return entries;
+        let ahead = {
+            let mut ahead = READ_AHEAD.lock().unwrap_or_else(|p| p.into_inner());
+            ahead
+                .take_if(|(path, _)| *path == self.path)
+                .map(|(_, reading)| reading)
         };
-        let mut warnings = Vec::new();
-        for (number, line) in BufReader::new(file).lines().enumerate() {
-            let Ok(line) = line else { break };
-            if line.trim().is_empty() {
-                continue;
-            }
-            match serde_json::from_str::<Entry>(&line) {
-                Ok(entry) => {
-                    let stored = Stored {
-                        entry,
-                        line: number + 1,
-                        verified: false,
-                    };
-                    entries.insert(stored.entry.id.clone(), stored);
-                }
-                Err(_) => warnings.push(self.corrupt(number + 1)),
-            }
-        }
+        let (entries, warnings) = match ahead.map(std::thread::JoinHandle::join) {
+            Some(Ok(read)) => read,
+            _ => read_entries(&self.path),
+        };
         self.warnings
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -94,10 +140,7 @@ impl Cache {
     }
 
     fn corrupt(&self, line: usize) -> String {
-        format!(
-            "ignoring corrupt cache entry at {}:{line}",
-            self.path.display()
-        )
+        corrupt(&self.path, line)
     }
 
     /// A stored output and its SHA-256, unless older than `ttl` or corrupt.
@@ -181,5 +224,34 @@ impl Cache {
 
     pub fn take_warnings(&self) -> Vec<String> {
         std::mem::take(&mut *self.warnings.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cache_read_ahead_is_the_one_a_run_uses() {
+        let state = tempfile::tempdir().unwrap();
+        let writer = Cache::new(state.path(), "ahead");
+        writer.put("f1", &serde_json::json!({ "n": 1 })).unwrap();
+        writer.flush().unwrap();
+        let path = cache_path(state.path(), "ahead");
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str("{not json\n");
+        std::fs::write(&path, text).unwrap();
+
+        read_ahead(state.path(), "ahead");
+        assert!(READ_AHEAD.lock().unwrap().is_some(), "the reading started");
+        let cache = Cache::new(state.path(), "ahead");
+        let (output, _) = cache.get("f1", None).expect("the entry read ahead");
+        assert_eq!(output, serde_json::json!({ "n": 1 }));
+        assert!(READ_AHEAD.lock().unwrap().is_none(), "taken by the run");
+        let warnings = cache.take_warnings();
+        assert!(
+            warnings.len() == 1 && warnings[0].ends_with(":2"),
+            "{warnings:?}"
+        );
     }
 }
