@@ -7,7 +7,8 @@
 //! problem is collected; a `Workflow` exists only when there was no error, so `run` never checks
 //! again what was proven here.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -511,9 +512,11 @@ struct Checker<'a> {
     globals: HashSet<String>,
 }
 
-fn stage_id_regex() -> &'static Regex {
-    static RE: OnceLock<Regex> = OnceLock::new();
-    RE.get_or_init(|| Regex::new("^[a-z][a-z0-9_]*$").expect("a valid regex"))
+/// `^[a-z][a-z0-9_]*$`, without compiling a regex for it.
+fn is_stage_id(id: &str) -> bool {
+    let mut bytes = id.bytes();
+    bytes.next().is_some_and(|b| b.is_ascii_lowercase())
+        && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
 
 impl<'a> Checker<'a> {
@@ -539,7 +542,7 @@ impl<'a> Checker<'a> {
 
         self.check_inputs();
         for id in &ids {
-            if !stage_id_regex().is_match(id) {
+            if !is_stage_id(id) {
                 let help = format!(
                     "stage ids match ^[a-z][a-z0-9_]*$, e.g. `{}`",
                     suggest_id(id)

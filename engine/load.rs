@@ -58,13 +58,16 @@ impl Origin {
     }
 }
 
+/// JSON pointer -> origin. A workflow of thousands of stages has tens of thousands of pointers:
+/// hashed with foldhash, not SipHash (the files hashed are the user's own).
+pub type Origins = foldhash::HashMap<String, Origin>;
+
 /// A workflow document, overlays merged, every key's origin known.
 #[derive(Debug, Clone)]
 pub struct RawWorkflow {
     pub name: String,
     pub doc: Value,
-    /// JSON pointer -> origin.
-    pub origins: HashMap<String, Origin>,
+    pub origins: Origins,
     /// The files of the chain, the top overlay first.
     pub sources: Vec<SourceFile>,
     /// The library of the top file (templates and schemas are looked up there first).
@@ -221,7 +224,7 @@ pub fn load_found(
 pub fn parse_document(
     source: &SourceFile,
     source_index: usize,
-) -> Result<(Value, HashMap<String, Origin>), Vec<Diagnostic>> {
+) -> Result<(Value, Origins), Vec<Diagnostic>> {
     let (table, errors) = DeTable::parse_recoverable(&source.text);
     if !errors.is_empty() {
         return Err(errors
@@ -236,7 +239,8 @@ pub fn parse_document(
     }
     // Sized up front: growing a map of tens of thousands of pointers rehashes them all
     // several times.
-    let mut origins = HashMap::with_capacity(1 + count_entries(table.get_ref()));
+    let mut origins =
+        Origins::with_capacity_and_hasher(1 + count_entries(table.get_ref()), Default::default());
     let span = table.span();
     origins.insert(String::new(), Origin::new(source_index, span.clone(), span));
     let doc = convert_table(table.get_ref(), "", source_index, &mut origins);
@@ -267,7 +271,7 @@ fn convert_table(
     table: &DeTable<'_>,
     pointer: &str,
     source: usize,
-    origins: &mut HashMap<String, Origin>,
+    origins: &mut Origins,
 ) -> Value {
     let mut map = Map::with_capacity(table.len());
     for (key, value) in table.iter() {
@@ -287,7 +291,7 @@ fn convert_value(
     value: &DeValue<'_>,
     pointer: &str,
     source: usize,
-    origins: &mut HashMap<String, Origin>,
+    origins: &mut Origins,
 ) -> Value {
     match value {
         DeValue::String(s) => Value::String(s.to_string()),
@@ -339,7 +343,7 @@ fn action_companions(action: &str) -> &'static [&'static str] {
 fn overlay(top: &mut RawWorkflow, base: RawWorkflow) -> Result<(), Vec<Diagnostic>> {
     let offset = top.sources.len();
     let mut merged_doc = base.doc;
-    let mut origins: HashMap<String, Origin> = base
+    let mut origins: Origins = base
         .origins
         .into_iter()
         .map(|(pointer, origin)| (pointer, origin.shifted(offset)))
@@ -507,12 +511,12 @@ fn object_at<'a>(doc: &'a mut Value, section: &str) -> &'a mut Map<String, Value
     }
 }
 
-fn drop_origins(origins: &mut HashMap<String, Origin>, pointer: &str) {
+fn drop_origins(origins: &mut Origins, pointer: &str) {
     let prefix = format!("{pointer}/");
     origins.retain(|key, _| key != pointer && !key.starts_with(&prefix));
 }
 
-fn copy_origins(from: &HashMap<String, Origin>, to: &mut HashMap<String, Origin>, pointer: &str) {
+fn copy_origins(from: &Origins, to: &mut Origins, pointer: &str) {
     let prefix = format!("{pointer}/");
     for (key, origin) in from {
         if key == pointer || key.starts_with(&prefix) {

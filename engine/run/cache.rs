@@ -5,7 +5,7 @@
 //! whenever the run waits and at its end) after the output passed validation; a line that does
 //! not parse or whose hash does not match its output is ignored with a warning.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};

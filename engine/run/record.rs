@@ -190,7 +190,7 @@ pub struct RunRecord {
     pub resumed_from: Option<String>,
     pub cwd: String,
     pub files: Vec<FileHash>,
-    pub stages: IndexMap<String, StageRecord>,
+    pub stages: IndexMap<String, StageRecord, foldhash::fast::RandomState>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outputs: Option<Value>,
     #[serde(default)]
