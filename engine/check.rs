@@ -1969,7 +1969,9 @@ mod tests {
 
     fn doc(text: &str) -> Value {
         let source = SourceFile::new("w.toml", text);
-        load::parse_document(&source, 0).expect("valid TOML").0
+        load::parse_document(&source, 0, true)
+            .expect("valid TOML")
+            .0
     }
 
     fn schema_errors(doc: &Value) -> usize {
@@ -2010,7 +2012,8 @@ mod tests {
         );
         let mut clean = 0;
         for text in &texts {
-            let Ok((doc, _)) = load::parse_document(&SourceFile::new("w.toml", text.as_str()), 0)
+            let Ok((doc, _)) =
+                load::parse_document(&SourceFile::new("w.toml", text.as_str()), 0, true)
             else {
                 continue;
             };

@@ -433,10 +433,10 @@ impl App {
         match format {
             ShowFormat::Json => {
                 let mut origins = Map::new();
-                let mut pointers: Vec<&String> = raw.origins.keys().collect();
+                let mut pointers: Vec<&String> = raw.origins().keys().collect();
                 pointers.sort();
                 for pointer in pointers {
-                    let origin = &raw.origins[pointer];
+                    let origin = &raw.origins()[pointer];
                     let source = &raw.sources[origin.source()];
                     let (line, column) = source.line_col(origin.key().start);
                     origins.insert(pointer.clone(), serde_json::json!({ "file": source.path.display().to_string(), "line": line, "column": column }));
@@ -943,7 +943,7 @@ fn effective_toml(raw: &stagegraph::load::RawWorkflow) -> String {
             .join(" <- ")
     );
     let origin = |pointer: &str| -> String {
-        raw.origins
+        raw.origins()
             .get(pointer)
             .map(|o| {
                 let source = &raw.sources[o.source()];
