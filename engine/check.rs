@@ -1166,11 +1166,18 @@ impl<'a> Checker<'a> {
         }
         if let Some(source) = &def.foreach {
             self.stage_source(id, &["foreach"], "", source, Kind::Expr);
-        } else if def.concurrency.is_some() {
-            self.diags.push(
-                Diagnostic::warning(format!("stage `{id}` has `concurrency` but no `foreach`"))
-                    .at_opt(self.raw.locate_key(&p("concurrency"))),
-            );
+        } else {
+            for (key, set) in [
+                ("concurrency", def.concurrency.is_some()),
+                ("on_item_error", def.on_item_error.is_some()),
+            ] {
+                if set {
+                    self.diags.push(
+                        Diagnostic::warning(format!("stage `{id}` has `{key}` but no `foreach`"))
+                            .at_opt(self.raw.locate_key(&p(key))),
+                    );
+                }
+            }
         }
         let item = if def.foreach.is_some() { "#item" } else { "" };
         if let Some(output) = &def.output {
@@ -2027,6 +2034,31 @@ mod tests {
             }
         }
         assert!(clean >= 2, "some documents read cleanly");
+    }
+
+    #[test]
+    fn item_settings_without_foreach_are_warned_about() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        std::fs::write(
+            dir.path().join("w.toml"),
+            "[stages.a]\non_item_error = \"continue\"\ncommand = [\"true\"]\n",
+        )
+        .expect("write the workflow");
+        let engine = crate::Engine::new(&[], dir.path());
+        let workflow = engine.load("w.toml").expect("a warning, not an error");
+        let messages: Vec<&str> = workflow
+            .warnings
+            .iter()
+            .map(|d| d.message.as_str())
+            .collect();
+        assert_eq!(messages, ["stage `a` has `on_item_error` but no `foreach`"]);
+        assert_eq!(
+            workflow.warnings[0]
+                .location
+                .as_ref()
+                .map(|l| l.span.clone()),
+            Some(11..24)
+        );
     }
 
     #[test]

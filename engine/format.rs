@@ -219,6 +219,12 @@ pub struct StageDef {
     #[schemars(range(min = 1))]
     pub concurrency: Option<u32>,
 
+    /// What a failing `foreach` item does: `fail` (default: the items not started are not run
+    /// and the stage fails) or `continue` (every item runs; a failed item's output is `null`
+    /// and its error a note, and the stage succeeds unless every item failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_item_error: Option<OnItemError>,
+
     /// How the output is read, validated and saved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<Box<OutputDef>>,
@@ -309,6 +315,16 @@ pub enum OnError {
     Continue,
     /// An early, successful exit with the error as reason.
     Exit,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OnItemError {
+    /// The items not started are not run; the stage fails.
+    #[default]
+    Fail,
+    /// Every item runs; a failed item's output is `null`.
+    Continue,
 }
 
 /// `cache = true` or `{ key = "template", ttl = "7d" }`

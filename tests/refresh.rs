@@ -673,3 +673,41 @@ fn check_is_clean() {
     let text = format!("{}{}", out.stdout, out.stderr);
     assert!(text.contains("0 error(s), 0 warning(s)"), "{text}");
 }
+
+#[test]
+fn a_probe_that_hangs_leaves_that_source_unknown_and_no_other() {
+    let home = Home::new();
+    // A git server that takes the connection and never answers.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let port = listener.local_addr().expect("its address").port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    let file = format!("{LIVE}/research/source-paths.json");
+    let missing = format!("file://{}", home.test.path("missing.git").display());
+    let text = home
+        .test
+        .read(&file)
+        .replace(&missing, &format!("git://127.0.0.1:{port}/silent.git"));
+    home.test.write(&file, &text);
+    home.test.write(
+        ".stagegraph/workflows/refresh.toml",
+        "[workflow]\nextends = \"refresh\"\n\n[stages.probe]\ntimeout = \"1s\"\n",
+    );
+    home.refresh(&[]).code(0);
+    let record = home.record();
+    let probe = stage(&record, "probe");
+    assert_eq!(probe["status"], "succeeded", "{record:#}");
+    assert_eq!(probe["failed_items"], 1);
+    let staged = home.json(&format!("{PROPOSED}/research/source-paths.json"));
+    assert_eq!(
+        source(&staged, "vanished-lib")["lifecycle"]["state"],
+        "unknown"
+    );
+    let lib = source(&staged, "upstream-lib");
+    assert_eq!(lib["lifecycle"]["state"], "reachable");
+    assert_eq!(lib["lifecycle"]["last_checked_sha"], home.head.as_str());
+}

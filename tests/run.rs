@@ -776,3 +776,28 @@ by = "{{ run.exit.stage if run.exit else '' }}"
         json!({ "status": "completed", "reason": "finished", "by": "" })
     );
 }
+
+#[test]
+fn a_failed_item_is_null_when_items_continue() {
+    let t = test();
+    t.run(["run", "foreach_continue"])
+        .code(0)
+        .stderr_has("item 1 failed");
+    let record = t.last_run();
+    let each = stage(&record, "each");
+    assert_eq!(each["status"], "succeeded");
+    assert_eq!(
+        (each["items"].clone(), each["failed_items"].clone()),
+        (json!(3), json!(1))
+    );
+    let output: Value = serde_json::from_str(&t.stage_output("each")).expect("a JSON list");
+    assert_eq!(output, json!([1, null, 3]));
+    assert_eq!(record["outputs"]["answered"], 2);
+    // Every item failing is the stage failing.
+    assert_eq!(stage_status(&record, "none_left"), "failed");
+    assert!(stage_error(&record, "none_left").contains("all 2 items failed"));
+
+    // An output with a failed item is not cached: the next run tries the items again.
+    t.run(["run", "foreach_continue"]).code(0);
+    assert_eq!(stage_status(&t.last_run(), "each"), "succeeded");
+}

@@ -621,6 +621,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             entry.reason = outcome.reason.take();
             entry.attempts = outcome.attempts;
             entry.items = outcome.items;
+            entry.failed_items = outcome.failed_items;
             entry.reused_from = outcome.reused_from.take();
             entry.model_calls = std::mem::take(&mut outcome.model_calls);
             entry.assumed = outcome.assumed;

@@ -116,6 +116,9 @@ pub struct StageRecord {
     pub attempts: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub items: Option<usize>,
+    /// `foreach` items that failed under `on_item_error = "continue"` (their outputs are null).
+    #[serde(default, skip_serializing_if = "is_zero_usize")]
+    pub failed_items: usize,
     /// For `cached`: the run or cache entry the output came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reused_from: Option<String>,
@@ -133,6 +136,10 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
+fn is_zero_usize(n: &usize) -> bool {
+    *n == 0
+}
+
 impl StageRecord {
     pub fn not_run() -> Self {
         StageRecord {
@@ -146,6 +153,7 @@ impl StageRecord {
             reason: None,
             attempts: 0,
             items: None,
+            failed_items: 0,
             reused_from: None,
             model_calls: Vec::new(),
             explain: None,

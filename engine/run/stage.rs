@@ -17,7 +17,7 @@ use super::{Reporter, RunOptions, RunStatus, Runtime};
 use crate::builtins::paths::sha256_json;
 use crate::builtins::{BuiltinCtx, WriteRoots};
 use crate::check::{Action, ProcessAction, Stage, WithTree, Workflow};
-use crate::format::OutputFormat;
+use crate::format::{OnItemError, OutputFormat};
 use crate::models::{extract_json, ModelRequest};
 use crate::schema::sha256_hex;
 use crate::template::{Scope, Tmpl};
@@ -67,6 +67,8 @@ pub(crate) struct StageOutcome {
     pub explain: Option<String>,
     pub attempts: u32,
     pub items: Option<usize>,
+    /// `foreach` items that failed under `on_item_error = "continue"`.
+    pub failed_items: usize,
     pub reused_from: Option<String>,
     pub model_calls: Vec<ModelCall>,
     pub assumed: bool,
@@ -96,6 +98,7 @@ impl StageOutcome {
             explain: None,
             attempts: 0,
             items: None,
+            failed_items: 0,
             reused_from: None,
             model_calls: Vec::new(),
             assumed: false,
@@ -344,7 +347,8 @@ impl StageRunner<'_> {
                 }
             }
             let output = self.execute(stage, &rendered, outcome)?;
-            if let Some(id) = &cache_id {
+            // An output with failed items is not kept: the next run tries them again.
+            if let Some(id) = cache_id.as_ref().filter(|_| outcome.failed_items == 0) {
                 if !self.options.dry_run {
                     if let Err(error) = self.cache.put(id, &output) {
                         outcome
@@ -702,6 +706,7 @@ impl StageRunner<'_> {
         let next = AtomicUsize::new(0);
         let results: Mutex<Vec<Option<UnitResult>>> =
             Mutex::new((0..rendered.len()).map(|_| None).collect());
+        let keep_going = stage.def.on_item_error == Some(OnItemError::Continue);
         let failed = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|scope| {
             for _ in 0..cap {
@@ -714,7 +719,7 @@ impl StageRunner<'_> {
                         break;
                     }
                     let result = self.execute_with_retries(stage, &rendered[i]);
-                    if result.0.is_err() {
+                    if result.0.is_err() && !keep_going {
                         failed.store(true, Ordering::SeqCst);
                     }
                     results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(result);
@@ -729,7 +734,18 @@ impl StageRunner<'_> {
             };
             outcome.attempts = outcome.attempts.max(attempts);
             outcome.model_calls.extend(calls);
-            outputs.push(result.map_err(|e| format!("item {i}: {e}"))?);
+            match result {
+                Ok(output) => outputs.push(output),
+                Err(error) if keep_going => {
+                    outcome.notes.push(format!("item {i} failed: {error}"));
+                    outcome.failed_items += 1;
+                    outputs.push(Value::Null);
+                }
+                Err(error) => return Err(format!("item {i}: {error}")),
+            }
+        }
+        if outcome.failed_items > 0 && outcome.failed_items == outputs.len() {
+            return Err(format!("all {} items failed", outputs.len()));
         }
         Ok(Value::Array(outputs))
     }
