@@ -10,17 +10,17 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::{Map, Value};
 
 use stagegraph::diag::{has_errors, Diagnostic, Severity};
-
-/// A run of many small stages allocates and frees many small values: with mimalloc a no-op
-/// rerun of 10,000 stages took 0.19 s instead of 0.25 s (README, "Benchmark").
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use stagegraph::exit;
 use stagegraph::library::{Library, Shelf};
 use stagegraph::models::Models;
 use stagegraph::plan::Plan;
 use stagegraph::run::{self, record, RunOptions, RunStatus, Runtime};
 use stagegraph::Engine;
+
+/// A run of many small stages allocates and frees many small values: with mimalloc a no-op
+/// rerun of 10,000 stages took 0.19 s instead of 0.25 s (README, "Benchmark").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Printing that ignores a closed stdout or stderr (`stagegraph runs | head -1`) instead of
 /// panicking the way `println!` does.

@@ -189,8 +189,21 @@ impl StageRunner<'_> {
     /// reused from the cache or a resumed run (and so are dry-run assumptions). `None` when it
     /// has work to do, which [`StageRunner::run`] does.
     pub(crate) fn run_if_reused(&self, index: usize) -> Option<StageOutcome> {
+        if !self.may_need_no_work(&self.workflow.stages[index]) {
+            // It would only be rendered and fingerprinted here, then again on its worker.
+            return None;
+        }
         let outcome = self.run_with(index, true);
         (!outcome.deferred).then_some(outcome)
+    }
+
+    /// Whether anything can spare the stage its work: an `if`, a cache, a resumed run's output,
+    /// a dry-run's assumption.
+    fn may_need_no_work(&self, stage: &Stage) -> bool {
+        stage.if_.is_some()
+            || (stage.cache.is_some() && !self.options.no_cache)
+            || self.reuse.contains_key(&stage.id)
+            || self.options.dry_run
     }
 
     pub(crate) fn run(&self, index: usize) -> StageOutcome {
