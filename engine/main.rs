@@ -663,11 +663,14 @@ impl App {
         let _ = ctrlc::set_handler(|| {
             std::thread::spawn(|| run::process::Interrupt::global().trigger());
         });
-        let record =
+        // Like the workflow (`App::load`), the record of thousands of stages is left to the
+        // process's exit rather than freed piece by piece.
+        let record = ManuallyDrop::new(
             run::run(workflow, &runtime, &options, inputs, resume).map_err(|e| Failure {
                 code: exit::FAILED,
                 message: e.to_string(),
-            })?;
+            })?,
+        );
         if let Some(Value::Object(outputs)) = &record.outputs {
             if exec.json {
                 outln!(

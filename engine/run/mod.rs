@@ -25,12 +25,14 @@ pub mod locks;
 pub mod process;
 mod progress;
 pub mod record;
+mod recorder;
 mod stage;
 
 pub use record::{ExitInfo, RunRecord, RunStatus, StageRecord, StageStatus};
 
 use progress::Reporter;
 use record::{Event, FileHash, OutputLine, RunFiles, Stamped, UsageTotals};
+use recorder::{Finished, Recorder};
 use stage::{StageOutcome, StageRunner};
 
 /// How to run.
@@ -111,23 +113,13 @@ pub fn run(
             if options.dry_run { " [dry-run]" } else { "" }
         );
     }
-    let mut executor = Executor::new(
-        workflow,
-        runtime,
-        options,
-        inputs,
-        run_id,
-        Some(files),
-        reporter,
-    );
+    let mut executor = Executor::new(workflow, runtime, options, inputs, run_id, reporter);
     executor.record.resumed_from = resume.as_ref().map(|r| r.run_id.clone());
+    executor.attach(files)?;
     executor.execute(resume.map(|r| r.outputs).unwrap_or_default());
     executor.reporter.done();
     let record = executor.record;
     locks::release_all();
-    if options.keep_runs > 0 && !options.dry_run {
-        record::prune(&runtime.state_dir, options.keep_runs);
-    }
     Ok(record)
 }
 
@@ -148,7 +140,6 @@ pub(crate) fn run_nested(
         options,
         inputs,
         record::new_run_id(),
-        None,
         reporter,
     );
     executor.execute(HashMap::new());
@@ -159,8 +150,12 @@ struct Executor<'w, 'r> {
     workflow: &'w Workflow,
     runtime: &'r Runtime<'r>,
     options: &'r RunOptions,
+    /// The run as it stands; with a recorder, the run-level fields only until the end, when the
+    /// recorder hands the stages back.
     record: RunRecord,
-    files: Option<RunFiles>,
+    /// The top-level run's files (a sub-workflow has none), and their folder.
+    recorder: Option<Recorder>,
+    dir: Option<PathBuf>,
     reporter: Reporter,
     table: Arc<StageTable>,
     started: Instant,
@@ -173,7 +168,6 @@ impl<'w, 'r> Executor<'w, 'r> {
         options: &'r RunOptions,
         inputs: Map<String, Value>,
         run_id: String,
-        files: Option<RunFiles>,
         reporter: Reporter,
     ) -> Self {
         let stages = workflow
@@ -214,24 +208,67 @@ impl<'w, 'r> Executor<'w, 'r> {
             runtime,
             options,
             record,
-            files,
+            recorder: None,
+            dir: None,
             reporter,
             table,
             started: Instant::now(),
         }
     }
 
-    fn save(&mut self, force: bool) {
-        if let Some(files) = &mut self.files {
-            if let Err(error) = files.save(&self.record, force) {
-                self.reporter
-                    .line(&format!("warning: cannot write run.json: {error}"));
-            }
+    /// Keep the record in `files` from now on: a recorder thread writes it (`run.json` at once).
+    /// Records beyond `--keep-runs` are pruned meanwhile (not in a dry-run).
+    fn attach(&mut self, files: RunFiles) -> std::io::Result<()> {
+        self.dir = Some(files.dir.clone());
+        let header = recorder::header_of(&self.record);
+        let full = std::mem::replace(&mut self.record, header);
+        let keep = self.options.keep_runs;
+        let prune =
+            (keep > 0 && !self.options.dry_run).then(|| (self.runtime.state_dir.clone(), keep));
+        self.recorder = Some(Recorder::start(files, full, self.reporter.clone(), prune)?);
+        Ok(())
+    }
+
+    /// The run-level fields changed: the record says so at its next rewrite.
+    fn header_changed(&self) {
+        if let Some(recorder) = &self.recorder {
+            recorder.header(&self.record);
         }
     }
 
-    fn event(&mut self, event: Event) {
-        emit(&self.reporter, &mut self.files, &self.record.run_id, event);
+    /// A run-level event, to the reporter and the record.
+    fn emit(&self, event: Event) {
+        let event = Stamped {
+            event,
+            at: record::now_rfc3339(),
+            run_id: &self.record.run_id,
+        };
+        self.reporter.event(&event);
+        if let Some(recorder) = &self.recorder {
+            recorder.line(&event);
+        }
+    }
+
+    fn stage_started(&mut self, index: usize) {
+        let at = record::now_rfc3339();
+        let stage = &self.workflow.stages[index];
+        self.reporter.started(&stage.id);
+        if self.reporter.wants_events() {
+            self.reporter.event(&Stamped {
+                event: Event::StageStarted { stage: &stage.id },
+                at: at.clone(),
+                run_id: &self.record.run_id,
+            });
+        }
+        match &self.recorder {
+            Some(recorder) => recorder.started(index, at),
+            None => {
+                if let Some(entry) = self.record.stages.get_mut(&stage.id) {
+                    entry.status = StageStatus::Running;
+                    entry.started_at = Some(at);
+                }
+            }
+        }
     }
 
     /// What templates see as `run`: `status` is `running` until `[outputs]`, which also see
@@ -239,7 +276,7 @@ impl<'w, 'r> Executor<'w, 'r> {
     fn run_value(&self, status: RunStatus) -> minijinja::Value {
         minijinja::Value::from_serialize(json!({
             "id": self.record.run_id,
-            "dir": self.files.as_ref().map(|f| f.dir.display().to_string()),
+            "dir": self.dir.as_ref().map(|d| d.display().to_string()),
             "started_at": self.record.started_at,
             "workflow": self.workflow.name,
             "dry_run": self.options.dry_run,
@@ -253,25 +290,29 @@ impl<'w, 'r> Executor<'w, 'r> {
         self.record.finished_at = Some(record::now_rfc3339());
         self.record.duration_ms = self.started.elapsed().as_millis() as u64;
         let record = &self.record;
-        let event = Event::RunFinished {
+        self.emit(Event::RunFinished {
             status: status.as_str(),
             exit: record.exit.as_ref(),
             error: record.error.as_deref(),
             duration_ms: record.duration_ms,
-        };
-        emit(&self.reporter, &mut self.files, &record.run_id, event);
-        self.save(true);
+        });
+        if let Some(recorder) = self.recorder.take() {
+            let (record, written) = recorder.finish(&self.record);
+            self.record = record;
+            if let Err(error) = written {
+                self.reporter
+                    .line(&format!("warning: cannot write run.json: {error}"));
+            }
+        }
     }
 
     fn execute(&mut self, reuse: HashMap<String, OutputLine>) {
         let workflow = self.workflow;
-        let event = Event::RunStarted {
+        self.emit(Event::RunStarted {
             workflow: &workflow.name,
             inputs: &self.record.inputs,
             dry_run: self.options.dry_run,
-        };
-        emit(&self.reporter, &mut self.files, &self.record.run_id, event);
-        self.save(true);
+        });
 
         // The scope every template sees; `stages` reads the live table.
         let mut scope = Scope {
@@ -451,13 +492,7 @@ impl<'w, 'r> Executor<'w, 'r> {
                 };
                 running += 1;
                 let stage = &workflow.stages[index];
-                let started_at = record::now_rfc3339();
-                if let Some(entry) = self.record.stages.get_mut(&stage.id) {
-                    entry.status = StageStatus::Running;
-                    entry.started_at = Some(started_at);
-                }
-                self.reporter.started(&stage.id);
-                self.event(Event::StageStarted { stage: &stage.id });
+                self.stage_started(index);
                 // Handing a stage to a worker and waiting for its result costs two thread
                 // wake-ups, most of the time of a quick stage. A stage that starts no process
                 // and waits on nothing (a template, or no action) is over in moments, so it runs
@@ -501,20 +536,15 @@ impl<'w, 'r> Executor<'w, 'r> {
                 }
                 Verdict::Exit => {
                     stop.get_or_insert(RunStatus::Exited);
+                    self.header_changed();
                 }
-                Verdict::Fail => {
+                Verdict::Fail(error) => {
                     if self.record.error.is_none() {
-                        let error = self.record.stages[&stage.id]
-                            .error
-                            .clone()
-                            .unwrap_or_default();
                         self.record.error = Some(format!("stage `{}` failed: {error}", stage.id));
                     }
                     stop.get_or_insert(RunStatus::Failed);
+                    self.header_changed();
                 }
-            }
-            if let Some(files) = &mut self.files {
-                let _ = files.save(&self.record, false);
             }
         });
         if interrupt.is_set() {
@@ -523,9 +553,8 @@ impl<'w, 'r> Executor<'w, 'r> {
         stop.unwrap_or(RunStatus::Completed)
     }
 
-    /// The next finished stage. While none is ready, what the record holds back reaches the
-    /// files: the buffered logs at once, a `run.json` rewrite held back by the spacing as soon
-    /// as it is due.
+    /// The next finished stage. While none is ready, the cache entries and lines held back
+    /// reach their files (the recorder sees to the record).
     fn next_result(
         &mut self,
         rx: &mpsc::Receiver<(usize, StageOutcome)>,
@@ -538,22 +567,10 @@ impl<'w, 'r> Executor<'w, 'r> {
         }
         let _ = cache.flush();
         self.reporter.flush();
-        let Some(files) = &mut self.files else {
-            return rx.recv().ok();
-        };
-        let _ = files.flush_logs();
-        loop {
-            let Some(due) = files.rewrite_due_in() else {
-                return rx.recv().ok();
-            };
-            match rx.recv_timeout(due) {
-                Ok(result) => return Some(result),
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    let _ = files.save(&self.record, false);
-                }
-                Err(mpsc::RecvTimeoutError::Disconnected) => return None,
-            }
+        if let Some(recorder) = &self.recorder {
+            recorder.hand_over();
         }
+        rx.recv().ok()
     }
 
     /// Record a finished stage; say what it means for the run.
@@ -567,21 +584,6 @@ impl<'w, 'r> Executor<'w, 'r> {
             (_, Some(output)) => Some(crate::builtins::paths::sha256_json(output)),
             (_, None) => None,
         };
-        if let (Some(files), Some(output), Some(fingerprint), Some(sha)) = (
-            &mut self.files,
-            &outcome.output,
-            &outcome.fingerprint,
-            &output_sha,
-        ) {
-            if has_output && !outcome.assumed {
-                let _ = files.output(&record::OutputLineRef {
-                    stage: &id,
-                    fingerprint,
-                    sha256: sha,
-                    output,
-                });
-            }
-        }
         for call in &outcome.model_calls {
             self.record.usage.model_calls += 1;
             self.record.usage.latency_ms += call.latency_ms;
@@ -589,6 +591,9 @@ impl<'w, 'r> Executor<'w, 'r> {
                 self.record.usage.input_tokens += usage.input_tokens;
                 self.record.usage.output_tokens += usage.output_tokens;
             }
+        }
+        if !outcome.model_calls.is_empty() {
+            self.header_changed();
         }
         let slot_output = match (&outcome.output, has_output) {
             (Some(output), true) => minijinja::Value::from_serialize(output),
@@ -610,50 +615,86 @@ impl<'w, 'r> Executor<'w, 'r> {
             },
         );
         let duration_ms = outcome.duration.as_millis() as u64;
-        if let Some(entry) = self.record.stages.get_mut(&id) {
-            entry.status = outcome.status;
-            entry.duration_ms = duration_ms;
-            entry.fingerprint = outcome.fingerprint.take();
-            entry.fingerprint_parts = outcome.fingerprint_parts.take();
-            entry.explain = outcome.explain.take();
-            entry.output_sha256 = output_sha.filter(|_| has_output);
-            entry.error = outcome.error.clone();
-            entry.reason = outcome.reason.take();
-            entry.attempts = outcome.attempts;
-            entry.items = outcome.items;
-            entry.failed_items = outcome.failed_items;
-            entry.reused_from = outcome.reused_from.take();
-            entry.model_calls = std::mem::take(&mut outcome.model_calls);
-            entry.assumed = outcome.assumed;
-        }
         self.reporter.finished(&id);
-        let mut line = format!("  {} {}{}", outcome.status_mark(), self.reporter.prefix, id);
-        match outcome.status {
-            StageStatus::Skipped => line.push_str(" skipped"),
-            StageStatus::Cached => line.push_str(" cached"),
-            StageStatus::Failed => {
-                line.push_str(&format!(
-                    " failed: {}",
-                    outcome.error.as_deref().unwrap_or("")
-                ));
+        if self.reporter.shows_lines() {
+            let mut line = format!("  {} {}{}", outcome.status_mark(), self.reporter.prefix, id);
+            match outcome.status {
+                StageStatus::Skipped => line.push_str(" skipped"),
+                StageStatus::Cached => line.push_str(" cached"),
+                StageStatus::Failed => {
+                    line.push_str(&format!(
+                        " failed: {}",
+                        outcome.error.as_deref().unwrap_or("")
+                    ));
+                }
+                _ => line.push_str(&format!(" ({})", human_duration(duration_ms))),
             }
-            _ => line.push_str(&format!(" ({})", human_duration(duration_ms))),
+            if outcome.assumed {
+                line.push_str(" [assumed]");
+            }
+            self.reporter.stage_line(&line);
+            for note in &outcome.notes {
+                self.reporter.stage_line(&format!("      {note}"));
+            }
         }
-        if outcome.assumed {
-            line.push_str(" [assumed]");
+        let at = record::now_rfc3339();
+        if self.reporter.wants_events() {
+            self.reporter.event(&Stamped {
+                event: Event::StageFinished {
+                    stage: &id,
+                    status: outcome.status.as_str(),
+                    duration_ms,
+                    error: outcome.error.as_deref(),
+                    exit: outcome.exit.as_deref(),
+                    notes: &outcome.notes,
+                },
+                at: at.clone(),
+                run_id: &self.record.run_id,
+            });
         }
-        self.reporter.stage_line(&line);
-        for note in &outcome.notes {
-            self.reporter.stage_line(&format!("      {note}"));
-        }
-        self.event(Event::StageFinished {
-            stage: &id,
-            status: outcome.status.as_str(),
+        // The output for `outputs.jsonl`, which `resume` reads.
+        let output_line = match (outcome.output.take(), &outcome.fingerprint, &output_sha) {
+            (Some(output), Some(fingerprint), Some(sha)) if has_output && !outcome.assumed => {
+                Some((fingerprint.clone(), sha.clone(), output))
+            }
+            _ => None,
+        };
+        let entry = StageRecord {
+            status: outcome.status,
+            started_at: None,
             duration_ms,
-            error: outcome.error.as_deref(),
-            exit: outcome.exit.as_deref(),
-            notes: &outcome.notes,
-        });
+            fingerprint: outcome.fingerprint.take(),
+            fingerprint_parts: outcome.fingerprint_parts.take(),
+            output_sha256: output_sha.filter(|_| has_output),
+            error: outcome.error.clone(),
+            reason: outcome.reason.take(),
+            attempts: outcome.attempts,
+            items: outcome.items,
+            failed_items: outcome.failed_items,
+            reused_from: outcome.reused_from.take(),
+            model_calls: std::mem::take(&mut outcome.model_calls),
+            explain: outcome.explain.take(),
+            assumed: outcome.assumed,
+        };
+        match &self.recorder {
+            Some(recorder) => recorder.finished(Finished {
+                index,
+                entry,
+                exit: outcome.exit.clone(),
+                notes: std::mem::take(&mut outcome.notes),
+                output: output_line,
+                at,
+            }),
+            None => {
+                if let Some(slot) = self.record.stages.get_mut(&id) {
+                    let started_at = slot.started_at.take();
+                    *slot = StageRecord {
+                        started_at,
+                        ..entry
+                    };
+                }
+            }
+        }
 
         // Persistent state.
         if !outcome.set_state.is_empty() && !self.options.dry_run {
@@ -675,29 +716,17 @@ impl<'w, 'r> Executor<'w, 'r> {
             return Verdict::Exit;
         }
         if outcome.status == StageStatus::Failed && outcome.fatal {
-            return Verdict::Fail;
+            return Verdict::Fail(outcome.error.unwrap_or_default());
         }
         Verdict::Continue
-    }
-}
-
-/// Stamp an event and hand it to the reporter and the record.
-fn emit(reporter: &Reporter, files: &mut Option<RunFiles>, run_id: &str, event: Event) {
-    let event = Stamped {
-        event,
-        at: record::now_rfc3339(),
-        run_id,
-    };
-    reporter.event(&event);
-    if let Some(files) = files {
-        let _ = files.event(&event);
     }
 }
 
 enum Verdict {
     Continue,
     Exit,
-    Fail,
+    /// With the stage's error.
+    Fail(String),
 }
 
 fn human_duration(ms: u64) -> String {

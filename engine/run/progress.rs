@@ -63,6 +63,16 @@ impl Reporter {
         }
     }
 
+    /// Whether events go to stdout (`--json`): they are built only then.
+    pub(crate) fn wants_events(&self) -> bool {
+        self.json
+    }
+
+    /// Whether stage lines are printed at all: they are formatted only then.
+    pub(crate) fn shows_lines(&self) -> bool {
+        !self.quiet
+    }
+
     /// A line now.
     pub(crate) fn line(&self, text: &str) {
         self.print(text, true);

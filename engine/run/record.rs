@@ -309,6 +309,11 @@ impl RunFiles {
         self.events.write_all(b"\n")
     }
 
+    /// Append an event already written as its line.
+    pub fn event_line(&mut self, line: &[u8]) -> std::io::Result<()> {
+        self.events.write_all(line)
+    }
+
     /// Append a stage's output; it reaches the file before `run.json` says the stage finished.
     pub fn output(&mut self, line: &OutputLineRef) -> std::io::Result<()> {
         serde_json::to_writer(&mut self.outputs, line)?;
