@@ -6,6 +6,7 @@ use serde_json::{Map, Value};
 
 use crate::check::{self, Workflow};
 use crate::diag::{did_you_mean, Diagnostic};
+use crate::documents::Documents;
 use crate::format::InputType;
 use crate::library::SearchPath;
 use crate::load;
@@ -14,6 +15,8 @@ use crate::load;
 pub struct Engine {
     pub search: SearchPath,
     pub cwd: PathBuf,
+    /// Where parsed documents are kept between loads, if anywhere.
+    pub documents: Option<Documents>,
 }
 
 impl Engine {
@@ -21,6 +24,7 @@ impl Engine {
         Engine {
             search: SearchPath::from_env(libraries, cwd),
             cwd: cwd.to_path_buf(),
+            documents: None,
         }
     }
 
@@ -36,7 +40,7 @@ impl Engine {
         reference: &str,
         loaded: impl FnOnce(&str),
     ) -> Result<Workflow, Vec<Diagnostic>> {
-        let raw = load::load(&self.search, reference, &self.cwd)?;
+        let raw = load::load_with(&self.search, reference, &self.cwd, self.documents.as_ref())?;
         loaded(&raw.name);
         check::check(raw, &self.search, &self.cwd)
     }

@@ -8,6 +8,7 @@
 pub mod builtins;
 pub mod check;
 pub mod diag;
+pub mod documents;
 pub mod engine;
 pub mod format;
 pub mod library;

@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 use toml::de::{DeTable, DeValue};
 
 use crate::diag::{did_you_mean, Diagnostic, Location, SourceFile};
+use crate::documents::Documents;
 use crate::format::ACTION_KEYS;
 use crate::library::{Found, Library, SearchPath};
 
@@ -139,6 +140,16 @@ pub fn load(
     reference: &str,
     cwd: &Path,
 ) -> Result<RawWorkflow, Vec<Diagnostic>> {
+    load_with(search, reference, cwd, None)
+}
+
+/// [`load`], reading a file's document from `documents` while its text is unchanged.
+pub fn load_with(
+    search: &SearchPath,
+    reference: &str,
+    cwd: &Path,
+    documents: Option<&Documents>,
+) -> Result<RawWorkflow, Vec<Diagnostic>> {
     let Some(found) = search.find_workflow(reference, cwd) else {
         let help = did_you_mean(
             reference,
@@ -152,7 +163,7 @@ pub fn load(
         };
         return Err(vec![Diagnostic::error(message).with_help(help)]);
     };
-    load_found(search, found, &mut Vec::new())
+    load_found(search, found, &mut Vec::new(), documents)
 }
 
 /// Load a workflow already found.
@@ -160,6 +171,7 @@ pub fn load_found(
     search: &SearchPath,
     found: Found,
     chain: &mut Vec<String>,
+    documents: Option<&Documents>,
 ) -> Result<RawWorkflow, Vec<Diagnostic>> {
     let name = found
         .source
@@ -180,7 +192,12 @@ pub fn load_found(
     // A file loaded as the base of another is merged at once, with its origins; the top file
     // builds them only when it turns out to extend one.
     let base_of_another = chain.len() > 1;
-    let (doc, origins) = parse_document(&found.source, 0, base_of_another)?;
+    let (doc, origins) = match documents {
+        Some(documents) if !base_of_another => {
+            (documents.parse(&found.source)?, Origins::default())
+        }
+        _ => parse_document(&found.source, 0, base_of_another)?,
+    };
     let extends = doc
         .pointer("/workflow/extends")
         .and_then(Value::as_str)
@@ -226,7 +243,7 @@ pub fn load_found(
             search.workflow_names().iter().map(String::as_str),
         ))]);
     };
-    let base = match load_found(search, base_found, chain) {
+    let base = match load_found(search, base_found, chain, documents) {
         Ok(base) => base,
         Err(mut diagnostics) => {
             for diagnostic in &mut diagnostics {

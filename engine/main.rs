@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::{Map, Value};
 
 use stagegraph::diag::{has_errors, Diagnostic, Severity};
+use stagegraph::documents::Documents;
 use stagegraph::exit;
 use stagegraph::library::{Library, Shelf};
 use stagegraph::models::Models;
@@ -263,13 +264,20 @@ fn main() -> ExitCode {
         Color::Never => false,
         Color::Auto => std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
     };
+    let state_dir = cli
+        .state_dir
+        .clone()
+        .map(|d| cwd.join(d))
+        .unwrap_or_else(|| cwd.join(".stagegraph"));
+    let mut engine = Engine::new(&cli.libraries, &cwd);
+    // Commands that write to the state folder anyway keep parsed documents there; `check`,
+    // `plan` and the rest leave it untouched.
+    if matches!(cli.command, Command::Run(_) | Command::Resume { .. }) {
+        engine.documents = Some(Documents::new(state_dir.join("cache").join("documents")));
+    }
     let app = App {
-        engine: Engine::new(&cli.libraries, &cwd),
-        state_dir: cli
-            .state_dir
-            .clone()
-            .map(|d| cwd.join(d))
-            .unwrap_or_else(|| cwd.join(".stagegraph")),
+        engine,
+        state_dir,
         color,
     };
     let code = match app.dispatch(cli.command) {

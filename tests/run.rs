@@ -801,3 +801,35 @@ fn a_failed_item_is_null_when_items_continue() {
     t.run(["run", "foreach_continue"]).code(0);
     assert_eq!(stage_status(&t.last_run(), "each"), "succeeded");
 }
+
+#[test]
+fn an_edited_workflow_runs_as_edited_though_its_document_is_kept() {
+    let t = Test::new();
+    let workflow = |word: &str| {
+        format!("[workflow]\ndescription = \"x\"\n\n[stages.say]\ntemplate = {{ inline = \"{word}\" }}\n")
+    };
+    t.write("w.toml", &workflow("first"));
+    t.run(["run", "./w.toml"]).code(0);
+    assert_eq!(t.stage_output("say"), "first");
+    let kept: Vec<_> = std::fs::read_dir(t.state_dir().join("cache").join("documents"))
+        .expect("run keeps the parsed document")
+        .flatten()
+        .collect();
+    assert_eq!(kept.len(), 1);
+
+    // Same length, so nothing but the text's hash tells the two apart.
+    t.write("w.toml", &workflow("again"));
+    t.run(["run", "./w.toml"]).code(0);
+    assert_eq!(t.stage_output("say"), "again");
+    // An edit that breaks the file is reported from the file, not hidden by the kept document.
+    t.write("w.toml", "[stages.say\n");
+    let out = t.run(["run", "./w.toml"]);
+    out.code(2);
+    assert!(out.stderr.contains("w.toml:1"), "{}", out.stderr);
+
+    // `check` leaves the state folder alone.
+    let fresh = Test::new();
+    fresh.write("w.toml", &workflow("first"));
+    fresh.run(["check", "./w.toml"]).code(0);
+    assert!(!fresh.state_dir().join("cache").exists());
+}

@@ -220,8 +220,10 @@ impl<'w, 'r> Executor<'w, 'r> {
     /// Records beyond `--keep-runs` are pruned meanwhile (not in a dry-run).
     fn attach(&mut self, files: RunFiles) -> std::io::Result<()> {
         self.dir = Some(files.dir.clone());
-        let header = recorder::header_of(&self.record);
-        let full = std::mem::replace(&mut self.record, header);
+        let full = RunRecord {
+            stages: std::mem::take(&mut self.record.stages),
+            ..self.record.clone()
+        };
         let keep = self.options.keep_runs;
         let prune =
             (keep > 0 && !self.options.dry_run).then(|| (self.runtime.state_dir.clone(), keep));

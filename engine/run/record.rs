@@ -176,9 +176,10 @@ pub struct FileHash {
     pub sha256: String,
 }
 
-/// `run.json`
+/// `run.json`. Its stages are [`StageRecord`]s; the recorder keeps them with their JSON
+/// (`recorder::Entry`), written once.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RunRecord {
+pub struct RunRecord<S = StageRecord> {
     pub run_id: String,
     pub workflow: String,
     pub status: RunStatus,
@@ -198,27 +199,91 @@ pub struct RunRecord {
     pub resumed_from: Option<String>,
     pub cwd: String,
     pub files: Vec<FileHash>,
-    pub stages: IndexMap<String, StageRecord, foldhash::fast::RandomState>,
+    pub stages: IndexMap<String, S, foldhash::fast::RandomState>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outputs: Option<Value>,
     #[serde(default)]
     pub usage: UsageTotals,
 }
 
-/// What a stage's fingerprint covers, each part hashed. The fingerprint is the SHA-256 of this
-/// document as compact JSON, fields in this order, with `deps`; the record keeps it without
-/// `deps` (the upstream stages' output hashes, which the record holds already).
+impl<S> RunRecord<S> {
+    /// The same record with each stage turned into something else.
+    pub fn map_stages<T>(self, f: impl FnMut(S) -> T) -> RunRecord<T> {
+        let mut f = f;
+        RunRecord {
+            run_id: self.run_id,
+            workflow: self.workflow,
+            status: self.status,
+            exit: self.exit,
+            error: self.error,
+            inputs: self.inputs,
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            duration_ms: self.duration_ms,
+            dry_run: self.dry_run,
+            resumed_from: self.resumed_from,
+            cwd: self.cwd,
+            files: self.files,
+            stages: self
+                .stages
+                .into_iter()
+                .map(|(id, stage)| (id, f(stage)))
+                .collect(),
+            outputs: self.outputs,
+            usage: self.usage,
+        }
+    }
+}
+
+/// What a stage's fingerprint covers, each part hashed, as the record keeps it (so a miss can
+/// say what changed). The fingerprint itself is the hash of [`FingerprintDocument`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FingerprintParts {
     pub version: String,
     pub definition: String,
     pub action: String,
-    /// Each upstream stage's output hash (or its status, when it has no output).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deps: Option<IndexMap<String, Option<String>>>,
     pub schema: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sub_workflow: Option<String>,
+}
+
+/// What a fingerprint is the SHA-256 of: the parts and each upstream stage's output hash (or
+/// its status, when it has no output), as compact JSON, fields in this order, every one
+/// written (absent parts as `null`). Changing these bytes changes every fingerprint.
+#[derive(Serialize)]
+pub struct FingerprintDocument<'a> {
+    pub version: &'a str,
+    pub definition: &'a str,
+    pub action: &'a str,
+    #[serde(serialize_with = "as_map")]
+    pub deps: &'a [(&'a str, Option<String>)],
+    pub schema: Option<&'a str>,
+    pub model: Option<&'a str>,
+    pub sub_workflow: Option<&'a str>,
+}
+
+fn as_map<S: serde::Serializer>(
+    pairs: &&[(&str, Option<String>)],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(pairs.iter().map(|(k, v)| (k, v)))
+}
+
+impl<'a> FingerprintDocument<'a> {
+    pub fn of(parts: &'a FingerprintParts, deps: &'a [(&'a str, Option<String>)]) -> Self {
+        FingerprintDocument {
+            version: &parts.version,
+            definition: &parts.definition,
+            action: &parts.action,
+            deps,
+            schema: parts.schema.as_deref(),
+            model: parts.model.as_deref(),
+            sub_workflow: parts.sub_workflow.as_deref(),
+        }
+    }
 }
 
 /// One line of `events.jsonl` (and of `run --json`), written from borrowed fields: a run of many
@@ -321,7 +386,11 @@ impl RunFiles {
     }
 
     /// Rewrite `run.json`, unless it was rewritten less than 100 ms ago and `force` is off.
-    pub fn save(&mut self, record: &RunRecord, force: bool) -> std::io::Result<()> {
+    pub fn save<S: Serialize>(
+        &mut self,
+        record: &RunRecord<S>,
+        force: bool,
+    ) -> std::io::Result<()> {
         let spacing = self.spacing();
         let recent = self.last_write.is_some_and(|at| at.elapsed() < spacing);
         if recent && !force {
@@ -362,7 +431,11 @@ impl RunFiles {
 /// Replace `run.json` by renaming a complete new one over it, so a reader or a crash sees the old
 /// record or the new one, never a mix. Only a final rewrite (`sync`) waits for the disk: the
 /// rewrites between are superseded within moments.
-fn replace_file(path: &Path, record: &RunRecord, sync: bool) -> std::io::Result<()> {
+fn replace_file<S: Serialize>(
+    path: &Path,
+    record: &RunRecord<S>,
+    sync: bool,
+) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let temp = tempfile::Builder::new()
         .prefix(".run.json.")

@@ -12,6 +12,8 @@ use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::thread::JoinHandle;
 
+use serde::{Serialize, Serializer};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::progress::Reporter;
@@ -38,6 +40,29 @@ pub(crate) struct Finished {
     /// Its output for `outputs.jsonl`: fingerprint, SHA-256, value.
     pub output: Option<(String, String, Value)>,
     pub at: String,
+}
+
+/// A stage as the recorder keeps it: once finished, with the JSON `run.json` holds for it,
+/// written once rather than at every rewrite (the final rewrite of a record of 10,000 stages
+/// copies them instead of writing 5 MB of JSON again).
+pub(crate) struct Entry {
+    record: StageRecord,
+    json: Option<Box<RawValue>>,
+}
+
+impl Serialize for Entry {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match &self.json {
+            Some(json) => json.serialize(serializer),
+            None => self.record.serialize(serializer),
+        }
+    }
+}
+
+impl Entry {
+    fn live(record: StageRecord) -> Self {
+        Entry { record, json: None }
+    }
 }
 
 enum Note {
@@ -70,7 +95,7 @@ impl Recorder {
                 if let Some((state_dir, keep)) = prune {
                     super::record::prune(&state_dir, keep);
                 }
-                serve(files, record, rx, reporter)
+                serve(files, record.map_stages(Entry::live), rx, reporter)
             })?;
         Ok(Recorder {
             tx: Some(tx),
@@ -116,9 +141,14 @@ impl Recorder {
         self.send(Note::Finished(Box::new(finished)));
     }
 
-    /// The run-level fields as they are now.
+    /// The run-level fields as they are now (the stages of `record`, which the recorder keeps,
+    /// are not read).
     pub(crate) fn header(&self, record: &RunRecord) {
-        self.send(Note::Header(Box::new(header_of(record))));
+        let header = RunRecord {
+            stages: Default::default(),
+            ..record.clone()
+        };
+        self.send(Note::Header(Box::new(header)));
     }
 
     /// Write the final record (waiting for the disk) and hand it back with its stages.
@@ -146,34 +176,12 @@ impl Drop for Recorder {
     }
 }
 
-/// A copy of the run-level fields, without the stages.
-pub(crate) fn header_of(record: &RunRecord) -> RunRecord {
-    RunRecord {
-        run_id: record.run_id.clone(),
-        workflow: record.workflow.clone(),
-        status: record.status,
-        exit: record.exit.clone(),
-        error: record.error.clone(),
-        inputs: record.inputs.clone(),
-        started_at: record.started_at.clone(),
-        finished_at: record.finished_at.clone(),
-        duration_ms: record.duration_ms,
-        dry_run: record.dry_run,
-        resumed_from: record.resumed_from.clone(),
-        cwd: record.cwd.clone(),
-        files: record.files.clone(),
-        stages: Default::default(),
-        outputs: record.outputs.clone(),
-        usage: record.usage.clone(),
-    }
-}
-
 /// The recorder's loop: write what arrives, in order; while nothing does, push the buffered
 /// logs out and land a held-back rewrite when it is due. When the scheduling thread lets go,
 /// the last rewrite.
 fn serve(
     mut files: RunFiles,
-    mut record: RunRecord,
+    mut record: RunRecord<Entry>,
     rx: Receiver<Vec<Note>>,
     reporter: Reporter,
 ) -> (RunRecord, std::io::Result<()>) {
@@ -203,14 +211,14 @@ fn serve(
         }
     }
     let result = files.save(&record, true);
-    (record, result)
+    (record.map_stages(|entry| entry.record), result)
 }
 
 /// Wait for the next notes, the logs flushed, as long as it takes but for a held-back rewrite of
 /// `run.json`, done when due. `None` once the sender is gone.
 fn idle(
     files: &mut RunFiles,
-    record: &RunRecord,
+    record: &RunRecord<Entry>,
     rx: &Receiver<Vec<Note>>,
 ) -> std::io::Result<Option<Vec<Note>>> {
     files.flush_logs()?;
@@ -227,26 +235,28 @@ fn idle(
 }
 
 /// Write one note to the logs and the record.
-fn apply(files: &mut RunFiles, record: &mut RunRecord, note: Note) -> std::io::Result<()> {
+fn apply(files: &mut RunFiles, record: &mut RunRecord<Entry>, note: Note) -> std::io::Result<()> {
     match note {
         Note::Line(line) => files.event_line(&line),
         Note::Header(header) => {
             let stages = std::mem::take(&mut record.stages);
-            *record = *header;
-            record.stages = stages;
+            *record = RunRecord {
+                stages,
+                ..header.map_stages(Entry::live)
+            };
             Ok(())
         }
         Note::Started { index, at } => {
             let Some((id, entry)) = record.stages.get_index_mut(index) else {
                 return Ok(());
             };
-            entry.status = super::StageStatus::Running;
+            entry.record.status = super::StageStatus::Running;
             let result = files.event(&Stamped {
                 event: Event::StageStarted { stage: id },
                 at: at.clone(),
                 run_id: &record.run_id,
             });
-            entry.started_at = Some(at);
+            entry.record.started_at = Some(at);
             result
         }
         Note::Finished(finished) => {
@@ -282,8 +292,12 @@ fn apply(files: &mut RunFiles, record: &mut RunRecord, note: Note) -> std::io::R
                 at,
                 run_id: &record.run_id,
             })?;
-            entry.started_at = slot.started_at.take();
-            *slot = entry;
+            entry.started_at = slot.record.started_at.take();
+            // Finished for good: its JSON is written now, once.
+            *slot = Entry {
+                json: serde_json::value::to_raw_value(&entry).ok(),
+                record: entry,
+            };
             Ok(())
         }
     }

@@ -12,7 +12,7 @@ use serde_json::{json, Map, Value};
 
 use super::cache::Cache;
 use super::process::{self, Interrupt, ProcessSpec};
-use super::record::{ModelCall, OutputLine, StageStatus};
+use super::record::{FingerprintDocument, ModelCall, OutputLine, StageStatus};
 use super::{Reporter, RunOptions, RunStatus, Runtime};
 use crate::builtins::paths::sha256_json;
 use crate::builtins::{BuiltinCtx, WriteRoots};
@@ -594,12 +594,12 @@ impl StageRunner<'_> {
         stage: &Stage,
         rendered: &[Rendered],
     ) -> (String, super::record::FingerprintParts) {
-        let deps = stage
+        let deps: Vec<(&str, Option<String>)> = stage
             .deps
             .iter()
             .map(|&d| {
                 let slot = self.table.get(d).map(|slot| slot.sha256);
-                (self.workflow.stages[d].id.clone(), slot)
+                (self.workflow.stages[d].id.as_str(), slot)
             })
             .collect();
         let model = match &stage.action {
@@ -611,17 +611,15 @@ impl StageRunner<'_> {
             _ => None,
         };
         let action: Vec<Value> = rendered.iter().map(Rendered::canonical).collect();
-        let mut parts = super::record::FingerprintParts {
+        let parts = super::record::FingerprintParts {
             version: CACHE_VERSION.to_string(),
             definition: stage.definition_hash.clone(),
             action: sha256_json(&action),
-            deps: Some(deps),
             schema: stage.schema.as_ref().map(|s| s.sha256.clone()),
             model,
             sub_workflow: sub,
         };
-        let fingerprint = sha256_json(&parts);
-        parts.deps = None;
+        let fingerprint = sha256_json(&FingerprintDocument::of(&parts, &deps));
         (fingerprint, parts)
     }
 
@@ -1078,23 +1076,17 @@ pub(crate) fn save_state(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::run::record::FingerprintParts;
+    use crate::run::record::{FingerprintDocument, FingerprintParts};
 
     /// A fingerprint is the hash of the parts as one compact JSON document, fields in a fixed
     /// order: changing that silently would invalidate every cache entry users hold.
     #[test]
     fn fingerprints_hash_the_parts_document_as_written() {
-        let deps: indexmap::IndexMap<String, Option<String>> = [
-            ("a".to_string(), Some("f00d".to_string())),
-            ("b".to_string(), None),
-        ]
-        .into_iter()
-        .collect();
+        let deps = [("a", Some("f00d".to_string())), ("b", None)];
         let parts = FingerprintParts {
             version: CACHE_VERSION.to_string(),
             definition: "d1".into(),
             action: "a1".into(),
-            deps: Some(deps),
             schema: None,
             model: Some("claude".into()),
             sub_workflow: None,
@@ -1102,11 +1094,25 @@ mod tests {
         let document = format!(
             r#"{{"version":"{CACHE_VERSION}","definition":"d1","action":"a1","deps":{{"a":"f00d","b":null}},"schema":null,"model":"claude","sub_workflow":null}}"#
         );
-        assert_eq!(sha256_json(&parts), sha256_hex(document.as_bytes()));
-        let recorded = FingerprintParts {
-            deps: None,
-            ..parts
-        };
-        assert!(!serde_json::to_string(&recorded).unwrap().contains("deps"));
+        assert_eq!(
+            sha256_json(&FingerprintDocument::of(&parts, &deps)),
+            sha256_hex(document.as_bytes())
+        );
+        // The record keeps the parts without the upstream hashes and without absent parts; a
+        // record written with them as `null` reads the same.
+        let recorded = serde_json::to_string(&parts).unwrap();
+        assert_eq!(
+            recorded,
+            format!(
+                r#"{{"version":"{CACHE_VERSION}","definition":"d1","action":"a1","model":"claude"}}"#
+            )
+        );
+        let older = format!(
+            r#"{{"version":"{CACHE_VERSION}","definition":"d1","action":"a1","schema":null,"model":"claude","sub_workflow":null}}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<FingerprintParts>(&older).unwrap(),
+            parts
+        );
     }
 }
