@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{json, Map, Value};
 
 use super::cache::Cache;
@@ -133,29 +134,41 @@ enum Rendered {
     Workflow(Map<String, Value>),
 }
 
-impl Rendered {
-    fn canonical(&self) -> Value {
+/// What the fingerprint covers of a rendered action, as JSON written straight from it (a
+/// prompt's hash covers its text, a command's its argv, stdin hash, cwd and env).
+impl Serialize for Rendered {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
-            Rendered::None => Value::Null,
-            Rendered::Process(spec) => json!({
-                "argv": spec.argv,
-                "stdin": spec.stdin.as_ref().map(|s| sha256_hex(s)),
-                "cwd": spec.cwd,
-                "env": spec.env,
-            }),
-            Rendered::Prompt(request) => json!({
-                "model": request.alias,
-                "system": request.system,
-                "prompt": request.prompt,
-                "temperature": request.temperature,
-                "max_tokens": request.max_tokens,
-            }),
-            Rendered::Template(text) => json!({ "text": text }),
-            Rendered::Builtin(args) => args.clone(),
-            Rendered::Workflow(inputs) => Value::Object(inputs.clone()),
+            Rendered::None => serializer.serialize_unit(),
+            Rendered::Process(spec) => {
+                let mut map = serializer.serialize_map(Some(4))?;
+                map.serialize_entry("argv", &spec.argv)?;
+                map.serialize_entry("stdin", &spec.stdin.as_ref().map(|s| sha256_hex(s)))?;
+                map.serialize_entry("cwd", &spec.cwd)?;
+                map.serialize_entry("env", &spec.env)?;
+                map.end()
+            }
+            Rendered::Prompt(request) => {
+                let mut map = serializer.serialize_map(Some(5))?;
+                map.serialize_entry("model", &request.alias)?;
+                map.serialize_entry("system", &request.system)?;
+                map.serialize_entry("prompt", &request.prompt)?;
+                map.serialize_entry("temperature", &request.temperature)?;
+                map.serialize_entry("max_tokens", &request.max_tokens)?;
+                map.end()
+            }
+            Rendered::Template(text) => {
+                let mut map = serializer.serialize_map(Some(1))?;
+                map.serialize_entry("text", text)?;
+                map.end()
+            }
+            Rendered::Builtin(args) => args.serialize(serializer),
+            Rendered::Workflow(inputs) => inputs.serialize(serializer),
         }
     }
+}
 
+impl Rendered {
     fn describe(&self) -> Option<String> {
         match self {
             Rendered::Process(spec) => Some(format!("$ {}", shell_words(&spec.argv))),
@@ -277,10 +290,14 @@ impl StageRunner<'_> {
         if stage.foreach.is_some() {
             outcome.items = Some(units.len());
         }
-        let rendered: Vec<Rendered> = units
-            .iter()
-            .map(|unit| self.render(stage, &unit.to_value()))
-            .collect::<Result<_, _>>()?;
+        let rendered: Vec<Rendered> = match &stage.foreach {
+            // The one unit's scope is the base scope, already built.
+            None => vec![self.render(stage, &base)?],
+            Some(_) => units
+                .iter()
+                .map(|unit| self.render(stage, &unit.to_value()))
+                .collect::<Result<_, _>>()?,
+        };
         let (fingerprint, parts) = self.fingerprint(stage, &rendered);
         outcome.fingerprint = Some(fingerprint.clone());
 
@@ -610,11 +627,10 @@ impl StageRunner<'_> {
             Action::Workflow { workflow, .. } => Some(sha256_json(&workflow.file_hashes)),
             _ => None,
         };
-        let action: Vec<Value> = rendered.iter().map(Rendered::canonical).collect();
         let parts = super::record::FingerprintParts {
             version: CACHE_VERSION.to_string(),
             definition: stage.definition_hash.clone(),
-            action: sha256_json(&action),
+            action: sha256_json(&rendered),
             schema: stage.schema.as_ref().map(|s| s.sha256.clone()),
             model,
             sub_workflow: sub,
@@ -1077,6 +1093,55 @@ pub(crate) fn save_state(
 mod tests {
     use super::*;
     use crate::run::record::{FingerprintDocument, FingerprintParts};
+
+    /// The JSON a rendered action is hashed as, which every cache entry's fingerprint depends
+    /// on: as the `serde_json::Value` documents it was built as before.
+    #[test]
+    fn rendered_actions_are_written_as_their_documents() {
+        let process = Rendered::Process(ProcessSpec {
+            argv: vec!["sh".into(), "-c".into(), "echo \"1\"".into()],
+            stdin: Some(b"in".to_vec()),
+            cwd: Some("sub/dir".into()),
+            env: vec![("A".into(), "b".into())],
+            timeout: None,
+        });
+        let process_doc = json!({
+            "argv": ["sh", "-c", "echo \"1\""],
+            "stdin": sha256_hex(b"in"),
+            "cwd": "sub/dir",
+            "env": [["A", "b"]],
+        });
+        let prompt = Rendered::Prompt(ModelRequest {
+            alias: "haiku".into(),
+            system: None,
+            prompt: "say ü".into(),
+            temperature: Some(0.2),
+            max_tokens: Some(50),
+            timeout: None,
+            env: Vec::new(),
+        });
+        let prompt_doc = json!({
+            "model": "haiku", "system": null, "prompt": "say ü", "temperature": 0.2, "max_tokens": 50,
+        });
+        let cases = [
+            (Rendered::None, Value::Null),
+            (process, process_doc),
+            (prompt, prompt_doc),
+            (Rendered::Template("t".into()), json!({ "text": "t" })),
+            (
+                Rendered::Builtin(json!({ "path": "x", "n": [1, 2] })),
+                json!({ "path": "x", "n": [1, 2] }),
+            ),
+        ];
+        for (rendered, document) in &cases {
+            assert_eq!(
+                serde_json::to_string(rendered).unwrap(),
+                serde_json::to_string(document).unwrap()
+            );
+        }
+        let (all, documents): (Vec<Rendered>, Vec<Value>) = cases.into_iter().unzip();
+        assert_eq!(sha256_json(&all), sha256_json(&documents));
+    }
 
     /// A fingerprint is the hash of the parts as one compact JSON document, fields in a fixed
     /// order: changing that silently would invalidate every cache entry users hold.
