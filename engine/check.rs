@@ -555,8 +555,19 @@ impl<'a> Checker<'a> {
         // Pass 1: gather every template source, resolve template files, compile schemas.
         let mut stage_actions: Vec<Option<PendingAction>> = Vec::with_capacity(ids.len());
         self.sources.reserve(2 * ids.len());
+        // The stages as written come in the same order as the typed ones: walked alongside
+        // rather than looked up one by one in a map of thousands.
+        let raw: &'a RawWorkflow = self.raw;
+        let stages_written = raw.doc.get("stages").and_then(Value::as_object);
+        let mut written_in_order = stages_written.map(|stages| stages.iter());
         for (id, def) in &self.file.stages {
-            stage_actions.push(self.gather_stage(id, def, visiting));
+            let written = written_in_order
+                .as_mut()
+                .and_then(Iterator::next)
+                .filter(|(key, _)| *key == id)
+                .map(|(_, value)| value)
+                .or_else(|| stages_written.and_then(|stages| stages.get(id)));
+            stage_actions.push(self.gather_stage(id, def, written, visiting));
         }
         for (name, source) in &self.file.outputs {
             self.pending_value(
@@ -780,6 +791,11 @@ impl<'a> Checker<'a> {
             let get = |take: &mut dyn FnMut(&str) -> Option<Tmpl>, key: &str| {
                 take(&[prefix.as_str(), key].concat())
             };
+            // A template is queued only for a key the stage has (`gather_stage`): the keys it
+            // does not have are not looked for.
+            let get_if = |take: &mut dyn FnMut(&str) -> Option<Tmpl>, has: bool, key: &str| {
+                has.then(|| get(take, key)).flatten()
+            };
             let action = match pending {
                 None | Some(PendingAction::None) => Action::None,
                 Some(PendingAction::Process {
@@ -809,8 +825,8 @@ impl<'a> Checker<'a> {
                         .collect();
                     let process = ProcessAction {
                         argv,
-                        stdin: get(&mut take, "stdin"),
-                        cwd: get(&mut take, "cwd"),
+                        stdin: get_if(&mut take, def.stdin.is_some(), "stdin"),
+                        cwd: get_if(&mut take, def.cwd.is_some(), "cwd"),
                         env,
                         ok_codes,
                     };
@@ -903,14 +919,18 @@ impl<'a> Checker<'a> {
                 def: def.clone(),
                 action,
                 deps: deps[i].iter().copied().collect(),
-                if_: take(&[prefix.as_str(), "if"].concat()),
-                exit_if: take(&[prefix.as_str(), "exit_if"].concat()),
-                exit_message: take(&[prefix.as_str(), "exit_message"].concat()),
+                if_: get_if(&mut take, def.if_.is_some(), "if"),
+                exit_if: get_if(&mut take, def.exit_if.is_some(), "exit_if"),
+                exit_message: get_if(&mut take, def.exit_message.is_some(), "exit_message"),
                 asserts,
-                foreach: take(&[prefix.as_str(), "foreach"].concat()),
+                foreach: get_if(&mut take, def.foreach.is_some(), "foreach"),
                 format,
                 schema,
-                output_path: take(&[prefix.as_str(), "output.path"].concat()),
+                output_path: get_if(
+                    &mut take,
+                    def.output.as_ref().is_some_and(|o| o.path.is_some()),
+                    "output.path",
+                ),
                 set_state,
                 cache,
                 timeout: def
@@ -1105,14 +1125,13 @@ impl<'a> Checker<'a> {
         &mut self,
         id: &str,
         def: &StageDef,
+        written: Option<&'a Value>,
         visiting: &mut Vec<String>,
     ) -> Option<PendingAction> {
         let sp = stage_pointer(id);
         let prefix = format!("stages.{id}.");
         // The stage as written, for which keys it has (a JSON pointer per key would parse and
         // unescape the whole path each time).
-        let raw: &'a RawWorkflow = self.raw;
-        let written = raw.doc.get("stages").and_then(|s| s.get(id));
         let has = |key: &str| written.and_then(|w| w.get(key)).is_some();
         let actions: Vec<&str> = ACTION_KEYS.iter().copied().filter(|k| has(k)).collect();
         if actions.len() > 1 {
