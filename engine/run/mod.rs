@@ -429,6 +429,11 @@ impl<'w, 'r> Executor<'w, 'r> {
         for warning in runner.cache.take_warnings() {
             self.reporter.line(&format!("warning: {warning}"));
         }
+        // Thousands of cache entries are freed off the path to the end of the run.
+        let cache = runner.cache;
+        let _ = std::thread::Builder::new()
+            .name("cache-drop".into())
+            .spawn(move || drop(cache));
         scope.output = None;
 
         // Outputs, which also see how the run ended (`run.status`, `run.exit`).

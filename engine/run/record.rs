@@ -342,6 +342,17 @@ pub struct OutputLineRef<'a> {
     pub output: &'a Value,
 }
 
+/// When [`RunFiles::save`] rewrites `run.json`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rewrite {
+    /// Unless the last rewrite was too recent (it is then due later).
+    IfDue,
+    /// Now: the first record of a run.
+    Now,
+    /// Now, and wait for the disk: the record as the run leaves it.
+    Last,
+}
+
 /// The files of one run, open for appending.
 pub struct RunFiles {
     pub dir: PathBuf,
@@ -385,22 +396,22 @@ impl RunFiles {
         self.outputs.write_all(b"\n")
     }
 
-    /// Rewrite `run.json`, unless it was rewritten less than 100 ms ago and `force` is off.
+    /// Rewrite `run.json` as `when` says.
     pub fn save<S: Serialize>(
         &mut self,
         record: &RunRecord<S>,
-        force: bool,
+        when: Rewrite,
     ) -> std::io::Result<()> {
         let spacing = self.spacing();
         let recent = self.last_write.is_some_and(|at| at.elapsed() < spacing);
-        if recent && !force {
+        if recent && when == Rewrite::IfDue {
             self.dirty = true;
             return Ok(());
         }
         let started = Instant::now();
         // The logs first: the record never claims an output `resume` cannot find.
         self.flush_logs()?;
-        replace_file(&self.dir.join("run.json"), record, force)?;
+        replace_file(&self.dir.join("run.json"), record, when == Rewrite::Last)?;
         self.last_cost = started.elapsed();
         self.last_write = Some(Instant::now());
         self.dirty = false;

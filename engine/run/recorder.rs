@@ -17,7 +17,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::progress::Reporter;
-use super::record::{Event, OutputLineRef, RunFiles, RunRecord, StageRecord, Stamped};
+use super::record::{Event, OutputLineRef, Rewrite, RunFiles, RunRecord, StageRecord, Stamped};
 
 /// Notes are handed over this many at a time: waking the recorder for each would cost the
 /// scheduling thread a system call a stage.
@@ -87,7 +87,7 @@ impl Recorder {
         reporter: Reporter,
         prune: Option<(PathBuf, usize)>,
     ) -> std::io::Result<Self> {
-        files.save(&record, true)?;
+        files.save(&record, Rewrite::Now)?;
         let (tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("recorder".into())
@@ -206,11 +206,11 @@ fn serve(
                 warn("the run's logs", error);
             }
         }
-        if let Err(error) = files.save(&record, false) {
+        if let Err(error) = files.save(&record, Rewrite::IfDue) {
             warn("run.json", error);
         }
     }
-    let result = files.save(&record, true);
+    let result = files.save(&record, Rewrite::Last);
     (record.map_stages(|entry| entry.record), result)
 }
 
@@ -228,7 +228,7 @@ fn idle(
         };
         match rx.recv_timeout(due) {
             Ok(note) => return Ok(Some(note)),
-            Err(RecvTimeoutError::Timeout) => files.save(record, false)?,
+            Err(RecvTimeoutError::Timeout) => files.save(record, Rewrite::IfDue)?,
             Err(RecvTimeoutError::Disconnected) => return Ok(None),
         }
     }
