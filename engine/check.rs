@@ -912,7 +912,6 @@ impl<'a> Checker<'a> {
                         .and_then(|t| template::functions::parse_duration(t).ok()),
                 }),
             });
-            let definition = serde_json::to_string(def).unwrap_or_default();
             stages.push(Stage {
                 id: id.clone(),
                 index: i,
@@ -945,7 +944,8 @@ impl<'a> Checker<'a> {
                     .unwrap_or(Duration::from_secs(1)),
                 repair: def.repair.unwrap_or(1),
                 on_error: def.on_error.unwrap_or_default(),
-                definition_hash: schema::sha256_hex(definition.as_bytes()),
+                // Its compact JSON, hashed as it is written.
+                definition_hash: crate::builtins::paths::sha256_json(def),
             });
         }
         let mut dependents = vec![Vec::new(); stages.len()];
