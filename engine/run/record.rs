@@ -259,21 +259,21 @@ pub struct FingerprintDocument<'a> {
     pub definition: &'a str,
     pub action: &'a str,
     #[serde(serialize_with = "as_map")]
-    pub deps: &'a [(&'a str, Option<String>)],
+    pub deps: &'a [(&'a str, Option<&'a str>)],
     pub schema: Option<&'a str>,
     pub model: Option<&'a str>,
     pub sub_workflow: Option<&'a str>,
 }
 
 fn as_map<S: serde::Serializer>(
-    pairs: &&[(&str, Option<String>)],
+    pairs: &&[(&str, Option<&str>)],
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
     serializer.collect_map(pairs.iter().map(|(k, v)| (k, v)))
 }
 
 impl<'a> FingerprintDocument<'a> {
-    pub fn of(parts: &'a FingerprintParts, deps: &'a [(&'a str, Option<String>)]) -> Self {
+    pub fn of(parts: &'a FingerprintParts, deps: &'a [(&'a str, Option<&'a str>)]) -> Self {
         FingerprintDocument {
             version: &parts.version,
             definition: &parts.definition,

@@ -611,12 +611,16 @@ impl StageRunner<'_> {
         stage: &Stage,
         rendered: &[Rendered],
     ) -> (String, super::record::FingerprintParts) {
-        let deps: Vec<(&str, Option<String>)> = stage
+        let slots = self.table.read();
+        let deps: Vec<(&str, Option<&str>)> = stage
             .deps
             .iter()
             .map(|&d| {
-                let slot = self.table.get(d).map(|slot| slot.sha256);
-                (self.workflow.stages[d].id.as_str(), slot)
+                let sha256 = slots
+                    .get(d)
+                    .and_then(Option::as_ref)
+                    .map(|s| s.sha256.as_str());
+                (self.workflow.stages[d].id.as_str(), sha256)
             })
             .collect();
         let model = match &stage.action {
@@ -1147,7 +1151,7 @@ mod tests {
     /// order: changing that silently would invalidate every cache entry users hold.
     #[test]
     fn fingerprints_hash_the_parts_document_as_written() {
-        let deps = [("a", Some("f00d".to_string())), ("b", None)];
+        let deps = [("a", Some("f00d")), ("b", None)];
         let parts = FingerprintParts {
             version: CACHE_VERSION.to_string(),
             definition: "d1".into(),

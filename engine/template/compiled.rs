@@ -300,7 +300,7 @@ pub fn value_to_text(value: &Value) -> String {
 #[derive(Debug, Default)]
 pub struct StageTable {
     pub ids: Vec<String>,
-    pub index: std::collections::HashMap<String, usize>,
+    pub index: foldhash::HashMap<String, usize>,
     pub slots: RwLock<Vec<Option<StageSlot>>>,
 }
 
@@ -334,8 +334,13 @@ impl StageTable {
     }
 
     pub fn get(&self, index: usize) -> Option<StageSlot> {
-        let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
-        slots.get(index).cloned().flatten()
+        self.read().get(index).cloned().flatten()
+    }
+
+    /// Every slot, read in place (a fingerprint reads several stages' hashes without copying
+    /// them).
+    pub fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<Option<StageSlot>>> {
+        self.slots.read().unwrap_or_else(|p| p.into_inner())
     }
 }
 
