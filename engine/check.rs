@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use minijinja::Environment;
 use petgraph::graph::{DiGraph, NodeIndex};
+use rayon::prelude::*;
 use regex::Regex;
 use serde::Deserialize;
 use serde_json::Value;
@@ -783,7 +784,14 @@ impl<'a> Checker<'a> {
             return None;
         }
 
-        // Assemble.
+        // Assemble. Each definition's hash stands alone (its JSON, about a kilobyte a stage,
+        // hashed): thousands are split across the cores.
+        let definitions: Vec<&Arc<StageDef>> = self.file.stages.values().collect();
+        let mut definition_hashes = definitions
+            .par_iter()
+            .map(crate::builtins::paths::sha256_json)
+            .collect::<Vec<String>>()
+            .into_iter();
         let mut take = |name: &str| compiled.remove(name);
         let mut stages = Vec::with_capacity(ids.len());
         for (i, ((id, def), pending)) in self.file.stages.iter().zip(stage_actions).enumerate() {
@@ -944,8 +952,7 @@ impl<'a> Checker<'a> {
                     .unwrap_or(Duration::from_secs(1)),
                 repair: def.repair.unwrap_or(1),
                 on_error: def.on_error.unwrap_or_default(),
-                // Its compact JSON, hashed as it is written.
-                definition_hash: crate::builtins::paths::sha256_json(def),
+                definition_hash: definition_hashes.next().unwrap_or_default(),
             });
         }
         let mut dependents = vec![Vec::new(); stages.len()];
@@ -1131,8 +1138,10 @@ impl<'a> Checker<'a> {
         let sp = stage_pointer(id);
         let prefix = format!("stages.{id}.");
         // The stage as written, for which keys it has (a JSON pointer per key would parse and
-        // unescape the whole path each time).
-        let has = |key: &str| written.and_then(|w| w.get(key)).is_some();
+        // unescape the whole path each time). A stage has a handful of keys: comparing them is
+        // cheaper than hashing the one asked for.
+        let written_keys = written.and_then(Value::as_object);
+        let has = |key: &str| written_keys.is_some_and(|keys| keys.keys().any(|k| k == key));
         let actions: Vec<&str> = ACTION_KEYS.iter().copied().filter(|k| has(k)).collect();
         if actions.len() > 1 {
             self.error_key(
