@@ -13,7 +13,7 @@
 //! origins of their keys, which the merge needs.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -57,7 +57,7 @@ impl Documents {
     }
 
     /// The key line, then the document, renamed into place whole.
-    fn write(&self, entry: &PathBuf, key: &str, doc: &Value) -> std::io::Result<()> {
+    fn write(&self, entry: &Path, key: &str, doc: &Value) -> std::io::Result<()> {
         std::fs::create_dir_all(&self.dir)?;
         let mut temp = tempfile::Builder::new()
             .prefix(".document.")
@@ -84,7 +84,7 @@ fn key_of(source: &SourceFile) -> String {
 }
 
 /// The kept document, when the entry exists, was made from this key and reads whole.
-fn read(entry: &PathBuf, key: &str) -> Option<Value> {
+fn read(entry: &Path, key: &str) -> Option<Value> {
     let bytes = std::fs::read(entry).ok()?;
     let rest = bytes.strip_prefix(key.as_bytes())?.strip_prefix(b"\n")?;
     serde_json::from_slice(rest).ok()

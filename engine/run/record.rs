@@ -208,8 +208,7 @@ pub struct RunRecord<S = StageRecord> {
 
 impl<S> RunRecord<S> {
     /// The same record with each stage turned into something else.
-    pub fn map_stages<T>(self, f: impl FnMut(S) -> T) -> RunRecord<T> {
-        let mut f = f;
+    pub fn map_stages<T>(self, mut f: impl FnMut(S) -> T) -> RunRecord<T> {
         RunRecord {
             run_id: self.run_id,
             workflow: self.workflow,
@@ -410,12 +409,15 @@ impl RunFiles {
         }
         let started = Instant::now();
         // The logs first: the record never claims an output `resume` cannot find.
-        self.flush_logs()?;
-        replace_file(&self.dir.join("run.json"), record, when == Rewrite::Last)?;
+        let written = self
+            .flush_logs()
+            .and_then(|()| replace_file(&self.dir.join("run.json"), record, when == Rewrite::Last));
+        // A failed rewrite is spaced like a written one, so a full disk is not retried in a loop;
+        // the record stays due.
         self.last_cost = started.elapsed();
         self.last_write = Some(Instant::now());
-        self.dirty = false;
-        Ok(())
+        self.dirty = written.is_err();
+        written
     }
 
     /// Push the buffered logs to their files.
@@ -629,6 +631,25 @@ fn rfc3339_millis(at: chrono::DateTime<chrono::Utc>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_rewrite_is_spaced_like_a_written_one() {
+        let state = tempfile::tempdir().unwrap();
+        let dir = runs_dir(state.path()).join("r1");
+        let mut files = RunFiles::create(dir.clone()).unwrap();
+        let record: RunRecord = serde_json::from_value(serde_json::json!({
+            "run_id": "r1", "workflow": "w", "status": "running", "inputs": {},
+            "started_at": "2026-11-30T00:00:00.000Z", "cwd": ".", "files": [], "stages": {}
+        }))
+        .unwrap();
+        // The folder is gone: run.json cannot be written.
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(files.save(&record, Rewrite::Now).is_err());
+        // Not tried again at once, but still due.
+        assert!(files.save(&record, Rewrite::IfDue).is_ok());
+        let due = files.rewrite_due_in().expect("the record is still due");
+        assert!(due > Duration::from_millis(50), "retried after {due:?}");
+    }
 
     #[test]
     fn timestamps_are_written_as_chrono_writes_them() {

@@ -154,9 +154,7 @@ impl Recorder {
     /// Write the final record (waiting for the disk) and hand it back with its stages.
     pub(crate) fn finish(mut self, record: &RunRecord) -> (RunRecord, std::io::Result<()>) {
         self.header(record);
-        self.hand_over();
-        drop(self.tx.take());
-        match self.thread.take().map(JoinHandle::join) {
+        match self.stop() {
             Some(Ok(done)) => done,
             _ => (
                 record.clone(),
@@ -164,15 +162,18 @@ impl Recorder {
             ),
         }
     }
+
+    /// Hand over what is held, let go, and wait for the last rewrite (once).
+    fn stop(&mut self) -> Option<std::thread::Result<(RunRecord, std::io::Result<()>)>> {
+        self.hand_over();
+        drop(self.tx.take());
+        self.thread.take().map(JoinHandle::join)
+    }
 }
 
 impl Drop for Recorder {
     fn drop(&mut self) {
-        self.hand_over();
-        drop(self.tx.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        let _ = self.stop();
     }
 }
 
@@ -192,13 +193,9 @@ fn serve(
         let batch = match rx.try_recv() {
             Ok(batch) => batch,
             Err(TryRecvError::Disconnected) => break,
-            Err(TryRecvError::Empty) => match idle(&mut files, &record, &rx) {
-                Ok(Some(batch)) => batch,
-                Ok(None) => break,
-                Err(error) => {
-                    warn("run.json", error);
-                    continue;
-                }
+            Err(TryRecvError::Empty) => match idle(&mut files, &record, &rx, &warn) {
+                Some(batch) => batch,
+                None => break,
             },
         };
         for note in batch {
@@ -215,21 +212,29 @@ fn serve(
 }
 
 /// Wait for the next notes, the logs flushed, as long as it takes but for a held-back rewrite of
-/// `run.json`, done when due. `None` once the sender is gone.
+/// `run.json`, done when due. A file that cannot be written is warned about and waited on like
+/// any other (failed rewrites are spaced as written ones). `None` once the sender is gone.
 fn idle(
     files: &mut RunFiles,
     record: &RunRecord<Entry>,
     rx: &Receiver<Vec<Note>>,
-) -> std::io::Result<Option<Vec<Note>>> {
-    files.flush_logs()?;
+    warn: &dyn Fn(&str, std::io::Error),
+) -> Option<Vec<Note>> {
+    if let Err(error) = files.flush_logs() {
+        warn("the run's logs", error);
+    }
     loop {
         let Some(due) = files.rewrite_due_in() else {
-            return Ok(rx.recv().ok());
+            return rx.recv().ok();
         };
         match rx.recv_timeout(due) {
-            Ok(note) => return Ok(Some(note)),
-            Err(RecvTimeoutError::Timeout) => files.save(record, Rewrite::IfDue)?,
-            Err(RecvTimeoutError::Disconnected) => return Ok(None),
+            Ok(note) => return Some(note),
+            Err(RecvTimeoutError::Timeout) => {
+                if let Err(error) = files.save(record, Rewrite::IfDue) {
+                    warn("run.json", error);
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => return None,
         }
     }
 }
