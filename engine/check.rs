@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use minijinja::Environment;
 use petgraph::graph::{DiGraph, NodeIndex};
-use rayon::prelude::*;
 use regex::Regex;
 use serde::Deserialize;
 use serde_json::Value;
@@ -214,7 +213,12 @@ fn check_inner(
         schemas: HashMap::new(),
         globals: HashSet::new(),
     };
-    let result = checker.run(visiting);
+    // Each definition's hash stands alone (its JSON, about a kilobyte a stage, hashed): a
+    // thread hashes them while the checker reads the templates and references.
+    let result = std::thread::scope(|scope| {
+        let hashing = scope.spawn(|| definition_hashes(&file));
+        checker.run(visiting, move || hashing.join().unwrap_or_default())
+    });
     visiting.pop();
     let mut diags = checker.diags;
     match result {
@@ -251,6 +255,39 @@ fn check_inner(
         }
         _ => Err(diags),
     }
+}
+
+/// The stages in an order that runs each after what it depends on, and otherwise in the order
+/// of the file: stages that can start together start as they were written (Kahn's algorithm,
+/// first in first out). `None` when there is a cycle.
+fn in_order_of_the_file(deps: &[BTreeSet<usize>]) -> Option<Vec<usize>> {
+    let mut waiting: Vec<usize> = deps.iter().map(BTreeSet::len).collect();
+    let mut dependents = vec![Vec::new(); deps.len()];
+    for (i, ds) in deps.iter().enumerate() {
+        for &d in ds {
+            dependents[d].push(i);
+        }
+    }
+    let mut order: Vec<usize> = (0..deps.len()).filter(|&i| waiting[i] == 0).collect();
+    let mut next = 0;
+    while let Some(&i) = order.get(next) {
+        next += 1;
+        for &j in &dependents[i] {
+            waiting[j] -= 1;
+            if waiting[j] == 0 {
+                order.push(j);
+            }
+        }
+    }
+    (order.len() == deps.len()).then_some(order)
+}
+
+/// Each stage's definition hash, in the order of the stages.
+fn definition_hashes(file: &WorkflowFile) -> Vec<String> {
+    file.stages
+        .values()
+        .map(crate::builtins::paths::sha256_json)
+        .collect()
 }
 
 /// The format's constraints that the typed reading does not enforce by itself.
@@ -533,7 +570,11 @@ impl<'a> Checker<'a> {
         self.diags.last_mut().expect("just pushed")
     }
 
-    fn run(&mut self, visiting: &mut Vec<String>) -> Option<Parts> {
+    fn run(
+        &mut self,
+        visiting: &mut Vec<String>,
+        definition_hashes: impl FnOnce() -> Vec<String>,
+    ) -> Option<Parts> {
         let ids: Vec<String> = self.file.stages.keys().cloned().collect();
         let index: HashMap<&str, usize> = ids
             .iter()
@@ -757,16 +798,16 @@ impl<'a> Checker<'a> {
         }
 
         // The graph.
-        let mut graph: DiGraph<usize, ()> = DiGraph::new();
-        let nodes: Vec<NodeIndex> = (0..ids.len()).map(|i| graph.add_node(i)).collect();
-        for (i, ds) in deps.iter().enumerate() {
-            for &d in ds {
-                graph.add_edge(nodes[d], nodes[i], ());
-            }
-        }
-        let order = match petgraph::algo::toposort(&graph, None) {
-            Ok(order) => order.into_iter().map(|n| graph[n]).collect(),
-            Err(_) => {
+        let order = match in_order_of_the_file(&deps) {
+            Some(order) => order,
+            None => {
+                let mut graph: DiGraph<usize, ()> = DiGraph::new();
+                let nodes: Vec<NodeIndex> = (0..ids.len()).map(|i| graph.add_node(i)).collect();
+                for (i, ds) in deps.iter().enumerate() {
+                    for &d in ds {
+                        graph.add_edge(nodes[d], nodes[i], ());
+                    }
+                }
                 for component in petgraph::algo::tarjan_scc(&graph) {
                     if component.len() > 1 {
                         let mut members: Vec<usize> = component.iter().map(|n| graph[*n]).collect();
@@ -784,14 +825,8 @@ impl<'a> Checker<'a> {
             return None;
         }
 
-        // Assemble. Each definition's hash stands alone (its JSON, about a kilobyte a stage,
-        // hashed): thousands are split across the cores.
-        let definitions: Vec<&Arc<StageDef>> = self.file.stages.values().collect();
-        let mut definition_hashes = definitions
-            .par_iter()
-            .map(crate::builtins::paths::sha256_json)
-            .collect::<Vec<String>>()
-            .into_iter();
+        // Assemble.
+        let mut definition_hashes = definition_hashes().into_iter();
         let mut take = |name: &str| compiled.remove(name);
         let mut stages = Vec::with_capacity(ids.len());
         for (i, ((id, def), pending)) in self.file.stages.iter().zip(stage_actions).enumerate() {
@@ -2062,6 +2097,24 @@ mod tests {
             }
         }
         assert!(clean >= 2, "some documents read cleanly");
+    }
+
+    #[test]
+    fn stages_are_ordered_by_their_dependencies_then_by_the_file() {
+        let deps = |edges: &[&[usize]]| -> Vec<BTreeSet<usize>> {
+            edges.iter().map(|e| e.iter().copied().collect()).collect()
+        };
+        // 0 and 2 wait for 3; 1 and 3 wait for nothing.
+        assert_eq!(
+            in_order_of_the_file(&deps(&[&[3], &[], &[3], &[]])),
+            Some(vec![1, 3, 0, 2])
+        );
+        // Independent stages keep the order they were written in.
+        assert_eq!(
+            in_order_of_the_file(&deps(&[&[], &[], &[], &[]])),
+            Some(vec![0, 1, 2, 3])
+        );
+        assert_eq!(in_order_of_the_file(&deps(&[&[1], &[2], &[0], &[]])), None);
     }
 
     #[test]

@@ -833,3 +833,94 @@ fn an_edited_workflow_runs_as_edited_though_its_document_is_kept() {
     fresh.run(["check", "./w.toml"]).code(0);
     assert!(!fresh.state_dir().join("cache").exists());
 }
+
+/// Forty independent stages: on a rerun they are ready together and checked for reuse as one
+/// batch on the workers. What the batch finds is taken in order: the stage that ends the run
+/// stops it where it stands in that order, and the stages the batch found to need work run.
+#[test]
+fn stages_ready_together_are_reused_and_stopped_in_order() {
+    let t = Test::new();
+    let mut flow = String::from("[inputs.stop]\ntype = \"boolean\"\ndefault = false\n\n");
+    for i in 0..40 {
+        let cache = if i % 10 == 3 { "" } else { "cache = true\n" };
+        let exit = if i == 20 {
+            "exit_if = \"inputs.stop\"\n"
+        } else {
+            ""
+        };
+        flow.push_str(&format!(
+            "[stages.s{i:02}]\nshell = \"echo {i} >> ran.log; echo {i}\"\n{cache}{exit}\n"
+        ));
+    }
+    t.write("flow.toml", &flow);
+    t.run(["run", "flow.toml", "--jobs", "2"]).code(0);
+    assert_eq!(t.read("ran.log").lines().count(), 40);
+
+    t.write("ran.log", "");
+    t.run(["run", "flow.toml", "--jobs", "2"]).code(0);
+    let record = t.last_run();
+    for (id, status) in statuses(&record) {
+        let expected = if id.ends_with('3') {
+            "succeeded"
+        } else {
+            "cached"
+        };
+        assert_eq!(status, expected, "{id}");
+    }
+    let mut ran: Vec<String> = t.read("ran.log").lines().map(String::from).collect();
+    ran.sort();
+    assert_eq!(ran, ["13", "23", "3", "33"]);
+
+    // A cached stage ends the run: those after it in the batch do not start.
+    t.run(["run", "flow.toml", "--jobs", "2", "--input", "stop=true"])
+        .code(0);
+    let record = t.last_run();
+    assert_eq!(status(&record), "exited");
+    assert_eq!(record["exit"]["stage"], "s20");
+    for (id, status) in statuses(&record) {
+        let n: usize = id[1..].parse().expect("a stage number");
+        let expected = match n {
+            21.. => "not_run",
+            3 | 13 => "succeeded",
+            _ => "cached",
+        };
+        assert_eq!(status, expected, "{id}");
+    }
+}
+
+/// Template stages ready together render on the workers; each sees its own item of the scope
+/// and a failing one fails the run like it would alone.
+#[test]
+fn template_stages_ready_together_render_as_they_would_alone() {
+    let t = Test::new();
+    let mut flow = String::new();
+    for i in 0..64 {
+        flow.push_str(&format!(
+            "[stages.t{i:02}]\ntemplate = {{ inline = \"{{{{ {i} * 2 }}}}\" }}\n\n"
+        ));
+    }
+    flow.push_str("[stages.sum]\nafter = [");
+    flow.push_str(
+        &(0..64)
+            .map(|i| format!("\"t{i:02}\""))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    flow.push_str(
+        "]\ntemplate = { inline = \"{{ stages.t07.output }} {{ stages.t63.output }}\" }\n",
+    );
+    t.write("flow.toml", &flow);
+    t.run(["run", "flow.toml", "--jobs", "2"]).code(0);
+    assert_eq!(t.stage_output("sum"), "14 126");
+    assert_eq!(t.stage_output("t31"), "62");
+
+    t.write(
+        "flow.toml",
+        &flow.replace("{{ 40 * 2 }}", "{{ 40 | no_such_filter }}"),
+    );
+    t.run(["run", "flow.toml", "--jobs", "2"]).code(1);
+    let record = t.last_run();
+    assert_eq!(status(&record), "failed");
+    assert_eq!(stage_status(&record, "t40"), "failed");
+    assert_eq!(stage_status(&record, "sum"), "not_run");
+}

@@ -14,7 +14,7 @@ use std::time::Instant;
 use serde_json::{json, Map, Value};
 
 use crate::builtins::WriteRoots;
-use crate::check::{Action, Workflow};
+use crate::check::{Action, Stage, Workflow};
 use crate::format::Busy;
 use crate::library::SearchPath;
 use crate::models::Models;
@@ -113,9 +113,13 @@ pub fn run(
             if options.dry_run { " [dry-run]" } else { "" }
         );
     }
+    let t0 = std::time::Instant::now(); // SGT
     let mut executor = Executor::new(workflow, runtime, options, inputs, run_id, reporter);
     executor.record.resumed_from = resume.as_ref().map(|r| r.run_id.clone());
     executor.attach(files)?;
+    if std::env::var_os("SGT").is_some() {
+        eprintln!("SGT setup {:?}", t0.elapsed());
+    } // SGT
     executor.execute(resume.map(|r| r.outputs).unwrap_or_default());
     executor.reporter.done();
     let record = executor.record;
@@ -251,8 +255,7 @@ impl<'w, 'r> Executor<'w, 'r> {
         }
     }
 
-    fn stage_started(&mut self, index: usize) {
-        let at = record::now_rfc3339();
+    fn stage_started(&mut self, index: usize, at: String) {
         let stage = &self.workflow.stages[index];
         self.reporter.started(&stage.id);
         if self.reporter.wants_events() {
@@ -299,7 +302,11 @@ impl<'w, 'r> Executor<'w, 'r> {
             duration_ms: record.duration_ms,
         });
         if let Some(recorder) = self.recorder.take() {
+            let t0 = std::time::Instant::now(); // SGT
             let (record, written) = recorder.finish(&self.record);
+            if std::env::var_os("SGT").is_some() {
+                eprintln!("SGT finish {:?}", t0.elapsed());
+            } // SGT
             self.record = record;
             if let Err(error) = written {
                 self.reporter
@@ -421,7 +428,11 @@ impl<'w, 'r> Executor<'w, 'r> {
             cache: cache::Cache::new(&self.runtime.state_dir, &workflow.name),
             table: Arc::clone(&self.table),
         };
+        let t0 = std::time::Instant::now(); // SGT
         let status = self.schedule(&runner);
+        if std::env::var_os("SGT").is_some() {
+            eprintln!("SGT schedule {:?}", t0.elapsed());
+        } // SGT
         if let Err(error) = runner.cache.flush() {
             self.reporter
                 .line(&format!("warning: cannot store cache entries: {error}"));
@@ -477,6 +488,8 @@ impl<'w, 'r> Executor<'w, 'r> {
             .copied()
             .filter(|&i| waiting[i] == 0)
             .collect();
+        // Stages a batch found to need work: they start without being checked again.
+        let mut work: VecDeque<usize> = VecDeque::new();
         let jobs = self.options.jobs.max(1);
         let pool = match rayon::ThreadPoolBuilder::new().num_threads(jobs).build() {
             Ok(pool) => pool,
@@ -489,75 +502,121 @@ impl<'w, 'r> Executor<'w, 'r> {
         let mut running = 0usize;
         let mut stop: Option<RunStatus> = None;
         let interrupt = process::Interrupt::global();
-        pool.in_place_scope(|scope| loop {
-            if interrupt.is_set() && stop.is_none() {
-                stop = Some(RunStatus::Interrupted);
-            }
-            while stop.is_none() && running < jobs {
-                let Some(index) = ready.pop_front() else {
-                    break;
-                };
-                running += 1;
-                let stage = &workflow.stages[index];
-                self.stage_started(index);
-                // Handing a stage to a worker and waiting for its result costs two thread
-                // wake-ups, most of the time of a quick stage. A stage that starts no process
-                // and waits on nothing (a template, or no action) is over in moments, so it runs
-                // here; anything else runs on a worker while this thread keeps the record.
-                let in_place = matches!(stage.action, Action::Template(_) | Action::None)
-                    && stage.foreach.is_none();
-                if in_place {
-                    let outcome = runner.run(index);
-                    let _ = tx.send((index, outcome));
-                    break;
-                }
-                // A stage whose output is reused (or whose `if` is false) is over here as well;
-                // only work goes to a worker.
-                if let Some(outcome) = runner.run_if_reused(index) {
-                    let _ = tx.send((index, outcome));
-                    break;
-                }
+        pool.in_place_scope(|scope| {
+            let start_on_worker = |index: usize| {
                 let tx = tx.clone();
                 scope.spawn(move |_| {
                     let outcome = runner.run(index);
                     let _ = tx.send((index, outcome));
                 });
-            }
-            if running == 0 {
-                break;
-            }
-            let Some((index, outcome)) = self.next_result(&rx, &runner.cache) else {
-                break;
             };
-            running -= 1;
-            let stage = &workflow.stages[index];
-            let verdict = self.absorb(index, outcome);
-            match verdict {
-                Verdict::Continue => {
-                    for &next in &workflow.dependents[index] {
-                        waiting[next] -= 1;
-                        if waiting[next] == 0 {
-                            ready.push_back(next);
+            loop {
+                if interrupt.is_set() && stop.is_none() {
+                    stop = Some(RunStatus::Interrupted);
+                }
+                if stop.is_none() && running == 0 && jobs > 1 && ready.len() >= BATCH_MIN {
+                    let batch: Vec<usize> = ready.drain(..ready.len().min(BATCH_MAX)).collect();
+                    self.before_waiting(&runner.cache);
+                    let outcomes = pool.install(|| run_batch(runner, &batch));
+                    // Taken in order, as one by one: a stage with work starts when its turn
+                    // comes (while a job is free), and one that ends the run stops the rest.
+                    for (index, outcome) in batch.into_iter().zip(outcomes) {
+                        match outcome {
+                            _ if stop.is_some() => {}
+                            Some((at, outcome)) => {
+                                self.stage_started(index, at);
+                                let verdict = self.absorb(index, outcome);
+                                self.settle(index, verdict, &mut waiting, &mut ready, &mut stop);
+                            }
+                            None if running < jobs => {
+                                running += 1;
+                                self.stage_started(index, record::now_rfc3339());
+                                start_on_worker(index);
+                            }
+                            None => work.push_back(index),
                         }
                     }
+                    continue;
                 }
-                Verdict::Exit => {
-                    stop.get_or_insert(RunStatus::Exited);
-                    self.header_changed();
-                }
-                Verdict::Fail(error) => {
-                    if self.record.error.is_none() {
-                        self.record.error = Some(format!("stage `{}` failed: {error}", stage.id));
+                while stop.is_none() && running < jobs {
+                    let (index, checked) = match work.pop_front() {
+                        Some(index) => (index, true),
+                        None => match ready.pop_front() {
+                            Some(index) => (index, false),
+                            None => break,
+                        },
+                    };
+                    running += 1;
+                    let stage = &workflow.stages[index];
+                    self.stage_started(index, record::now_rfc3339());
+                    // Handing a stage to a worker and waiting for its result costs two thread
+                    // wake-ups, most of the time of a quick stage. A stage that starts no
+                    // process and waits on nothing (a template, or no action) is over in
+                    // moments, so it runs here; anything else runs on a worker while this
+                    // thread keeps the record.
+                    if runs_in_place(stage) {
+                        let outcome = runner.run(index);
+                        let _ = tx.send((index, outcome));
+                        break;
                     }
-                    stop.get_or_insert(RunStatus::Failed);
-                    self.header_changed();
+                    // A stage whose output is reused (or whose `if` is false) is over here as
+                    // well; only work goes to a worker.
+                    if !checked {
+                        if let Some(outcome) = runner.run_if_reused(index) {
+                            let _ = tx.send((index, outcome));
+                            break;
+                        }
+                    }
+                    start_on_worker(index);
                 }
+                if running == 0 {
+                    break;
+                }
+                let Some((index, outcome)) = self.next_result(&rx, &runner.cache) else {
+                    break;
+                };
+                running -= 1;
+                let verdict = self.absorb(index, outcome);
+                self.settle(index, verdict, &mut waiting, &mut ready, &mut stop);
             }
         });
         if interrupt.is_set() {
             stop = Some(RunStatus::Interrupted);
         }
         stop.unwrap_or(RunStatus::Completed)
+    }
+
+    /// What a finished stage means for the stages after it, or for the run.
+    fn settle(
+        &mut self,
+        index: usize,
+        verdict: Verdict,
+        waiting: &mut [usize],
+        ready: &mut VecDeque<usize>,
+        stop: &mut Option<RunStatus>,
+    ) {
+        match verdict {
+            Verdict::Continue => {
+                for &next in &self.workflow.dependents[index] {
+                    waiting[next] -= 1;
+                    if waiting[next] == 0 {
+                        ready.push_back(next);
+                    }
+                }
+            }
+            Verdict::Exit => {
+                stop.get_or_insert(RunStatus::Exited);
+                self.header_changed();
+            }
+            Verdict::Fail(error) => {
+                if self.record.error.is_none() {
+                    let id = &self.workflow.stages[index].id;
+                    self.record.error = Some(format!("stage `{id}` failed: {error}"));
+                }
+                stop.get_or_insert(RunStatus::Failed);
+                self.header_changed();
+            }
+        }
     }
 
     /// The next finished stage. While none is ready, the cache entries and lines held back
@@ -572,12 +631,18 @@ impl<'w, 'r> Executor<'w, 'r> {
             Err(mpsc::TryRecvError::Disconnected) => return None,
             Err(mpsc::TryRecvError::Empty) => {}
         }
+        self.before_waiting(cache);
+        rx.recv().ok()
+    }
+
+    /// What is held back goes out before this thread waits: cache entries and lines to their
+    /// files, the record's notes to the recorder.
+    fn before_waiting(&mut self, cache: &cache::Cache) {
         let _ = cache.flush();
         self.reporter.flush();
         if let Some(recorder) = &self.recorder {
             recorder.hand_over();
         }
-        rx.recv().ok()
     }
 
     /// Record a finished stage; say what it means for the run.
@@ -727,6 +792,37 @@ impl<'w, 'r> Executor<'w, 'r> {
         }
         Verdict::Continue
     }
+}
+
+/// A batch is checked on the workers when at least this many stages are ready and none is
+/// running (fewer would not pay for waking the workers), at most this many at a time (so an
+/// interrupt is seen between batches).
+const BATCH_MIN: usize = 32;
+const BATCH_MAX: usize = 1024;
+
+/// A stage that starts no process and waits on nothing (a template, or no action) runs on the
+/// scheduling thread or in a batch, never alone on a worker.
+fn runs_in_place(stage: &Stage) -> bool {
+    matches!(stage.action, Action::Template(_) | Action::None) && stage.foreach.is_none()
+}
+
+/// Ready stages, on all the workers at once: those that run in place are run, the others only
+/// checked for reuse. Each outcome comes with when its stage started; `None` for a stage that
+/// has work to do, which then starts like any other.
+fn run_batch(runner: &StageRunner, batch: &[usize]) -> Vec<Option<(String, StageOutcome)>> {
+    use rayon::prelude::*;
+    batch
+        .par_iter()
+        .map(|&index| {
+            let at = record::now_rfc3339();
+            let outcome = if runs_in_place(&runner.workflow.stages[index]) {
+                Some(runner.run(index))
+            } else {
+                runner.run_if_reused(index)
+            };
+            outcome.map(|outcome| (at, outcome))
+        })
+        .collect()
 }
 
 enum Verdict {

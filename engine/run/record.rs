@@ -346,10 +346,8 @@ pub struct OutputLineRef<'a> {
 pub enum Rewrite {
     /// Unless the last rewrite was too recent (it is then due later).
     IfDue,
-    /// Now: the first record of a run.
+    /// Now: the first record of a run, and the record as the run leaves it.
     Now,
-    /// Now, and wait for the disk: the record as the run leaves it.
-    Last,
 }
 
 /// The files of one run, open for appending.
@@ -411,7 +409,7 @@ impl RunFiles {
         // The logs first: the record never claims an output `resume` cannot find.
         let written = self
             .flush_logs()
-            .and_then(|()| replace_file(&self.dir.join("run.json"), record, when == Rewrite::Last));
+            .and_then(|()| replace_file(&self.dir.join("run.json"), record));
         // A failed rewrite is spaced like a written one, so a full disk is not retried in a loop;
         // the record stays due.
         self.last_cost = started.elapsed();
@@ -441,14 +439,11 @@ impl RunFiles {
     }
 }
 
-/// Replace `run.json` by renaming a complete new one over it, so a reader or a crash sees the old
-/// record or the new one, never a mix. Only a final rewrite (`sync`) waits for the disk: the
-/// rewrites between are superseded within moments.
-fn replace_file<S: Serialize>(
-    path: &Path,
-    record: &RunRecord<S>,
-    sync: bool,
-) -> std::io::Result<()> {
+/// Replace `run.json` by renaming a complete new one over it, so a reader, a Ctrl-C or a crash of
+/// the process sees the old record or the new one, never a mix. No rewrite waits for the disk
+/// (`fsync`, 4 ms for the 5 MB record of 10,000 stages): like the cache and the logs beside it,
+/// the newest record is the system's to write back.
+fn replace_file<S: Serialize>(path: &Path, record: &RunRecord<S>) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let temp = tempfile::Builder::new()
         .prefix(".run.json.")
@@ -461,9 +456,6 @@ fn replace_file<S: Serialize>(
     serde_json::to_writer(&mut out, record).map_err(std::io::Error::other)?;
     out.write_all(b"\n")?;
     let temp = out.into_inner().map_err(|error| error.into_error())?;
-    if sync {
-        temp.as_file().sync_all()?;
-    }
     temp.persist(path).map_err(|error| error.error)?;
     Ok(())
 }

@@ -207,7 +207,7 @@ fn serve(
             warn("run.json", error);
         }
     }
-    let result = files.save(&record, Rewrite::Last);
+    let result = files.save(&record, Rewrite::Now);
     (record.map_stages(|entry| entry.record), result)
 }
 
