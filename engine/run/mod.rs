@@ -113,13 +113,9 @@ pub fn run(
             if options.dry_run { " [dry-run]" } else { "" }
         );
     }
-    let t0 = std::time::Instant::now(); // SGT
     let mut executor = Executor::new(workflow, runtime, options, inputs, run_id, reporter);
     executor.record.resumed_from = resume.as_ref().map(|r| r.run_id.clone());
     executor.attach(files)?;
-    if std::env::var_os("SGT").is_some() {
-        eprintln!("SGT setup {:?}", t0.elapsed());
-    } // SGT
     executor.execute(resume.map(|r| r.outputs).unwrap_or_default());
     executor.reporter.done();
     let record = executor.record;
@@ -302,11 +298,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             duration_ms: record.duration_ms,
         });
         if let Some(recorder) = self.recorder.take() {
-            let t0 = std::time::Instant::now(); // SGT
             let (record, written) = recorder.finish(&self.record);
-            if std::env::var_os("SGT").is_some() {
-                eprintln!("SGT finish {:?}", t0.elapsed());
-            } // SGT
             self.record = record;
             if let Err(error) = written {
                 self.reporter
@@ -428,11 +420,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             cache: cache::Cache::new(&self.runtime.state_dir, &workflow.name),
             table: Arc::clone(&self.table),
         };
-        let t0 = std::time::Instant::now(); // SGT
         let status = self.schedule(&runner);
-        if std::env::var_os("SGT").is_some() {
-            eprintln!("SGT schedule {:?}", t0.elapsed());
-        } // SGT
         if let Err(error) = runner.cache.flush() {
             self.reporter
                 .line(&format!("warning: cannot store cache entries: {error}"));
