@@ -733,6 +733,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             failed_items: outcome.failed_items,
             reused_from: outcome.reused_from.take(),
             model_calls: std::mem::take(&mut outcome.model_calls),
+            written: None,
             explain: outcome.explain.take(),
             assumed: outcome.assumed,
         };

@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use indexmap::IndexMap;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::models::Usage;
@@ -130,6 +131,36 @@ pub struct StageRecord {
     /// In a dry-run: the output was assumed, not produced.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub assumed: bool,
+    /// The stage's JSON as `run.json` holds it, once it finished for good: written once by the
+    /// recorder rather than at every rewrite (the last rewrite of a record of 10,000 stages
+    /// copies them instead of writing 5 MB of JSON again).
+    #[serde(skip)]
+    pub written: Option<Box<RawValue>>,
+}
+
+impl StageRecord {
+    /// Keep the stage's JSON as it is now; see [`StageRecord::written`].
+    pub fn write_once(&mut self) {
+        self.written = None;
+        self.written = serde_json::value::to_raw_value(self).ok();
+    }
+}
+
+/// A record's stages, each as written once if it was (the rest serialized as they are).
+fn stages_as_written<S: Serializer>(
+    stages: &IndexMap<String, StageRecord, foldhash::fast::RandomState>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    struct AsWritten<'a>(&'a StageRecord);
+    impl Serialize for AsWritten<'_> {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            match &self.0.written {
+                Some(json) => json.serialize(serializer),
+                None => self.0.serialize(serializer),
+            }
+        }
+    }
+    serializer.collect_map(stages.iter().map(|(id, stage)| (id, AsWritten(stage))))
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -158,6 +189,7 @@ impl StageRecord {
             model_calls: Vec::new(),
             explain: None,
             assumed: false,
+            written: None,
         }
     }
 }
@@ -176,10 +208,9 @@ pub struct FileHash {
     pub sha256: String,
 }
 
-/// `run.json`. Its stages are [`StageRecord`]s; the recorder keeps them with their JSON
-/// (`recorder::Entry`), written once.
+/// `run.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RunRecord<S = StageRecord> {
+pub struct RunRecord {
     pub run_id: String,
     pub workflow: String,
     pub status: RunStatus,
@@ -199,39 +230,12 @@ pub struct RunRecord<S = StageRecord> {
     pub resumed_from: Option<String>,
     pub cwd: String,
     pub files: Vec<FileHash>,
-    pub stages: IndexMap<String, S, foldhash::fast::RandomState>,
+    #[serde(serialize_with = "stages_as_written")]
+    pub stages: IndexMap<String, StageRecord, foldhash::fast::RandomState>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outputs: Option<Value>,
     #[serde(default)]
     pub usage: UsageTotals,
-}
-
-impl<S> RunRecord<S> {
-    /// The same record with each stage turned into something else.
-    pub fn map_stages<T>(self, mut f: impl FnMut(S) -> T) -> RunRecord<T> {
-        RunRecord {
-            run_id: self.run_id,
-            workflow: self.workflow,
-            status: self.status,
-            exit: self.exit,
-            error: self.error,
-            inputs: self.inputs,
-            started_at: self.started_at,
-            finished_at: self.finished_at,
-            duration_ms: self.duration_ms,
-            dry_run: self.dry_run,
-            resumed_from: self.resumed_from,
-            cwd: self.cwd,
-            files: self.files,
-            stages: self
-                .stages
-                .into_iter()
-                .map(|(id, stage)| (id, f(stage)))
-                .collect(),
-            outputs: self.outputs,
-            usage: self.usage,
-        }
-    }
 }
 
 /// What a stage's fingerprint covers, each part hashed, as the record keeps it (so a miss can
@@ -394,11 +398,7 @@ impl RunFiles {
     }
 
     /// Rewrite `run.json` as `when` says.
-    pub fn save<S: Serialize>(
-        &mut self,
-        record: &RunRecord<S>,
-        when: Rewrite,
-    ) -> std::io::Result<()> {
+    pub fn save(&mut self, record: &RunRecord, when: Rewrite) -> std::io::Result<()> {
         let spacing = self.spacing();
         let recent = self.last_write.is_some_and(|at| at.elapsed() < spacing);
         if recent && when == Rewrite::IfDue {
@@ -443,7 +443,7 @@ impl RunFiles {
 /// the process sees the old record or the new one, never a mix. No rewrite waits for the disk
 /// (`fsync`, 4 ms for the 5 MB record of 10,000 stages): like the cache and the logs beside it,
 /// the newest record is the system's to write back.
-fn replace_file<S: Serialize>(path: &Path, record: &RunRecord<S>) -> std::io::Result<()> {
+fn replace_file(path: &Path, record: &RunRecord) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let temp = tempfile::Builder::new()
         .prefix(".run.json.")
@@ -641,6 +641,38 @@ mod tests {
         assert!(files.save(&record, Rewrite::IfDue).is_ok());
         let due = files.rewrite_due_in().expect("the record is still due");
         assert!(due > Duration::from_millis(50), "retried after {due:?}");
+    }
+
+    /// A stage written once is written as it would be at every rewrite, and reads back the same.
+    #[test]
+    fn a_stage_written_once_is_written_as_it_was() {
+        let mut record: RunRecord = serde_json::from_value(serde_json::json!({
+            "run_id": "r1", "workflow": "w", "status": "completed", "inputs": {},
+            "started_at": "2026-11-30T00:00:00.000Z", "cwd": ".", "files": [],
+            "stages": {
+                "a": { "status": "cached", "duration_ms": 0, "fingerprint": "f1",
+                       "output_sha256": "s1", "reused_from": "cache" },
+                "b": { "status": "not_run", "duration_ms": 0 }
+            }
+        }))
+        .unwrap();
+        let before = serde_json::to_string(&record).unwrap();
+        record.stages["a"].write_once();
+        let json = record.stages["a"]
+            .written
+            .as_ref()
+            .map(|j| j.get().to_string());
+        assert_eq!(
+            json.as_deref(),
+            Some(
+                r#"{"status":"cached","duration_ms":0,"fingerprint":"f1","output_sha256":"s1","reused_from":"cache"}"#
+            )
+        );
+        assert_eq!(serde_json::to_string(&record).unwrap(), before);
+        // What is kept is what was written: a later change to the stage is not seen.
+        record.stages["a"].write_once();
+        record.stages["a"].duration_ms = 7;
+        assert_eq!(serde_json::to_string(&record).unwrap(), before);
     }
 
     #[test]

@@ -4,16 +4,14 @@
 //! line a stage, `run.json` at megabytes) took a quarter of the time. The scheduling thread now
 //! hands each stage's record to a recorder thread and goes on to the next stage, so the record
 //! is written on another core. The recorder keeps [`RunFiles`]' rules: the logs reach their
-//! files before every rewrite of `run.json`, rewrites are spaced, only the last one waits for
-//! the disk, and what it was handed is written in the order it was handed.
+//! files before every rewrite of `run.json`, rewrites are spaced, and what it was handed is
+//! written in the order it was handed.
 
 use std::cell::RefCell;
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::thread::JoinHandle;
 
-use serde::{Serialize, Serializer};
-use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::progress::Reporter;
@@ -40,29 +38,6 @@ pub(crate) struct Finished {
     /// Its output for `outputs.jsonl`: fingerprint, SHA-256, value.
     pub output: Option<(String, String, Value)>,
     pub at: String,
-}
-
-/// A stage as the recorder keeps it: once finished, with the JSON `run.json` holds for it,
-/// written once rather than at every rewrite (the final rewrite of a record of 10,000 stages
-/// copies them instead of writing 5 MB of JSON again).
-pub(crate) struct Entry {
-    record: StageRecord,
-    json: Option<Box<RawValue>>,
-}
-
-impl Serialize for Entry {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match &self.json {
-            Some(json) => json.serialize(serializer),
-            None => self.record.serialize(serializer),
-        }
-    }
-}
-
-impl Entry {
-    fn live(record: StageRecord) -> Self {
-        Entry { record, json: None }
-    }
 }
 
 enum Note {
@@ -95,7 +70,7 @@ impl Recorder {
                 if let Some((state_dir, keep)) = prune {
                     super::record::prune(&state_dir, keep);
                 }
-                serve(files, record.map_stages(Entry::live), rx, reporter)
+                serve(files, record, rx, reporter)
             })?;
         Ok(Recorder {
             tx: Some(tx),
@@ -182,7 +157,7 @@ impl Drop for Recorder {
 /// the last rewrite.
 fn serve(
     mut files: RunFiles,
-    mut record: RunRecord<Entry>,
+    mut record: RunRecord,
     rx: Receiver<Vec<Note>>,
     reporter: Reporter,
 ) -> (RunRecord, std::io::Result<()>) {
@@ -208,7 +183,7 @@ fn serve(
         }
     }
     let result = files.save(&record, Rewrite::Now);
-    (record.map_stages(|entry| entry.record), result)
+    (record, result)
 }
 
 /// Wait for the next notes, the logs flushed, as long as it takes but for a held-back rewrite of
@@ -216,7 +191,7 @@ fn serve(
 /// any other (failed rewrites are spaced as written ones). `None` once the sender is gone.
 fn idle(
     files: &mut RunFiles,
-    record: &RunRecord<Entry>,
+    record: &RunRecord,
     rx: &Receiver<Vec<Note>>,
     warn: &dyn Fn(&str, std::io::Error),
 ) -> Option<Vec<Note>> {
@@ -240,28 +215,25 @@ fn idle(
 }
 
 /// Write one note to the logs and the record.
-fn apply(files: &mut RunFiles, record: &mut RunRecord<Entry>, note: Note) -> std::io::Result<()> {
+fn apply(files: &mut RunFiles, record: &mut RunRecord, note: Note) -> std::io::Result<()> {
     match note {
         Note::Line(line) => files.event_line(&line),
         Note::Header(header) => {
             let stages = std::mem::take(&mut record.stages);
-            *record = RunRecord {
-                stages,
-                ..header.map_stages(Entry::live)
-            };
+            *record = RunRecord { stages, ..*header };
             Ok(())
         }
         Note::Started { index, at } => {
             let Some((id, entry)) = record.stages.get_index_mut(index) else {
                 return Ok(());
             };
-            entry.record.status = super::StageStatus::Running;
+            entry.status = super::StageStatus::Running;
             let result = files.event(&Stamped {
                 event: Event::StageStarted { stage: id },
                 at: at.clone(),
                 run_id: &record.run_id,
             });
-            entry.record.started_at = Some(at);
+            entry.started_at = Some(at);
             result
         }
         Note::Finished(finished) => {
@@ -297,12 +269,10 @@ fn apply(files: &mut RunFiles, record: &mut RunRecord<Entry>, note: Note) -> std
                 at,
                 run_id: &record.run_id,
             })?;
-            entry.started_at = slot.record.started_at.take();
+            entry.started_at = slot.started_at.take();
             // Finished for good: its JSON is written now, once.
-            *slot = Entry {
-                json: serde_json::value::to_raw_value(&entry).ok(),
-                record: entry,
-            };
+            entry.write_once();
+            *slot = entry;
             Ok(())
         }
     }
