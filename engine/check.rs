@@ -183,10 +183,7 @@ fn check_inner(
     // never built from it.
     let mut raw = raw;
     let mut format_failed = false;
-    let mut parsed = match raw.typed.take() {
-        Some(file) => Ok(*file),
-        None => WorkflowFile::deserialize(&raw.doc),
-    };
+    let mut parsed = WorkflowFile::deserialize(&raw.doc);
     if !parsed.as_ref().is_ok_and(within_bounds) {
         let rejected = validate_format(&raw, &mut diags);
         format_failed = !rejected.is_empty() || diags.iter().any(Diagnostic::is_error);

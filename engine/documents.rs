@@ -15,7 +15,6 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -38,29 +37,17 @@ impl Documents {
     }
 
     /// The document of `source`: the kept one when its text is unchanged, else parsed (and
-    /// kept, when it parses). A kept document is also read as a `T` (the typed reading a
-    /// caller would make of the document next) on another thread meanwhile; `None` when the
-    /// document was parsed from the text or does not read as a `T`.
-    pub fn parse_with<T: DeserializeOwned + Send>(
-        &self,
-        source: &SourceFile,
-    ) -> Result<(Value, Option<T>), Vec<Diagnostic>> {
+    /// kept, when it parses).
+    pub fn parse(&self, source: &SourceFile) -> Result<Value, Vec<Diagnostic>> {
         let entry = self.entry_path(source);
         let key = key_of(source);
-        if let Some(json) = read(&entry, &key) {
-            let (doc, typed) = std::thread::scope(|scope| {
-                let typed = scope.spawn(|| serde_json::from_slice::<T>(&json).ok());
-                let doc = serde_json::from_slice::<Value>(&json).ok();
-                (doc, typed.join().ok().flatten())
-            });
-            if let Some(doc) = doc {
-                return Ok((doc, typed));
-            }
+        if let Some(doc) = read(&entry, &key) {
+            return Ok(doc);
         }
         let (doc, _) = load::parse_document(source, 0, false)?;
         // A cache: a document that cannot be kept is parsed again next time.
         let _ = self.write(&entry, &key, &doc);
-        Ok((doc, None))
+        Ok(doc)
     }
 
     fn entry_path(&self, source: &SourceFile) -> PathBuf {
@@ -96,12 +83,11 @@ fn key_of(source: &SourceFile) -> String {
     hex(&hasher.finalize())
 }
 
-/// The kept document's JSON, when the entry exists and was made from this key.
-fn read(entry: &Path, key: &str) -> Option<Vec<u8>> {
-    let mut bytes = std::fs::read(entry).ok()?;
-    bytes.strip_prefix(key.as_bytes())?.strip_prefix(b"\n")?;
-    bytes.drain(..key.len() + 1);
-    Some(bytes)
+/// The kept document, when the entry exists, was made from this key and reads whole.
+fn read(entry: &Path, key: &str) -> Option<Value> {
+    let bytes = std::fs::read(entry).ok()?;
+    let rest = bytes.strip_prefix(key.as_bytes())?.strip_prefix(b"\n")?;
+    serde_json::from_slice(rest).ok()
 }
 
 #[cfg(test)]
@@ -120,46 +106,6 @@ max = 9007199254740993
 when = 1979-05-27T07:32:00Z
 "#;
 
-    fn parse(documents: &Documents, source: &SourceFile) -> Result<Value, Vec<Diagnostic>> {
-        documents
-            .parse_with::<serde::de::IgnoredAny>(source)
-            .map(|(doc, _)| doc)
-    }
-
-    /// A kept document comes with its typed reading, the one made of the document itself.
-    #[test]
-    fn a_kept_document_is_read_as_the_typed_workflow_too() {
-        use crate::format::WorkflowFile;
-        use serde::Deserialize;
-        let dir = tempfile::tempdir().unwrap();
-        let documents = Documents::new(dir.path().join("documents"));
-        let source = SourceFile::new(
-            "/w/b.toml",
-            "[stages.a]\nshell = \"echo 1\"\ntimeout = \"2s\"\n\n[stages.b]\nafter = [\"a\"]\ntemplate = { inline = \"x\" }\n",
-        );
-        // Parsed from the text: no typed reading.
-        let (doc, typed) = documents.parse_with::<WorkflowFile>(&source).unwrap();
-        assert!(typed.is_none());
-        // Kept: read both ways, and the same as reading the document.
-        let (kept, typed) = documents.parse_with::<WorkflowFile>(&source).unwrap();
-        assert_eq!(kept, doc);
-        let typed = typed.expect("a kept document is read as a workflow");
-        let from_doc = WorkflowFile::deserialize(&doc).unwrap();
-        assert_eq!(
-            serde_json::to_value(&typed).unwrap(),
-            serde_json::to_value(&from_doc).unwrap()
-        );
-        assert_eq!(typed.stages["b"].after, ["a"]);
-        // A kept document that is not a workflow has no typed reading.
-        let other = SourceFile::new("/w/c.toml", TEXT);
-        parse(&documents, &other).unwrap();
-        assert!(documents
-            .parse_with::<WorkflowFile>(&other)
-            .unwrap()
-            .1
-            .is_none());
-    }
-
     #[test]
     fn a_kept_document_is_the_parsed_one_and_is_used_while_the_text_is_unchanged() {
         let dir = tempfile::tempdir().unwrap();
@@ -167,13 +113,13 @@ when = 1979-05-27T07:32:00Z
         let source = SourceFile::new("/w/a.toml", TEXT);
         let (parsed, _) = load::parse_document(&source, 0, false).unwrap();
 
-        assert_eq!(parse(&documents, &source).unwrap(), parsed);
+        assert_eq!(documents.parse(&source).unwrap(), parsed);
         let entry = documents.entry_path(&source);
         assert!(entry.is_file(), "the document is kept");
         // Read back, not parsed: a kept document edited by hand shows through.
         let text = std::fs::read_to_string(&entry).unwrap();
         std::fs::write(&entry, text.replace("echo 1", "echo kept")).unwrap();
-        let kept = parse(&documents, &source).unwrap();
+        let kept = documents.parse(&source).unwrap();
         assert_eq!(kept["stages"]["a"]["shell"], "echo kept");
         // Same keys in the same order, numbers exact.
         let (parsed, _) = load::parse_document(&source, 0, false).unwrap();
@@ -198,11 +144,11 @@ when = 1979-05-27T07:32:00Z
         let dir = tempfile::tempdir().unwrap();
         let documents = Documents::new(dir.path().to_path_buf());
         let source = SourceFile::new("/w/a.toml", TEXT);
-        parse(&documents, &source).unwrap();
+        documents.parse(&source).unwrap();
 
         let edited = SourceFile::new("/w/a.toml", TEXT.replace("echo 1", "echo 2"));
         assert_eq!(
-            parse(&documents, &edited).unwrap()["stages"]["a"]["shell"],
+            documents.parse(&edited).unwrap()["stages"]["a"]["shell"],
             "echo 2"
         );
 
@@ -210,7 +156,7 @@ when = 1979-05-27T07:32:00Z
         let text = std::fs::read_to_string(&entry).unwrap();
         std::fs::write(&entry, &text[..text.len() / 2]).unwrap();
         assert_eq!(
-            parse(&documents, &edited).unwrap()["stages"]["a"]["shell"],
+            documents.parse(&edited).unwrap()["stages"]["a"]["shell"],
             "echo 2"
         );
         // And kept whole again.
@@ -222,7 +168,7 @@ when = 1979-05-27T07:32:00Z
         let dir = tempfile::tempdir().unwrap();
         let documents = Documents::new(dir.path().to_path_buf());
         let source = SourceFile::new("/w/bad.toml", "[stages.a\n");
-        assert!(parse(&documents, &source).is_err());
+        assert!(documents.parse(&source).is_err());
         assert!(!documents.entry_path(&source).exists());
     }
 }

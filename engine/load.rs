@@ -15,7 +15,7 @@ use toml::de::{DeTable, DeValue};
 
 use crate::diag::{did_you_mean, Diagnostic, Location, SourceFile};
 use crate::documents::Documents;
-use crate::format::{WorkflowFile, ACTION_KEYS};
+use crate::format::ACTION_KEYS;
 use crate::library::{Found, Library, SearchPath};
 
 /// Where a key of the merged document was written. Kept compact (20 bytes): a workflow of
@@ -77,9 +77,6 @@ pub struct RawWorkflow {
     pub library: Library,
     /// Stages removed by `disabled = true`, with where that was said.
     pub disabled: HashMap<String, Origin>,
-    /// The document's typed reading, when it was made while the document was read (a kept
-    /// document of a file on its own): `check` then need not make it again.
-    pub typed: Option<Box<WorkflowFile>>,
 }
 
 impl RawWorkflow {
@@ -195,15 +192,11 @@ pub fn load_found(
     // A file loaded as the base of another is merged at once, with its origins; the top file
     // builds them only when it turns out to extend one.
     let base_of_another = chain.len() > 1;
-    let (doc, origins, typed) = match documents {
+    let (doc, origins) = match documents {
         Some(documents) if !base_of_another => {
-            let (doc, typed) = documents.parse_with::<WorkflowFile>(&found.source)?;
-            (doc, Origins::default(), typed)
+            (documents.parse(&found.source)?, Origins::default())
         }
-        _ => {
-            let (doc, origins) = parse_document(&found.source, 0, base_of_another)?;
-            (doc, origins, None)
-        }
+        _ => parse_document(&found.source, 0, base_of_another)?,
     };
     let extends = doc
         .pointer("/workflow/extends")
@@ -220,11 +213,8 @@ pub fn load_found(
         sources: vec![found.source.clone()],
         library: found.library.clone(),
         disabled: HashMap::new(),
-        typed: None,
     };
     let Some(base_name) = extends else {
-        // The document is the file's own: its typed reading stands.
-        raw.typed = typed.map(Box::new);
         return Ok(raw);
     };
     let extends_location = raw.locate("/workflow/extends");
