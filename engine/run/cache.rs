@@ -34,7 +34,8 @@ struct Stored {
     verified: bool,
 }
 
-type Entries = (HashMap<String, Stored>, Vec<String>);
+/// Boxed: a map of 10,000 entries holds a pointer a slot rather than the entry itself.
+type Entries = (HashMap<String, Box<Stored>>, Vec<String>);
 
 /// A cache file being read on another thread.
 static READ_AHEAD: Mutex<Option<(PathBuf, std::thread::JoinHandle<Entries>)>> = Mutex::new(None);
@@ -82,7 +83,7 @@ fn read_entries(path: &Path) -> Entries {
                     line: number + 1,
                     verified: false,
                 };
-                entries.insert(stored.entry.id.clone(), stored);
+                entries.insert(stored.entry.id.clone(), Box::new(stored));
             }
             Err(_) => warnings.push(corrupt(path, number + 1)),
         }
@@ -96,7 +97,7 @@ fn corrupt(path: &Path, line: usize) -> String {
 
 pub struct Cache {
     path: PathBuf,
-    entries: Mutex<Option<HashMap<String, Stored>>>,
+    entries: Mutex<Option<HashMap<String, Box<Stored>>>>,
     warnings: Mutex<Vec<String>>,
     /// The file, opened for appending at the first `put` and kept open for the run.
     appender: Mutex<Option<std::io::BufWriter<std::fs::File>>>,
@@ -121,7 +122,7 @@ impl Cache {
     }
 
     /// Every entry of the file: read ahead if [`read_ahead`] started it, else read now.
-    fn load(&self) -> HashMap<String, Stored> {
+    fn load(&self) -> HashMap<String, Box<Stored>> {
         let ahead = {
             let mut ahead = READ_AHEAD.lock().unwrap_or_else(|p| p.into_inner());
             ahead
@@ -207,7 +208,7 @@ impl Cache {
                 line: 0,
                 verified: true,
             };
-            entries.insert(stored.entry.id.clone(), stored);
+            entries.insert(stored.entry.id.clone(), Box::new(stored));
         }
         Ok(())
     }

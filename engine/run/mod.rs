@@ -724,7 +724,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             started_at: None,
             duration_ms,
             fingerprint: outcome.fingerprint.take(),
-            fingerprint_parts: outcome.fingerprint_parts.take(),
+            fingerprint_parts: outcome.fingerprint_parts.take().map(Box::new),
             output_sha256: output_sha.filter(|_| has_output),
             error: outcome.error.clone(),
             reason: outcome.reason.take(),

@@ -105,7 +105,7 @@ pub struct StageRecord {
     pub fingerprint: Option<String>,
     /// What the fingerprint covers, hashed part by part (so a miss can say what changed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fingerprint_parts: Option<FingerprintParts>,
+    pub fingerprint_parts: Option<Box<FingerprintParts>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_sha256: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
