@@ -183,8 +183,12 @@ fn check_inner(
     // never built from it.
     let mut raw = raw;
     let mut format_failed = false;
-    let mut parsed = WorkflowFile::deserialize(&raw.doc);
+    let mut parsed = match raw.typed.take() {
+        Some(file) => Ok(*file),
+        None => WorkflowFile::deserialize(&raw.doc),
+    };
     if !parsed.as_ref().is_ok_and(within_bounds) {
+        raw.need_document();
         let rejected = validate_format(&raw, &mut diags);
         format_failed = !rejected.is_empty() || diags.iter().any(Diagnostic::is_error);
         for pointer in &rejected {
@@ -597,19 +601,8 @@ impl<'a> Checker<'a> {
         // Pass 1: gather every template source, resolve template files, compile schemas.
         let mut stage_actions: Vec<Option<PendingAction>> = Vec::with_capacity(ids.len());
         self.sources.reserve(2 * ids.len());
-        // The stages as written come in the same order as the typed ones: walked alongside
-        // rather than looked up one by one in a map of thousands.
-        let raw: &'a RawWorkflow = self.raw;
-        let stages_written = raw.doc.get("stages").and_then(Value::as_object);
-        let mut written_in_order = stages_written.map(|stages| stages.iter());
         for (id, def) in &self.file.stages {
-            let written = written_in_order
-                .as_mut()
-                .and_then(Iterator::next)
-                .filter(|(key, _)| *key == id)
-                .map(|(_, value)| value)
-                .or_else(|| stages_written.and_then(|stages| stages.get(id)));
-            stage_actions.push(self.gather_stage(id, def, written, visiting));
+            stage_actions.push(self.gather_stage(id, def, visiting));
         }
         for (name, source) in &self.file.outputs {
             self.pending_value(
@@ -1167,16 +1160,11 @@ impl<'a> Checker<'a> {
         &mut self,
         id: &str,
         def: &StageDef,
-        written: Option<&'a Value>,
         visiting: &mut Vec<String>,
     ) -> Option<PendingAction> {
         let sp = stage_pointer(id);
         let prefix = format!("stages.{id}.");
-        // The stage as written, for which keys it has (a JSON pointer per key would parse and
-        // unescape the whole path each time). A stage has a handful of keys: comparing them is
-        // cheaper than hashing the one asked for.
-        let written_keys = written.and_then(Value::as_object);
-        let has = |key: &str| written_keys.is_some_and(|keys| keys.keys().any(|k| k == key));
+        let has = |key: &str| def.has(key);
         let actions: Vec<&str> = ACTION_KEYS.iter().copied().filter(|k| has(k)).collect();
         if actions.len() > 1 {
             self.error_key(

@@ -10,11 +10,14 @@
 //! replaced when the text changes, so the folder grows only with the workflows used.
 //!
 //! Only a file parsed on its own is kept: the bases of an overlay chain are parsed with the
-//! origins of their keys, which the merge needs.
+//! origins of their keys, which the merge needs. A kept document of a file that extends none is
+//! read straight as the typed workflow ([`Documents::parse_typed`]); the JSON document is made
+//! from the text again only when a diagnostic needs it.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -48,6 +51,14 @@ impl Documents {
         // A cache: a document that cannot be kept is parsed again next time.
         let _ = self.write(&entry, &key, &doc);
         Ok(doc)
+    }
+
+    /// The kept document of `source` read straight as a `T`, when its text is unchanged and it
+    /// reads as one; `None` otherwise (then [`Documents::parse`] gives the document).
+    pub fn parse_typed<T: DeserializeOwned>(&self, source: &SourceFile) -> Option<T> {
+        let bytes = std::fs::read(self.entry_path(source)).ok()?;
+        let json = kept_json(&bytes, &key_of(source))?;
+        serde_json::from_slice(json).ok()
     }
 
     fn entry_path(&self, source: &SourceFile) -> PathBuf {
@@ -86,8 +97,12 @@ fn key_of(source: &SourceFile) -> String {
 /// The kept document, when the entry exists, was made from this key and reads whole.
 fn read(entry: &Path, key: &str) -> Option<Value> {
     let bytes = std::fs::read(entry).ok()?;
-    let rest = bytes.strip_prefix(key.as_bytes())?.strip_prefix(b"\n")?;
-    serde_json::from_slice(rest).ok()
+    serde_json::from_slice(kept_json(&bytes, key)?).ok()
+}
+
+/// An entry's document, when the entry was made from this key.
+fn kept_json<'b>(entry: &'b [u8], key: &str) -> Option<&'b [u8]> {
+    entry.strip_prefix(key.as_bytes())?.strip_prefix(b"\n")
 }
 
 #[cfg(test)]

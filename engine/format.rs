@@ -254,6 +254,33 @@ pub struct StageDef {
     pub dry_run_output: Option<Box<Value>>,
 }
 
+impl StageDef {
+    /// Whether the stage says `key`, for the keys whose presence `check` weighs (the actions
+    /// and the settings that belong to one). Read from the typed stage, not the document, so
+    /// it holds however the workflow was read: an empty table (`env = {}`) says nothing.
+    pub fn has(&self, key: &str) -> bool {
+        match key {
+            "command" => self.command.is_some(),
+            "shell" => self.shell.is_some(),
+            "prompt" => self.prompt.is_some(),
+            "template" => self.template.is_some(),
+            "uses" => self.uses.is_some(),
+            "workflow" => self.workflow.is_some(),
+            "with" => self.with.is_some(),
+            "stdin" => self.stdin.is_some(),
+            "cwd" => self.cwd.is_some(),
+            "env" => !self.env.is_empty(),
+            "ok_codes" => self.ok_codes.is_some(),
+            "model" => self.model.is_some(),
+            "system" => self.system.is_some(),
+            "temperature" => self.temperature.is_some(),
+            "max_tokens" => self.max_tokens.is_some(),
+            "repair" => self.repair.is_some(),
+            _ => false,
+        }
+    }
+}
+
 /// The keys that name a stage's action.
 pub const ACTION_KEYS: [&str; 6] = ["command", "shell", "prompt", "template", "uses", "workflow"];
 
@@ -348,4 +375,46 @@ pub struct CacheKeyed {
 pub fn workflow_schema() -> Value {
     let schema = schemars::schema_for!(WorkflowFile);
     serde_json::to_value(schema).unwrap_or(Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every key `check` asks about is answered from its field.
+    #[test]
+    fn a_stage_has_the_keys_it_was_given() {
+        let keys = [
+            "command",
+            "shell",
+            "prompt",
+            "template",
+            "uses",
+            "workflow",
+            "with",
+            "stdin",
+            "cwd",
+            "env",
+            "ok_codes",
+            "model",
+            "system",
+            "temperature",
+            "max_tokens",
+            "repair",
+        ];
+        let all: StageDef = serde_json::from_value(serde_json::json!({
+            "command": ["true"], "shell": "true", "prompt": "p.md", "template": "t.md",
+            "uses": "fs.read", "workflow": "w", "with": {}, "stdin": "x", "cwd": ".",
+            "env": { "A": "1" }, "ok_codes": [0], "model": "m", "system": "s.md",
+            "temperature": 0.5, "max_tokens": 10, "repair": 1
+        }))
+        .unwrap();
+        let none = StageDef::default();
+        for key in keys {
+            assert!(all.has(key), "{key}");
+            assert!(!none.has(key), "{key}");
+        }
+        let empty_env: StageDef = serde_json::from_value(serde_json::json!({ "env": {} })).unwrap();
+        assert!(!empty_env.has("env"));
+    }
 }

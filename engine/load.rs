@@ -15,7 +15,7 @@ use toml::de::{DeTable, DeValue};
 
 use crate::diag::{did_you_mean, Diagnostic, Location, SourceFile};
 use crate::documents::Documents;
-use crate::format::ACTION_KEYS;
+use crate::format::{WorkflowFile, ACTION_KEYS};
 use crate::library::{Found, Library, SearchPath};
 
 /// Where a key of the merged document was written. Kept compact (20 bytes): a workflow of
@@ -77,9 +77,22 @@ pub struct RawWorkflow {
     pub library: Library,
     /// Stages removed by `disabled = true`, with where that was said.
     pub disabled: HashMap<String, Origin>,
+    /// The typed reading of a kept document, read straight from it: `doc` is then `Null`
+    /// until a diagnostic needs it ([`RawWorkflow::need_document`]).
+    pub typed: Option<Box<WorkflowFile>>,
 }
 
 impl RawWorkflow {
+    /// The document, parsed again from the file's text if it was read straight as the typed
+    /// workflow (a file on its own: the only kind read that way).
+    pub fn need_document(&mut self) {
+        if self.doc.is_null() && self.sources.len() == 1 {
+            if let Ok((doc, _)) = parse_document(&self.sources[0], 0, false) {
+                self.doc = doc;
+            }
+        }
+    }
+
     /// Every key's origin, by JSON pointer. A chain of overlays has them from the merge. A
     /// workflow of one file finds them when first asked, which is when there is something to
     /// point at: its text, kept in memory, is parsed again and gives the same document. A valid
@@ -192,6 +205,23 @@ pub fn load_found(
     // A file loaded as the base of another is merged at once, with its origins; the top file
     // builds them only when it turns out to extend one.
     let base_of_another = chain.len() > 1;
+    // A kept document of a file on its own is read straight as the typed workflow: the JSON
+    // document is made (about 7 MB and 6 ms for 10,000 stages) only if a diagnostic needs it.
+    if let (Some(documents), false) = (documents, base_of_another) {
+        if let Some(file) = documents.parse_typed::<WorkflowFile>(&found.source) {
+            if file.workflow.extends.is_none() {
+                return Ok(RawWorkflow {
+                    name,
+                    doc: Value::Null,
+                    origins: OnceLock::new(),
+                    sources: vec![found.source.clone()],
+                    library: found.library.clone(),
+                    disabled: HashMap::new(),
+                    typed: Some(Box::new(file)),
+                });
+            }
+        }
+    }
     let (doc, origins) = match documents {
         Some(documents) if !base_of_another => {
             (documents.parse(&found.source)?, Origins::default())
@@ -213,6 +243,7 @@ pub fn load_found(
         sources: vec![found.source.clone()],
         library: found.library.clone(),
         disabled: HashMap::new(),
+        typed: None,
     };
     let Some(base_name) = extends else {
         return Ok(raw);

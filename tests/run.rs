@@ -834,6 +834,57 @@ fn an_edited_workflow_runs_as_edited_though_its_document_is_kept() {
     assert!(!fresh.state_dir().join("cache").exists());
 }
 
+/// A kept document is read straight as the typed workflow; what `check` says of the workflow
+/// (warnings, errors, the format's bounds) and where, is the same as when it is parsed.
+#[test]
+fn a_kept_document_is_checked_as_the_parsed_one() {
+    let t = Test::new();
+    let cases = [
+        // A warning (which `run` does not show), and the run goes on.
+        (
+            "warn.toml",
+            "[stages.a]\nshell = \"echo a\"\nexit_message = \"done\"\n",
+            0,
+        ),
+        // An error at a key.
+        (
+            "stray.toml",
+            "[stages.a]\ntemplate = { inline = \"x\" }\nmodel = \"m\"\n",
+            2,
+        ),
+        // Outside the format's bounds: the document is needed to explain it.
+        (
+            "bounds.toml",
+            "[stages.a]\nforeach = \"[1, 2]\"\nconcurrency = 0\ntemplate = { inline = \"x\" }\n",
+            2,
+        ),
+    ];
+    for (file, text, code) in cases {
+        t.write(file, text);
+        let parsed = t.run(["run", &format!("./{file}")]);
+        parsed.code(code);
+        let kept = t.run(["run", &format!("./{file}")]);
+        kept.code(code);
+        let diagnostics = |stderr: &str| -> Vec<String> {
+            stderr
+                .lines()
+                .filter(|l| !l.starts_with("run ") && !l.contains(" a "))
+                .map(String::from)
+                .collect()
+        };
+        assert_eq!(
+            diagnostics(&kept.stderr),
+            diagnostics(&parsed.stderr),
+            "{file}"
+        );
+        assert!(
+            code == 0 || kept.stderr.contains(&format!("{file}:")),
+            "{file}: located in the file:\n{}",
+            kept.stderr
+        );
+    }
+}
+
 /// Forty independent stages: on a rerun they are ready together and checked for reuse as one
 /// batch on the workers. What the batch finds is taken in order: the stage that ends the run
 /// stops it where it stands in that order, and the stages the batch found to need work run.
