@@ -939,6 +939,38 @@ fn stages_ready_together_are_reused_and_stopped_in_order() {
     }
 }
 
+/// A batch computes ahead of the stages' turns: a stage that writes a file is left to its turn,
+/// so a run that ends before it writes nothing for it.
+#[test]
+fn a_stage_after_an_early_exit_writes_no_file_though_it_was_ready() {
+    let t = Test::new();
+    let mut flow = String::from("[workflow]\nwrites = [\"out\"]\n\n");
+    for i in 0..60 {
+        let exit = if i == 40 { "exit_if = \"true\"\n" } else { "" };
+        let path = if i >= 50 {
+            format!("output = {{ path = \"out/s{i}.txt\" }}\n")
+        } else {
+            String::new()
+        };
+        flow.push_str(&format!(
+            "[stages.s{i:02}]\ntemplate = {{ inline = \"{i}\" }}\ncache = true\n{exit}{path}\n"
+        ));
+    }
+    t.write("flow.toml", &flow);
+    for _ in 0..2 {
+        t.run(["run", "flow.toml", "--jobs", "2"]).code(0);
+        let record = t.last_run();
+        assert_eq!(record["exit"]["stage"], "s40");
+        assert_eq!(stage_status(&record, "s39"), stage_status(&record, "s00"));
+        assert_eq!(stage_status(&record, "s41"), "not_run");
+        assert_eq!(stage_status(&record, "s55"), "not_run");
+        assert!(
+            !t.exists("out"),
+            "a stage that did not start wrote its output.path"
+        );
+    }
+}
+
 /// Template stages ready together render on the workers; each sees its own item of the scope
 /// and a failing one fails the run like it would alone.
 #[test]

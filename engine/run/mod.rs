@@ -502,8 +502,19 @@ impl<'w, 'r> Executor<'w, 'r> {
                 if interrupt.is_set() && stop.is_none() {
                     stop = Some(RunStatus::Interrupted);
                 }
-                if stop.is_none() && running == 0 && jobs > 1 && ready.len() >= BATCH_MIN {
-                    let batch: Vec<usize> = ready.drain(..ready.len().min(BATCH_MAX)).collect();
+                // A batch computes ahead of the stages' turns, so it stops before a stage that
+                // writes an `output.path` (even from a reused output): no file may be written
+                // for a stage the run then does not start.
+                let batchable = match (stop, running, jobs) {
+                    (None, 0, 2..) => ready
+                        .iter()
+                        .take(BATCH_MAX)
+                        .take_while(|&&i| workflow.stages[i].output_path.is_none())
+                        .count(),
+                    _ => 0,
+                };
+                if batchable >= BATCH_MIN {
+                    let batch: Vec<usize> = ready.drain(..batchable).collect();
                     self.before_waiting(&runner.cache);
                     let outcomes = pool.install(|| run_batch(runner, &batch));
                     // Taken in order, as one by one: a stage with work starts when its turn
@@ -796,7 +807,9 @@ fn runs_in_place(stage: &Stage) -> bool {
 }
 
 /// Ready stages, on all the workers at once: those that run in place are run, the others only
-/// checked for reuse. Each outcome comes with when its stage started; `None` for a stage that
+/// checked for reuse. None of them writes a file: a template stage's only lasting effect is its
+/// cache entry, keyed by its fingerprint, so one computed ahead of a stage that ends the run
+/// leaves an entry a later run would have stored alike. Each outcome comes with when its stage started; `None` for a stage that
 /// has work to do, which then starts like any other.
 fn run_batch(runner: &StageRunner, batch: &[usize]) -> Vec<Option<(String, StageOutcome)>> {
     use rayon::prelude::*;
