@@ -11,7 +11,7 @@
 //!
 //! Only a file parsed on its own is kept: the bases of an overlay chain are parsed with the
 //! origins of their keys, which the merge needs. A kept document of a file that extends none is
-//! read straight as the typed workflow ([`Documents::parse_typed`]); the JSON document is made
+//! read straight as the typed workflow ([`Documents::read`]); the JSON document is made
 //! from the text again only when a diagnostic needs it.
 
 use std::io::Write;
@@ -28,6 +28,12 @@ use crate::load;
 /// Bump when the document made of a TOML file changes for the same text.
 const FORMAT: &str = "stagegraph-document-1";
 
+/// What [`Documents::read`] gives: the typed reading of a kept document, or the document.
+pub enum Kept<T> {
+    Typed(T),
+    Document(Value),
+}
+
 /// A folder of kept documents (`<state>/cache/documents`).
 #[derive(Debug, Clone)]
 pub struct Documents {
@@ -40,25 +46,30 @@ impl Documents {
     }
 
     /// The document of `source`: the kept one when its text is unchanged, else parsed (and
-    /// kept, when it parses).
-    pub fn parse(&self, source: &SourceFile) -> Result<Value, Vec<Diagnostic>> {
+    /// kept, when it parses). A kept document is first read straight as a `T` (the typed
+    /// reading the caller would make of it), which is given instead when `usable` says so.
+    pub fn read<T: DeserializeOwned>(
+        &self,
+        source: &SourceFile,
+        usable: impl FnOnce(&T) -> bool,
+    ) -> Result<Kept<T>, Vec<Diagnostic>> {
         let entry = self.entry_path(source);
         let key = key_of(source);
-        if let Some(doc) = read(&entry, &key) {
-            return Ok(doc);
+        let bytes = std::fs::read(&entry).unwrap_or_default();
+        if let Some(json) = kept_json(&bytes, &key) {
+            match serde_json::from_slice::<T>(json) {
+                Ok(typed) if usable(&typed) => return Ok(Kept::Typed(typed)),
+                _ => {
+                    if let Ok(doc) = serde_json::from_slice(json) {
+                        return Ok(Kept::Document(doc));
+                    }
+                }
+            }
         }
         let (doc, _) = load::parse_document(source, 0, false)?;
         // A cache: a document that cannot be kept is parsed again next time.
         let _ = self.write(&entry, &key, &doc);
-        Ok(doc)
-    }
-
-    /// The kept document of `source` read straight as a `T`, when its text is unchanged and it
-    /// reads as one; `None` otherwise (then [`Documents::parse`] gives the document).
-    pub fn parse_typed<T: DeserializeOwned>(&self, source: &SourceFile) -> Option<T> {
-        let bytes = std::fs::read(self.entry_path(source)).ok()?;
-        let json = kept_json(&bytes, &key_of(source))?;
-        serde_json::from_slice(json).ok()
+        Ok(Kept::Document(doc))
     }
 
     fn entry_path(&self, source: &SourceFile) -> PathBuf {
@@ -94,12 +105,6 @@ fn key_of(source: &SourceFile) -> String {
     hex(&hasher.finalize())
 }
 
-/// The kept document, when the entry exists, was made from this key and reads whole.
-fn read(entry: &Path, key: &str) -> Option<Value> {
-    let bytes = std::fs::read(entry).ok()?;
-    serde_json::from_slice(kept_json(&bytes, key)?).ok()
-}
-
 /// An entry's document, when the entry was made from this key.
 fn kept_json<'b>(entry: &'b [u8], key: &str) -> Option<&'b [u8]> {
     entry.strip_prefix(key.as_bytes())?.strip_prefix(b"\n")
@@ -121,6 +126,37 @@ max = 9007199254740993
 when = 1979-05-27T07:32:00Z
 "#;
 
+    /// The document, never the typed reading.
+    fn parse(documents: &Documents, source: &SourceFile) -> Result<Value, Vec<Diagnostic>> {
+        match documents.read::<serde::de::IgnoredAny>(source, |_| false)? {
+            Kept::Document(doc) => Ok(doc),
+            Kept::Typed(_) => unreachable!("never usable"),
+        }
+    }
+
+    /// A kept document is read as the typed workflow when the caller can use it, else given as
+    /// the document; parsed from the text, it is always the document.
+    #[test]
+    fn a_kept_document_is_read_as_the_typed_workflow_when_usable() {
+        use crate::format::WorkflowFile;
+        let dir = tempfile::tempdir().unwrap();
+        let documents = Documents::new(dir.path().join("documents"));
+        let source = SourceFile::new("/w/b.toml", "[stages.a]\nshell = \"echo 1\"\n");
+        let read = |usable: bool| documents.read::<WorkflowFile>(&source, |_| usable).unwrap();
+        assert!(
+            matches!(read(true), Kept::Document(_)),
+            "parsed, not kept yet"
+        );
+        match read(true) {
+            Kept::Typed(file) => assert_eq!(file.stages["a"].shell.as_deref(), Some("echo 1")),
+            Kept::Document(_) => panic!("a kept workflow is read as one"),
+        }
+        match read(false) {
+            Kept::Document(doc) => assert_eq!(doc["stages"]["a"]["shell"], "echo 1"),
+            Kept::Typed(_) => panic!("not usable"),
+        }
+    }
+
     #[test]
     fn a_kept_document_is_the_parsed_one_and_is_used_while_the_text_is_unchanged() {
         let dir = tempfile::tempdir().unwrap();
@@ -128,13 +164,13 @@ when = 1979-05-27T07:32:00Z
         let source = SourceFile::new("/w/a.toml", TEXT);
         let (parsed, _) = load::parse_document(&source, 0, false).unwrap();
 
-        assert_eq!(documents.parse(&source).unwrap(), parsed);
+        assert_eq!(parse(&documents, &source).unwrap(), parsed);
         let entry = documents.entry_path(&source);
         assert!(entry.is_file(), "the document is kept");
         // Read back, not parsed: a kept document edited by hand shows through.
         let text = std::fs::read_to_string(&entry).unwrap();
         std::fs::write(&entry, text.replace("echo 1", "echo kept")).unwrap();
-        let kept = documents.parse(&source).unwrap();
+        let kept = parse(&documents, &source).unwrap();
         assert_eq!(kept["stages"]["a"]["shell"], "echo kept");
         // Same keys in the same order, numbers exact.
         let (parsed, _) = load::parse_document(&source, 0, false).unwrap();
@@ -159,11 +195,11 @@ when = 1979-05-27T07:32:00Z
         let dir = tempfile::tempdir().unwrap();
         let documents = Documents::new(dir.path().to_path_buf());
         let source = SourceFile::new("/w/a.toml", TEXT);
-        documents.parse(&source).unwrap();
+        parse(&documents, &source).unwrap();
 
         let edited = SourceFile::new("/w/a.toml", TEXT.replace("echo 1", "echo 2"));
         assert_eq!(
-            documents.parse(&edited).unwrap()["stages"]["a"]["shell"],
+            parse(&documents, &edited).unwrap()["stages"]["a"]["shell"],
             "echo 2"
         );
 
@@ -171,11 +207,13 @@ when = 1979-05-27T07:32:00Z
         let text = std::fs::read_to_string(&entry).unwrap();
         std::fs::write(&entry, &text[..text.len() / 2]).unwrap();
         assert_eq!(
-            documents.parse(&edited).unwrap()["stages"]["a"]["shell"],
+            parse(&documents, &edited).unwrap()["stages"]["a"]["shell"],
             "echo 2"
         );
         // And kept whole again.
-        assert!(read(&entry, &key_of(&edited)).is_some());
+        let bytes = std::fs::read(&entry).unwrap();
+        let json = kept_json(&bytes, &key_of(&edited)).expect("kept for this text");
+        assert!(serde_json::from_slice::<Value>(json).is_ok());
     }
 
     #[test]
@@ -183,7 +221,7 @@ when = 1979-05-27T07:32:00Z
         let dir = tempfile::tempdir().unwrap();
         let documents = Documents::new(dir.path().to_path_buf());
         let source = SourceFile::new("/w/bad.toml", "[stages.a\n");
-        assert!(documents.parse(&source).is_err());
+        assert!(parse(&documents, &source).is_err());
         assert!(!documents.entry_path(&source).exists());
     }
 }

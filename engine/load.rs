@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use toml::de::{DeTable, DeValue};
 
 use crate::diag::{did_you_mean, Diagnostic, Location, SourceFile};
-use crate::documents::Documents;
+use crate::documents::{Documents, Kept};
 use crate::format::{WorkflowFile, ACTION_KEYS};
 use crate::library::{Found, Library, SearchPath};
 
@@ -205,26 +205,27 @@ pub fn load_found(
     // A file loaded as the base of another is merged at once, with its origins; the top file
     // builds them only when it turns out to extend one.
     let base_of_another = chain.len() > 1;
-    // A kept document of a file on its own is read straight as the typed workflow: the JSON
-    // document is made (about 7 MB and 6 ms for 10,000 stages) only if a diagnostic needs it.
-    if let (Some(documents), false) = (documents, base_of_another) {
-        if let Some(file) = documents.parse_typed::<WorkflowFile>(&found.source) {
-            if file.workflow.extends.is_none() {
-                return Ok(RawWorkflow {
-                    name,
-                    doc: Value::Null,
-                    origins: OnceLock::new(),
-                    sources: vec![found.source.clone()],
-                    library: found.library.clone(),
-                    disabled: HashMap::new(),
-                    typed: Some(Box::new(file)),
-                });
-            }
-        }
-    }
+    // A kept document of a file on its own that extends none is read straight as the typed
+    // workflow: the JSON document is made (about 7 MB and 6 ms for 10,000 stages) only if a
+    // diagnostic needs it.
     let (doc, origins) = match documents {
         Some(documents) if !base_of_another => {
-            (documents.parse(&found.source)?, Origins::default())
+            let kept = documents
+                .read::<WorkflowFile>(&found.source, |file| file.workflow.extends.is_none())?;
+            match kept {
+                Kept::Typed(file) => {
+                    return Ok(RawWorkflow {
+                        name,
+                        doc: Value::Null,
+                        origins: OnceLock::new(),
+                        sources: vec![found.source.clone()],
+                        library: found.library.clone(),
+                        disabled: HashMap::new(),
+                        typed: Some(Box::new(file)),
+                    });
+                }
+                Kept::Document(doc) => (doc, Origins::default()),
+            }
         }
         _ => parse_document(&found.source, 0, base_of_another)?,
     };

@@ -807,10 +807,10 @@ fn runs_in_place(stage: &Stage) -> bool {
 }
 
 /// Ready stages, on all the workers at once: those that run in place are run, the others only
-/// checked for reuse. None of them writes a file: a template stage's only lasting effect is its
-/// cache entry, keyed by its fingerprint, so one computed ahead of a stage that ends the run
-/// leaves an entry a later run would have stored alike. Each outcome comes with when its stage started; `None` for a stage that
-/// has work to do, which then starts like any other.
+/// checked for reuse. Each outcome comes with when its stage started; `None` for a stage that
+/// has work to do, which then starts like any other. None of them writes a file: a template
+/// stage's only lasting effect is its cache entry, keyed by its fingerprint, so one computed
+/// ahead of a stage that ends the run leaves an entry a later run would have stored alike.
 fn run_batch(runner: &StageRunner, batch: &[usize]) -> Vec<Option<(String, StageOutcome)>> {
     use rayon::prelude::*;
     batch
