@@ -93,8 +93,12 @@ impl Recorder {
     /// Hand the notes held here to the recorder: when a batch is full, and whenever the
     /// scheduling thread is about to wait, so nothing stays here while stages run.
     pub(crate) fn hand_over(&self) {
-        let batch = std::mem::replace(&mut *self.pending.borrow_mut(), Vec::with_capacity(BATCH));
-        if let (false, Some(tx)) = (batch.is_empty(), &self.tx) {
+        let mut pending = self.pending.borrow_mut();
+        if pending.is_empty() {
+            return;
+        }
+        let batch = std::mem::replace(&mut *pending, Vec::with_capacity(BATCH));
+        if let Some(tx) = &self.tx {
             // The recorder outlives every send: it stops when the sender is dropped.
             let _ = tx.send(batch);
         }
@@ -126,7 +130,7 @@ impl Recorder {
         self.send(Note::Header(Box::new(header)));
     }
 
-    /// Write the final record (waiting for the disk) and hand it back with its stages.
+    /// Write the final record, wait for it, and hand it back with its stages.
     pub(crate) fn finish(mut self, record: &RunRecord) -> (RunRecord, std::io::Result<()>) {
         self.header(record);
         match self.stop() {
