@@ -1,7 +1,8 @@
 //! Compiled templates and expressions, and the scope they are evaluated in.
 //!
-//! A workflow's environment is built once by `check` and then leaked, so compiled templates and
-//! expressions can live in the `Workflow` for the rest of the process without re-parsing.
+//! A workflow's environment is built once by `check` and shared by reference count: each
+//! compiled template or expression holds the environment it was compiled in beside the compiled
+//! code that borrows it, so it lives as long as the `Workflow` that keeps it, and no longer.
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::{Arc, RwLock};
@@ -16,18 +17,42 @@ pub enum Tmpl {
     /// Text and `{{ a.b.c }}` lookups only, evaluated without minijinja's compiler or VM.
     Interpolated(Box<Interpolation>),
     /// A template rendered to text.
-    Text(Box<Template<'static, 'static>>),
+    Text(Box<TextTemplate>),
     /// A template that is a single `{{ expression }}`: evaluates to the expression's value, so a
     /// list stays a list and a number a number.
-    Native(Box<Expression<'static, 'static>>),
+    Native(Box<NativeExpression>),
 }
+
+/// The environment a compiled template or expression was made in.
+pub type SharedEnvironment = Arc<Environment<'static>>;
+
+type TemplateIn<'env> = Template<'env, 'env>;
+type ExpressionIn<'env> = Expression<'env, 'static>;
+
+self_cell::self_cell!(
+    /// A minijinja template beside the environment it borrows.
+    pub struct TextTemplate {
+        owner: SharedEnvironment,
+        #[not_covariant]
+        dependent: TemplateIn,
+    }
+);
+
+self_cell::self_cell!(
+    /// A minijinja expression beside the environment it borrows.
+    pub struct NativeExpression {
+        owner: SharedEnvironment,
+        #[not_covariant]
+        dependent: ExpressionIn,
+    }
+);
 
 impl std::fmt::Debug for Tmpl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Tmpl::Literal(text) => write!(f, "Literal({text:?})"),
             Tmpl::Interpolated(i) => write!(f, "Interpolated({:?})", i.source),
-            Tmpl::Text(t) => write!(f, "Text({})", t.name()),
+            Tmpl::Text(t) => t.with_dependent(|_, t| write!(f, "Text({})", t.name())),
             Tmpl::Native(_) => write!(f, "Native"),
         }
     }
@@ -50,16 +75,18 @@ pub fn single_expression(source: &str) -> Option<&str> {
 }
 
 impl Tmpl {
-    /// A template whose source was added to `env` under `name` before it was leaked (or a
-    /// literal / native expression, which need no registration).
-    pub fn text(env: &'static Environment<'static>, name: &str) -> Result<Tmpl, Error> {
-        Ok(Tmpl::Text(Box::new(env.get_template(name)?)))
+    /// A template whose source was added to `env` under `name`.
+    pub fn text(env: &SharedEnvironment, name: &str) -> Result<Tmpl, Error> {
+        let template = TextTemplate::try_new(env.clone(), |env| env.get_template(name))?;
+        Ok(Tmpl::Text(Box::new(template)))
     }
 
-    pub fn expression(env: &'static Environment<'static>, source: &str) -> Result<Tmpl, Error> {
-        Ok(Tmpl::Native(Box::new(
-            env.compile_expression_owned(source.to_string())?,
-        )))
+    /// A bare expression, compiled in `env`.
+    pub fn expression(env: &SharedEnvironment, source: &str) -> Result<Tmpl, Error> {
+        let expression = NativeExpression::try_new(env.clone(), |env| {
+            env.compile_expression_owned(source.to_string())
+        })?;
+        Ok(Tmpl::Native(Box::new(expression)))
     }
 
     /// Evaluate: a string for text templates, the value for native ones.
@@ -67,8 +94,10 @@ impl Tmpl {
         match self {
             Tmpl::Literal(text) => Ok(Value::from(text.as_str())),
             Tmpl::Interpolated(interpolation) => interpolation.eval(scope),
-            Tmpl::Text(template) => template.render(scope).map(Value::from),
-            Tmpl::Native(expression) => expression.eval(scope),
+            Tmpl::Text(template) => {
+                template.with_dependent(|_, t| t.render(scope).map(Value::from))
+            }
+            Tmpl::Native(expression) => expression.with_dependent(|_, e| e.eval(scope)),
         }
     }
 
@@ -77,8 +106,10 @@ impl Tmpl {
         match self {
             Tmpl::Literal(text) => Ok(text.clone()),
             Tmpl::Interpolated(interpolation) => interpolation.render(scope),
-            Tmpl::Text(template) => template.render(scope),
-            Tmpl::Native(expression) => text_of_expression(&expression.eval(scope)?),
+            Tmpl::Text(template) => template.with_dependent(|_, t| t.render(scope)),
+            Tmpl::Native(expression) => {
+                text_of_expression(&expression.with_dependent(|_, e| e.eval(scope))?)
+            }
         }
     }
 
@@ -87,8 +118,10 @@ impl Tmpl {
         match self {
             Tmpl::Literal(_) => HashSet::new(),
             Tmpl::Interpolated(interpolation) => interpolation.references(),
-            Tmpl::Text(template) => template.undeclared_variables(true),
-            Tmpl::Native(expression) => expression.undeclared_variables(true),
+            Tmpl::Text(template) => template.with_dependent(|_, t| t.undeclared_variables(true)),
+            Tmpl::Native(expression) => {
+                expression.with_dependent(|_, e| e.undeclared_variables(true))
+            }
         }
     }
 }
@@ -497,13 +530,13 @@ mod tests {
             let name = format!("{k}-{name}");
             env.add_template_owned(name.clone(), source.to_string())
                 .unwrap();
-            let env: &'static Environment<'static> = Box::leak(Box::new(env.clone()));
+            let env = Arc::new(env.clone());
             let slow = if native {
-                Tmpl::expression(env, source).unwrap()
+                Tmpl::expression(&env, source).unwrap()
             } else if let Some(e) = single_expression(source).filter(|_| name.contains("value:")) {
-                Tmpl::expression(env, e).unwrap()
+                Tmpl::expression(&env, e).unwrap()
             } else {
-                Tmpl::text(env, &name).unwrap()
+                Tmpl::text(&env, &name).unwrap()
             };
             let show = |r: Result<Value, Error>| r.map(|v| format!("{v:?}")).map_err(|e| e.kind());
             assert_eq!(
@@ -546,9 +579,8 @@ mod tests {
 
     #[test]
     fn expression_references_are_nested_paths() {
-        let env: &'static Environment<'static> =
-            Box::leak(Box::new(crate::template::environment()));
-        let tmpl = Tmpl::expression(env, "stages.items.output").unwrap();
+        let env = Arc::new(crate::template::environment());
+        let tmpl = Tmpl::expression(&env, "stages.items.output").unwrap();
         let refs = tmpl.references();
         assert!(refs.contains("stages.items.output"), "{refs:?}");
     }

@@ -1,0 +1,291 @@
+//! Assemble: each checked [`Stage`] and the workflow-level parts, built from the definitions and
+//! the compiled templates, each template taken out by its [`TemplateKey`].
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use foldhash::{HashMap, HashMapExt};
+use serde_json::Value;
+
+use super::gather::{Pending, PendingAction};
+use super::key::{Field, TemplateKey};
+use super::schemas::SchemaOf;
+use super::{Action, CacheSpec, CheckedLock, ProcessAction, Stage, WithTree};
+use crate::format::{CacheDef, OutputFormat, WorkflowFile};
+use crate::template::{self, Tmpl};
+
+/// What check hands over besides the stages' definitions.
+pub(crate) struct Parts {
+    pub(crate) stages: Vec<Stage>,
+    pub(crate) order: Vec<usize>,
+    pub(crate) dependents: Vec<Vec<usize>>,
+    pub(crate) outputs: Vec<(String, Tmpl)>,
+    pub(crate) child_env: Vec<(String, Tmpl)>,
+    pub(crate) writes: Vec<Tmpl>,
+    pub(crate) lock: Option<CheckedLock>,
+}
+
+/// The compiled templates by key.
+struct Templates(HashMap<TemplateKey, Tmpl>);
+
+impl Templates {
+    fn take(&mut self, key: TemplateKey) -> Option<Tmpl> {
+        self.0.remove(&key)
+    }
+
+    fn stage(&mut self, i: usize, field: Field) -> Option<Tmpl> {
+        self.take(TemplateKey::Stage(i, field))
+    }
+
+    /// A template is queued only for a key the stage has (gather): the keys it does not have
+    /// are not looked for.
+    fn stage_if(&mut self, has: bool, i: usize, field: Field) -> Option<Tmpl> {
+        has.then(|| self.stage(i, field)).flatten()
+    }
+
+    fn with_tree(&mut self, i: usize, path: &mut Vec<String>, value: &Value) -> WithTree {
+        match value {
+            Value::String(_) => match self.stage(i, Field::With(path.clone())) {
+                Some(tmpl) => WithTree::Template(tmpl),
+                None => WithTree::Literal(value.clone()),
+            },
+            Value::Array(items) => WithTree::Array(
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(n, item)| {
+                        path.push(n.to_string());
+                        let tree = self.with_tree(i, path, item);
+                        path.pop();
+                        tree
+                    })
+                    .collect(),
+            ),
+            Value::Object(map) => WithTree::Object(
+                map.iter()
+                    .map(|(k, v)| {
+                        path.push(k.clone());
+                        let tree = self.with_tree(i, path, v);
+                        path.pop();
+                        (k.clone(), tree)
+                    })
+                    .collect(),
+            ),
+            other => WithTree::Literal(other.clone()),
+        }
+    }
+}
+
+/// Build the checked parts. `templates[k]` is the compiled `pendings[k]`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn assemble(
+    file: &WorkflowFile,
+    actions: Vec<Option<PendingAction>>,
+    pendings: &[Pending],
+    templates: Vec<Option<Tmpl>>,
+    deps: &[BTreeSet<usize>],
+    order: Vec<usize>,
+    schemas: &[SchemaOf],
+    definition_hashes: Vec<String>,
+) -> Option<Parts> {
+    let mut by_key = HashMap::with_capacity(templates.len());
+    for (pending, tmpl) in pendings.iter().zip(templates) {
+        if let Some(tmpl) = tmpl {
+            by_key.insert(pending.key.clone(), tmpl);
+        }
+    }
+    let mut t = Templates(by_key);
+    let mut definition_hashes = definition_hashes.into_iter();
+    let mut stages = Vec::with_capacity(file.stages.len());
+    let empty = || Tmpl::Literal(String::new());
+    for (i, ((id, def), pending)) in file.stages.iter().zip(actions).enumerate() {
+        let action = match pending {
+            None | Some(PendingAction::None) => Action::None,
+            Some(PendingAction::Process {
+                shell,
+                argc,
+                env_keys,
+                ok_codes,
+            }) => {
+                let mut argv = Vec::new();
+                if shell {
+                    argv.push(Tmpl::Literal("sh".into()));
+                    argv.push(Tmpl::Literal("-c".into()));
+                    argv.push(t.stage(i, Field::Shell).unwrap_or_else(empty));
+                } else {
+                    for a in 0..argc {
+                        argv.push(t.stage(i, Field::Command(a)).unwrap_or_else(empty));
+                    }
+                }
+                let env = env_keys
+                    .into_iter()
+                    .filter_map(|k| t.stage(i, Field::Env(k.clone())).map(|tmpl| (k, tmpl)))
+                    .collect();
+                let process = ProcessAction {
+                    argv,
+                    stdin: t.stage_if(def.stdin.is_some(), i, Field::Stdin),
+                    cwd: t.stage_if(def.cwd.is_some(), i, Field::Cwd),
+                    env,
+                    ok_codes,
+                };
+                if shell {
+                    Action::Shell(process)
+                } else {
+                    Action::Command(process)
+                }
+            }
+            Some(PendingAction::Prompt { model }) => Action::Prompt {
+                prompt: t.stage(i, Field::Prompt).unwrap_or_else(empty),
+                system: t.stage(i, Field::System),
+                model,
+            },
+            Some(PendingAction::Template) => {
+                Action::Template(t.stage(i, Field::Template).unwrap_or_else(empty))
+            }
+            Some(PendingAction::Uses { builtin }) => Action::Uses {
+                builtin,
+                with: t.with_tree(
+                    i,
+                    &mut Vec::new(),
+                    &Value::Object(def.with.clone().unwrap_or_default().into_iter().collect()),
+                ),
+            },
+            Some(PendingAction::Workflow { workflow }) => Action::Workflow {
+                workflow,
+                with: def
+                    .with
+                    .clone()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| {
+                        let tree = t.with_tree(i, &mut vec![k.clone()], &v);
+                        (k, tree)
+                    })
+                    .collect(),
+            },
+        };
+        let schema = match &schemas[i] {
+            SchemaOf::Known(schema) => Some(schema.clone()),
+            _ => None,
+        }
+        .filter(|_| {
+            def.output
+                .as_ref()
+                .and_then(|o| o.schema.as_ref())
+                .is_some()
+        });
+        let format = def
+            .output
+            .as_ref()
+            .map(|o| o.format)
+            .unwrap_or(match &action {
+                Action::Uses { .. } | Action::Workflow { .. } => OutputFormat::Json,
+                _ => OutputFormat::Text,
+            });
+        let mut asserts = Vec::new();
+        for a in 0..def.assert.len() {
+            if let Some(that) = t.stage(i, Field::AssertThat(a)) {
+                asserts.push((that, t.stage(i, Field::AssertMessage(a))));
+            }
+        }
+        let set_state = def
+            .set_state
+            .keys()
+            .filter_map(|k| {
+                t.stage(i, Field::SetState(k.clone()))
+                    .map(|tmpl| (k.clone(), tmpl))
+            })
+            .collect();
+        let cache = def.cache.as_ref().and_then(|c| match &**c {
+            CacheDef::Enabled(false) => None,
+            CacheDef::Enabled(true) => Some(CacheSpec {
+                key: None,
+                ttl: None,
+            }),
+            CacheDef::Keyed(k) => Some(CacheSpec {
+                key: t.stage(i, Field::CacheKey),
+                ttl: k.ttl.as_deref().and_then(duration),
+            }),
+        });
+        stages.push(Stage {
+            id: id.clone(),
+            index: i,
+            def: def.clone(),
+            action,
+            deps: deps[i].iter().copied().collect(),
+            if_: t.stage_if(def.if_.is_some(), i, Field::If),
+            exit_if: t.stage_if(def.exit_if.is_some(), i, Field::ExitIf),
+            exit_message: t.stage_if(def.exit_message.is_some(), i, Field::ExitMessage),
+            asserts,
+            foreach: t.stage_if(def.foreach.is_some(), i, Field::Foreach),
+            format,
+            schema,
+            output_path: t.stage_if(
+                def.output.as_ref().is_some_and(|o| o.path.is_some()),
+                i,
+                Field::OutputPath,
+            ),
+            set_state,
+            cache,
+            timeout: def.timeout.as_deref().and_then(duration),
+            retries: def.retries.unwrap_or(0),
+            retry_backoff: def
+                .retry_backoff
+                .as_deref()
+                .and_then(duration)
+                .unwrap_or(Duration::from_secs(1)),
+            repair: def.repair.unwrap_or(1),
+            on_error: def.on_error.unwrap_or_default(),
+            definition_hash: definition_hashes.next().unwrap_or_default(),
+        });
+    }
+    let mut dependents = vec![Vec::new(); stages.len()];
+    for stage in &stages {
+        for &d in &stage.deps {
+            dependents[d].push(stage.index);
+        }
+    }
+    let outputs = file
+        .outputs
+        .keys()
+        .filter_map(|k| {
+            t.take(TemplateKey::Output(k.clone()))
+                .map(|tmpl| (k.clone(), tmpl))
+        })
+        .collect();
+    let child_env = file
+        .workflow
+        .child_env
+        .keys()
+        .filter_map(|k| {
+            t.take(TemplateKey::ChildEnv(k.clone()))
+                .map(|tmpl| (k.clone(), tmpl))
+        })
+        .collect();
+    let writes = (0..file.workflow.writes.len())
+        .filter_map(|i| t.take(TemplateKey::Write(i)))
+        .collect();
+    let lock = match &file.workflow.lock {
+        Some(lock) => Some(CheckedLock {
+            path: t.take(TemplateKey::LockPath)?,
+            busy: lock.busy,
+            stale_after: lock.stale_after.as_deref().and_then(duration),
+            message: t.take(TemplateKey::LockMessage),
+        }),
+        None => None,
+    };
+    Some(Parts {
+        stages,
+        order,
+        dependents,
+        outputs,
+        child_env,
+        writes,
+        lock,
+    })
+}
+
+/// A duration check has already proven valid.
+fn duration(text: &str) -> Option<Duration> {
+    template::functions::parse_duration(text).ok()
+}

@@ -1,0 +1,686 @@
+//! Gather: every template source of the workflow, queued under its [`TemplateKey`] with where
+//! it was written and what it may read; the per-stage rules that need no compiled template
+//! (one action, keys that apply to the action, durations, sub-workflow inputs, `writes`).
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::key::{Field, TemplateKey};
+use super::{stage_pointer, Checker, Workflow};
+use crate::builtins::{self, Builtin};
+use crate::diag::{did_you_mean, Diagnostic, SourceFile};
+use crate::format::{CacheDef, OnError, OutputFormat, StageDef, TemplateRef, ACTION_KEYS};
+use crate::library::Shelf;
+use crate::load::{self, pointer_segment};
+
+/// A template source waiting to be compiled, and where it was written.
+pub(crate) struct Pending {
+    pub(crate) key: TemplateKey,
+    /// Its name in the template environment: `value:` before it keeps a single expression's
+    /// value native, `.sh` in it shell-quotes printed values, `#item`/`#output` say what it
+    /// may read.
+    pub(crate) name: String,
+    pub(crate) source: String,
+    /// A bare expression, not a template.
+    pub(crate) native: bool,
+    pub(crate) context: Context,
+    /// Where the template text lives: a pointer in the workflow, or a template file.
+    pub(crate) at: At,
+}
+
+impl Pending {
+    /// Its name without the context marks, as messages name it.
+    pub(crate) fn clean_name(&self) -> String {
+        if !self.name.contains('#') {
+            return self.name.clone();
+        }
+        self.name.replace("#output", "").replace("#item", "")
+    }
+}
+
+#[derive(Clone)]
+pub(crate) enum At {
+    Pointer(String),
+    File(SourceFile),
+}
+
+/// Which names a template may read.
+#[derive(Clone, Copy, PartialEq)]
+pub(crate) enum Context {
+    Plain,
+    Item,
+    Output,
+}
+
+impl Context {
+    fn of_mark(mark: &str) -> Context {
+        if mark.contains("#output") {
+            Context::Output
+        } else if mark.contains("#item") {
+            Context::Item
+        } else {
+            Context::Plain
+        }
+    }
+}
+
+/// How a queued template source is compiled.
+#[derive(Clone, Copy)]
+pub(crate) enum Kind {
+    /// Rendered to text.
+    Text,
+    /// Rendered to text, or kept native when it is a single `{{ expression }}`.
+    Value,
+    /// A bare expression.
+    Expr,
+}
+
+/// What a stage's action will be, once its templates are compiled.
+pub(crate) enum PendingAction {
+    None,
+    Process {
+        shell: bool,
+        argc: usize,
+        env_keys: Vec<String>,
+        ok_codes: Vec<i32>,
+    },
+    Prompt {
+        model: String,
+    },
+    Template,
+    Uses {
+        builtin: &'static Builtin,
+    },
+    Workflow {
+        workflow: Arc<Workflow>,
+    },
+}
+
+impl Checker<'_> {
+    /// Queue every template of the workflow; returns each stage's pending action, in order.
+    pub(super) fn gather(&mut self, visiting: &mut Vec<String>) -> Vec<Option<PendingAction>> {
+        let file = self.file;
+        let mut actions = Vec::with_capacity(file.stages.len());
+        self.sources.reserve(2 * file.stages.len());
+        for (i, (id, def)) in file.stages.iter().enumerate() {
+            actions.push(self.gather_stage(i, id, def, visiting));
+        }
+        for (name, source) in &file.outputs {
+            self.queue(
+                TemplateKey::Output(name.clone()),
+                format!("outputs.{name}"),
+                source,
+                Kind::Value,
+                Context::Plain,
+                At::Pointer(format!("/outputs/{}", pointer_segment(name))),
+            );
+        }
+        for (name, source) in &file.workflow.child_env {
+            self.queue(
+                TemplateKey::ChildEnv(name.clone()),
+                format!("workflow.child_env.{name}"),
+                source,
+                Kind::Text,
+                Context::Plain,
+                At::Pointer(format!("/workflow/child_env/{}", pointer_segment(name))),
+            );
+        }
+        for (i, source) in file.workflow.writes.iter().enumerate() {
+            self.queue(
+                TemplateKey::Write(i),
+                format!("workflow.writes.{i}"),
+                source,
+                Kind::Text,
+                Context::Plain,
+                At::Pointer(format!("/workflow/writes/{i}")),
+            );
+        }
+        if let Some(lock) = &file.workflow.lock {
+            self.queue(
+                TemplateKey::LockPath,
+                "workflow.lock.path".into(),
+                &lock.path,
+                Kind::Text,
+                Context::Plain,
+                At::Pointer("/workflow/lock/path".into()),
+            );
+            if let Some(message) = &lock.message {
+                self.queue(
+                    TemplateKey::LockMessage,
+                    "workflow.lock.message".into(),
+                    message,
+                    Kind::Text,
+                    Context::Plain,
+                    At::Pointer("/workflow/lock/message".into()),
+                );
+            }
+        }
+        actions
+    }
+
+    /// Queue one template source.
+    fn queue(
+        &mut self,
+        key: TemplateKey,
+        name: String,
+        source: &str,
+        kind: Kind,
+        context: Context,
+        at: At,
+    ) {
+        let (name, native) = match kind {
+            Kind::Text => (name, false),
+            Kind::Value => (format!("value:{name}"), false),
+            Kind::Expr => (name, true),
+        };
+        self.sources.push(Pending {
+            key,
+            name,
+            source: source.to_string(),
+            native,
+            context,
+            at,
+        });
+    }
+
+    fn template_ref(&mut self, key: TemplateKey, name: String, tref: &TemplateRef, pointer: &str) {
+        let context = Context::of_mark(&name);
+        match tref {
+            TemplateRef::Inline(inline) => {
+                self.queue(
+                    key,
+                    name,
+                    &inline.inline,
+                    Kind::Text,
+                    context,
+                    At::Pointer(format!("{pointer}/inline")),
+                );
+            }
+            TemplateRef::File(path) => {
+                match self
+                    .search
+                    .find_file(&self.raw.library, Shelf::Templates, path)
+                {
+                    Some(file) => {
+                        let source = file.text.to_string();
+                        self.queue(key, name, &source, Kind::Text, context, At::File(file));
+                    }
+                    None => {
+                        self.error(format!("template `{path}` not found"), pointer).help = Some(format!(
+                            "templates are looked up under `templates/` in {} and along the search path; for inline text write {{ inline = \"...\" }}",
+                            self.raw.library.display()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
+    fn gather_stage(
+        &mut self,
+        i: usize,
+        id: &str,
+        def: &StageDef,
+        visiting: &mut Vec<String>,
+    ) -> Option<PendingAction> {
+        let sp = stage_pointer(id);
+        let prefix = format!("stages.{id}.");
+        let has = |key: &str| def.has(key);
+        let actions: Vec<&str> = ACTION_KEYS.iter().copied().filter(|k| has(k)).collect();
+        if actions.len() > 1 {
+            self.error_key(
+                format!(
+                    "stage `{id}` has {} actions ({}); a stage has one action, or none",
+                    actions.len(),
+                    actions.join(", ")
+                ),
+                &format!("{sp}/{}", actions[1]),
+            )
+            .help = Some("split it into stages ordered with `after`".into());
+        }
+        let p = |k: &str| format!("{sp}/{k}");
+        if let Some(source) = &def.if_ {
+            self.stage_source(i, id, Field::If, &["if"], "", source, Kind::Expr);
+        }
+        if let Some(source) = &def.exit_if {
+            self.stage_source(
+                i,
+                id,
+                Field::ExitIf,
+                &["exit_if"],
+                "#output",
+                source,
+                Kind::Expr,
+            );
+        }
+        if let Some(source) = &def.exit_message {
+            self.stage_source(
+                i,
+                id,
+                Field::ExitMessage,
+                &["exit_message"],
+                "#output",
+                source,
+                Kind::Text,
+            );
+        }
+        if def.exit_message.is_some()
+            && def.exit_if.is_none()
+            && def.on_error != Some(OnError::Exit)
+        {
+            self.diags.push(
+                Diagnostic::warning(format!("stage `{id}` has `exit_message` but no `exit_if`"))
+                    .at_opt(self.raw.locate_key(&p("exit_message"))),
+            );
+        }
+        for (position, assertion) in def.assert.iter().enumerate() {
+            let a = position.to_string();
+            self.stage_source(
+                i,
+                id,
+                Field::AssertThat(position),
+                &["assert", &a, "that"],
+                "#output",
+                &assertion.that,
+                Kind::Expr,
+            );
+            if let Some(message) = &assertion.message {
+                self.stage_source(
+                    i,
+                    id,
+                    Field::AssertMessage(position),
+                    &["assert", &a, "message"],
+                    "#output",
+                    message,
+                    Kind::Text,
+                );
+            }
+        }
+        if let Some(source) = &def.foreach {
+            self.stage_source(i, id, Field::Foreach, &["foreach"], "", source, Kind::Expr);
+        } else {
+            for (key, set) in [
+                ("concurrency", def.concurrency.is_some()),
+                ("on_item_error", def.on_item_error.is_some()),
+            ] {
+                if set {
+                    self.diags.push(
+                        Diagnostic::warning(format!("stage `{id}` has `{key}` but no `foreach`"))
+                            .at_opt(self.raw.locate_key(&p(key))),
+                    );
+                }
+            }
+        }
+        let item = if def.foreach.is_some() { "#item" } else { "" };
+        if let Some(output) = &def.output {
+            if let Some(path) = &output.path {
+                self.stage_source(
+                    i,
+                    id,
+                    Field::OutputPath,
+                    &["output", "path"],
+                    item,
+                    path,
+                    Kind::Text,
+                );
+                if self.file.workflow.writes.is_empty() {
+                    self.error(format!("stage `{id}` writes its output to a file, but `[workflow] writes` is empty"), &p("output/path"))
+                        .help = Some("list the folders the workflow may write in `[workflow] writes`".into());
+                }
+            }
+            if let Some(schema_name) = &output.schema {
+                self.load_schema(schema_name, &p("output/schema"));
+                if output.format != OutputFormat::Json {
+                    self.error(
+                        format!("stage `{id}` has an output schema but its format is not json"),
+                        &p("output/schema"),
+                    )
+                    .help = Some("set `output = { format = \"json\", schema = ... }`".into());
+                }
+            }
+        }
+        for (key, source) in &def.set_state {
+            self.stage_source(
+                i,
+                id,
+                Field::SetState(key.clone()),
+                &["set_state", key],
+                "#output",
+                source,
+                Kind::Value,
+            );
+        }
+        if let Some(CacheDef::Keyed(keyed)) = def.cache.as_deref() {
+            if let Some(key) = &keyed.key {
+                self.stage_source(
+                    i,
+                    id,
+                    Field::CacheKey,
+                    &["cache", "key"],
+                    item,
+                    key,
+                    Kind::Text,
+                );
+            }
+            if let Some(ttl) = &keyed.ttl {
+                self.duration(ttl, &p("cache/ttl"));
+            }
+        }
+        for (key, pointer) in [
+            (&def.timeout, "timeout"),
+            (&def.retry_backoff, "retry_backoff"),
+        ] {
+            if let Some(text) = key {
+                self.duration(text, &p(pointer));
+            }
+        }
+        let process_keys = ["stdin", "cwd", "env", "ok_codes"];
+        let prompt_keys = ["model", "system", "temperature", "max_tokens", "repair"];
+        let action = actions.first().copied();
+        let stray = |keys: &[&'static str], allowed: &[&str]| -> Vec<&'static str> {
+            if action.is_some_and(|a| allowed.contains(&a)) {
+                return Vec::new();
+            }
+            keys.iter().copied().filter(|k| has(k)).collect()
+        };
+        let mut strays = stray(&process_keys, &["command", "shell"]);
+        strays.extend(stray(&prompt_keys, &["prompt"]));
+        strays.extend(stray(&["with"], &["uses", "workflow"]));
+        for key in strays {
+            self.error_key(
+                format!(
+                    "`{key}` does not apply to a stage whose action is {}",
+                    action.map_or("none".to_string(), |a| format!("`{a}`"))
+                ),
+                &p(key),
+            );
+        }
+
+        let pending = match action {
+            None => PendingAction::None,
+            Some("command") | Some("shell") => {
+                let shell = action == Some("shell");
+                let mut argc = 0;
+                if shell {
+                    if let Some(script) = &def.shell {
+                        // The `.sh` name turns on shell-quoting of every printed value.
+                        self.stage_source(
+                            i,
+                            id,
+                            Field::Shell,
+                            &["shell"],
+                            &format!("{item}.sh"),
+                            script,
+                            Kind::Text,
+                        );
+                    }
+                } else if let Some(argv) = &def.command {
+                    if argv.is_empty() {
+                        self.error(
+                            format!("stage `{id}` has an empty `command`"),
+                            &p("command"),
+                        );
+                    }
+                    argc = argv.len();
+                    for (a, arg) in argv.iter().enumerate() {
+                        self.stage_source(
+                            i,
+                            id,
+                            Field::Command(a),
+                            &["command", &a.to_string()],
+                            item,
+                            arg,
+                            Kind::Text,
+                        );
+                    }
+                }
+                if let Some(stdin) = &def.stdin {
+                    self.stage_source(i, id, Field::Stdin, &["stdin"], item, stdin, Kind::Text);
+                }
+                if let Some(cwd) = &def.cwd {
+                    self.stage_source(i, id, Field::Cwd, &["cwd"], item, cwd, Kind::Text);
+                }
+                for (k, v) in &def.env {
+                    self.stage_source(
+                        i,
+                        id,
+                        Field::Env(k.clone()),
+                        &["env", k],
+                        item,
+                        v,
+                        Kind::Text,
+                    );
+                }
+                PendingAction::Process {
+                    shell,
+                    argc,
+                    env_keys: def.env.keys().cloned().collect(),
+                    ok_codes: def.ok_codes.clone().unwrap_or_else(|| vec![0]),
+                }
+            }
+            Some("prompt") => {
+                if let Some(prompt) = &def.prompt {
+                    self.template_ref(
+                        TemplateKey::Stage(i, Field::Prompt),
+                        format!("{prefix}prompt{item}"),
+                        prompt,
+                        &p("prompt"),
+                    );
+                }
+                if let Some(system) = &def.system {
+                    self.template_ref(
+                        TemplateKey::Stage(i, Field::System),
+                        format!("{prefix}system{item}"),
+                        system,
+                        &p("system"),
+                    );
+                }
+                let model = match &def.model {
+                    Some(model) => model.clone(),
+                    None => {
+                        self.error_key(format!("prompt stage `{id}` names no `model`"), &sp)
+                            .help = Some(
+                            "add `model = \"haiku\"` (an alias from the model configuration)"
+                                .into(),
+                        );
+                        String::new()
+                    }
+                };
+                PendingAction::Prompt { model }
+            }
+            Some("template") => {
+                if let Some(template) = &def.template {
+                    self.template_ref(
+                        TemplateKey::Stage(i, Field::Template),
+                        format!("{prefix}template{item}"),
+                        template,
+                        &p("template"),
+                    );
+                }
+                PendingAction::Template
+            }
+            Some("uses") => {
+                let name = def.uses.clone().unwrap_or_default();
+                let Some(builtin) =
+                    builtins::lookup(&name).or_else(|| crate::run::locks::lookup(&name))
+                else {
+                    let mut names: Vec<&str> = builtins::all().iter().map(|b| b.name).collect();
+                    names.push(crate::run::locks::LOCK_ACQUIRE);
+                    let help = did_you_mean(&name, names.iter().copied())
+                        .unwrap_or_else(|| format!("built-ins: {}", names.join(", ")));
+                    self.error(format!("unknown built-in `{name}`"), &p("uses"))
+                        .help = Some(help);
+                    return Some(PendingAction::None);
+                };
+                self.check_with(id, builtin, def);
+                if let Some(with) = &def.with {
+                    for (k, v) in with.iter() {
+                        self.gather_with(
+                            i,
+                            vec![k.clone()],
+                            &format!("{prefix}with.{k}{item}"),
+                            v,
+                            &p(&format!("with/{}", pointer_segment(k))),
+                        );
+                    }
+                }
+                if builtin.writes && self.file.workflow.writes.is_empty() {
+                    self.error(format!("stage `{id}` uses `{}`, which writes, but `[workflow] writes` is empty", builtin.name), &p("uses"))
+                        .help = Some("list the folders the workflow may write in `[workflow] writes`".into());
+                }
+                PendingAction::Uses { builtin }
+            }
+            Some("workflow") => {
+                let name = def.workflow.clone().unwrap_or_default();
+                if visiting.contains(&name) {
+                    self.error(
+                        format!(
+                            "workflow `{name}` calls itself: {} -> {name}",
+                            visiting.join(" -> ")
+                        ),
+                        &p("workflow"),
+                    );
+                    return Some(PendingAction::None);
+                }
+                let sub = load::load(self.search, &name, self.cwd)
+                    .and_then(|raw| super::check_inner(raw, self.search, self.cwd, visiting));
+                let workflow = match sub {
+                    Ok(workflow) => Arc::new(workflow),
+                    Err(diags) => {
+                        let count = diags.iter().filter(|d| d.is_error()).count();
+                        self.error(
+                            format!("sub-workflow `{name}` does not check ({count} error(s))"),
+                            &p("workflow"),
+                        );
+                        self.diags.extend(diags);
+                        return Some(PendingAction::None);
+                    }
+                };
+                let given = def.with.clone().unwrap_or_default();
+                for key in given.keys() {
+                    if !workflow.file.inputs.contains_key(key) {
+                        let help =
+                            did_you_mean(key, workflow.file.inputs.keys().map(String::as_str));
+                        self.error_key(
+                            format!("workflow `{name}` has no input `{key}`"),
+                            &p(&format!("with/{}", pointer_segment(key))),
+                        )
+                        .help = help;
+                    }
+                }
+                for (key, decl) in &workflow.file.inputs {
+                    if decl.default.is_none() && !given.contains_key(key) {
+                        self.error_key(
+                            format!("workflow `{name}` needs input `{key}`"),
+                            &p("workflow"),
+                        );
+                    }
+                }
+                for (k, v) in given.iter() {
+                    self.gather_with(
+                        i,
+                        vec![k.clone()],
+                        &format!("{prefix}with.{k}{item}"),
+                        v,
+                        &p(&format!("with/{}", pointer_segment(k))),
+                    );
+                }
+                PendingAction::Workflow { workflow }
+            }
+            Some(_) => PendingAction::None,
+        };
+        Some(pending)
+    }
+
+    /// Queue one template of stage `id`: `path` is where it sits in the stage
+    /// (`["assert", "0", "that"]`), which gives both its name and its pointer; `mark` says what
+    /// it may read (`#item`, `#output`, or nothing).
+    #[allow(clippy::too_many_arguments)]
+    fn stage_source(
+        &mut self,
+        i: usize,
+        id: &str,
+        field: Field,
+        path: &[&str],
+        mark: &str,
+        source: &str,
+        kind: Kind,
+    ) {
+        let name = format!("stages.{id}.{}{mark}", path.join("."));
+        let segments: Vec<String> = path.iter().map(|s| pointer_segment(s)).collect();
+        let at = At::Pointer(format!("{}/{}", stage_pointer(id), segments.join("/")));
+        let key = TemplateKey::Stage(i, field);
+        self.queue(key, name, source, kind, Context::of_mark(mark), at);
+    }
+
+    /// Queue every string inside a `with` value; `path` is the keys and indexes down to it.
+    fn gather_with(
+        &mut self,
+        i: usize,
+        path: Vec<String>,
+        name: &str,
+        value: &Value,
+        pointer: &str,
+    ) {
+        match value {
+            Value::String(source) => {
+                let context = Context::of_mark(name);
+                let key = TemplateKey::Stage(i, Field::With(path));
+                let at = At::Pointer(pointer.to_string());
+                self.queue(key, name.to_string(), source, Kind::Value, context, at);
+            }
+            Value::Array(items) => {
+                for (n, item) in items.iter().enumerate() {
+                    let mut path = path.clone();
+                    path.push(n.to_string());
+                    self.gather_with(
+                        i,
+                        path,
+                        &format!("{name}.{n}"),
+                        item,
+                        &format!("{pointer}/{n}"),
+                    );
+                }
+            }
+            Value::Object(map) => {
+                for (k, v) in map {
+                    let mut path = path.clone();
+                    path.push(k.clone());
+                    self.gather_with(
+                        i,
+                        path,
+                        &format!("{name}.{k}"),
+                        v,
+                        &format!("{pointer}/{}", pointer_segment(k)),
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+
+    pub(super) fn check_inputs(&mut self) {
+        for (name, decl) in &self.file.inputs {
+            if let Some(default) = &decl.default {
+                if !decl.kind.admits(default) {
+                    self.error(
+                        format!(
+                            "the default of input `{name}` is {}, but its type is {}",
+                            super::format_errors::json_type(default),
+                            decl.kind.name()
+                        ),
+                        &format!("/inputs/{}/default", pointer_segment(name)),
+                    );
+                }
+            }
+        }
+    }
+
+    fn duration(&mut self, text: &str, pointer: &str) {
+        if let Err(error) = crate::template::functions::parse_duration(text) {
+            self.error(error, pointer).help =
+                Some("durations look like \"500ms\", \"30s\", \"10m\", \"2h\", \"7d\"".into());
+        }
+    }
+}

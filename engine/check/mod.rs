@@ -1,0 +1,445 @@
+//! Check: [`RawWorkflow`] -> [`Workflow`].
+//!
+//! Validates the document against the format's schema, then its meaning: stage ids, one action
+//! per stage, every reference to a stage, input or environment variable, the graph (cycles name
+//! every stage in them), templates and expressions compile, `stages.X.output.a.b` paths against
+//! X's output schema, schemas compile, built-in arguments against the built-in's schema. Every
+//! problem is collected; a `Workflow` exists only when there was no error, so `run` never checks
+//! again what was proven here.
+//!
+//! The passes, in the order they run, one file each:
+//!
+//! - `format_errors`: the document against the format's schema, when it does not read as typed;
+//! - `gather`: every template source queued under its typed [`key::TemplateKey`], and the rules
+//!   of a stage that need no template (`with_args` checks a built-in's arguments, `schemas`
+//!   finds output schemas);
+//! - `compile`: the queued sources into templates and expressions;
+//! - `references`: every name a template reads, and the edges they add;
+//! - `graph`: the order the stages run in, or the cycles;
+//! - `assemble`: the typed [`Stage`]s of the [`Workflow`] (the handoff types, in `workflow`);
+//! - `spans`: where a problem inside a template points.
+
+mod assemble;
+mod compile;
+mod format_errors;
+mod gather;
+mod graph;
+mod key;
+mod references;
+mod schemas;
+mod spans;
+mod with_args;
+mod workflow;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::diag::Diagnostic;
+use crate::format::WorkflowFile;
+use crate::library::SearchPath;
+use crate::load::{pointer_segment, RawWorkflow};
+use crate::schema::{self, Schema};
+
+use assemble::Parts;
+use gather::Pending;
+use schemas::SchemaOf;
+pub use workflow::{Action, CacheSpec, CheckedLock, ProcessAction, Stage, WithTree, Workflow};
+
+/// Check a loaded workflow. Sub-workflows are loaded and checked through `search`.
+pub fn check(
+    raw: RawWorkflow,
+    search: &SearchPath,
+    cwd: &Path,
+) -> Result<Workflow, Vec<Diagnostic>> {
+    let mut visiting = Vec::new();
+    check_inner(raw, search, cwd, &mut visiting).map_err(in_file_order)
+}
+
+/// Problems are found phase by phase; a reader wants them in the order of the file.
+fn in_file_order(mut diags: Vec<Diagnostic>) -> Vec<Diagnostic> {
+    diags.sort_by_key(|d| {
+        d.location
+            .as_ref()
+            .map(|l| (l.source.path.clone(), l.span.start))
+    });
+    diags
+}
+
+fn check_inner(
+    raw: RawWorkflow,
+    search: &SearchPath,
+    cwd: &Path,
+    visiting: &mut Vec<String>,
+) -> Result<Workflow, Vec<Diagnostic>> {
+    let mut diags = Vec::new();
+    // The typed reading is as strict as the format's schema but for the bounds in
+    // `within_bounds`, so a document that reads and is within them is valid: the schema (whose
+    // compiled validator is large and slow to build) is consulted only to explain a document
+    // that is not. Checking then goes on with what is left after the format errors, so one pass
+    // reports every problem: the offending keys are dropped from a copy, and a `Workflow` is
+    // never built from it.
+    let mut raw = raw;
+    let mut format_failed = false;
+    let mut parsed = match raw.typed.take() {
+        Some(file) => Ok(*file),
+        None => WorkflowFile::deserialize(&raw.doc),
+    };
+    if !parsed.as_ref().is_ok_and(format_errors::within_bounds) {
+        raw.need_document();
+        let rejected = format_errors::validate_format(&raw, &mut diags);
+        format_failed = !rejected.is_empty() || diags.iter().any(Diagnostic::is_error);
+        for pointer in &rejected {
+            format_errors::remove_pointer(&mut raw.doc, pointer);
+        }
+        parsed = WorkflowFile::deserialize(&raw.doc);
+    }
+    let file: WorkflowFile = match parsed {
+        Ok(file) => file,
+        Err(_) if format_failed => return Err(diags),
+        Err(error) => {
+            return Err(vec![Diagnostic::error(format!(
+                "invalid workflow: {error}"
+            ))
+            .at(raw.file(), 0..0)]);
+        }
+    };
+    visiting.push(raw.name.clone());
+    let mut checker = Checker {
+        raw: &raw,
+        file: &file,
+        search,
+        cwd,
+        diags,
+        sources: Vec::new(),
+        schemas: HashMap::new(),
+        globals: HashSet::new(),
+    };
+    // Each definition's hash stands alone (its JSON, about a kilobyte a stage, hashed): a
+    // thread hashes them while the checker reads the templates and references.
+    let result = std::thread::scope(|scope| {
+        let hashing = scope.spawn(|| definition_hashes(&file));
+        checker.run(visiting, move || hashing.join().unwrap_or_default())
+    });
+    visiting.pop();
+    let mut diags = checker.diags;
+    match result {
+        Some(parts) if !format_failed && !diags.iter().any(Diagnostic::is_error) => {
+            let file_hashes = raw
+                .sources
+                .iter()
+                .map(|s| {
+                    (
+                        s.path.display().to_string(),
+                        schema::sha256_hex(s.text.as_bytes()),
+                    )
+                })
+                .collect();
+            let warnings = std::mem::take(&mut diags);
+            // The merged document has been read into `file`; locations come from `origins`.
+            // Freed here, it does not add to a long run's peak memory.
+            let mut raw = raw;
+            raw.doc = Value::Null;
+            Ok(Workflow {
+                name: raw.name.clone(),
+                file,
+                raw,
+                stages: parts.stages,
+                order: parts.order,
+                dependents: parts.dependents,
+                outputs: parts.outputs,
+                child_env: parts.child_env,
+                writes: parts.writes,
+                lock: parts.lock,
+                file_hashes,
+                warnings,
+            })
+        }
+        _ => Err(diags),
+    }
+}
+
+/// Each stage's definition hash, in the order of the stages.
+fn definition_hashes(file: &WorkflowFile) -> Vec<String> {
+    file.stages
+        .values()
+        .map(crate::builtins::paths::sha256_json)
+        .collect()
+}
+
+/// The state the passes share while one workflow is checked.
+struct Checker<'a> {
+    raw: &'a RawWorkflow,
+    file: &'a WorkflowFile,
+    search: &'a SearchPath,
+    cwd: &'a Path,
+    diags: Vec<Diagnostic>,
+    /// Template sources queued by gather, in the order they were found.
+    sources: Vec<Pending>,
+    schemas: HashMap<String, Option<Arc<Schema>>>,
+    /// Names the template environment defines (functions and globals).
+    globals: HashSet<String>,
+}
+
+/// `^[a-z][a-z0-9_]*$`, without compiling a regex for it.
+fn is_stage_id(id: &str) -> bool {
+    let mut bytes = id.bytes();
+    bytes.next().is_some_and(|b| b.is_ascii_lowercase())
+        && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+impl Checker<'_> {
+    fn error(&mut self, message: impl Into<String>, pointer: &str) -> &mut Diagnostic {
+        let location = self.raw.locate(pointer);
+        self.diags.push(Diagnostic::error(message).at_opt(location));
+        self.diags.last_mut().expect("just pushed")
+    }
+
+    fn error_key(&mut self, message: impl Into<String>, pointer: &str) -> &mut Diagnostic {
+        let location = self.raw.locate_key(pointer);
+        self.diags.push(Diagnostic::error(message).at_opt(location));
+        self.diags.last_mut().expect("just pushed")
+    }
+
+    /// The passes, in order; `None` when any found an error.
+    fn run(
+        &mut self,
+        visiting: &mut Vec<String>,
+        definition_hashes: impl FnOnce() -> Vec<String>,
+    ) -> Option<Parts> {
+        let ids: Vec<String> = self.file.stages.keys().cloned().collect();
+        let index: HashMap<&str, usize> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (id.as_str(), i))
+            .collect();
+
+        self.check_inputs();
+        for id in &ids {
+            if !is_stage_id(id) {
+                let help = format!(
+                    "stage ids match ^[a-z][a-z0-9_]*$, e.g. `{}`",
+                    suggest_id(id)
+                );
+                self.error_key(format!("invalid stage id `{id}`"), &stage_pointer(id))
+                    .help = Some(help);
+            }
+        }
+
+        let actions = self.gather(visiting);
+        let pendings = std::mem::take(&mut self.sources);
+        let templates = self.compile(&pendings);
+        let schemas: Vec<SchemaOf> = actions
+            .iter()
+            .zip(self.file.stages.values())
+            .map(|(action, def)| self.schema_of(action.as_ref(), def))
+            .collect();
+        let deps = self.references(&ids, &index, &pendings, &templates, &schemas);
+        let order = self.order(&deps, &ids);
+        if self.diags.iter().any(Diagnostic::is_error) {
+            return None;
+        }
+        assemble::assemble(
+            self.file,
+            actions,
+            &pendings,
+            templates,
+            &deps,
+            order,
+            &schemas,
+            definition_hashes(),
+        )
+    }
+}
+
+pub(crate) fn stage_pointer(id: &str) -> String {
+    format!("/stages/{}", pointer_segment(id))
+}
+
+fn suggest_id(id: &str) -> String {
+    let mut out: String = id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if !out.starts_with(|c: char| c.is_ascii_lowercase()) {
+        out.insert(0, 's');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    use serde::Deserialize;
+    use serde_json::Value;
+
+    use super::format_errors::within_bounds;
+    use super::graph::in_order_of_the_file;
+    use super::references::bound_locally;
+    use crate::diag::SourceFile;
+    use crate::format::WorkflowFile;
+    use crate::load;
+
+    fn doc(text: &str) -> Value {
+        let source = SourceFile::new("w.toml", text);
+        load::parse_document(&source, 0, true)
+            .expect("valid TOML")
+            .0
+    }
+
+    fn schema_errors(doc: &Value) -> usize {
+        let validator = jsonschema::validator_for(&crate::format::workflow_schema())
+            .expect("the format schema compiles");
+        validator.iter_errors(doc).count()
+    }
+
+    /// Whether `check` would skip the schema for this document.
+    fn reads_cleanly(doc: &Value) -> bool {
+        WorkflowFile::deserialize(doc).is_ok_and(|file| within_bounds(&file))
+    }
+
+    #[test]
+    fn a_document_that_reads_cleanly_is_valid_against_the_schema() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/check/workflows");
+        let mut texts: Vec<String> = std::fs::read_dir(fixtures)
+            .expect("the check fixtures")
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+            .collect();
+        texts.extend(
+            [
+                "[stages.a]\nforeach = \"inputs.xs\"\nconcurrency = 0\ncommand = [\"true\"]",
+                "[stages.a]\nforeach = \"inputs.xs\"\nconcurrency = 2\ncommand = [\"true\"]",
+                "[stages.a]\nretries = -1\ncommand = [\"true\"]",
+                "[stages.a]\nmax_tokens = 1.5\nprompt = \"p\"",
+                "[stages.a]\ncache = { key = \"k\", ttl = 3 }\ncommand = [\"true\"]",
+                "[stages.a]\non_error = \"ignore\"\ncommand = [\"true\"]",
+                "[workflow]\nlock = { path = \"l\", busy = \"later\" }",
+                "[inputs.n]\ntype = \"float\"",
+                "[stages.a]\ntemplate = { inline = \"x\", extra = 1 }",
+                "[stages.a]\noutput = { format = \"yaml\" }\ntemplate = \"t\"",
+                "[stages.a]\nassert = [{ that = \"true\", because = \"x\" }]",
+                "[outputs]\nx = 1",
+            ]
+            .map(String::from),
+        );
+        let mut clean = 0;
+        for text in &texts {
+            let Ok((doc, _)) =
+                load::parse_document(&SourceFile::new("w.toml", text.as_str()), 0, true)
+            else {
+                continue;
+            };
+            if reads_cleanly(&doc) {
+                clean += 1;
+                assert_eq!(
+                    schema_errors(&doc),
+                    0,
+                    "reads cleanly but is invalid:\n{text}"
+                );
+            }
+        }
+        assert!(clean >= 2, "some documents read cleanly");
+    }
+
+    #[test]
+    fn stages_are_ordered_by_their_dependencies_then_by_the_file() {
+        let deps = |edges: &[&[usize]]| -> Vec<BTreeSet<usize>> {
+            edges.iter().map(|e| e.iter().copied().collect()).collect()
+        };
+        // 0 and 2 wait for 3; 1 and 3 wait for nothing.
+        assert_eq!(
+            in_order_of_the_file(&deps(&[&[3], &[], &[3], &[]])),
+            Some(vec![1, 3, 0, 2])
+        );
+        // Independent stages keep the order they were written in.
+        assert_eq!(
+            in_order_of_the_file(&deps(&[&[], &[], &[], &[]])),
+            Some(vec![0, 1, 2, 3])
+        );
+        assert_eq!(in_order_of_the_file(&deps(&[&[1], &[2], &[0], &[]])), None);
+    }
+
+    #[test]
+    fn item_settings_without_foreach_are_warned_about() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        std::fs::write(
+            dir.path().join("w.toml"),
+            "[stages.a]\non_item_error = \"continue\"\ncommand = [\"true\"]\n",
+        )
+        .expect("write the workflow");
+        let engine = crate::Engine::new(&[], dir.path());
+        let workflow = engine.load("w.toml").expect("a warning, not an error");
+        let messages: Vec<&str> = workflow
+            .warnings
+            .iter()
+            .map(|d| d.message.as_str())
+            .collect();
+        assert_eq!(messages, ["stage `a` has `on_item_error` but no `foreach`"]);
+        assert_eq!(
+            workflow.warnings[0]
+                .location
+                .as_ref()
+                .map(|l| l.span.clone()),
+            Some(11..24)
+        );
+    }
+
+    #[test]
+    fn zero_concurrency_is_left_to_the_schema() {
+        let d = doc("[stages.a]\nforeach = \"inputs.xs\"\nconcurrency = 0\ncommand = [\"true\"]");
+        assert!(WorkflowFile::deserialize(&d).is_ok());
+        assert!(!reads_cleanly(&d));
+        assert!(schema_errors(&d) > 0);
+    }
+
+    #[test]
+    fn references_belong_to_the_stage_that_wrote_them() {
+        // `s1` is a prefix of `s10`: the edge inferred from `s10`'s template must land on `s10`.
+        let dir = tempfile::tempdir().expect("a temp dir");
+        std::fs::write(
+            dir.path().join("w.toml"),
+            "[stages.s0]\ncommand = [\"true\"]\n\
+             [stages.s1]\ncommand = [\"true\"]\n\
+             [stages.s10]\ncommand = [\"echo\", \"{{ stages.s0.output }}\"]\n",
+        )
+        .expect("write the workflow");
+        let engine = crate::Engine::new(&[], dir.path());
+        let workflow = engine.load("w.toml").expect("the workflow checks");
+        let deps: Vec<(&str, Vec<usize>)> = workflow
+            .stages
+            .iter()
+            .map(|s| (s.id.as_str(), s.deps.clone()))
+            .collect();
+        assert_eq!(deps, vec![("s0", vec![]), ("s1", vec![]), ("s10", vec![0])]);
+    }
+
+    #[test]
+    fn names_bound_by_the_template_itself_are_recognised() {
+        assert!(bound_locally(
+            "{% if x %}{% set total = 1 %}{% endif %}{{ total }}",
+            "total"
+        ));
+        assert!(bound_locally(
+            "{%- for a, b in pairs %}{{ b }}{% endfor %}",
+            "b"
+        ));
+        assert!(bound_locally(
+            "{% macro row(cell) %}{{ cell }}{% endmacro %}",
+            "row"
+        ));
+        assert!(!bound_locally("{{ total }}", "total"));
+        assert!(!bound_locally("{% set subtotal = 1 %}{{ total }}", "total"));
+    }
+}

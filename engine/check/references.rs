@@ -1,0 +1,275 @@
+//! References: every name a template reads (inputs, env, stages and their outputs' fields, item,
+//! output) resolved, and the edges they add to the graph with the explicit `after`.
+
+use std::collections::BTreeSet;
+
+use foldhash::HashMap;
+use regex::Regex;
+
+use super::gather::{At, Context, Pending};
+use super::schemas::SchemaOf;
+use super::{stage_pointer, Checker};
+use crate::diag::did_you_mean;
+use crate::template::{compiled, Tmpl};
+
+impl Checker<'_> {
+    /// Each stage's dependencies: its `after` entries and the stages its templates read.
+    /// `templates[k]` is the compiled `pendings[k]`, when it compiled.
+    pub(super) fn references(
+        &mut self,
+        ids: &[String],
+        index: &HashMap<&str, usize>,
+        pendings: &[Pending],
+        templates: &[Option<Tmpl>],
+        schemas: &[SchemaOf],
+    ) -> Vec<BTreeSet<usize>> {
+        let mut deps: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); ids.len()];
+        for (i, (id, def)) in self.file.stages.iter().enumerate() {
+            for (position, after) in def.after.iter().enumerate() {
+                let pointer = || format!("{}/after/{position}", stage_pointer(id));
+                match index.get(after.as_str()) {
+                    Some(&j) if j == i => {
+                        self.error(format!("stage `{id}` cannot run after itself"), &pointer());
+                    }
+                    Some(&j) => {
+                        deps[i].insert(j);
+                    }
+                    None => self.unknown_stage(after, &pointer(), ids),
+                }
+            }
+        }
+        // Each stage's templates, then the workflow's, each group in the order of their names.
+        let mut of_stage: Vec<Vec<usize>> = vec![Vec::new(); ids.len()];
+        let mut of_workflow = Vec::new();
+        for (k, pending) in pendings.iter().enumerate() {
+            if templates[k].is_none() {
+                continue;
+            }
+            match pending.key.stage() {
+                Some(i) => of_stage[i].push(k),
+                None => of_workflow.push(k),
+            }
+        }
+        of_stage.push(of_workflow);
+        for group in &mut of_stage {
+            if group.len() > 1 {
+                group.sort_by_cached_key(|&k| pendings[k].clean_name());
+            }
+        }
+        for (k, own) in of_stage.iter().enumerate().flat_map(|(i, group)| {
+            group
+                .iter()
+                .map(move |&k| (k, (i < ids.len()).then_some(i)))
+        }) {
+            let pending = &pendings[k];
+            let Some(template) = &templates[k] else {
+                continue;
+            };
+            for reference in template.references() {
+                let Some(target) =
+                    self.check_reference(own, pending, &reference, index, ids, schemas)
+                else {
+                    continue;
+                };
+                let Some(own) = own else {
+                    // Outputs read stages after the run; no edge needed.
+                    continue;
+                };
+                if target == own {
+                    // `stages.<self>` inside its own templates: only `output` makes sense.
+                    let message = format!("stage `{}` refers to its own result; use `output` in `exit_if` and `assert`", ids[own]);
+                    self.diag_at(&pending.at, &pending.source, &reference, message);
+                } else {
+                    deps[own].insert(target);
+                }
+            }
+        }
+        deps
+    }
+
+    pub(super) fn unknown_stage(&mut self, name: &str, pointer: &str, ids: &[String]) {
+        if let Some(origin) = self.raw.disabled.get(name) {
+            let source = &self.raw.sources[origin.source()];
+            let (line, _) = source.line_col(origin.key().start);
+            self.error(
+                format!(
+                    "stage `{name}` is disabled by {}:{line}",
+                    source.path.display()
+                ),
+                pointer,
+            )
+            .help = Some(format!("remove the reference to `{name}`, or re-enable it"));
+            return;
+        }
+        let help = did_you_mean(name, ids.iter().map(String::as_str));
+        self.error(format!("unknown stage `{name}`"), pointer).help = help;
+    }
+
+    /// `stages.X.output.<path>` (or `output.<path>` in X's own predicates) against what X can
+    /// produce; the error points at the first segment of the path.
+    fn check_output_path(
+        &mut self,
+        schema: &SchemaOf,
+        path: &[&str],
+        stage: &str,
+        at: &At,
+        source: &str,
+        reference: &str,
+    ) {
+        if let Err((message, help)) = schema.check_path(path, stage) {
+            self.diag_at(
+                at,
+                source,
+                path.first().copied().unwrap_or(reference),
+                message,
+            );
+            self.diags.last_mut().expect("pushed").help = help;
+        }
+    }
+
+    fn check_reference(
+        &mut self,
+        own: Option<usize>,
+        pending: &Pending,
+        reference: &str,
+        index: &HashMap<&str, usize>,
+        ids: &[String],
+        schemas: &[SchemaOf],
+    ) -> Option<usize> {
+        let (context, at, source) = (pending.context, &pending.at, pending.source.as_str());
+        let parts: Vec<&str> = reference.split('.').collect();
+        let root = parts[0];
+        let stage_name = own.map(|i| ids[i].as_str()).unwrap_or("");
+        match root {
+            "inputs" => {
+                if let Some(input) = parts.get(1) {
+                    if !self.file.inputs.contains_key(*input) {
+                        let help = did_you_mean(input, self.file.inputs.keys().map(String::as_str));
+                        self.diag_at(at, source, reference, format!("unknown input `{input}`"));
+                        self.diags.last_mut().expect("pushed").help =
+                            help.or(Some("declare it under `[inputs]`".into()));
+                    }
+                }
+                None
+            }
+            "env" => {
+                if let Some(var) = parts.get(1) {
+                    if !self.file.workflow.env.iter().any(|e| e == var) {
+                        self.diag_at(
+                            at,
+                            source,
+                            reference,
+                            format!("environment variable `{var}` is not in `[workflow] env`"),
+                        );
+                        self.diags.last_mut().expect("pushed").help = Some(format!(
+                            "templates read only the variables listed in `[workflow] env`; add \"{var}\" there{}",
+                            did_you_mean(var, self.file.workflow.env.iter().map(String::as_str)).map(|h| format!(", or {h}")).unwrap_or_default()
+                        ));
+                    }
+                }
+                None
+            }
+            "stages" => {
+                let target = parts.get(1)?;
+                let Some(&target_index) = index.get(*target) else {
+                    if self.raw.disabled.contains_key(*target) {
+                        let origin = &self.raw.disabled[*target];
+                        let file = &self.raw.sources[origin.source()];
+                        let (line, _) = file.line_col(origin.key().start);
+                        self.diag_at(
+                            at,
+                            source,
+                            reference,
+                            format!(
+                                "stage `{target}` is disabled by {}:{line}",
+                                file.path.display()
+                            ),
+                        );
+                    } else {
+                        let help = did_you_mean(target, ids.iter().map(String::as_str));
+                        self.diag_at(at, source, reference, format!("unknown stage `{target}`"));
+                        self.diags.last_mut().expect("pushed").help = help;
+                    }
+                    return None;
+                };
+                match parts.get(2) {
+                    None | Some(&"status") | Some(&"error") => {}
+                    Some(&"output") => {
+                        self.check_output_path(
+                            &schemas[target_index],
+                            &parts[3..],
+                            target,
+                            at,
+                            source,
+                            reference,
+                        );
+                    }
+                    Some(other) => {
+                        self.diag_at(
+                            at,
+                            source,
+                            reference,
+                            format!("`stages.{target}` has `output`, `status` and `error`, not `{other}`"),
+                        );
+                        self.diags.last_mut().expect("pushed").help =
+                            did_you_mean(other, ["output", "status", "error"]);
+                    }
+                }
+                Some(target_index)
+            }
+            "output" => {
+                if context != Context::Output {
+                    self.diag_at(at, source, reference, "`output` is only bound in `exit_if`, `exit_message`, `assert` and `set_state`".to_string());
+                    self.diags.last_mut().expect("pushed").help = own.map(|_| format!("read another stage's result as `stages.<id>.output`; this is stage `{stage_name}`"));
+                } else if let Some(own) = own {
+                    self.check_output_path(
+                        &schemas[own],
+                        &parts[1..],
+                        stage_name,
+                        at,
+                        source,
+                        reference,
+                    );
+                }
+                None
+            }
+            "item" | "index" => {
+                if context != Context::Item {
+                    let message = match own {
+                        Some(i) if self.file.stages[i].foreach.is_some() => format!(
+                            "`{root}` is bound in the action of a `foreach` stage, not in `{}`",
+                            pending.clean_name().rsplit('.').next().unwrap_or_default()
+                        ),
+                        _ => format!("`{root}` is only bound in a stage with `foreach`"),
+                    };
+                    self.diag_at(at, source, reference, message);
+                }
+                None
+            }
+            "state" | "run" => None,
+            // Functions and globals of the template environment (`now`, `range`, ...).
+            other if self.globals.contains(other) => None,
+            // Bound inside the template itself (a `set` or `for` the analysis did not follow,
+            // such as a `set` inside an `if`).
+            other if bound_locally(source, other) => None,
+            other => {
+                let roots = compiled::known_roots();
+                let help = did_you_mean(other, roots.iter().copied()).unwrap_or_else(|| {
+                    "templates see inputs, env, stages, state, run, item, index and output".into()
+                });
+                self.diag_at(at, source, other, format!("undefined variable `{other}`"));
+                self.diags.last_mut().expect("pushed").help = Some(help);
+                None
+            }
+        }
+    }
+}
+
+/// Whether a template binds `name` itself with `{% set %}`, `{% for %}` or `{% macro %}`.
+pub(crate) fn bound_locally(source: &str, name: &str) -> bool {
+    let pattern = format!(
+        r"\{{%-?\s*(?:set|for|macro)\s+(?:[\w\s,(]*[\s,(])?{}\b",
+        regex::escape(name)
+    );
+    Regex::new(&pattern).is_ok_and(|re| re.is_match(source))
+}

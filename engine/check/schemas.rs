@@ -1,0 +1,119 @@
+//! Schemas: output schemas found and compiled once per workflow, and what is statically known of
+//! each stage's output (for `stages.X.output.a.b` paths).
+
+use std::sync::Arc;
+
+use super::gather::PendingAction;
+use super::Checker;
+use crate::diag::did_you_mean;
+use crate::format::{OutputFormat, StageDef};
+use crate::library::Shelf;
+use crate::schema::Schema;
+
+impl Checker<'_> {
+    pub(super) fn load_schema(&mut self, name: &str, pointer: &str) -> Option<Arc<Schema>> {
+        if let Some(cached) = self.schemas.get(name) {
+            return cached.clone();
+        }
+        let result = match self
+            .search
+            .find_file(&self.raw.library, Shelf::Schemas, name)
+        {
+            None => {
+                self.error(format!("schema `{name}` not found"), pointer)
+                    .help = Some(format!(
+                    "schemas are looked up under `schemas/` in {} and along the search path",
+                    self.raw.library.display()
+                ));
+                None
+            }
+            Some(file) => match Schema::compile(&file) {
+                Ok(schema) => Some(Arc::new(schema)),
+                Err(diagnostic) => {
+                    self.diags.push(*diagnostic);
+                    self.error(format!("schema `{name}` does not compile"), pointer);
+                    None
+                }
+            },
+        };
+        self.schemas.insert(name.to_string(), result.clone());
+        result
+    }
+
+    pub(super) fn schema_of(&mut self, action: Option<&PendingAction>, def: &StageDef) -> SchemaOf {
+        if def.foreach.is_some() {
+            return SchemaOf::List;
+        }
+        if let Some(name) = def.output.as_ref().and_then(|o| o.schema.as_ref()) {
+            return match self.schemas.get(name).cloned().flatten() {
+                Some(schema) => SchemaOf::Known(schema),
+                None => SchemaOf::Unknown,
+            };
+        }
+        let format = def.output.as_ref().map(|o| o.format);
+        match (action, format) {
+            (Some(PendingAction::Uses { builtin }), _) => {
+                match Schema::from_value((builtin.output_schema)(), builtin.name) {
+                    Ok(schema) => SchemaOf::Known(Arc::new(schema)),
+                    Err(_) => SchemaOf::Unknown,
+                }
+            }
+            (Some(PendingAction::Workflow { workflow }), _) => {
+                SchemaOf::Keys(workflow.file.outputs.keys().cloned().collect())
+            }
+            (_, Some(OutputFormat::Json)) => SchemaOf::Unknown,
+            (_, Some(OutputFormat::Lines)) => SchemaOf::List,
+            (Some(PendingAction::None), _) => SchemaOf::Nothing,
+            _ => SchemaOf::Text,
+        }
+    }
+}
+
+/// What is statically known of a stage's output.
+pub(crate) enum SchemaOf {
+    Known(Arc<Schema>),
+    Keys(Vec<String>),
+    Text,
+    List,
+    Nothing,
+    Unknown,
+}
+
+type PathError = (String, Option<String>);
+
+impl SchemaOf {
+    pub(crate) fn check_path(&self, path: &[&str], stage: &str) -> Result<(), PathError> {
+        let Some(first) = path.first() else {
+            return Ok(());
+        };
+        match self {
+            SchemaOf::Known(schema) => schema.check_path(path),
+            SchemaOf::Keys(keys) => {
+                if keys.iter().any(|k| k == first) {
+                    Ok(())
+                } else {
+                    Err((
+                        format!("the sub-workflow of stage `{stage}` has no output `{first}`"),
+                        did_you_mean(first, keys.iter().map(String::as_str)),
+                    ))
+                }
+            }
+            SchemaOf::Text => Err((
+                format!("the output of stage `{stage}` is text; it has no field `{first}`"),
+                Some(
+                    "give the stage `output = { format = \"json\", schema = ... }` to read fields"
+                        .into(),
+                ),
+            )),
+            SchemaOf::List => Err((
+                format!("the output of stage `{stage}` is a list; it has no field `{first}`"),
+                Some("index it (`[0]`) or loop over it".into()),
+            )),
+            SchemaOf::Nothing => Err((
+                format!("stage `{stage}` has no action, so no output; it has no field `{first}`"),
+                None,
+            )),
+            SchemaOf::Unknown => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! Spans: where in the file a problem found inside a template is, down to the name it is about.
+
+use super::gather::At;
+use super::Checker;
+use crate::diag::{Diagnostic, Location};
+use crate::load::RawWorkflow;
+
+impl Checker<'_> {
+    /// An error about `needle` inside the template `source` written at `at`.
+    pub(super) fn diag_at(&mut self, at: &At, source: &str, needle: &str, message: String) {
+        let diagnostic = match at {
+            At::Pointer(pointer) => {
+                let location = self.raw.locate(pointer).map(|l| narrow(l, source, needle));
+                Diagnostic::error(message).at_opt(location)
+            }
+            At::File(file) => {
+                let span = find_span(&file.text, needle).unwrap_or(0..0);
+                Diagnostic::error(message).at(file, span)
+            }
+        };
+        self.diags.push(diagnostic);
+    }
+}
+
+/// Narrow a location to the first occurrence of `needle` inside the located value.
+fn narrow(location: Location, _source: &str, needle: &str) -> Location {
+    let text = &location.source.text[location.span.clone()];
+    match find_span(text, needle) {
+        Some(found) => Location {
+            span: location.span.start + found.start..location.span.start + found.end,
+            source: location.source,
+        },
+        None => location,
+    }
+}
+
+fn find_span(text: &str, needle: &str) -> Option<std::ops::Range<usize>> {
+    if needle.is_empty() {
+        return None;
+    }
+    let last = needle.rsplit('.').next().unwrap_or(needle);
+    text.find(needle)
+        .map(|start| start..start + needle.len())
+        .or_else(|| {
+            let dotted = format!(".{last}");
+            text.find(&dotted)
+                .map(|start| start + 1..start + dotted.len())
+        })
+        .or_else(|| text.find(last).map(|start| start..start + last.len()))
+}
+
+pub(crate) fn template_error(
+    raw: &RawWorkflow,
+    at: &At,
+    source: &str,
+    error: &minijinja::Error,
+) -> Diagnostic {
+    let detail = error
+        .detail()
+        .map(str::to_string)
+        .unwrap_or_else(|| error.kind().to_string());
+    let message = format!("template does not compile: {detail}");
+    let line = error.line();
+    match at {
+        At::File(file) => {
+            let span = line_span(&file.text, line.unwrap_or(1));
+            Diagnostic::error(message).at(file, span)
+        }
+        At::Pointer(pointer) => {
+            let location = raw.locate(pointer).map(|location| {
+                // The template's own line inside the TOML string.
+                let in_value = line_span(source, line.unwrap_or(1));
+                let value_text = &location.source.text[location.span.clone()];
+                let needle = &source[in_value.clone()];
+                match value_text.find(needle.trim()) {
+                    Some(offset) if !needle.trim().is_empty() => Location {
+                        span: location.span.start + offset
+                            ..location.span.start + offset + needle.trim().len(),
+                        source: location.source,
+                    },
+                    _ => location,
+                }
+            });
+            Diagnostic::error(message).at_opt(location)
+        }
+    }
+}
+
+fn line_span(text: &str, line: usize) -> std::ops::Range<usize> {
+    let mut start = 0;
+    for (i, l) in text.split_inclusive('\n').enumerate() {
+        if i + 1 == line {
+            return start..start + l.trim_end().len();
+        }
+        start += l.len();
+    }
+    0..0
+}
