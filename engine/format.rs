@@ -149,6 +149,11 @@ pub struct StageDef {
     /// In an overlay: remove this stage from the base workflow.
     #[serde(default, skip_serializing_if = "is_false")]
     pub disabled: bool,
+    /// Run once the run has ended (succeeded, exited early or failed), after every ordinary
+    /// stage that could run; `run.status`, `run.exit` and `run.error` tell how it ended. Its
+    /// failure is recorded but does not change how the run ended.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub finally: bool,
 
     /// Action: an argv list, each element one template and one argument; no shell.
     #[serde(default, skip_serializing_if = "Option::is_none")]

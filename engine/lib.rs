@@ -10,6 +10,7 @@ pub mod check;
 pub mod diag;
 pub mod documents;
 pub mod engine;
+pub(crate) mod finally;
 pub mod format;
 pub mod library;
 pub mod load;

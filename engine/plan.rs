@@ -10,30 +10,46 @@ use crate::check::{Action, Workflow};
 
 pub struct Plan<'w> {
     pub workflow: &'w Workflow,
-    /// Stage indexes by wave.
+    /// Stage indexes by wave (finally stages are not in them).
     pub waves: Vec<Vec<usize>>,
+    /// Finally stages by wave: they run once the run has ended, ordered among themselves.
+    pub finally: Vec<Vec<usize>>,
 }
 
 impl<'w> Plan<'w> {
     pub fn new(workflow: &'w Workflow) -> Self {
-        let mut level = vec![0usize; workflow.stages.len()];
-        for &i in &workflow.order {
-            level[i] = workflow.stages[i]
-                .deps
+        let waves_of = |finally: bool| {
+            let mut level = vec![0usize; workflow.stages.len()];
+            let members: Vec<usize> = workflow
+                .order
                 .iter()
-                .map(|&d| level[d] + 1)
-                .max()
-                .unwrap_or(0);
+                .copied()
+                .filter(|&i| workflow.stages[i].def.finally == finally)
+                .collect();
+            for &i in &members {
+                level[i] = workflow.stages[i]
+                    .deps
+                    .iter()
+                    .filter(|&&d| workflow.stages[d].def.finally == finally)
+                    .map(|&d| level[d] + 1)
+                    .max()
+                    .unwrap_or(0);
+            }
+            let depth = members.iter().map(|&i| level[i] + 1).max().unwrap_or(0);
+            let mut waves = vec![Vec::new(); depth];
+            for &i in &members {
+                waves[level[i]].push(i);
+            }
+            for wave in &mut waves {
+                wave.sort();
+            }
+            waves
+        };
+        Plan {
+            workflow,
+            waves: waves_of(false),
+            finally: waves_of(true),
         }
-        let depth = level.iter().copied().max().map_or(0, |m| m + 1);
-        let mut waves = vec![Vec::new(); depth];
-        for &i in &workflow.order {
-            waves[level[i]].push(i);
-        }
-        for wave in &mut waves {
-            wave.sort();
-        }
-        Plan { workflow, waves }
     }
 
     fn action_summary(&self, index: usize) -> String {
@@ -67,8 +83,17 @@ impl<'w> Plan<'w> {
             self.workflow.stages.len(),
             self.waves.len()
         );
-        for (w, wave) in self.waves.iter().enumerate() {
-            let _ = writeln!(out, "wave {}:", w + 1);
+        let finally_waves = self.finally.iter().enumerate().map(|(w, wave)| {
+            (format!("finally wave {} (once the run has ended):", w + 1), wave)
+        });
+        let waves = self
+            .waves
+            .iter()
+            .enumerate()
+            .map(|(w, wave)| (format!("wave {}:", w + 1), wave))
+            .chain(finally_waves);
+        for (title, wave) in waves {
+            let _ = writeln!(out, "{title}");
             for &i in wave {
                 let stage = &self.workflow.stages[i];
                 let def = &stage.def;
@@ -106,12 +131,14 @@ impl<'w> Plan<'w> {
             .waves
             .iter()
             .enumerate()
-            .flat_map(|(w, wave)| wave.iter().map(move |&i| (w, i)))
+            .flat_map(|(w, wave)| wave.iter().map(move |&i| (Some(w), i)))
+            .chain(self.finally.iter().flatten().map(|&i| (None, i)))
             .map(|(w, i)| {
                 let stage = &self.workflow.stages[i];
                 json!({
                     "id": stage.id,
-                    "wave": w + 1,
+                    "wave": w.map(|w| w + 1),
+                    "finally": stage.def.finally,
                     "action": stage.action.kind(),
                     "summary": self.action_summary(i),
                     "description": stage.def.description,
@@ -126,6 +153,7 @@ impl<'w> Plan<'w> {
         json!({
             "workflow": self.workflow.name,
             "waves": self.waves.iter().map(|w| w.iter().map(|&i| self.workflow.stages[i].id.clone()).collect::<Vec<_>>()).collect::<Vec<_>>(),
+            "finally": self.finally.iter().flatten().map(|&i| self.workflow.stages[i].id.clone()).collect::<Vec<_>>(),
             "stages": stages,
         })
     }
@@ -142,8 +170,13 @@ impl<'w> Plan<'w> {
             if stage.def.exit_if.is_some() {
                 lines.push("(exit_if)");
             }
+            if stage.def.finally {
+                lines.push("(finally)");
+            }
             let shape = if stage.def.exit_if.is_some() {
                 ", shape=diamond"
+            } else if stage.def.finally {
+                ", style=dashed"
             } else {
                 ""
             };
@@ -179,6 +212,16 @@ impl<'w> Plan<'w> {
             } else {
                 let _ = writeln!(out, "  {}[\"{label}\"]", stage.id);
             }
+        }
+        let finally: Vec<&str> = self
+            .finally
+            .iter()
+            .flatten()
+            .map(|&i| self.workflow.stages[i].id.as_str())
+            .collect();
+        if !finally.is_empty() {
+            let _ = writeln!(out, "  classDef finally stroke-dasharray: 5 5");
+            let _ = writeln!(out, "  class {} finally", finally.join(","));
         }
         for &i in &self.workflow.order {
             for &d in &self.workflow.stages[i].deps {

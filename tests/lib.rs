@@ -5,6 +5,7 @@ mod compound;
 mod context_update;
 mod diagnostics;
 mod explain;
+mod finally;
 mod models;
 mod overlay;
 mod plan;

@@ -238,6 +238,14 @@ impl Checker<'_> {
             .map(|(action, def)| self.schema_of(action.as_ref(), def))
             .collect();
         let deps = self.references(&ids, &index, &pendings, &templates, &schemas);
+        for problem in crate::finally::problems(self.file, &deps) {
+            let diagnostic = if problem.key {
+                self.error_key(problem.message, &problem.pointer)
+            } else {
+                self.error(problem.message, &problem.pointer)
+            };
+            diagnostic.help = Some(problem.help);
+        }
         let order = self.order(&deps, &ids);
         if self.diags.iter().any(Diagnostic::is_error) {
             return None;

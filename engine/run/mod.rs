@@ -159,6 +159,8 @@ struct Executor<'w, 'r> {
     reporter: Reporter,
     table: Arc<StageTable>,
     started: Instant,
+    /// Finally stages are running: the run has ended, and nothing they do changes how.
+    finally_phase: bool,
 }
 
 impl<'w, 'r> Executor<'w, 'r> {
@@ -213,6 +215,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             reporter,
             table,
             started: Instant::now(),
+            finally_phase: false,
         }
     }
 
@@ -283,6 +286,22 @@ impl<'w, 'r> Executor<'w, 'r> {
             "dry_run": self.options.dry_run,
             "status": status.as_str(),
             "exit": self.record.exit,
+            "error": Value::Null,
+        }))
+    }
+
+    /// What finally stages see as `run`: how the run ended (`succeeded`, `exited`, `failed`),
+    /// with `exit` and `error`.
+    fn ended_value(&self, status: RunStatus) -> minijinja::Value {
+        minijinja::Value::from_serialize(json!({
+            "id": self.record.run_id,
+            "dir": self.dir.as_ref().map(|d| d.display().to_string()),
+            "started_at": self.record.started_at,
+            "workflow": self.workflow.name,
+            "dry_run": self.options.dry_run,
+            "status": crate::finally::status_word(status),
+            "exit": self.record.exit,
+            "error": self.record.error,
         }))
     }
 
@@ -420,16 +439,38 @@ impl<'w, 'r> Executor<'w, 'r> {
             cache: cache::Cache::new(&self.runtime.state_dir, &workflow.name),
             table: Arc::clone(&self.table),
         };
-        let status = self.schedule(&runner);
-        if let Err(error) = runner.cache.flush() {
+        let status = self.schedule(&runner, false);
+        let mut cache = runner.cache;
+
+        // Finally stages, once the run has ended (not when it was interrupted): they see how.
+        if status != RunStatus::Interrupted && workflow.stages.iter().any(|s| s.def.finally) {
+            let _ = cache.flush();
+            let mut ended = scope.clone();
+            ended.run = self.ended_value(status);
+            self.finally_phase = true;
+            let runner = StageRunner {
+                workflow,
+                runtime: self.runtime,
+                options: self.options,
+                prepared: &prepared,
+                base_scope: &ended,
+                reuse: &reuse,
+                reporter: &reporter,
+                cache,
+                table: Arc::clone(&self.table),
+            };
+            self.schedule(&runner, true);
+            self.finally_phase = false;
+            cache = runner.cache;
+        }
+        if let Err(error) = cache.flush() {
             self.reporter
                 .line(&format!("warning: cannot store cache entries: {error}"));
         }
-        for warning in runner.cache.take_warnings() {
+        for warning in cache.take_warnings() {
             self.reporter.line(&format!("warning: {warning}"));
         }
         // Thousands of cache entries are freed off the path to the end of the run.
-        let cache = runner.cache;
         let _ = std::thread::Builder::new()
             .name("cache-drop".into())
             .spawn(move || drop(cache));
@@ -466,10 +507,24 @@ impl<'w, 'r> Executor<'w, 'r> {
         self.finish(status);
     }
 
-    /// The scheduling loop: start ready stages up to `--jobs`, record what ends.
-    fn schedule(&mut self, runner: &StageRunner) -> RunStatus {
+    /// The scheduling loop: start ready stages up to `--jobs`, record what ends. It runs the
+    /// ordinary stages, or (`finally`) the finally stages, each waiting only for the stages of
+    /// its own kind: an ordinary stage never waits for a finally one (`check` proves it), and
+    /// every ordinary stage that could run has ended before a finally one starts.
+    fn schedule(&mut self, runner: &StageRunner, finally: bool) -> RunStatus {
         let workflow = self.workflow;
-        let mut waiting: Vec<usize> = workflow.stages.iter().map(|s| s.deps.len()).collect();
+        let mut waiting: Vec<usize> = workflow
+            .stages
+            .iter()
+            .map(|s| match s.def.finally == finally {
+                true => s
+                    .deps
+                    .iter()
+                    .filter(|&&d| workflow.stages[d].def.finally == finally)
+                    .count(),
+                false => usize::MAX,
+            })
+            .collect();
         let mut ready: VecDeque<usize> = workflow
             .order
             .iter()
@@ -596,13 +651,20 @@ impl<'w, 'r> Executor<'w, 'r> {
     ) {
         match verdict {
             Verdict::Continue => {
+                let finally = self.workflow.stages[index].def.finally;
                 for &next in &self.workflow.dependents[index] {
+                    if self.workflow.stages[next].def.finally != finally {
+                        continue;
+                    }
                     waiting[next] -= 1;
                     if waiting[next] == 0 {
                         ready.push_back(next);
                     }
                 }
             }
+            // A finally stage's failure is recorded; the stages after it do not run, the others
+            // do, and the run ends as it had.
+            Verdict::Fail(_) if self.finally_phase => {}
             Verdict::Exit => {
                 stop.get_or_insert(RunStatus::Exited);
                 self.header_changed();
@@ -778,6 +840,10 @@ impl<'w, 'r> Executor<'w, 'r> {
                 self.reporter
                     .line(&format!("warning: cannot save state: {error}"));
             }
+        }
+        if outcome.exit.is_some() && self.finally_phase {
+            // `check` refuses `exit_if` on a finally stage; nothing else may end the run again.
+            return Verdict::Continue;
         }
         if let Some(message) = &outcome.exit {
             self.record.exit = Some(ExitInfo {

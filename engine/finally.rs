@@ -1,0 +1,89 @@
+//! Finally stages (`finally = true`): what `check` proves of them and how a run reads its end.
+//!
+//! A finally stage runs once the run has ended (succeeded, exited early, failed), after every
+//! ordinary stage that could run. Ordinary stages are scheduled as if finally stages did not
+//! exist; finally stages then run among themselves, ordered by their own edges. So an ordinary
+//! stage may never wait for a finally one, and a finally stage cannot end the run early: the run
+//! has already ended.
+
+use std::collections::BTreeSet;
+
+use crate::format::{OnError, WorkflowFile};
+use crate::load::pointer_segment;
+
+/// One problem: the message, the JSON pointer it is about, whether the pointer names a key (the
+/// stage's table) rather than a value, and a help line.
+pub(crate) struct Problem {
+    pub message: String,
+    pub pointer: String,
+    pub key: bool,
+    pub help: String,
+}
+
+/// The problems of a workflow's finally stages, given each stage's dependencies (indexes into
+/// `file.stages`, in its order).
+pub(crate) fn problems(file: &WorkflowFile, deps: &[BTreeSet<usize>]) -> Vec<Problem> {
+    let defs: Vec<(&String, &crate::format::StageDef)> =
+        file.stages.iter().map(|(id, def)| (id, &**def)).collect();
+    let mut out = Vec::new();
+    for (i, (id, def)) in defs.iter().enumerate() {
+        let stage = format!("/stages/{}", pointer_segment(id));
+        if def.finally {
+            if def.exit_if.is_some() {
+                out.push(Problem {
+                    message: format!(
+                        "finally stage `{id}` has `exit_if`, but the run has already ended when it runs"
+                    ),
+                    pointer: format!("{stage}/exit_if"),
+                    key: true,
+                    help: "read how the run ended from `run.status`, `run.exit` and `run.error`"
+                        .into(),
+                });
+            }
+            if def.on_error == Some(OnError::Exit) {
+                out.push(Problem {
+                    message: format!(
+                        "finally stage `{id}` has `on_error = \"exit\"`, but the run has already ended when it runs"
+                    ),
+                    pointer: format!("{stage}/on_error"),
+                    key: false,
+                    help: "a finally stage's failure is recorded and never changes how the run ended; use \"fail\" or \"continue\"".into(),
+                });
+            }
+            continue;
+        }
+        for &d in deps.get(i).into_iter().flatten() {
+            let Some((target, target_def)) = defs.get(d) else {
+                continue;
+            };
+            if !target_def.finally {
+                continue;
+            }
+            let position = def.after.iter().position(|a| a == *target);
+            out.push(Problem {
+                message: format!(
+                    "stage `{id}` depends on finally stage `{target}`, which runs only after the run has ended"
+                ),
+                pointer: match position {
+                    Some(p) => format!("{stage}/after/{p}"),
+                    None => stage.clone(),
+                },
+                key: position.is_none(),
+                help: format!(
+                    "make `{id}` a finally stage too (`finally = true`), or read `{target}` only from other finally stages"
+                ),
+            });
+        }
+    }
+    out
+}
+
+/// How the run ended, as a finally stage reads `run.status`.
+pub(crate) fn status_word(status: crate::run::RunStatus) -> &'static str {
+    use crate::run::RunStatus;
+    match status {
+        RunStatus::Completed | RunStatus::Running => "succeeded",
+        RunStatus::Exited => "exited",
+        RunStatus::Failed | RunStatus::Interrupted => "failed",
+    }
+}
