@@ -158,7 +158,8 @@ pub struct StageDef {
     /// Action: an argv list, each element one template and one argument; no shell.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<Vec<String>>,
-    /// Action: a script run with `sh -c`; every `{{ value }}` is shell-quoted.
+    /// Action: a script run with `sh -c`; every `{{ value }}` reaches it through an environment
+    /// variable the script references, never as script text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shell: Option<String>,
     /// Action: a template rendered and sent to the stage's model.

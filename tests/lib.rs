@@ -10,4 +10,5 @@ mod models;
 mod overlay;
 mod plan;
 mod refresh;
+mod reliability;
 mod run;

@@ -33,8 +33,10 @@ impl Checker<'_> {
             if plain.is_some() || pending.native || !compiled::has_syntax(&pending.source) {
                 continue;
             }
-            if let Err(error) = env.add_template_owned(pending.name.clone(), pending.source.clone())
-            {
+            let added = crate::template::guarded(|| {
+                env.add_template_owned(pending.name.clone(), pending.source.clone())
+            });
+            if let Err(error) = added {
                 failed[k] = true;
                 let diagnostic = template_error(self.raw, &pending.at, &pending.source, &error);
                 self.diags.push(diagnostic);

@@ -558,16 +558,42 @@ impl StageRunner<'_> {
 
     fn render_process(
         &self,
-        _stage: &Stage,
+        stage: &Stage,
         process: &ProcessAction,
         scope: &minijinja::Value,
     ) -> Result<ProcessSpec, String> {
+        // A script `sh` reads (a `shell` stage's, or the one a `command` hands to a shell
+        // with `-c`) gets its values through the environment, never as script text.
         let mut argv = Vec::with_capacity(process.argv.len());
+        let mut script_env = Vec::new();
+        let mut script_at = matches!(stage.action, Action::Shell(_)).then_some(2);
         for (i, arg) in process.argv.iter().enumerate() {
-            argv.push(
-                arg.render(scope)
-                    .map_err(|e| format!("argument {}: {}", i + 1, describe(&e)))?,
-            );
+            let failed = |e: minijinja::Error| format!("argument {}: {}", i + 1, describe(&e));
+            if script_at == Some(i) {
+                let script = crate::template::shell::render_script(arg, scope).map_err(failed)?;
+                argv.push(script.text);
+                script_env = script.env;
+                continue;
+            }
+            if let Some(interpreter) = crate::template::shell::code_argument(&argv) {
+                // Code for another interpreter cannot reference variables in one way for all:
+                // a value printed into it is refused.
+                let code = crate::template::shell::render_script(arg, scope).map_err(failed)?;
+                if !code.env.is_empty() {
+                    return Err(format!(
+                        "argument {}: a value is printed into the code `{interpreter}` runs, where \
+                         it would be read as code; pass it as a separate argument or through \
+                         `env` instead",
+                        i + 1
+                    ));
+                }
+                argv.push(code.text);
+                continue;
+            }
+            argv.push(arg.render(scope).map_err(failed)?);
+            if script_at.is_none() {
+                script_at = crate::template::shell::script_argument(&argv);
+            }
         }
         let stdin = match &process.stdin {
             Some(stdin) => Some(
@@ -588,6 +614,7 @@ impl StageRunner<'_> {
             None => Some(self.runtime.cwd.clone()),
         };
         let mut env = self.prepared.child_env.clone();
+        env.extend(script_env);
         for (name, value) in &process.env {
             env.push((
                 name.clone(),

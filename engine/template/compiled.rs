@@ -83,8 +83,10 @@ impl Tmpl {
 
     /// A bare expression, compiled in `env`.
     pub fn expression(env: &SharedEnvironment, source: &str) -> Result<Tmpl, Error> {
-        let expression = NativeExpression::try_new(env.clone(), |env| {
-            env.compile_expression_owned(source.to_string())
+        let expression = super::guarded(|| {
+            NativeExpression::try_new(env.clone(), |env| {
+                env.compile_expression_owned(source.to_string())
+            })
         })?;
         Ok(Tmpl::Native(Box::new(expression)))
     }
@@ -247,11 +249,15 @@ impl Interpolation {
         if self.native {
             return text_of_expression(&self.eval(scope)?);
         }
+        let captured = super::shell::captured();
         let mut out = String::new();
         for part in &self.parts {
             match part {
                 Part::Text(text) => out.push_str(text),
                 Part::Lookup(path) => match Self::lookup(path, scope) {
+                    Some(value) if super::shell::capturing() => {
+                        out.push_str(&super::shell::capture(&value));
+                    }
                     Some(value) if !value.is_safe() => {
                         let text = value_to_text(&value);
                         if self.shell {
@@ -260,7 +266,10 @@ impl Interpolation {
                             out.push_str(&text);
                         }
                     }
-                    _ => return self.by_minijinja(scope).map(|v| value_to_text(&v)),
+                    _ => {
+                        super::shell::forget_after(captured);
+                        return self.by_minijinja(scope).map(|v| value_to_text(&v));
+                    }
                 },
             }
         }
@@ -270,12 +279,10 @@ impl Interpolation {
     /// The template evaluated by minijinja itself: its exact result or error.
     fn by_minijinja(&self, scope: &Value) -> Result<Value, Error> {
         if self.native {
-            FALLBACK
-                .compile_expression_owned(self.source.to_string())?
+            super::guarded(|| FALLBACK.compile_expression_owned(self.source.to_string()))?
                 .eval(scope)
         } else {
-            FALLBACK
-                .render_named_str(&self.name, &self.source, scope)
+            super::guarded(|| FALLBACK.render_named_str(&self.name, &self.source, scope))
                 .map(Value::from)
         }
     }

@@ -4,12 +4,17 @@
 //! Printed values follow [`compiled::value_to_text`]: `none` prints nothing, booleans print
 //! `true`/`false`, lists and maps print as JSON. Templates whose name ends in `.sh` (the `shell`
 //! action's scripts) also shell-quote every value they print, so data can never become shell
-//! syntax.
+//! syntax. A `shell` script goes further ([`shell::render_script`]): its printed values never
+//! reach the script text at all, but are passed in environment variables it references.
+//!
+//! minijinja's lexer can panic on some malformed input (`}}e` as an expression); every compile
+//! goes through [`guarded`], which turns such a panic into a syntax error.
 
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 
 pub mod compiled;
 pub mod functions;
+pub mod shell;
 
 pub use compiled::{Scope, StageSlot, StageTable, Tmpl};
 
@@ -26,6 +31,10 @@ pub fn environment() -> Environment<'static> {
         }
     });
     env.set_formatter(|out, state, value| {
+        if shell::capturing() {
+            out.write_str(&shell::capture(value))?;
+            return Ok(());
+        }
         if value.is_safe() {
             return minijinja::escape_formatter(out, state, value);
         }
@@ -39,4 +48,36 @@ pub fn environment() -> Environment<'static> {
     });
     functions::register(&mut env);
     env
+}
+
+/// Runs a minijinja compile (or a render that compiles) and turns a panic inside it into a
+/// syntax error, without the panic's message reaching the terminal.
+pub fn guarded<T>(f: impl FnOnce() -> Result<T, minijinja::Error>) -> Result<T, minijinja::Error> {
+    use std::cell::Cell;
+    thread_local! {
+        static QUIET: Cell<bool> = const { Cell::new(false) };
+    }
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !QUIET.with(Cell::get) {
+                previous(info);
+            }
+        }));
+    });
+    let was = QUIET.with(|q| q.replace(true));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    QUIET.with(|q| q.set(was));
+    result.unwrap_or_else(|payload| {
+        let why = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(minijinja::Error::new(
+            minijinja::ErrorKind::SyntaxError,
+            format!("the template engine could not read this text ({why})"),
+        ))
+    })
 }
