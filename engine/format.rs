@@ -53,6 +53,42 @@ pub struct WorkflowSection {
     /// The process exits 0 whatever happens; the run record still tells.
     #[serde(default, skip_serializing_if = "is_false")]
     pub always_exit_zero: bool,
+    /// Where the runs are recorded (with the workflow's state and cache), who may read them, and
+    /// how many are kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records: Option<RecordsDef>,
+}
+
+/// `[workflow] records`: where a workflow's run records, `set_state` values and cache live.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RecordsDef {
+    /// `project` (the state folder: `.stagegraph/` or `--state-dir`) or `user`
+    /// (`$XDG_STATE_HOME/stagegraph/<project key>/`, default `~/.local/state`), for a workflow
+    /// that must leave nothing in the project tree. `--state-dir` still wins.
+    #[serde(default)]
+    pub location: RecordsLocation,
+    /// With `location = "user"`: a template naming the project folder the key is made from
+    /// (default: the working directory). It sees `inputs` and `env` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// Owner-only: the folder is 0700 and every file the run leaves in it 0600.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub private: bool,
+    /// Keep at most this many runs of the workflow (replaces `--keep-runs`; 0 keeps all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep: Option<usize>,
+}
+
+/// Where a workflow's records live.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RecordsLocation {
+    /// The state folder of the run (`.stagegraph/` in the working directory, or `--state-dir`).
+    #[default]
+    Project,
+    /// Under the user's state folder, keyed by project, out of the project tree.
+    User,
 }
 
 fn is_false(value: &bool) -> bool {

@@ -269,15 +269,20 @@ fn main() -> ExitCode {
         .clone()
         .map(|d| cwd.join(d))
         .unwrap_or_else(|| cwd.join(".stagegraph"));
+    let state_explicit = cli.state_dir.is_some();
     let mut engine = Engine::new(&cli.libraries, &cwd);
     // Commands that write to the state folder anyway keep parsed documents there; `check`,
-    // `plan` and the rest leave it untouched.
-    if matches!(cli.command, Command::Run(_) | Command::Resume { .. }) {
+    // `plan` and the rest leave it untouched. A state folder that does not exist yet is not
+    // made for them: a workflow that records out of the project tree must leave none.
+    if matches!(cli.command, Command::Run(_) | Command::Resume { .. })
+        && (state_explicit || state_dir.is_dir())
+    {
         engine.documents = Some(Documents::new(state_dir.join("cache").join("documents")));
     }
     let app = App {
         engine,
         state_dir,
+        state_explicit,
         color,
     };
     let code = match app.dispatch(cli.command) {
@@ -295,10 +300,22 @@ fn main() -> ExitCode {
 struct App {
     engine: Engine,
     state_dir: PathBuf,
+    /// `--state-dir` was given: it is the only state folder.
+    state_explicit: bool,
     color: bool,
 }
 
 impl App {
+    /// Where recorded runs are looked for: the state folder, then (without `--state-dir`) the
+    /// user state folders of this folder and its ancestors, for workflows recording there.
+    fn state_dirs(&self) -> Vec<PathBuf> {
+        let mut dirs = vec![self.state_dir.clone()];
+        if !self.state_explicit {
+            dirs.extend(record::user_state_dirs_above(&self.engine.cwd));
+        }
+        dirs
+    }
+
     fn dispatch(&self, command: Command) -> Result<i32, Failure> {
         match command {
             Command::List => self.list(),
@@ -562,8 +579,10 @@ impl App {
             }
         })?;
         let always_zero = workflow.file.workflow.always_exit_zero;
+        // A hook's host reads any other code as a verdict (2 blocks a Claude Code session): a
+        // failure and an interruption (SIGINT, SIGTERM) exit 0 too; the record says which.
         let zero_if = |code: i32| {
-            if always_zero && code == exit::FAILED {
+            if always_zero && (code == exit::FAILED || code == exit::INTERRUPTED) {
                 exit::SUCCESS
             } else {
                 code
@@ -643,6 +662,21 @@ impl App {
                 workflow.name
             )));
         }
+        let state_dir = run::state_dir_for(
+            workflow,
+            &inputs,
+            &self.engine.cwd,
+            &self.state_dir,
+            self.state_explicit,
+        )
+        .map_err(invalid)?;
+        let keep_runs = workflow
+            .file
+            .workflow
+            .records
+            .as_ref()
+            .and_then(|records| records.keep)
+            .unwrap_or(exec.keep_runs);
         let options = RunOptions {
             jobs: exec
                 .jobs
@@ -655,15 +689,15 @@ impl App {
             replay: exec.replay.is_some(),
             quiet: exec.quiet,
             json_events: exec.json,
-            keep_runs: exec.keep_runs,
+            keep_runs,
         };
         let runtime = Runtime {
             models: &models,
             search: &self.engine.search,
             cwd: self.engine.cwd.clone(),
-            state_dir: self.state_dir.clone(),
+            state_dir: state_dir.clone(),
             previous: if exec.explain {
-                latest_real_run(&self.state_dir, &workflow.name)
+                latest_real_run(&state_dir, &workflow.name)
             } else {
                 None
             },
@@ -743,10 +777,10 @@ impl App {
     }
 
     fn resume(&self, run_id: &str, exec: ExecArgs) -> Result<i32, Failure> {
-        let id = record::resolve_run_id(&self.state_dir, run_id).map_err(invalid)?;
-        let previous = record::read_record(&self.state_dir, &id).map_err(invalid)?;
+        let (id, dir) = record::locate_run(&self.state_dirs(), run_id).map_err(invalid)?;
+        let previous = record::read_record(&dir, &id).map_err(invalid)?;
         let workflow = self.load(&self.resume_reference(&previous))?;
-        let outputs = record::read_outputs(&self.state_dir, &id);
+        let outputs = record::read_outputs(&dir, &id);
         let always_zero = workflow.file.workflow.always_exit_zero;
         let code = self.execute(
             &workflow,
@@ -757,11 +791,13 @@ impl App {
                 outputs,
             }),
         )?;
-        Ok(if always_zero && code == exit::FAILED {
-            exit::SUCCESS
-        } else {
-            code
-        })
+        Ok(
+            if always_zero && (code == exit::FAILED || code == exit::INTERRUPTED) {
+                exit::SUCCESS
+            } else {
+                code
+            },
+        )
     }
 
     /// How to find a recorded run's workflow again: by name when the search path still leads to
@@ -786,12 +822,12 @@ impl App {
     fn runs(&self, action: Option<RunsAction>) -> Result<i32, Failure> {
         match action {
             None => {
-                let ids = record::list_runs(&self.state_dir);
+                let ids = record::list_runs_in(&self.state_dirs());
                 if ids.is_empty() {
                     errln!("no runs in {}", record::runs_dir(&self.state_dir).display());
                 }
-                for id in ids {
-                    match record::read_record(&self.state_dir, &id) {
+                for (id, dir) in ids {
+                    match record::read_record(&dir, &id) {
                         Ok(r) => {
                             let detail = match (&r.exit, &r.error) {
                                 (Some(exit), _) => exit.message.clone(),
@@ -816,10 +852,10 @@ impl App {
                 json,
                 stage,
             }) => {
-                let id = record::resolve_run_id(&self.state_dir, &run_id).map_err(invalid)?;
-                let r = record::read_record(&self.state_dir, &id).map_err(invalid)?;
+                let (id, dir) = record::locate_run(&self.state_dirs(), &run_id).map_err(invalid)?;
+                let r = record::read_record(&dir, &id).map_err(invalid)?;
                 if let Some(stage) = stage {
-                    let outputs = record::read_outputs(&self.state_dir, &id);
+                    let outputs = record::read_outputs(&dir, &id);
                     let line = outputs.get(&stage).ok_or_else(|| {
                         invalid(format!("run {id} recorded no output for stage `{stage}`"))
                     })?;
@@ -874,7 +910,11 @@ impl App {
                 Ok(exit::SUCCESS)
             }
             Some(RunsAction::Prune { keep }) => {
-                let removed = record::prune(&self.state_dir, keep);
+                let removed: Vec<String> = self
+                    .state_dirs()
+                    .iter()
+                    .flat_map(|dir| record::prune(dir, keep))
+                    .collect();
                 errln!("removed {} run(s)", removed.len());
                 Ok(exit::SUCCESS)
             }

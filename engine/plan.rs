@@ -84,7 +84,10 @@ impl<'w> Plan<'w> {
             self.waves.len()
         );
         let finally_waves = self.finally.iter().enumerate().map(|(w, wave)| {
-            (format!("finally wave {} (once the run has ended):", w + 1), wave)
+            (
+                format!("finally wave {} (once the run has ended):", w + 1),
+                wave,
+            )
         });
         let waves = self
             .waves

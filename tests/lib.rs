@@ -9,6 +9,7 @@ mod finally;
 mod models;
 mod overlay;
 mod plan;
+mod records;
 mod refresh;
 mod reliability;
 mod run;

@@ -1,7 +1,8 @@
 //! A small builder that runs the real `stagegraph` binary in a temporary folder.
 //!
-//! Every invocation gets `--state-dir` inside the folder, and HOME and XDG_CONFIG_HOME point into
-//! it too, so nothing from the machine's own configuration, libraries or run records leaks in.
+//! Every invocation gets `--state-dir` inside the folder (unless it asks for none), and HOME,
+//! XDG_CONFIG_HOME and XDG_STATE_HOME point into it too, so nothing from the machine's own
+//! configuration, libraries or run records leaks in.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -107,7 +108,10 @@ impl Test {
             test: self,
             args: args.into_iter().map(Into::into).collect(),
             env: Vec::new(),
+            env_remove: Vec::new(),
             stdin: None,
+            cwd: None,
+            state_dir: true,
         }
     }
 
@@ -156,7 +160,12 @@ pub(crate) struct Invocation<'t> {
     test: &'t Test,
     args: Vec<OsString>,
     env: Vec<(String, String)>,
+    env_remove: Vec<String>,
     stdin: Option<String>,
+    /// A working directory other than the test folder.
+    cwd: Option<PathBuf>,
+    /// Pass `--state-dir`.
+    state_dir: bool,
 }
 
 impl Invocation<'_> {
@@ -170,11 +179,25 @@ impl Invocation<'_> {
         self
     }
 
+    /// Run in `dir` instead of the test folder.
+    pub(crate) fn cwd(mut self, dir: &Path) -> Self {
+        self.cwd = Some(dir.to_path_buf());
+        self
+    }
+
+    /// No `--state-dir`: the binary picks its state folder as it would for a user.
+    pub(crate) fn without_state_dir(mut self) -> Self {
+        self.state_dir = false;
+        self
+    }
+
     fn build(&self) -> Command {
         let root = self.test.root();
         let mut command = Command::new(BIN);
-        command.current_dir(root);
-        command.arg("--state-dir").arg(self.test.state_dir());
+        command.current_dir(self.cwd.as_deref().unwrap_or(root));
+        if self.state_dir {
+            command.arg("--state-dir").arg(self.test.state_dir());
+        }
         for library in &self.test.libraries {
             command.arg("--library").arg(library);
         }
@@ -182,9 +205,13 @@ impl Invocation<'_> {
         command
             .env("HOME", root)
             .env("XDG_CONFIG_HOME", root.join("config"))
+            .env("XDG_STATE_HOME", root.join("state-home"))
             .env("NO_COLOR", "1")
             .env_remove("STAGEGRAPH_PATH")
             .env_remove("STAGEGRAPH_CONFIG");
+        for key in &self.env_remove {
+            command.env_remove(key);
+        }
         for (key, value) in &self.env {
             command.env(key, value);
         }
@@ -225,12 +252,21 @@ impl Invocation<'_> {
         let mut command = self.build();
         let stdout = std::fs::File::create(self.test.path("spawned.stdout")).expect("a file");
         let stderr = std::fs::File::create(self.test.path("spawned.stderr")).expect("a file");
-        command
-            .stdin(Stdio::null())
+        let mut child = command
+            .stdin(if self.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(stdout)
             .stderr(stderr)
             .spawn()
-            .expect("start stagegraph")
+            .expect("start stagegraph");
+        if let Some(text) = &self.stdin {
+            let mut pipe = child.stdin.take().expect("a stdin pipe");
+            pipe.write_all(text.as_bytes()).expect("write stdin");
+        }
+        child
     }
 }
 

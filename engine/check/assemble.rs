@@ -23,6 +23,7 @@ pub(crate) struct Parts {
     pub(crate) child_env: Vec<(String, Tmpl)>,
     pub(crate) writes: Vec<Tmpl>,
     pub(crate) lock: Option<CheckedLock>,
+    pub(crate) records_project: Option<Tmpl>,
 }
 
 /// The compiled templates by key.
@@ -274,6 +275,7 @@ pub(crate) fn assemble(
         }),
         None => None,
     };
+    let records_project = t.take(TemplateKey::RecordsProject);
     Some(Parts {
         stages,
         order,
@@ -282,6 +284,7 @@ pub(crate) fn assemble(
         child_env,
         writes,
         lock,
+        records_project,
     })
 }
 

@@ -136,6 +136,21 @@ impl Checker<'_> {
                 At::Pointer(format!("/workflow/writes/{i}")),
             );
         }
+        if let Some(project) = file
+            .workflow
+            .records
+            .as_ref()
+            .and_then(|records| records.project.as_ref())
+        {
+            self.queue(
+                TemplateKey::RecordsProject,
+                "workflow.records.project".into(),
+                project,
+                Kind::Text,
+                Context::Plain,
+                At::Pointer("/workflow/records/project".into()),
+            );
+        }
         if let Some(lock) = &file.workflow.lock {
             self.queue(
                 TemplateKey::LockPath,

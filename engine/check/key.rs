@@ -19,6 +19,8 @@ pub(crate) enum TemplateKey {
     LockPath,
     /// `[workflow] lock.message`.
     LockMessage,
+    /// `[workflow] records.project`.
+    RecordsProject,
 }
 
 impl TemplateKey {

@@ -154,6 +154,7 @@ fn check_inner(
                 child_env: parts.child_env,
                 writes: parts.writes,
                 lock: parts.lock,
+                records_project: parts.records_project,
                 file_hashes,
                 warnings,
             })

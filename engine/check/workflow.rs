@@ -27,6 +27,8 @@ pub struct Workflow {
     pub child_env: Vec<(String, Tmpl)>,
     pub writes: Vec<Tmpl>,
     pub lock: Option<CheckedLock>,
+    /// `[workflow] records.project`: the project folder a user-located record is keyed by.
+    pub records_project: Option<Tmpl>,
     /// SHA-256 of every file of the chain, top first.
     pub file_hashes: Vec<(String, String)>,
     /// Warnings found while checking.

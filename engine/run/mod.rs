@@ -103,6 +103,15 @@ pub fn run(
     resume: Option<ResumeFrom>,
 ) -> Result<RunRecord, RunError> {
     let run_id = record::new_run_id();
+    let private = workflow
+        .file
+        .workflow
+        .records
+        .as_ref()
+        .is_some_and(|records| records.private);
+    if private && !options.dry_run {
+        record::make_private(&runtime.state_dir)?;
+    }
     let dir = record::runs_dir(&runtime.state_dir).join(&run_id);
     let files = RunFiles::create(dir.clone())?;
     let reporter = Reporter::new(options, workflow.stages.len());
@@ -120,7 +129,51 @@ pub fn run(
     executor.reporter.done();
     let record = executor.record;
     locks::release_all();
+    if private {
+        // The folder is 0700 from the start; the files in it are made 0600 once written.
+        record::restrict_tree(&runtime.state_dir);
+    }
     Ok(record)
+}
+
+/// The state folder a run of `workflow` records in: `explicit` (`--state-dir`) when given, else
+/// the user folder its `[workflow] records` names (keyed by the project folder its `project`
+/// template renders to, with `inputs` and the allowed `env`), else `default`.
+pub fn state_dir_for(
+    workflow: &Workflow,
+    inputs: &Map<String, Value>,
+    cwd: &Path,
+    default: &Path,
+    explicit: bool,
+) -> Result<PathBuf, String> {
+    use crate::format::RecordsLocation;
+    let user = workflow
+        .file
+        .workflow
+        .records
+        .as_ref()
+        .is_some_and(|records| records.location == RecordsLocation::User);
+    if explicit || !user {
+        return Ok(default.to_path_buf());
+    }
+    let project = match &workflow.records_project {
+        Some(tmpl) => {
+            let scope = minijinja::Value::from_serialize(json!({
+                "inputs": inputs,
+                "env": allowed_env(&workflow.file.workflow.env),
+            }));
+            let rendered = tmpl
+                .render(&scope)
+                .map_err(|e| format!("`[workflow] records.project`: {}", stage::describe(&e)))?;
+            cwd.join(rendered.trim())
+        }
+        None => cwd.to_path_buf(),
+    };
+    record::user_state_dir(&project).ok_or_else(|| {
+        "`[workflow] records` puts the records under the user's state folder, but neither \
+         XDG_STATE_HOME nor HOME names an absolute folder"
+            .to_string()
+    })
 }
 
 /// Run a sub-workflow inside a stage: no record of its own; its stages report under the

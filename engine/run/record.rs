@@ -576,6 +576,149 @@ pub fn prune(state_dir: &Path, keep: usize) -> Vec<String> {
     removed
 }
 
+// --- where records live ------------------------------------------------------------------
+
+/// The user's stagegraph state folder: `$XDG_STATE_HOME/stagegraph`, else
+/// `~/.local/state/stagegraph`; `None` when neither variable names an absolute folder.
+pub fn user_state_root() -> Option<PathBuf> {
+    let absolute = |name: &str| {
+        std::env::var_os(name)
+            .map(PathBuf::from)
+            .filter(|path| path.is_absolute())
+    };
+    absolute("XDG_STATE_HOME")
+        .or_else(|| absolute("HOME").map(|home| home.join(".local").join("state")))
+        .map(|root| root.join("stagegraph"))
+}
+
+/// The name of a project's folder under [`user_state_root`]: the project folder's name (for a
+/// person browsing the folder) and 16 hex digits of the SHA-256 of its canonical path (so two
+/// projects of the same name never share records).
+pub fn project_key(project: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    let canonical = std::fs::canonicalize(project).unwrap_or_else(|_| project.to_path_buf());
+    let name: String = canonical
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(40)
+        .collect();
+    let digest =
+        crate::builtins::paths::hex(&Sha256::digest(canonical.as_os_str().as_encoded_bytes()));
+    let name = name.trim_start_matches('.');
+    if name.is_empty() {
+        digest[..16].to_string()
+    } else {
+        format!("{name}-{}", &digest[..16])
+    }
+}
+
+/// The user state folder of a project, when there is a user state root.
+pub fn user_state_dir(project: &Path) -> Option<PathBuf> {
+    user_state_root().map(|root| root.join(project_key(project)))
+}
+
+/// The user state folders of `cwd` and each of its ancestors that exist: where `runs` and
+/// `resume` look, besides the state folder, for records kept out of the project tree (a
+/// project's records are found from the project folder or any folder below it).
+pub fn user_state_dirs_above(cwd: &Path) -> Vec<PathBuf> {
+    let Some(root) = user_state_root() else {
+        return Vec::new();
+    };
+    if !root.is_dir() {
+        return Vec::new();
+    }
+    let start = std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf());
+    start
+        .ancestors()
+        .map(|folder| root.join(project_key(folder)))
+        .filter(|dir| dir.is_dir())
+        .collect()
+}
+
+/// Every run id of several state folders, oldest first, each with its folder.
+pub fn list_runs_in(dirs: &[PathBuf]) -> Vec<(String, PathBuf)> {
+    let mut all: Vec<(String, PathBuf)> = Vec::new();
+    for dir in dirs {
+        for id in list_runs(dir) {
+            if !all.iter().any(|(known, _)| *known == id) {
+                all.push((id, dir.clone()));
+            }
+        }
+    }
+    all.sort();
+    all
+}
+
+/// Resolve `last` or a unique prefix to a run id across several state folders, with the folder
+/// that holds it.
+pub fn locate_run(dirs: &[PathBuf], id: &str) -> Result<(String, PathBuf), String> {
+    let all = list_runs_in(dirs);
+    let places = || {
+        dirs.iter()
+            .map(|dir| runs_dir(dir).display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if id == "last" {
+        return all
+            .last()
+            .cloned()
+            .ok_or_else(|| format!("no runs recorded in {}", places()));
+    }
+    let matches: Vec<&(String, PathBuf)> = all.iter().filter(|(r, _)| r.starts_with(id)).collect();
+    match matches.as_slice() {
+        [one] => Ok((*one).clone()),
+        [] => Err(format!("no run `{id}` in {}", places())),
+        many => Err(format!(
+            "`{id}` matches {} runs; give more of the id",
+            many.len()
+        )),
+    }
+}
+
+/// Creates `dir` (and its parents) and makes it owner-only (0700), whatever it was.
+pub fn make_private(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+/// Makes everything under `dir` owner-only: folders 0700, files 0600. Symbolic links are not
+/// followed. Entries already owner-only are left alone, so a folder of kept runs costs a stat
+/// each.
+pub fn restrict_tree(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    for entry in walkdir::WalkDir::new(dir)
+        .follow_links(false)
+        .into_iter()
+        .flatten()
+    {
+        let Ok(meta) = entry.metadata() else { continue };
+        let wanted = if meta.is_dir() {
+            0o700
+        } else if meta.is_file() {
+            0o600
+        } else {
+            continue;
+        };
+        if meta.permissions().mode() & 0o777 != wanted {
+            let _ = std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(wanted));
+        }
+    }
+}
+
 /// A new run id: sorts in start order.
 pub fn new_run_id() -> String {
     let now = chrono::Utc::now();
