@@ -194,6 +194,14 @@ struct ExecArgs {
     /// Keep the newest N runs of each workflow (0 keeps all).
     #[arg(long, default_value_t = 50)]
     keep_runs: usize,
+    /// Answer the `ask` stage STAGE with VALUE, one of its choices (every item of a foreach);
+    /// repeatable.
+    #[arg(long = "answer", value_name = "STAGE=VALUE")]
+    answers: Vec<String>,
+    /// Answer every `ask` stage not given an --answer with its `yes` choice (default: its
+    /// first).
+    #[arg(long, short = 'y')]
+    yes: bool,
 }
 
 #[derive(Subcommand)]
@@ -347,6 +355,8 @@ impl App {
                     json: false,
                     quiet: true,
                     keep_runs: 0,
+                    answers: Vec::new(),
+                    yes: false,
                 };
                 let args = RunArgs {
                     name,
@@ -677,7 +687,9 @@ impl App {
             .as_ref()
             .and_then(|records| records.keep)
             .unwrap_or(exec.keep_runs);
+        let answers = ask_answers(workflow, exec)?;
         let options = RunOptions {
+            answers,
             jobs: exec
                 .jobs
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
@@ -1082,6 +1094,75 @@ fn undefined_models(
         }
     }
     out
+}
+
+/// How `ask` stages are answered: `--answer STAGE=VALUE` pairs (each STAGE an `ask` stage of the
+/// workflow or of a sub-workflow), `--yes`, and whether a person can be asked.
+fn ask_answers(
+    workflow: &stagegraph::check::Workflow,
+    exec: &ExecArgs,
+) -> Result<stagegraph::builtins::ask::Answers, Failure> {
+    type AskStage = (String, Option<Vec<Value>>);
+    fn ask_stages(workflow: &stagegraph::check::Workflow, out: &mut Vec<AskStage>) {
+        for stage in &workflow.stages {
+            match &stage.action {
+                stagegraph::check::Action::Uses { builtin, .. }
+                    if builtin.name == stagegraph::builtins::ask::NAME =>
+                {
+                    let schema =
+                        stagegraph::builtins::ask::output_schema_for(stage.def.with.as_deref());
+                    let choices = schema.get("enum").and_then(Value::as_array).cloned();
+                    out.push((stage.id.clone(), choices))
+                }
+                stagegraph::check::Action::Workflow { workflow: sub, .. } => ask_stages(sub, out),
+                _ => {}
+            }
+        }
+    }
+    let mut stages = Vec::new();
+    ask_stages(workflow, &mut stages);
+    let known: Vec<String> = stages.iter().map(|(id, _)| id.clone()).collect();
+    let mut given = std::collections::BTreeMap::new();
+    for pair in &exec.answers {
+        let Some((stage, value)) = pair.split_once('=') else {
+            return Err(invalid(format!(
+                "--answer expects STAGE=VALUE, got `{pair}`"
+            )));
+        };
+        let stage = stage.trim();
+        if !known.iter().any(|k| k == stage) {
+            let help = stagegraph::diag::did_you_mean(stage, known.iter().map(String::as_str))
+                .map(|h| format!("; {h}"))
+                .unwrap_or_else(|| match known.is_empty() {
+                    true => format!("; workflow `{}` asks nothing", workflow.name),
+                    false => format!("; its `ask` stages: {}", known.join(", ")),
+                });
+            return Err(invalid(format!(
+                "--answer {stage}=...: `{stage}` is not an `ask` stage of workflow `{}`{help}",
+                workflow.name
+            )));
+        }
+        // Choices written out are known now: a wrong answer is a wrong command line.
+        let choices = stages
+            .iter()
+            .find(|(id, _)| id == stage)
+            .and_then(|(_, choices)| choices.as_ref());
+        if let Some(choices) = choices {
+            let names: Vec<&str> = choices.iter().filter_map(Value::as_str).collect();
+            if !names.iter().any(|c| c.eq_ignore_ascii_case(value)) {
+                return Err(invalid(format!(
+                    "--answer {stage}={value}: `{value}` is not one of the choices of `{stage}` ({})",
+                    names.join(", ")
+                )));
+            }
+        }
+        given.insert(stage.to_string(), value.to_string());
+    }
+    Ok(stagegraph::builtins::ask::Answers {
+        given,
+        yes: exec.yes,
+        terminal: std::io::stdin().is_terminal() && std::io::stderr().is_terminal(),
+    })
 }
 
 /// The newest run of a workflow that was not a dry-run.

@@ -1,5 +1,6 @@
 mod support;
 
+mod ask;
 mod check;
 mod compound;
 mod context_update;

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+pub mod ask;
 mod attempt;
 mod catalog;
 mod fs;
@@ -77,6 +78,7 @@ static REGISTRY: std::sync::LazyLock<Vec<Builtin>> = std::sync::LazyLock::new(||
         transcript::builtins(),
         catalog::builtins(),
         attempt::builtins(),
+        ask::builtins(),
     ]
     .into_iter()
     .flatten()

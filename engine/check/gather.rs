@@ -529,6 +529,12 @@ impl Checker<'_> {
                     return Some(PendingAction::None);
                 };
                 self.check_with(id, builtin, def);
+                for (key, message) in builtins::ask::problems(def.with.as_deref())
+                    .into_iter()
+                    .filter(|_| builtin.name == builtins::ask::NAME)
+                {
+                    self.error(message, &p(&format!("with/{key}")));
+                }
                 if let Some(with) = &def.with {
                     for (k, v) in with.iter() {
                         self.gather_with(

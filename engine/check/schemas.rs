@@ -53,7 +53,13 @@ impl Checker<'_> {
         let format = def.output.as_ref().map(|o| o.format);
         match (action, format) {
             (Some(PendingAction::Uses { builtin }), _) => {
-                match Schema::from_value((builtin.output_schema)(), builtin.name) {
+                let schema = match builtin.name {
+                    crate::builtins::ask::NAME => {
+                        crate::builtins::ask::output_schema_for(def.with.as_deref())
+                    }
+                    _ => (builtin.output_schema)(),
+                };
+                match Schema::from_value(schema, builtin.name) {
                     Ok(schema) => SchemaOf::Known(Arc::new(schema)),
                     Err(_) => SchemaOf::Unknown,
                 }

@@ -51,6 +51,8 @@ pub struct RunOptions {
     /// Print events as JSON lines on stdout.
     pub json_events: bool,
     pub keep_runs: usize,
+    /// How `ask` stages are answered (`--answer`, `--yes`, a terminal).
+    pub answers: crate::builtins::ask::Answers,
 }
 
 impl Default for RunOptions {
@@ -65,6 +67,7 @@ impl Default for RunOptions {
             quiet: false,
             json_events: false,
             keep_runs: 50,
+            answers: Default::default(),
         }
     }
 }

@@ -102,6 +102,16 @@ impl Reporter {
         }
     }
 
+    /// Run `f` with the live line cleared (and the held-back lines written), so that what `f`
+    /// prints and reads on the terminal is not drawn over.
+    pub(crate) fn suspend<T>(&self, f: impl FnOnce() -> T) -> T {
+        self.flush();
+        match &self.live {
+            Some(live) => live.bar.suspend(f),
+            None => f(),
+        }
+    }
+
     /// Write the held-back lines.
     pub(crate) fn flush(&self) {
         write_stderr(&mut self.batch.lock().unwrap_or_else(|p| p.into_inner()));

@@ -16,7 +16,7 @@ use super::process::{self, Interrupt, ProcessSpec};
 use super::record::{FingerprintDocument, ModelCall, OutputLine, StageStatus};
 use super::{Reporter, RunOptions, RunStatus, Runtime};
 use crate::builtins::paths::sha256_json;
-use crate::builtins::{BuiltinCtx, WriteRoots};
+use crate::builtins::{ask, BuiltinCtx, WriteRoots};
 use crate::check::{Action, ProcessAction, Stage, WithTree, Workflow};
 use crate::format::{OnItemError, OutputFormat};
 use crate::models::{extract_json, ModelRequest};
@@ -390,6 +390,10 @@ impl StageRunner<'_> {
             output
         };
 
+        if matches!(&stage.action, Action::Uses { builtin, .. } if builtin.name == ask::NAME) {
+            self.record_answers(stage, &rendered, &output, outcome);
+        }
+
         // The scope with `output`, built only for a stage that reads it.
         let with_output_cell = std::cell::OnceCell::new();
         let with_output = || {
@@ -482,6 +486,36 @@ impl StageRunner<'_> {
         outcome.fingerprint_parts = Some(parts);
         outcome.output = Some(output);
         Ok(())
+    }
+
+    /// An `ask` stage's questions and answers, in its record (`reason`) and its trace.
+    fn record_answers(
+        &self,
+        stage: &Stage,
+        rendered: &[Rendered],
+        output: &Value,
+        outcome: &mut StageOutcome,
+    ) {
+        let source = self
+            .options
+            .answers
+            .source(&stage.id, self.options.dry_run)
+            .describe();
+        let answers: Vec<&Value> = match (&stage.foreach, output) {
+            (Some(_), Value::Array(items)) => items.iter().collect(),
+            _ => vec![output],
+        };
+        let mut lines = Vec::new();
+        for (unit, answer) in rendered.iter().zip(answers) {
+            let Rendered::Builtin(args) = unit else {
+                continue;
+            };
+            let question = args.get("question").and_then(Value::as_str).unwrap_or("");
+            let answer = answer.as_str().unwrap_or("");
+            lines.push(format!("asked {question:?}: `{answer}` ({source})"));
+        }
+        outcome.reason = Some(lines.join("; "));
+        outcome.notes.extend(lines);
     }
 
     fn has_side_effects(&self, stage: &Stage, rendered: &[Rendered]) -> bool {
@@ -871,6 +905,19 @@ impl StageRunner<'_> {
                 let Action::Uses { builtin, .. } = &stage.action else {
                     return Err("internal: a built-in stage without a built-in".into());
                 };
+                if builtin.name == ask::NAME {
+                    let ask_person =
+                        |prompt: &str| self.reporter.suspend(|| ask::ask_on_terminal(prompt));
+                    let (chosen, _) = ask::answer(
+                        &stage.id,
+                        args,
+                        &self.options.answers,
+                        self.options.dry_run,
+                        &ask_person,
+                    )
+                    .map_err(|e| e.to_string())?;
+                    return Ok(Value::String(chosen));
+                }
                 let ctx = BuiltinCtx {
                     cwd: &self.runtime.cwd,
                     writes: &self.prepared.writes,
