@@ -7,6 +7,7 @@
 
 pub mod builtins;
 pub mod check;
+pub mod claude;
 pub mod diag;
 pub mod documents;
 pub mod engine;
@@ -14,6 +15,7 @@ pub(crate) mod finally;
 pub mod format;
 pub mod library;
 pub mod load;
+pub mod mcp;
 // Model errors carry the provider's error body for the user; they are rare and off the hot path.
 #[allow(clippy::result_large_err)]
 pub mod models;

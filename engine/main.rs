@@ -145,6 +145,15 @@ enum Command {
     },
     /// Copy a workflow with its templates and schemas into .stagegraph/ to own it.
     Eject { name: String },
+    /// Serve the workflows as tools over the Model Context Protocol, on stdio.
+    #[command(after_help = "Examples:\n  stagegraph mcp\n  claude mcp add stagegraph -- stagegraph mcp")]
+    Mcp,
+    /// Add the context-update Stop hook to a Claude Code settings file (merged, idempotent).
+    #[command(after_help = "Examples:\n  stagegraph install-hook --dry-run\n  stagegraph install-hook --scope user")]
+    InstallHook(HookArgs),
+    /// Remove exactly the hook `install-hook` added.
+    #[command(after_help = "Examples:\n  stagegraph uninstall-hook\n  stagegraph uninstall-hook --scope user --dry-run")]
+    UninstallHook(HookArgs),
 }
 
 #[derive(Args)]
@@ -202,6 +211,24 @@ struct ExecArgs {
     /// first).
     #[arg(long, short = 'y')]
     yes: bool,
+}
+
+#[derive(Args)]
+struct HookArgs {
+    /// Which settings file: project (.claude/settings.json), local (.claude/settings.local.json)
+    /// or user (~/.claude/settings.json).
+    #[arg(long, value_enum, default_value_t = HookScope::Project)]
+    scope: HookScope,
+    /// Print the change as a diff; write nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum HookScope {
+    Project,
+    Local,
+    User,
 }
 
 #[derive(Subcommand)]
@@ -278,6 +305,12 @@ fn main() -> ExitCode {
         .map(|d| cwd.join(d))
         .unwrap_or_else(|| cwd.join(".stagegraph"));
     let state_explicit = cli.state_dir.is_some();
+    match &cli.command {
+        Command::Mcp => return mcp(&cli, &cwd),
+        Command::InstallHook(args) => return hook(args, &cwd, true),
+        Command::UninstallHook(args) => return hook(args, &cwd, false),
+        _ => {}
+    }
     let mut engine = Engine::new(&cli.libraries, &cwd);
     // Commands that write to the state folder anyway keep parsed documents there; `check`,
     // `plan` and the rest leave it untouched. A state folder that does not exist yet is not
@@ -303,6 +336,61 @@ fn main() -> ExitCode {
         }
     };
     ExitCode::from(code as u8)
+}
+
+fn mcp(cli: &Cli, cwd: &Path) -> ExitCode {
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("stagegraph"));
+    let options = stagegraph::mcp::McpOptions {
+        libraries: cli.libraries.iter().map(|d| cwd.join(d)).collect(),
+        state_dir: cli.state_dir.as_ref().map(|d| cwd.join(d)),
+        cwd: cwd.to_path_buf(),
+        exe,
+    };
+    match stagegraph::mcp::serve(options) {
+        Ok(()) => ExitCode::from(exit::SUCCESS as u8),
+        Err(error) => {
+            errln!("error: mcp: {error}");
+            ExitCode::from(exit::FAILED as u8)
+        }
+    }
+}
+
+fn hook(args: &HookArgs, cwd: &Path, install: bool) -> ExitCode {
+    use stagegraph::claude::{HookChange, SettingsScope};
+    let scope = match args.scope {
+        HookScope::Project => SettingsScope::Project,
+        HookScope::Local => SettingsScope::Local,
+        HookScope::User => SettingsScope::User,
+    };
+    let change = match HookChange::plan(scope, cwd, install) {
+        Ok(change) => change,
+        Err(error) => {
+            errln!("error: {error}");
+            return ExitCode::from(exit::INVALID as u8);
+        }
+    };
+    if args.dry_run {
+        print!("{}", change.diff());
+        if !change.changes() {
+            errln!("{}: nothing to change", change.path.display());
+        }
+        return ExitCode::from(exit::SUCCESS as u8);
+    }
+    match change.apply() {
+        Ok(true) => {
+            let verb = if install { "added the context-update Stop hook to" } else { "removed the context-update Stop hook from" };
+            errln!("{verb} {}", change.path.display());
+            ExitCode::from(exit::SUCCESS as u8)
+        }
+        Ok(false) => {
+            errln!("{}: nothing to change", change.path.display());
+            ExitCode::from(exit::SUCCESS as u8)
+        }
+        Err(error) => {
+            errln!("error: {error}");
+            ExitCode::from(exit::FAILED as u8)
+        }
+    }
 }
 
 struct App {
@@ -382,6 +470,9 @@ impl App {
                 Ok(exit::SUCCESS)
             }
             Command::Eject { name } => self.eject(&name),
+            Command::Mcp | Command::InstallHook(_) | Command::UninstallHook(_) => {
+                unreachable!("handled before the app is built")
+            }
         }
     }
 

@@ -2,6 +2,7 @@ mod support;
 
 mod ask;
 mod check;
+mod claude_code;
 mod compound;
 mod context_update;
 mod diagnostics;

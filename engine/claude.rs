@@ -1,0 +1,324 @@
+//! Claude Code settings: adding and removing the `context-update` Stop hook.
+//!
+//! The settings file is merged, never replaced: every other key and every other hook is kept in
+//! its place, the hook is added once (installing twice changes nothing), and removing takes out
+//! exactly the hook entry this module adds, with the groups and keys that only held it. A file
+//! that is not a JSON object is an error, never overwritten.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Map, Value};
+
+/// What the hook runs, after the program: the payload arrives on stdin.
+pub const HOOK_ARGS: &str = "run context-update --inputs-json - --quiet";
+
+/// Seconds Claude Code gives the hook: a gate call, a writer call and its repairs.
+pub const HOOK_TIMEOUT_SECS: u64 = 600;
+
+/// Which settings file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettingsScope {
+    /// `.claude/settings.json` in the project, shared with the team.
+    Project,
+    /// `.claude/settings.local.json` in the project, this machine only.
+    Local,
+    /// `~/.claude/settings.json`, every project.
+    User,
+}
+
+impl SettingsScope {
+    /// The settings file of this scope for a project at `cwd`.
+    pub fn path(self, cwd: &Path) -> Result<PathBuf, SettingsError> {
+        Ok(match self {
+            SettingsScope::Project => cwd.join(".claude").join("settings.json"),
+            SettingsScope::Local => cwd.join(".claude").join("settings.local.json"),
+            SettingsScope::User => {
+                let home = std::env::var_os("HOME").ok_or(SettingsError::NoHome)?;
+                PathBuf::from(home).join(".claude").join("settings.json")
+            }
+        })
+    }
+}
+
+/// Why the settings cannot be changed.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error("$HOME is not set: cannot find the user settings")]
+    NoHome,
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{} is not valid JSON ({source}); fix it first, nothing was changed", path.display())]
+    Parse {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{} must hold a JSON object{}; nothing was changed", path.display(), at)]
+    Shape { path: PathBuf, at: String },
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// A planned change of one settings file: its text before and after.
+pub struct HookChange {
+    /// The settings file.
+    pub path: PathBuf,
+    before: Option<String>,
+    after: Option<String>,
+}
+
+impl HookChange {
+    /// Plan adding (`install`) or removing the hook in the settings file of `scope`.
+    pub fn plan(scope: SettingsScope, cwd: &Path, install: bool) -> Result<Self, SettingsError> {
+        let path = scope.path(cwd)?;
+        let before = match std::fs::read_to_string(&path) {
+            Ok(text) => Some(text),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+            Err(source) => return Err(SettingsError::Read { path, source }),
+        };
+        let mut settings = match before.as_deref() {
+            None => Map::new(),
+            Some(text) if text.trim().is_empty() => Map::new(),
+            Some(text) => match serde_json::from_str::<Value>(text) {
+                Ok(Value::Object(map)) => map,
+                Ok(_) => {
+                    return Err(SettingsError::Shape {
+                        path,
+                        at: String::new(),
+                    })
+                }
+                Err(source) => return Err(SettingsError::Parse { path, source }),
+            },
+        };
+        let command = hook_command();
+        let changed = if install {
+            add_hook(&mut settings, &command).map_err(|at| SettingsError::Shape {
+                path: path.clone(),
+                at,
+            })?
+        } else {
+            remove_hook(&mut settings)
+        };
+        let after = if changed {
+            let mut text = serde_json::to_string_pretty(&Value::Object(settings))
+                .expect("a JSON map always serializes");
+            text.push('\n');
+            Some(text)
+        } else {
+            before.clone()
+        };
+        Ok(HookChange {
+            path,
+            before,
+            after,
+        })
+    }
+
+    /// Whether applying changes the file.
+    pub fn changes(&self) -> bool {
+        self.before != self.after
+    }
+
+    /// A unified diff of the change (empty when nothing changes).
+    pub fn diff(&self) -> String {
+        if !self.changes() {
+            return String::new();
+        }
+        let old = self.before.as_deref().unwrap_or("");
+        let new = self.after.as_deref().unwrap_or("");
+        let name = self.path.display().to_string();
+        similar::TextDiff::from_lines(old, new)
+            .unified_diff()
+            .header(
+                if self.before.is_some() { &name } else { "/dev/null" },
+                &name,
+            )
+            .to_string()
+    }
+
+    /// Write the change; `Ok(false)` when there was nothing to change.
+    pub fn apply(&self) -> Result<bool, SettingsError> {
+        let Some(after) = self.after.as_deref().filter(|_| self.changes()) else {
+            return Ok(false);
+        };
+        let write_error = |source| SettingsError::Write {
+            path: self.path.clone(),
+            source,
+        };
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir).map_err(write_error)?;
+        let mut file = tempfile::NamedTempFile::new_in(dir).map_err(write_error)?;
+        if let Ok(meta) = std::fs::metadata(&self.path) {
+            file.as_file()
+                .set_permissions(meta.permissions())
+                .map_err(write_error)?;
+        }
+        std::io::Write::write_all(&mut file, after.as_bytes()).map_err(write_error)?;
+        file.persist(&self.path)
+            .map_err(|error| write_error(error.error))?;
+        Ok(true)
+    }
+}
+
+impl fmt::Debug for HookChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HookChange")
+            .field("path", &self.path)
+            .field("changes", &self.changes())
+            .finish()
+    }
+}
+
+/// The hook's command line: `stagegraph` when the one on PATH is this binary, else this binary's
+/// absolute path (quoted for the shell Claude Code runs hooks with).
+pub fn hook_command() -> String {
+    let exe = std::env::current_exe().ok();
+    let on_path = which::which("stagegraph").ok();
+    let same = match (&exe, &on_path) {
+        (Some(exe), Some(found)) => {
+            std::fs::canonicalize(exe).ok() == std::fs::canonicalize(found).ok()
+        }
+        _ => false,
+    };
+    let program = match exe {
+        Some(exe) if !same => shlex::try_quote(&exe.to_string_lossy())
+            .map(|q| q.into_owned())
+            .unwrap_or_else(|_| "stagegraph".to_string()),
+        _ => "stagegraph".to_string(),
+    };
+    format!("{program} {HOOK_ARGS}")
+}
+
+/// Whether a hook command is one this module adds, whatever program path it names.
+fn is_ours(command: &str) -> bool {
+    command
+        .strip_suffix(HOOK_ARGS)
+        .and_then(|program| program.strip_suffix(' '))
+        .is_some_and(|program| {
+            let program = program.trim_matches(|c| c == '\'' || c == '"');
+            program == "stagegraph" || program.ends_with("/stagegraph")
+        })
+}
+
+fn hook_entry(command: &str) -> Value {
+    json!({
+        "type": "command",
+        "command": command,
+        "async": true,
+        "timeout": HOOK_TIMEOUT_SECS,
+    })
+}
+
+/// Add the hook under `hooks.Stop` unless one of ours is there; `Err` names a key of the wrong
+/// shape.
+fn add_hook(settings: &mut Map<String, Value>, command: &str) -> Result<bool, String> {
+    let hooks = settings
+        .entry("hooks")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let Value::Object(hooks) = hooks else {
+        return Err(" at `hooks`".into());
+    };
+    let stop = hooks
+        .entry("Stop")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    let Value::Array(groups) = stop else {
+        return Err(" at `hooks.Stop` (a list of hook groups)".into());
+    };
+    let present = groups.iter().any(|group| {
+        group
+            .get("hooks")
+            .and_then(Value::as_array)
+            .is_some_and(|list| {
+                list.iter().any(|hook| {
+                    hook.get("command")
+                        .and_then(Value::as_str)
+                        .is_some_and(is_ours)
+                })
+            })
+    });
+    if present {
+        return Ok(false);
+    }
+    groups.push(json!({ "hooks": [hook_entry(command)] }));
+    Ok(true)
+}
+
+/// Remove every hook of ours, then the groups and keys left empty by that.
+fn remove_hook(settings: &mut Map<String, Value>) -> bool {
+    let Some(Value::Object(hooks)) = settings.get_mut("hooks") else {
+        return false;
+    };
+    let Some(Value::Array(groups)) = hooks.get_mut("Stop") else {
+        return false;
+    };
+    let mut changed = false;
+    groups.retain_mut(|group| {
+        let Some(Value::Array(list)) = group.get_mut("hooks") else {
+            return true;
+        };
+        let before = list.len();
+        list.retain(|hook| {
+            !hook
+                .get("command")
+                .and_then(Value::as_str)
+                .is_some_and(is_ours)
+        });
+        if list.len() == before {
+            return true;
+        }
+        changed = true;
+        !list.is_empty()
+    });
+    if changed && groups.is_empty() {
+        hooks.remove("Stop");
+        if hooks.is_empty() {
+            settings.remove("hooks");
+        }
+    }
+    changed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recognises_its_own_command_only() {
+        assert!(is_ours(&format!("stagegraph {HOOK_ARGS}")));
+        assert!(is_ours(&format!("/home/me/.cargo/bin/stagegraph {HOOK_ARGS}")));
+        assert!(is_ours(&format!("'/opt/my tools/stagegraph' {HOOK_ARGS}")));
+        assert!(!is_ours("stagegraph run other --quiet"));
+        assert!(!is_ours(&format!("notstagegraph {HOOK_ARGS}")));
+    }
+
+    #[test]
+    fn add_then_remove_restores_the_rest() {
+        let original = json!({
+            "model": "sonnet",
+            "hooks": { "Stop": [ { "hooks": [ { "type": "command", "command": "echo mine" } ] } ] }
+        });
+        let Value::Object(mut settings) = original.clone() else {
+            unreachable!()
+        };
+        assert!(add_hook(&mut settings, &format!("stagegraph {HOOK_ARGS}")).unwrap());
+        assert!(!add_hook(&mut settings, &format!("/x/stagegraph {HOOK_ARGS}")).unwrap());
+        assert_eq!(settings["hooks"]["Stop"].as_array().unwrap().len(), 2);
+        assert!(remove_hook(&mut settings));
+        assert_eq!(Value::Object(settings), original);
+    }
+
+    #[test]
+    fn a_wrong_shape_is_named() {
+        let Value::Object(mut settings) = json!({ "hooks": { "Stop": {} } }) else {
+            unreachable!()
+        };
+        let error = add_hook(&mut settings, "stagegraph x").unwrap_err();
+        assert!(error.contains("hooks.Stop"), "{error}");
+    }
+}

@@ -1,0 +1,254 @@
+//! Meeting users inside Claude Code: the plugin, `install-hook`/`uninstall-hook`, and the MCP
+//! server driven by the official MCP Python SDK.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::{json, Value};
+
+use crate::support::{copy_tree, fixtures, repo_root, Test, BIN};
+
+/// The real Claude Code CLI: `$STAGEGRAPH_TEST_CLAUDE`, else `claude` on PATH.
+pub(crate) fn claude_cli() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("STAGEGRAPH_TEST_CLAUDE") {
+        let path = PathBuf::from(path);
+        return path.is_file().then_some(path);
+    }
+    which::which("claude").ok()
+}
+
+fn python_with_mcp() -> bool {
+    Command::new("python3")
+        .args(["-c", "import mcp.client.stdio"])
+        .output()
+        .is_ok_and(|out| out.status.success())
+}
+
+#[test]
+fn plugin_and_marketplace_pass_strict_validation() {
+    let Some(claude) = claude_cli() else {
+        eprintln!("skipped: the Claude Code CLI is not installed (npm i @anthropic-ai/claude-code)");
+        return;
+    };
+    let home = tempfile::tempdir().expect("a temporary home");
+    for dir in [repo_root().join("plugin"), repo_root()] {
+        let out = Command::new(&claude)
+            .args(["plugin", "validate", "--strict"])
+            .arg(&dir)
+            .env("HOME", home.path())
+            .output()
+            .expect("run claude plugin validate");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{}: {text}", dir.display());
+        assert!(text.contains("Validation passed"), "{text}");
+    }
+}
+
+#[test]
+fn plugin_hook_runs_context_update_and_never_fails_without_the_binary() {
+    let hooks: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_root().join("plugin/hooks/hooks.json")).expect("hooks.json"),
+    )
+    .expect("hooks.json is JSON");
+    let hook = &hooks["hooks"]["Stop"][0]["hooks"][0];
+    assert_eq!(hook["async"], true);
+    let command = hook["command"].as_str().expect("a command");
+    assert!(
+        command.ends_with("run context-update --inputs-json - --quiet"),
+        "{command}"
+    );
+
+    // The resolver with no stagegraph anywhere: exit 0, a message naming how to install, logged.
+    let test = Test::new();
+    let script = repo_root().join("plugin/scripts/stagegraph");
+    let out = Command::new(&script)
+        .args(["--hook", "run", "context-update", "--inputs-json", "-", "--quiet"])
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", test.root())
+        .env("XDG_STATE_HOME", test.path("state"))
+        .env_remove("STAGEGRAPH_BIN")
+        .output()
+        .expect("run the resolver");
+    assert_eq!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cargo install"), "{stderr}");
+    let log = std::fs::read_to_string(test.path("state/stagegraph/hook-errors.log")).expect("a log");
+    assert!(log.contains("stagegraph is not installed"), "{log}");
+
+    // With the binary named, the hook runs it: the payload on stdin reaches the workflow.
+    let out = Command::new(&script)
+        .args(["--hook", "--version"])
+        .env("STAGEGRAPH_BIN", BIN)
+        .output()
+        .expect("run the resolver");
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("stagegraph "));
+}
+
+#[test]
+fn install_hook_merges_is_idempotent_and_uninstall_removes_exactly_it() {
+    let test = Test::new();
+    let original = "{\n  \"model\": \"sonnet\",\n  \"hooks\": {\n    \"Stop\": [\n      {\n        \"hooks\": [\n          {\n            \"type\": \"command\",\n            \"command\": \"echo mine\"\n          }\n        ]\n      }\n    ],\n    \"PreToolUse\": []\n  }\n}\n";
+    test.write(".claude/settings.json", original);
+
+    let dry = test.run(["install-hook", "--dry-run"]);
+    dry.code(0);
+    assert!(dry.stdout.contains("+"), "a diff: {}", dry.stdout);
+    assert!(dry.stdout.contains("run context-update --inputs-json - --quiet"), "{}", dry.stdout);
+    assert_eq!(test.read(".claude/settings.json"), original, "a dry-run writes nothing");
+
+    test.run(["install-hook"]).code(0);
+    let installed = test.read(".claude/settings.json");
+    let settings: Value = serde_json::from_str(&installed).expect("JSON");
+    assert_eq!(settings["model"], "sonnet");
+    let stop = settings["hooks"]["Stop"].as_array().expect("Stop groups");
+    assert_eq!(stop.len(), 2, "the user's hook is kept: {installed}");
+    assert_eq!(stop[0]["hooks"][0]["command"], "echo mine");
+    let ours = &stop[1]["hooks"][0];
+    assert_eq!(ours["async"], true);
+    assert!(ours["timeout"].as_u64().is_some());
+
+    let again = test.run(["install-hook"]);
+    again.code(0).stderr_has("nothing to change");
+    assert_eq!(test.read(".claude/settings.json"), installed, "installing twice changes nothing");
+
+    test.run(["uninstall-hook"]).code(0);
+    assert_eq!(test.read(".claude/settings.json"), original);
+    test.run(["uninstall-hook"]).code(0).stderr_has("nothing to change");
+
+    // Not JSON: refused, untouched.
+    test.write(".claude/settings.local.json", "{ \"hooks\": ");
+    let bad = test.run(["install-hook", "--scope", "local"]);
+    bad.code(2).stderr_has("is not valid JSON");
+    assert_eq!(test.read(".claude/settings.local.json"), "{ \"hooks\": ");
+
+    // The user scope goes to $HOME/.claude/settings.json (HOME is the test folder).
+    test.run(["install-hook", "--scope", "user"]).code(0);
+    let user: Value = serde_json::from_str(&test.read(".claude/settings.json")).expect("JSON");
+    assert_eq!(user["hooks"]["Stop"].as_array().map(Vec::len), Some(2));
+}
+
+#[test]
+fn mcp_serves_workflows_to_the_official_python_client() {
+    if !python_with_mcp() {
+        eprintln!("skipped: python3 with the `mcp` package is not installed (pip install mcp)");
+        return;
+    }
+    let test = Test::new();
+    let lib = test.path("lib");
+    copy_tree(&fixtures("mcp"), &lib);
+    let out = Command::new("python3")
+        .arg(lib.join("client.py"))
+        .arg(BIN)
+        .arg(test.root())
+        .arg("--library")
+        .arg(&lib)
+        .arg("--state-dir")
+        .arg(test.state_dir())
+        .env("HOME", test.root())
+        .env("XDG_CONFIG_HOME", test.path("config"))
+        .env_remove("STAGEGRAPH_PATH")
+        .output()
+        .expect("run the MCP client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "client failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_str(&stdout).expect("a JSON report");
+    assert_eq!(report["server"]["name"], "stagegraph");
+
+    // Tools: the generic ones, one per valid workflow; a broken workflow has none.
+    let tools = report["tools"].as_array().expect("tools");
+    let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+    for expected in [
+        "list_workflows",
+        "check_workflow",
+        "plan_workflow",
+        "run_workflow",
+        "show_run",
+        "resume_run",
+        "run_hello",
+        "run_refresh",
+        "run_compound",
+        "run_context-update",
+    ] {
+        assert!(names.contains(&expected), "{expected} missing from {names:?}");
+    }
+    assert!(!names.contains(&"run_broken"), "{names:?}");
+    for tool in tools {
+        let schema = &tool["inputSchema"];
+        assert!(
+            jsonschema::meta::options().is_valid(schema) && jsonschema::validator_for(schema).is_ok(),
+            "{} has an invalid input schema: {schema}",
+            tool["name"]
+        );
+    }
+    let hello = tools.iter().find(|t| t["name"] == "run_hello").expect("run_hello");
+    assert_eq!(hello["inputSchema"]["required"], json!(["name"]));
+    assert_eq!(hello["inputSchema"]["properties"]["name"]["type"], "string");
+    assert_eq!(hello["inputSchema"]["properties"]["loud"]["default"], false);
+    let refresh = tools.iter().find(|t| t["name"] == "run_refresh").expect("run_refresh");
+    assert_eq!(refresh["inputSchema"]["properties"]["hint"]["type"], "string");
+
+    // list_workflows: names, descriptions, typed inputs; the broken one says why.
+    let listed = &report["list"]["structuredContent"]["workflows"];
+    let hello_listed = listed
+        .as_array()
+        .and_then(|l| l.iter().find(|w| w["name"] == "hello"))
+        .expect("hello listed");
+    assert_eq!(hello_listed["description"], "Say hello");
+    assert_eq!(hello_listed["inputs"]["name"]["required"], true);
+    let broken = listed
+        .as_array()
+        .and_then(|l| l.iter().find(|w| w["name"] == "broken"))
+        .expect("broken listed");
+    assert!(broken["error"].as_str().is_some_and(|e| e.contains("error")));
+
+    // A run: status, outputs and run id; progress per stage; recorded like any other.
+    let run = &report["run_hello"]["structuredContent"];
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["outputs"]["greeting"], "hello mcp");
+    let run_id = run["run_id"].as_str().expect("a run id");
+    assert!(test.state_dir().join("runs").join(run_id).join("run.json").is_file());
+    let progress = report["progress"].as_array().expect("progress");
+    assert_eq!(progress.len(), 2, "{progress:?}");
+    assert_eq!(progress[1]["progress"], 2.0);
+    assert_eq!(progress[1]["total"], 2.0);
+    assert_eq!(
+        report["run_workflow"]["structuredContent"]["outputs"]["greeting"],
+        "hello again"
+    );
+
+    // Errors are tool errors carrying the engine's text; the server keeps answering.
+    assert_eq!(report["run_bad_input"]["isError"], true);
+    assert!(report["run_bad_input"]["structuredContent"]["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("input `name` must be a string")));
+    let failing = &report["run_failing"];
+    assert_eq!(failing["isError"], true);
+    assert_eq!(failing["structuredContent"]["status"], "failed");
+    assert!(failing["structuredContent"]["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("exited with code 3")));
+    assert_eq!(report["check_broken"]["isError"], true);
+    assert!(report["check_broken"]["content"][0]["text"]
+        .as_str()
+        .is_some_and(|t| t.contains("unknown stage `missing`")));
+    let plan: Value = serde_json::from_str(
+        report["plan"]["content"][0]["text"]
+            .as_str()
+            .expect("plan text"),
+    )
+    .expect("plan as JSON");
+    assert_eq!(plan["workflow"], "hello");
+    assert!(report["show_last"]["content"][0]["text"]
+        .as_str()
+        .is_some_and(|t| t.contains("\"workflow\": \"failing\"")));
+    assert!(report["after"]["structuredContent"]["workflows"].is_array());
+}
