@@ -2,6 +2,7 @@
 //! server driven by the official MCP Python SDK.
 
 use std::path::PathBuf;
+use std::io::Write as _;
 use std::process::Command;
 
 use serde_json::{json, Value};
@@ -251,4 +252,158 @@ fn mcp_serves_workflows_to_the_official_python_client() {
         .as_str()
         .is_some_and(|t| t.contains("\"workflow\": \"failing\"")));
     assert!(report["after"]["structuredContent"]["workflows"].is_array());
+}
+
+mod messages_stub;
+
+use messages_stub::{tool_names, tool_results, MessagesStub, Reply};
+
+/// `claude -p` offline: HOME in the test folder, the Messages API on loopback.
+fn claude_command(claude: &std::path::Path, test: &Test, stub: &MessagesStub, project: &std::path::Path) -> Command {
+    let mut command = Command::new(claude);
+    command
+        .current_dir(project)
+        .env("HOME", test.root())
+        .env("XDG_CONFIG_HOME", test.path("config"))
+        .env("XDG_STATE_HOME", test.path("state-home"))
+        .env("ANTHROPIC_BASE_URL", &stub.url)
+        .env("ANTHROPIC_API_KEY", "sk-ant-test-key")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("NO_COLOR", "1")
+        .env_remove("STAGEGRAPH_PATH")
+        .env_remove("CLAUDE_PROJECT_DIR");
+    command
+}
+
+#[test]
+fn claude_code_loads_the_plugin_and_its_stop_hook_runs_context_update_on_the_transcript() {
+    let Some(claude) = claude_cli() else {
+        eprintln!("skipped: the Claude Code CLI is not installed (npm i @anthropic-ai/claude-code)");
+        return;
+    };
+    let test = Test::new();
+    let project = test.path("project");
+    std::fs::create_dir_all(&project).expect("a project folder");
+    let stub = MessagesStub::start(|_| Reply::Text("Noted: the backlog is the retry queue.".into()));
+    // A session kept open on stdin (stream-json), as an interactive one is: `claude -p` with a
+    // prompt argument ends the process, and its asynchronous hooks with it, as soon as the turn
+    // ends.
+    let mut child = claude_command(&claude, &test, &stub, &project)
+        .env("STAGEGRAPH_BIN", BIN)
+        .args(["-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose"])
+        .arg("--plugin-dir")
+        .arg(repo_root().join("plugin"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start claude");
+    let turn = json!({
+        "type": "user",
+        "message": { "role": "user", "content": "From now on we call the retry queue the backlog." }
+    });
+    let mut stdin = child.stdin.take().expect("claude's stdin");
+    writeln!(stdin, "{turn}").expect("send the turn");
+    stdin.flush().expect("send the turn");
+
+    // The hook is asynchronous: wait for its run to be recorded.
+    let show = || {
+        Command::new(BIN)
+            .args(["runs", "show", "last", "--json"])
+            .current_dir(&project)
+            .env("HOME", test.root())
+            .env("XDG_CONFIG_HOME", test.path("config"))
+            .env("XDG_STATE_HOME", test.path("state-home"))
+            .output()
+            .ok()
+            .filter(|out| out.status.success())
+            .and_then(|out| serde_json::from_slice::<Value>(&out.stdout).ok())
+            .filter(|record| record["status"] != "running")
+    };
+    crate::support::wait_for("the Stop hook's run", std::time::Duration::from_secs(120), || {
+        show().is_some()
+    });
+    drop(stdin);
+    let out = child.wait_with_output().expect("claude ends");
+    assert!(out.status.success(), "claude failed: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("\"subtype\":\"success\""),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(!stub.requests().is_empty(), "claude called the loopback API");
+    let record = show().expect("a finished run");
+    assert_eq!(record["workflow"], "context-update", "{record}");
+    assert_eq!(record["inputs"]["hook_event_name"], "Stop");
+    let transcript = PathBuf::from(record["inputs"]["transcript_path"].as_str().expect("a transcript"));
+    assert!(
+        transcript.starts_with(test.root().join(".claude").join("projects")),
+        "{}",
+        transcript.display()
+    );
+    let text = std::fs::read_to_string(&transcript).expect("the session's transcript");
+    assert!(text.contains("we call the retry queue the backlog"), "{text}");
+}
+
+#[test]
+fn claude_code_calls_a_workflow_through_the_mcp_server_and_reads_its_result() {
+    let Some(claude) = claude_cli() else {
+        eprintln!("skipped: the Claude Code CLI is not installed (npm i @anthropic-ai/claude-code)");
+        return;
+    };
+    let test = Test::new();
+    let lib = test.path("lib");
+    copy_tree(&fixtures("mcp"), &lib);
+    let project = test.path("project");
+    std::fs::create_dir_all(&project).expect("a project folder");
+    let tool = "mcp__stagegraph__run_hello";
+    let stub = MessagesStub::start(move |request| {
+        if let Some(result) = tool_results(request).into_iter().next() {
+            Reply::Text(format!("The workflow said: {result}"))
+        } else if tool_names(request).iter().any(|name| name == tool) {
+            Reply::ToolUse {
+                name: tool.to_string(),
+                input: json!({ "name": "claude" }),
+            }
+        } else {
+            Reply::Text("ok".into())
+        }
+    });
+    let config = json!({
+        "mcpServers": {
+            "stagegraph": {
+                "command": BIN,
+                "args": ["--library", lib, "--state-dir", test.state_dir(), "mcp"]
+            }
+        }
+    });
+    let config_path = test.path("mcp.json");
+    std::fs::write(&config_path, config.to_string()).expect("write the MCP config");
+    let out = claude_command(&claude, &test, &stub, &project)
+        .args(["-p", "Greet claude with the hello workflow."])
+        .arg("--mcp-config")
+        .arg(&config_path)
+        .arg("--strict-mcp-config")
+        .args(["--allowedTools", tool])
+        .output()
+        .expect("run claude");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "claude -p failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let requests = stub.requests();
+    let offered = requests.iter().any(|r| tool_names(r).iter().any(|n| n == tool));
+    assert!(offered, "the stagegraph tools reached the model");
+    let results: Vec<String> = requests.iter().flat_map(tool_results).collect();
+    assert!(
+        results.iter().any(|r| r.contains("hello claude") && r.contains("\"status\":\"completed\"")),
+        "the tool's result went back to the model: {results:?}"
+    );
+    assert!(stdout.contains("hello claude"), "{stdout}");
+    // The run is recorded like any other.
+    let ids = test.run_ids();
+    assert_eq!(ids.len(), 1, "{ids:?}");
 }
