@@ -1,6 +1,7 @@
 mod support;
 
 mod ask;
+mod action;
 mod check;
 mod claude_code;
 mod compound;
