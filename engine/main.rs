@@ -1002,13 +1002,7 @@ impl App {
                 }
                 let u = &r.usage;
                 if u.model_calls > 0 {
-                    outln!(
-                        "model calls: {}  tokens in: {}  out: {}  latency: {}ms",
-                        u.model_calls,
-                        u.input_tokens,
-                        u.output_tokens,
-                        u.latency_ms
-                    );
+                    outln!("{}", usage_line(u));
                 }
                 Ok(exit::SUCCESS)
             }
@@ -1263,4 +1257,29 @@ fn latest_real_run(state_dir: &Path, workflow: &str) -> Option<record::RunRecord
         .rev()
         .filter_map(|id| record::read_record(state_dir, id).ok())
         .find(|r| r.workflow == workflow && !r.dry_run)
+}
+
+/// One line of model usage: calls, tokens, latency, retries and cost.
+fn usage_line(u: &stagegraph::run::record::UsageTotals) -> String {
+    let mut line = format!(
+        "model calls: {}  tokens in: {}  out: {}",
+        u.model_calls, u.input_tokens, u.output_tokens
+    );
+    if u.cache_read_tokens > 0 || u.cache_write_tokens > 0 {
+        line.push_str(&format!(
+            "  cache read: {}  cache write: {}",
+            u.cache_read_tokens, u.cache_write_tokens
+        ));
+    }
+    line.push_str(&format!("  latency: {}ms", u.latency_ms));
+    if u.retries > 0 {
+        line.push_str(&format!("  retries: {}", u.retries));
+    }
+    if let Some(cost) = u.cost_usd {
+        line.push_str(&format!("  cost: ${cost:.4}"));
+    }
+    if let Some(cost) = u.estimated_cost_usd {
+        line.push_str(&format!("  recorded cost: ${cost:.4}"));
+    }
+    line
 }

@@ -1,3 +1,4 @@
+mod loopback;
 mod support;
 
 mod ask;
@@ -12,6 +13,7 @@ mod finally;
 mod models;
 mod overlay;
 mod plan;
+mod providers;
 mod records;
 mod refresh;
 mod reliability;

@@ -3,14 +3,14 @@
 //! the machine and limited in length.
 
 use super::error::ModelError;
-use super::{ModelRequest, Usage};
+use super::{Answer, ModelRequest};
 use crate::run::process::{run, ProcessError, ProcessSpec};
 
 pub(crate) fn complete(
     argv: &[String],
     timeout: std::time::Duration,
     request: &ModelRequest,
-) -> Result<(String, Option<Usage>), ModelError> {
+) -> Result<Answer, ModelError> {
     let alias = &request.alias;
     let spec = ProcessSpec {
         argv: argv.to_vec(),
@@ -45,14 +45,18 @@ pub(crate) fn complete(
             stderr_tail: output.stderr_tail(),
         });
     }
-    Ok((String::from_utf8_lossy(&output.stdout).into_owned(), None))
+    Ok(Answer {
+        text: String::from_utf8_lossy(&output.stdout).into_owned(),
+        ..Answer::default()
+    })
 }
 
 /// The system prompt, when there is one, goes in front of the prompt in a `<system>` block; a
-/// command has no other channel for it. Temperature has no channel at all and is ignored.
+/// command has no other channel for it, nor for earlier replies, which are quoted after the
+/// prompt. Temperature has no channel at all and is ignored.
 fn stdin_text(request: &ModelRequest) -> String {
     match &request.system {
-        Some(system) => format!("<system>\n{system}\n</system>\n\n{}", request.prompt),
-        None => request.prompt.clone(),
+        Some(system) => format!("<system>\n{system}\n</system>\n\n{}", request.flattened()),
+        None => request.flattened(),
     }
 }

@@ -23,13 +23,16 @@ pub(crate) const BUILTIN_ORIGIN: &str = "built-in";
 /// The built-in layer: a Claude Code user needs no configuration at all.
 pub(crate) const BUILTIN_CONFIG: &str = r#"
 [models.haiku]
-provider = "command"
-command = ["claude", "-p", "--model", "haiku"]
+provider = "claude"
+model = "haiku"
 
 [models.sonnet]
-provider = "command"
-command = ["claude", "-p", "--model", "sonnet"]
+provider = "claude"
+model = "sonnet"
 "#;
+
+/// The program the `claude` provider runs when the alias names none.
+pub(crate) const DEFAULT_CLAUDE_PROGRAM: &str = "claude";
 
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 pub(crate) const DEFAULT_RETRIES: u32 = 3;
@@ -54,6 +57,8 @@ pub(crate) struct ConfigFile {
 pub(crate) enum ProviderKind {
     /// A program: the prompt on its stdin, the reply on its stdout.
     Command,
+    /// The Claude Code CLI (`claude -p`), without the project's context, hooks or tools.
+    Claude,
     /// The Anthropic Messages API.
     Anthropic,
     /// Any OpenAI-compatible chat-completions server.
@@ -67,6 +72,7 @@ impl ProviderKind {
     fn name(self) -> &'static str {
         match self {
             ProviderKind::Command => "command",
+            ProviderKind::Claude => "claude",
             ProviderKind::Anthropic => "anthropic",
             ProviderKind::OpenAi => "openai",
             ProviderKind::Replay => "replay",
@@ -82,6 +88,8 @@ impl ProviderKind {
      "then": {"required": ["command"]}},
     {"if": {"properties": {"provider": {"const": "anthropic"}}},
      "then": {"required": ["model"]}},
+    {"if": {"properties": {"provider": {"const": "claude"}}},
+     "then": {"required": ["model"]}},
     {"if": {"properties": {"provider": {"const": "openai"}}},
      "then": {"required": ["base_url"]}},
     {"if": {"properties": {"provider": {"const": "replay"}}},
@@ -90,9 +98,13 @@ impl ProviderKind {
 struct RawAlias {
     provider: ProviderKind,
     /// command: the argv to run; the prompt goes to its stdin, never onto the command line.
+    /// claude: the program and any arguments of its own (default `["claude"]`).
     command: Option<Vec<String>>,
-    /// anthropic, openai: the model name sent to the API.
+    /// anthropic, openai: the model name sent to the API; claude: the `--model` given to the
+    /// CLI (`haiku`, `sonnet`, or a full model name).
     model: Option<String>,
+    /// claude: the CLI's built-in tools the model may use (default none).
+    tools: Option<Vec<String>>,
     /// anthropic, openai: the environment variable holding the API key (anthropic: default
     /// `ANTHROPIC_API_KEY`; openai: no authentication when absent).
     api_key_env: Option<String>,
@@ -109,6 +121,33 @@ struct RawAlias {
     timeout: Option<String>,
     /// anthropic, openai: how often to retry after 429, 5xx or a connection error (default 3).
     retries: Option<u32>,
+    /// How many calls to this alias may be in flight at once across the whole run (every stage
+    /// and foreach item); a foreach of prompt stages runs this many items at once.
+    #[schemars(range(min = 1))]
+    max_concurrency: Option<u32>,
+    /// anthropic, openai: USD per million tokens, for the cost of each call.
+    price: Option<Price>,
+    /// anthropic: mark the system prompt and a stage's `prompt_prefix` for the API's prompt
+    /// cache (default true).
+    prompt_cache: Option<bool>,
+}
+
+/// A model's prices in USD per million tokens. Prices change: they are configuration.
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Price {
+    /// Input tokens (not read from or written to the prompt cache).
+    #[schemars(range(min = 0))]
+    pub(crate) input: f64,
+    /// Output tokens.
+    #[schemars(range(min = 0))]
+    pub(crate) output: f64,
+    /// Tokens read from the prompt cache (default: the input price).
+    #[schemars(range(min = 0))]
+    pub(crate) cache_read: Option<f64>,
+    /// Tokens written to the prompt cache (default: the input price).
+    #[schemars(range(min = 0))]
+    pub(crate) cache_write: Option<f64>,
 }
 
 /// A checked alias: the proof that its configuration is complete and consistent.
@@ -117,6 +156,8 @@ pub(crate) struct Alias {
     pub(crate) provider: Provider,
     pub(crate) timeout: Duration,
     pub(crate) retries: u32,
+    pub(crate) max_concurrency: Option<u32>,
+    pub(crate) price: Option<Price>,
     /// The file that defined it, or `built-in`.
     pub(crate) origin: String,
 }
@@ -126,11 +167,18 @@ pub(crate) enum Provider {
     Command {
         argv: Vec<String>,
     },
+    Claude {
+        /// The program and its own arguments.
+        program: Vec<String>,
+        model: String,
+        tools: Vec<String>,
+    },
     Anthropic {
         model: String,
         api_key_env: String,
         base_url: String,
         max_tokens: u32,
+        prompt_cache: bool,
     },
     OpenAi {
         base_url: String,
@@ -151,6 +199,10 @@ impl Provider {
                 let words: Vec<String> = argv.iter().map(|word| quote_word(word)).collect();
                 format!("command:{}", words.join(" "))
             }
+            Provider::Claude { model, tools, .. } if tools.is_empty() => format!("claude:{model}"),
+            Provider::Claude { model, tools, .. } => {
+                format!("claude:{model} tools={}", tools.join(","))
+            }
             Provider::Anthropic {
                 model, base_url, ..
             } => format!("anthropic:{model}@{base_url}"),
@@ -160,6 +212,34 @@ impl Provider {
                 "openai:{}@{base_url}",
                 model.as_deref().unwrap_or("default")
             ),
+            Provider::Replay { dir } => format!("replay:{}", dir.display()),
+        }
+    }
+}
+
+impl Provider {
+    /// What decides a reply, for recordings: the model's name, not the way it is reached (no
+    /// URL, no path of a program), so a recording made through one transport replays through
+    /// another that names the same model.
+    pub(crate) fn model_identity(&self) -> String {
+        match self {
+            Provider::Command { argv } => {
+                let mut words: Vec<String> = argv.iter().map(|word| quote_word(word)).collect();
+                if let Some(program) = argv.first() {
+                    let name = Path::new(program).file_name().map_or_else(
+                        || program.clone(),
+                        |name| name.to_string_lossy().into_owned(),
+                    );
+                    words[0] = quote_word(&name);
+                }
+                format!("command:{}", words.join(" "))
+            }
+            Provider::Claude { model, tools, .. } if tools.is_empty() => model.clone(),
+            Provider::Claude { model, tools, .. } => format!("{model} tools={}", tools.join(",")),
+            Provider::Anthropic { model, .. } => model.clone(),
+            Provider::OpenAi { model, .. } => {
+                model.clone().unwrap_or_else(|| "default".to_string())
+            }
             Provider::Replay { dir } => format!("replay:{}", dir.display()),
         }
     }
@@ -271,14 +351,28 @@ fn check_alias(
 
     let kind = raw.provider;
     let applies: &[&str] = match kind {
-        ProviderKind::Command => &["command", "timeout"],
-        ProviderKind::Anthropic | ProviderKind::OpenAi => &[
+        ProviderKind::Command => &["command", "timeout", "max_concurrency"],
+        ProviderKind::Claude => &["model", "command", "tools", "timeout", "max_concurrency"],
+        ProviderKind::Anthropic => &[
             "model",
             "api_key_env",
             "base_url",
             "max_tokens",
             "timeout",
             "retries",
+            "max_concurrency",
+            "price",
+            "prompt_cache",
+        ],
+        ProviderKind::OpenAi => &[
+            "model",
+            "api_key_env",
+            "base_url",
+            "max_tokens",
+            "timeout",
+            "retries",
+            "max_concurrency",
+            "price",
         ],
         ProviderKind::Replay => &["dir"],
     };
@@ -320,6 +414,30 @@ fn check_alias(
                 )
             })?,
     };
+    if raw.max_concurrency == Some(0) {
+        return Err((
+            value_span("max_concurrency"),
+            "`max_concurrency` must be at least 1".to_string(),
+        ));
+    }
+    if let Some(price) = &raw.price {
+        let parts = [
+            Some(price.input),
+            Some(price.output),
+            price.cache_read,
+            price.cache_write,
+        ];
+        if parts
+            .into_iter()
+            .flatten()
+            .any(|p| !p.is_finite() || p < 0.0)
+        {
+            return Err((
+                value_span("price"),
+                "prices must be numbers of USD per million tokens, at least 0".to_string(),
+            ));
+        }
+    }
     if raw.max_tokens == Some(0) {
         return Err((
             value_span("max_tokens"),
@@ -343,6 +461,37 @@ fn check_alias(
             }
             Provider::Command { argv }
         }
+        ProviderKind::Claude => {
+            let model = required(raw.model, "model")?;
+            non_empty(&model, "model")?;
+            let program = match raw.command {
+                Some(argv) => {
+                    match argv.first() {
+                        None => {
+                            return Err((
+                                value_span("command"),
+                                "`command` must name a program".to_string(),
+                            ))
+                        }
+                        Some(program) => non_empty(program, "command")?,
+                    }
+                    argv
+                }
+                None => vec![DEFAULT_CLAUDE_PROGRAM.to_string()],
+            };
+            let tools = raw.tools.unwrap_or_default();
+            if tools.iter().any(|tool| tool.trim().is_empty()) {
+                return Err((
+                    value_span("tools"),
+                    "`tools` must not hold an empty name".to_string(),
+                ));
+            }
+            Provider::Claude {
+                program,
+                model,
+                tools,
+            }
+        }
         ProviderKind::Anthropic => {
             let model = required(raw.model, "model")?;
             non_empty(&model, "model")?;
@@ -359,6 +508,7 @@ fn check_alias(
                 api_key_env,
                 base_url: base_url.trim_end_matches('/').to_string(),
                 max_tokens: raw.max_tokens.unwrap_or(DEFAULT_ANTHROPIC_MAX_TOKENS),
+                prompt_cache: raw.prompt_cache.unwrap_or(true),
             }
         }
         ProviderKind::OpenAi => {
@@ -392,6 +542,8 @@ fn check_alias(
         provider,
         timeout,
         retries: raw.retries.unwrap_or(DEFAULT_RETRIES),
+        max_concurrency: raw.max_concurrency,
+        price: raw.price,
         origin: file.to_string(),
     })
 }
@@ -454,6 +606,18 @@ pub(crate) fn schema() -> serde_json::Value {
 fn drop_null_types(schema: &mut serde_json::Value) {
     match schema {
         serde_json::Value::Object(map) => {
+            // `Option<Struct>`: `anyOf: [{"$ref": ...}, {"type": "null"}]` becomes the `$ref`.
+            if let Some(serde_json::Value::Array(variants)) = map.get_mut("anyOf") {
+                variants.retain(|variant| variant.get("type").is_none_or(|kind| kind != "null"));
+                if variants.len() == 1 {
+                    if let Some(serde_json::Value::Object(only)) = variants.pop() {
+                        map.remove("anyOf");
+                        for (key, value) in only {
+                            map.entry(key).or_insert(value);
+                        }
+                    }
+                }
+            }
             if let Some(serde_json::Value::Array(types)) = map.get_mut("type") {
                 types.retain(|kind| kind != "null");
                 if types.len() == 1 {

@@ -109,6 +109,25 @@ pub enum ModelError {
     #[error("interrupted")]
     Interrupted,
 
+    /// The call would take the run's spending past its budget, so it was not started.
+    #[error("model `{alias}`: not started: the budget of ${limit} ({set_by}) would be exceeded; ${spent:.4} spent so far{}", estimate_note(*.estimate))]
+    Budget {
+        alias: String,
+        limit: f64,
+        set_by: String,
+        spent: f64,
+        estimate: f64,
+    },
+
+    /// The Claude Code CLI ran and reported an error in its result.
+    #[error("model `{alias}`: claude reported an error{}: {message}", status_note(*.status))]
+    Claude {
+        alias: String,
+        message: String,
+        /// The API's HTTP status, when the error came from the API.
+        status: Option<u16>,
+    },
+
     #[error("{}", replay_miss(.alias, .dir, .hash, .nearest))]
     ReplayMiss {
         alias: String,
@@ -136,12 +155,14 @@ impl ModelError {
             }
             ModelError::Status { status, .. } => is_retryable_status(*status),
             ModelError::Timeout { .. } | ModelError::CommandFailed { .. } => true,
+            ModelError::Claude { status, .. } => status.is_some_and(is_retryable_status),
             ModelError::Config { .. }
             | ModelError::ConfigRead { .. }
             | ModelError::UndefinedAlias { .. }
             | ModelError::MissingKey { .. }
             | ModelError::Response { .. }
             | ModelError::Interrupted
+            | ModelError::Budget { .. }
             | ModelError::ReplayMiss { .. }
             | ModelError::Recording { .. } => false,
         }
@@ -183,6 +204,20 @@ fn attempts_note(attempts: u32) -> String {
     } else {
         String::new()
     }
+}
+
+fn estimate_note(estimate: f64) -> String {
+    if estimate > 0.0 {
+        format!(", and this call costs at least ${estimate:.4}")
+    } else {
+        String::new()
+    }
+}
+
+fn status_note(status: Option<u16>) -> String {
+    status
+        .map(|status| format!(" (HTTP {status})"))
+        .unwrap_or_default()
 }
 
 fn stderr_note(tail: &str) -> String {

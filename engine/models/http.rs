@@ -6,6 +6,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::error::{is_retryable_status, ModelError};
+use super::limits::Limiter;
 use crate::run::process::Interrupt;
 
 /// No wait between attempts is longer than this, whatever a server asks for.
@@ -39,21 +40,38 @@ pub(crate) struct JsonPost<'a> {
     pub(crate) retries: u32,
     /// The first wait between attempts; it doubles with each retry.
     pub(crate) backoff: Duration,
+    /// The alias's queue: each attempt takes a place in it, and a rate limit pauses it.
+    pub(crate) limiter: &'a Limiter,
 }
 
 impl JsonPost<'_> {
-    /// Send, retrying what may pass, and parse the success body as JSON.
-    pub(crate) fn send(&self, agent: &ureq::Agent) -> Result<serde_json::Value, ModelError> {
+    /// Send, retrying what may pass, and parse the success body as JSON; also says how many
+    /// times the request was sent again.
+    ///
+    /// A rate limit or an overload (429, 529) pauses the alias's whole queue for the wait the
+    /// server asked for (`retry-after`) or the backoff: every call to that model waits, not
+    /// only the one that was refused. Other failures wait on their own.
+    pub(crate) fn send(&self, agent: &ureq::Agent) -> Result<(serde_json::Value, u32), ModelError> {
         let mut attempt = 0;
         loop {
             attempt += 1;
             if Interrupt::global().is_set() {
                 return Err(ModelError::Interrupted);
             }
-            match self.attempt(agent) {
-                Ok(value) => return Ok(value),
+            let result = {
+                let _permit = self.limiter.acquire()?;
+                self.attempt(agent)
+            };
+            match result {
+                Ok(value) => return Ok((value, attempt - 1)),
                 Err(error) if attempt <= self.retries && retried_here(&error) => {
-                    sleep_interruptibly(self.delay(&error, attempt))?;
+                    let delay = self.delay(&error, attempt);
+                    match error {
+                        ModelError::Status {
+                            status: 429 | 529, ..
+                        } => self.limiter.pause(delay),
+                        _ => sleep_interruptibly(delay)?,
+                    }
                 }
                 Err(mut error) => {
                     if let ModelError::Status { attempts, .. }

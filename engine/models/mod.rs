@@ -6,11 +6,13 @@
 //! nothing that holds a `Models` (its Debug output, errors, recordings, identities) can leak one.
 
 mod anthropic;
+mod claude;
 mod command;
 mod config;
 mod error;
 mod extract;
 mod http;
+mod limits;
 mod openai;
 mod recording;
 
@@ -23,7 +25,8 @@ use std::time::{Duration, Instant};
 pub use error::{ConfigProblem, ModelError, NearestRecording};
 pub use extract::extract_json;
 
-use config::{Alias, Provider, BUILTIN_CONFIG, BUILTIN_ORIGIN};
+use config::{Alias, Price, Provider, BUILTIN_CONFIG, BUILTIN_ORIGIN};
+use limits::{Budget, Limiter};
 use recording::CanonicalRequest;
 
 /// One request to a model, after its prompt was rendered.
@@ -32,19 +35,96 @@ pub struct ModelRequest {
     /// The alias the stage named (`haiku`).
     pub alias: String,
     pub system: Option<String>,
+    /// A stable beginning of the first user message, sent ahead of `prompt`; a provider with a
+    /// prompt cache marks it for caching.
+    pub prefix: Option<String>,
     pub prompt: String,
     pub temperature: Option<f64>,
     pub max_tokens: Option<u32>,
     pub timeout: Option<Duration>,
     /// Variables set for a command provider's process (the workflow's `child_env`).
     pub env: Vec<(String, String)>,
+    /// The JSON Schema the reply must match; providers that can constrain their output to it do.
+    pub schema: Option<Arc<serde_json::Value>>,
+    /// Replies rejected before, oldest first, each with what was wrong with it: the request is
+    /// then a conversation (prompt, reply, problems, reply, problems, ...).
+    pub corrections: Vec<Correction>,
 }
 
-/// Token counts, where the provider reports them.
+/// A rejected reply and the problems found in it, for a repair turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Correction {
+    pub reply: String,
+    pub problems: String,
+}
+
+/// Who speaks a message of a conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    User,
+    Assistant,
+}
+
+impl ModelRequest {
+    /// The first user message: the prefix, when there is one, then the prompt.
+    pub fn first_message(&self) -> String {
+        match &self.prefix {
+            Some(prefix) => format!("{prefix}{}", self.prompt),
+            None => self.prompt.clone(),
+        }
+    }
+
+    /// The conversation: the first user message, then each rejected reply and its problems.
+    pub fn messages(&self) -> Vec<(Role, String)> {
+        let mut messages = vec![(Role::User, self.first_message())];
+        for correction in &self.corrections {
+            messages.push((Role::Assistant, correction.reply.clone()));
+            messages.push((Role::User, correction.problems.clone()));
+        }
+        messages
+    }
+
+    /// The conversation as one text, for providers that take a single prompt: the first
+    /// message, then each earlier reply quoted with the problems found in it.
+    pub(crate) fn flattened(&self) -> String {
+        let mut text = self.first_message();
+        for correction in &self.corrections {
+            text.push_str("\n\n<previous_reply>\n");
+            text.push_str(&correction.reply);
+            text.push_str("\n</previous_reply>\n\n");
+            text.push_str(&correction.problems);
+        }
+        text
+    }
+}
+
+/// Token counts, where the provider reports them. `input_tokens` excludes the tokens read from
+/// or written to a prompt cache, which are counted apart.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_read_tokens: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl Usage {
+    /// What these tokens cost at a price per million tokens.
+    pub(crate) fn cost(&self, price: &Price) -> f64 {
+        let million = 1_000_000.0;
+        (self.input_tokens as f64 * price.input
+            + self.output_tokens as f64 * price.output
+            + self.cache_read_tokens as f64 * price.cache_read.unwrap_or(price.input)
+            + self.cache_write_tokens as f64 * price.cache_write.unwrap_or(price.input))
+            / million
+    }
 }
 
 /// A model's answer.
@@ -53,6 +133,23 @@ pub struct ModelReply {
     pub text: String,
     pub usage: Option<Usage>,
     pub latency_ms: u64,
+    /// What the call cost in USD: as the provider reported it, or from the alias's price table;
+    /// `None` when neither is known. A replayed call reports what the recorded call cost.
+    pub cost_usd: Option<f64>,
+    /// Requests sent again after a rate limit, an overload or a transient failure.
+    pub retries: u32,
+    /// Answered from a recording, not by the provider: nothing was paid.
+    pub replayed: bool,
+}
+
+/// What a provider returns for one call.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Answer {
+    pub(crate) text: String,
+    pub(crate) usage: Option<Usage>,
+    /// The cost the provider itself reported (the Claude Code CLI does).
+    pub(crate) cost_usd: Option<f64>,
+    pub(crate) retries: u32,
 }
 
 /// How long the first retry of an HTTP request waits; each further retry doubles it.
@@ -66,6 +163,10 @@ pub struct Models {
     agent: ureq::Agent,
     environment: Environment,
     backoff: Duration,
+    /// Each alias's queue: its `max_concurrency` and its pauses after a rate limit, shared by
+    /// every clone, so by every stage and foreach item of a run.
+    limiters: Arc<BTreeMap<String, Arc<Limiter>>>,
+    budget: Arc<Budget>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -144,6 +245,7 @@ pub(crate) struct Call<'a> {
     timeout: Duration,
     retries: u32,
     backoff: Duration,
+    limiter: &'a Limiter,
 }
 
 impl Call<'_> {
@@ -208,13 +310,42 @@ impl Models {
         if !problems.is_empty() {
             return Err(ModelError::Config { problems });
         }
+        let limiters = aliases
+            .iter()
+            .map(|(name, alias): (&String, &Alias)| {
+                (name.clone(), Arc::new(Limiter::new(alias.max_concurrency)))
+            })
+            .collect();
         Ok(Models {
             aliases,
             mode: Mode::Live,
             agent: http::agent(),
             environment: Environment::Process,
             backoff: FIRST_BACKOFF,
+            limiters: Arc::new(limiters),
+            budget: Arc::new(Budget::default()),
         })
+    }
+
+    /// Refuse to start a model call that would take what the run has spent past `usd`;
+    /// `source` names where the limit was set (`--max-cost`, `budget_usd`) for the message.
+    /// The lower of two budgets wins.
+    pub fn set_budget(&self, usd: f64, source: &str) {
+        self.budget.limit(usd, source);
+    }
+
+    /// What the calls made through these models have cost so far, in USD (replies from
+    /// recordings cost nothing).
+    pub fn spent_usd(&self) -> f64 {
+        self.budget.spent()
+    }
+
+    /// How many calls to the alias may be in flight at once, when its configuration says.
+    pub fn max_concurrency(&self, alias: &str) -> Option<usize> {
+        self.aliases
+            .get(alias)
+            .and_then(|alias| alias.max_concurrency)
+            .map(|n| n as usize)
     }
 
     /// Ask the providers and save every exchange as `DIR/<sha256>.json` (`--record DIR`).
@@ -252,16 +383,37 @@ impl Models {
     /// Send one request to the alias's provider, or answer it from recordings.
     pub fn complete(&self, request: &ModelRequest) -> Result<ModelReply, ModelError> {
         let alias = self.resolve(&request.alias)?;
-        let canonical = CanonicalRequest::new(request, alias.provider.identity());
+        let canonical = CanonicalRequest::new(request, alias.provider.model_identity());
         let started = Instant::now();
-        let (text, usage) = match &self.mode {
+        let replayed = matches!(self.mode, Mode::Replay(_))
+            || matches!(alias.provider, Provider::Replay { .. });
+        let answer = match &self.mode {
             Mode::Replay(dir) => recording::replay_exact(dir, &canonical)?,
-            Mode::Live | Mode::Record(_) => self.ask(alias, request, &canonical)?,
+            Mode::Live | Mode::Record(_) => {
+                if !replayed {
+                    let estimate = alias
+                        .price
+                        .as_ref()
+                        .map_or(0.0, |price| estimate_input_cost(request, price));
+                    self.budget.admit(&request.alias, estimate)?;
+                }
+                self.ask(alias, request, &canonical)?
+            }
         };
+        let cost_usd = answer.cost_usd.or_else(|| {
+            let price = alias.price.as_ref()?;
+            Some(answer.usage?.cost(price))
+        });
+        if !replayed {
+            self.budget.spend(cost_usd.unwrap_or(0.0));
+        }
         let reply = ModelReply {
-            text,
-            usage,
+            text: answer.text,
+            usage: answer.usage,
             latency_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            cost_usd,
+            retries: answer.retries,
+            replayed,
         };
         if let Mode::Record(dir) = &self.mode {
             recording::save(dir, &canonical, &reply)?;
@@ -296,7 +448,15 @@ impl Models {
         alias: &Alias,
         request: &ModelRequest,
         canonical: &CanonicalRequest,
-    ) -> Result<(String, Option<Usage>), ModelError> {
+    ) -> Result<Answer, ModelError> {
+        let unlimited;
+        let limiter = match self.limiters.get(&request.alias) {
+            Some(limiter) => limiter.as_ref(),
+            None => {
+                unlimited = Limiter::new(None);
+                &unlimited
+            }
+        };
         let call = Call {
             alias: &request.alias,
             agent: &self.agent,
@@ -304,19 +464,38 @@ impl Models {
             timeout: request.timeout.unwrap_or(alias.timeout),
             retries: alias.retries,
             backoff: self.backoff,
+            limiter,
         };
         match &alias.provider {
-            Provider::Command { argv } => command::complete(argv, call.timeout, request),
+            Provider::Command { argv } => {
+                let _permit = limiter.acquire()?;
+                command::complete(argv, call.timeout, request)
+            }
+            Provider::Claude {
+                program,
+                model,
+                tools,
+            } => {
+                let _permit = limiter.acquire()?;
+                claude::Claude {
+                    program,
+                    model,
+                    tools,
+                }
+                .complete(call.timeout, request)
+            }
             Provider::Anthropic {
                 model,
                 api_key_env,
                 base_url,
                 max_tokens,
+                prompt_cache,
             } => anthropic::Anthropic {
                 model,
                 api_key_env,
                 base_url,
                 max_tokens: *max_tokens,
+                prompt_cache: *prompt_cache,
             }
             .complete(&call, request),
             Provider::OpenAi {
@@ -371,6 +550,18 @@ impl fmt::Debug for Models {
             .field("mode", &self.mode)
             .finish_non_exhaustive()
     }
+}
+
+/// A lower bound of what a request costs before it is sent: its text at about four characters
+/// a token, at the input price. The reply's tokens are not known yet.
+fn estimate_input_cost(request: &ModelRequest, price: &Price) -> f64 {
+    let characters = request.system.as_deref().map_or(0, str::len)
+        + request
+            .messages()
+            .iter()
+            .map(|(_, text)| text.len())
+            .sum::<usize>();
+    (characters / 4) as f64 * price.input / 1_000_000.0
 }
 
 #[cfg(test)]

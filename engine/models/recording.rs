@@ -1,44 +1,73 @@
 //! Recorded exchanges: one JSON file per request, named by the SHA-256 of the canonical request,
 //! written atomically under `--record` and answered from under `--replay`.
 //!
-//! The canonical request holds what decides the reply (alias, provider identity, system,
-//! prompt, temperature, max_tokens) and nothing that does not (timeouts, environment) or must
-//! not be stored (keys), so a recording is safe to commit next to the workflow it tests.
+//! The canonical request holds what decides the reply (the model's identity, the system
+//! prompt, the messages, temperature, max_tokens and the output schema) and nothing about how
+//! it travels (no URL, no path of a program, no alias), nothing that does not decide it
+//! (timeouts, environment) and nothing that must not be stored (keys). A recording made on one
+//! machine through one transport replays on another through any transport naming the same
+//! model, and is safe to commit next to the workflow it tests.
+//!
+//! Recordings of the first format (keyed by alias and transport) are still read: a request
+//! that misses in the current format is answered by a first-format recording with the same
+//! alias and content, with a note, once per folder, to record again.
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::error::{ModelError, NearestRecording};
-use super::{ModelReply, ModelRequest, Usage};
+use super::{Answer, ModelReply, ModelRequest, Role, Usage};
 
 /// How much of two prompts the nearest-recording search compares: edit distance is quadratic.
 const COMPARED_PROMPT_CHARS: usize = 2000;
 /// Lines of `-` and of `+` shown in a miss's prompt diff.
 const DIFF_LINES: usize = 3;
+/// The format recordings are written in.
+const FORMAT: u32 = 2;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+pub(crate) struct Message {
+    pub(crate) role: Role,
+    pub(crate) content: String,
+}
+
+/// The key of a recording: what decides the reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct CanonicalRequest {
-    pub(crate) alias: String,
-    pub(crate) provider: String,
+    pub(crate) model: String,
     pub(crate) system: Option<String>,
-    pub(crate) prompt: String,
+    pub(crate) messages: Vec<Message>,
     pub(crate) temperature: Option<f64>,
     pub(crate) max_tokens: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) schema: Option<Value>,
+    /// The alias that asked, for messages only: it is not hashed and not compared.
+    #[serde(skip)]
+    pub(crate) alias: String,
 }
 
 impl CanonicalRequest {
-    pub(crate) fn new(request: &ModelRequest, identity: String) -> CanonicalRequest {
+    pub(crate) fn new(request: &ModelRequest, model: String) -> CanonicalRequest {
         CanonicalRequest {
-            alias: request.alias.clone(),
-            provider: identity,
+            model,
             system: request.system.clone(),
-            prompt: request.prompt.clone(),
+            messages: request
+                .messages()
+                .into_iter()
+                .map(|(role, content)| Message { role, content })
+                .collect(),
             temperature: request.temperature,
             max_tokens: request.max_tokens,
+            schema: request.schema.as_deref().cloned(),
+            alias: request.alias.clone(),
         }
     }
 
@@ -49,20 +78,25 @@ impl CanonicalRequest {
         digest.iter().map(|byte| format!("{byte:02x}")).collect()
     }
 
+    /// The first user message.
+    fn prompt(&self) -> &str {
+        self.messages.first().map_or("", |m| m.content.as_str())
+    }
+
     /// The fields in which two requests differ.
     fn differences(&self, other: &CanonicalRequest) -> Vec<String> {
         let mut fields = Vec::new();
-        if self.alias != other.alias {
-            fields.push("alias");
-        }
-        if self.provider != other.provider {
-            fields.push("provider");
+        if self.model != other.model {
+            fields.push("model");
         }
         if self.system != other.system {
             fields.push("system");
         }
-        if self.prompt != other.prompt {
+        if self.prompt() != other.prompt() {
             fields.push("prompt");
+        }
+        if self.messages.get(1..) != other.messages.get(1..) {
+            fields.push("repair turns");
         }
         if self.temperature != other.temperature {
             fields.push("temperature");
@@ -70,16 +104,19 @@ impl CanonicalRequest {
         if self.max_tokens != other.max_tokens {
             fields.push("max_tokens");
         }
+        if self.schema != other.schema {
+            fields.push("schema");
+        }
         fields.into_iter().map(str::to_string).collect()
     }
 
-    /// Equal in everything but the provider identity.
+    /// Equal in everything but the model identity.
     fn same_content(&self, other: &CanonicalRequest) -> bool {
-        self.alias == other.alias
-            && self.system == other.system
-            && self.prompt == other.prompt
+        self.system == other.system
+            && self.messages == other.messages
             && self.temperature == other.temperature
             && self.max_tokens == other.max_tokens
+            && self.schema == other.schema
     }
 }
 
@@ -88,13 +125,86 @@ impl CanonicalRequest {
 struct RecordedReply {
     text: String,
     usage: Option<Usage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cost_usd: Option<f64>,
+}
+
+impl RecordedReply {
+    fn answer(&self) -> Answer {
+        Answer {
+            text: self.text.clone(),
+            usage: self.usage,
+            cost_usd: self.cost_usd,
+            retries: 0,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Recording {
+    format: u32,
+    alias: String,
     request: CanonicalRequest,
     reply: RecordedReply,
+}
+
+/// A recording of the first format, keyed by alias and transport.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FirstFormat {
+    request: FirstRequest,
+    reply: RecordedReply,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FirstRequest {
+    alias: String,
+    provider: String,
+    system: Option<String>,
+    prompt: String,
+    temperature: Option<f64>,
+    max_tokens: Option<u32>,
+}
+
+/// A recording read from a folder, in either format.
+struct Entry {
+    file: String,
+    alias: String,
+    request: CanonicalRequest,
+    reply: RecordedReply,
+    first_format: bool,
+}
+
+fn parse(text: &str) -> Result<(String, CanonicalRequest, RecordedReply, bool), String> {
+    let value: Value = serde_json::from_str(text).map_err(|error| error.to_string())?;
+    if value.get("format").is_some() {
+        let recording: Recording = serde_json::from_value(value).map_err(|e| e.to_string())?;
+        if recording.format != FORMAT {
+            return Err(format!(
+                "format {} is not one this version reads (it writes format {FORMAT})",
+                recording.format
+            ));
+        }
+        let mut request = recording.request;
+        request.alias = recording.alias.clone();
+        return Ok((recording.alias, request, recording.reply, false));
+    }
+    let old: FirstFormat = serde_json::from_value(value).map_err(|e| e.to_string())?;
+    let request = CanonicalRequest {
+        model: old.request.provider,
+        system: old.request.system,
+        messages: vec![Message {
+            role: Role::User,
+            content: old.request.prompt,
+        }],
+        temperature: old.request.temperature,
+        max_tokens: old.request.max_tokens,
+        schema: None,
+        alias: old.request.alias.clone(),
+    };
+    Ok((old.request.alias, request, old.reply, true))
 }
 
 /// Save one exchange as `dir/<hash>.json`, atomically: a reader never sees half a file.
@@ -110,10 +220,13 @@ pub(crate) fn save(
         message,
     };
     let recording = Recording {
+        format: FORMAT,
+        alias: request.alias.clone(),
         request: request.clone(),
         reply: RecordedReply {
             text: reply.text.clone(),
             usage: reply.usage,
+            cost_usd: reply.cost_usd,
         },
     };
     let mut json = serde_json::to_string_pretty(&recording)
@@ -129,25 +242,37 @@ pub(crate) fn save(
     Ok(())
 }
 
-/// Answer a request from `dir/<hash>.json`, or fail naming the nearest recorded request.
-pub(crate) fn replay_exact(
-    dir: &Path,
-    request: &CanonicalRequest,
-) -> Result<(String, Option<Usage>), ModelError> {
+/// Answer a request from `dir/<hash>.json`, else from a first-format recording of the same
+/// alias and content, or fail naming the nearest recorded request.
+pub(crate) fn replay_exact(dir: &Path, request: &CanonicalRequest) -> Result<Answer, ModelError> {
     let hash = request.hash();
     let path = dir.join(format!("{hash}.json"));
     match fs::read_to_string(&path) {
         Ok(text) => {
-            let recording: Recording =
-                serde_json::from_str(&text).map_err(|error| ModelError::Recording {
-                    alias: request.alias.clone(),
-                    path: path.clone(),
-                    message: format!("not a valid recording: {error}"),
-                })?;
-            Ok((recording.reply.text, recording.reply.usage))
+            let (_, _, reply, _) = parse(&text).map_err(|message| ModelError::Recording {
+                alias: request.alias.clone(),
+                path: path.clone(),
+                message: format!("not a valid recording: {message}"),
+            })?;
+            Ok(reply.answer())
         }
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            Err(miss(dir, request, Some(hash), &load_all(dir)))
+            let entries = load_all(dir);
+            let old = entries.iter().find(|entry| {
+                entry.first_format
+                    && entry.alias == request.alias
+                    && entry.request.system == request.system
+                    && entry.request.messages == request.messages
+                    && entry.request.temperature == request.temperature
+                    && entry.request.max_tokens == request.max_tokens
+            });
+            match old {
+                Some(entry) => {
+                    note_first_format(dir);
+                    Ok(entry.reply.answer())
+                }
+                None => Err(miss(dir, request, Some(hash), &entries)),
+            }
         }
         Err(error) => Err(ModelError::Recording {
             alias: request.alias.clone(),
@@ -157,25 +282,55 @@ pub(crate) fn replay_exact(
     }
 }
 
-/// Answer a request from any recording in `dir` that matches it in everything but the provider,
-/// for a `replay` alias standing in for whatever provider made the recordings.
+/// Say once per folder that it holds first-format recordings.
+fn note_first_format(dir: &Path) {
+    static NOTED: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
+    let mut noted = NOTED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if noted.insert(dir.to_path_buf()) {
+        eprintln!(
+            "note: {} holds recordings of the first format, keyed by alias and transport; \
+             they are still read, but only where they were made: run again with --record {} \
+             to write them in the portable format",
+            dir.display(),
+            dir.display()
+        );
+    }
+}
+
+/// Answer a request from any recording in `dir` that matches it in everything but the model,
+/// for a `replay` alias standing in for whatever provider made the recordings; one made under
+/// the same alias is preferred.
 pub(crate) fn replay_matching(
     dir: &Path,
     request: &CanonicalRequest,
-) -> Result<(String, Option<Usage>), ModelError> {
-    let recordings = load_all(dir);
-    match recordings
+) -> Result<Answer, ModelError> {
+    let entries = load_all(dir);
+    let matches = |entry: &&Entry| {
+        if entry.first_format {
+            entry.alias == request.alias
+                && entry.request.system == request.system
+                && entry.request.messages == request.messages
+                && entry.request.temperature == request.temperature
+                && entry.request.max_tokens == request.max_tokens
+        } else {
+            entry.request.same_content(request)
+        }
+    };
+    let found = entries
         .iter()
-        .find(|(_, recording)| recording.request.same_content(request))
-    {
-        Some((_, recording)) => Ok((recording.reply.text.clone(), recording.reply.usage)),
-        None => Err(miss(dir, request, None, &recordings)),
+        .filter(matches)
+        .min_by_key(|entry| entry.alias != request.alias);
+    match found {
+        Some(entry) => Ok(entry.reply.answer()),
+        None => Err(miss(dir, request, None, &entries)),
     }
 }
 
 /// Every readable recording in `dir`, by file name, in name order so that ties break the same
 /// way on every machine. Unreadable files are left out: they cannot be the nearest anyway.
-fn load_all(dir: &Path) -> Vec<(String, Recording)> {
+fn load_all(dir: &Path) -> Vec<Entry> {
     let Ok(entries) = fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -188,9 +343,15 @@ fn load_all(dir: &Path) -> Vec<(String, Recording)> {
         .into_iter()
         .filter_map(|path| {
             let text = fs::read_to_string(&path).ok()?;
-            let recording: Recording = serde_json::from_str(&text).ok()?;
-            let name = path.file_name()?.to_string_lossy().into_owned();
-            Some((name, recording))
+            let (alias, request, reply, first_format) = parse(&text).ok()?;
+            let file = path.file_name()?.to_string_lossy().into_owned();
+            Some(Entry {
+                file,
+                alias,
+                request,
+                reply,
+                first_format,
+            })
         })
         .collect()
 }
@@ -199,14 +360,14 @@ fn miss(
     dir: &Path,
     request: &CanonicalRequest,
     hash: Option<String>,
-    recordings: &[(String, Recording)],
+    entries: &[Entry],
 ) -> ModelError {
-    let nearest = nearest(request, recordings).map(|(file, recorded)| {
+    let nearest = nearest(request, entries).map(|entry| {
         Box::new(NearestRecording {
-            file: file.to_string(),
-            alias: recorded.alias.clone(),
-            differs_in: recorded.differences(request),
-            prompt_diff: prompt_diff(&recorded.prompt, &request.prompt),
+            file: entry.file.clone(),
+            alias: entry.alias.clone(),
+            differs_in: entry.request.differences(request),
+            prompt_diff: prompt_diff(entry.request.prompt(), request.prompt()),
         })
     });
     ModelError::ReplayMiss {
@@ -219,25 +380,16 @@ fn miss(
 
 /// Same alias first, then the smallest edit distance between the prompts' beginnings, then the
 /// fewest differing fields.
-fn nearest<'a>(
-    request: &CanonicalRequest,
-    recordings: &'a [(String, Recording)],
-) -> Option<(&'a str, &'a CanonicalRequest)> {
+fn nearest<'a>(request: &CanonicalRequest, entries: &'a [Entry]) -> Option<&'a Entry> {
     let prefix = |text: &str| -> String { text.chars().take(COMPARED_PROMPT_CHARS).collect() };
-    let wanted = prefix(&request.prompt);
-    recordings
-        .iter()
-        .map(|(file, recording)| {
-            let recorded = &recording.request;
-            let key = (
-                recorded.alias != request.alias,
-                strsim::levenshtein(&prefix(&recorded.prompt), &wanted),
-                recorded.differences(request).len(),
-            );
-            (key, file.as_str(), recorded)
-        })
-        .min_by_key(|(key, _, _)| *key)
-        .map(|(_, file, recorded)| (file, recorded))
+    let wanted = prefix(request.prompt());
+    entries.iter().min_by_key(|entry| {
+        (
+            entry.alias != request.alias,
+            strsim::levenshtein(&prefix(entry.request.prompt()), &wanted),
+            entry.request.differences(request).len(),
+        )
+    })
 }
 
 /// A few `-` (recorded) and `+` (requested) lines around the first difference between two

@@ -164,7 +164,8 @@ fn anthropic_success_maps_fields_and_usage() {
         reply.usage,
         Some(Usage {
             input_tokens: 12,
-            output_tokens: 3
+            output_tokens: 3,
+            ..Usage::default()
         })
     );
     let seen = seen.recv().unwrap();
@@ -177,7 +178,7 @@ fn anthropic_success_maps_fields_and_usage() {
             "model": "claude-test",
             "max_tokens": 99,
             "messages": [{"role": "user", "content": "say hello"}],
-            "system": "be terse",
+            "system": [{"type": "text", "text": "be terse", "cache_control": {"type": "ephemeral"}}],
             "temperature": 0.5
         })
     );
@@ -267,7 +268,8 @@ fn openai_success_with_usage_and_bearer_auth() {
         reply.usage,
         Some(Usage {
             input_tokens: 7,
-            output_tokens: 2
+            output_tokens: 2,
+            ..Usage::default()
         })
     );
     let seen = seen.recv().unwrap();
@@ -500,13 +502,15 @@ fn command_alias(alias: &str, program: &str) -> String {
 #[test]
 fn built_in_aliases_use_claude_code() {
     let models = Models::load_from(&ConfigPaths::default()).unwrap();
+    assert_eq!(models.identity("haiku").as_deref(), Some("claude:haiku"));
+    assert_eq!(models.identity("sonnet").as_deref(), Some("claude:sonnet"));
     assert_eq!(
-        models.identity("haiku").as_deref(),
-        Some("command:claude -p --model haiku")
-    );
-    assert_eq!(
-        models.identity("sonnet").as_deref(),
-        Some("command:claude -p --model sonnet")
+        models.aliases["haiku"].provider,
+        Provider::Claude {
+            program: vec!["claude".into()],
+            model: "haiku".into(),
+            tools: Vec::new(),
+        }
     );
     assert!(models
         .aliases()
@@ -759,6 +763,7 @@ fn alias_settings_are_read() {
             api_key_env: "ANTHROPIC_API_KEY".into(),
             base_url: "https://api.anthropic.com".into(),
             max_tokens: 100,
+            prompt_cache: true,
         }
     );
     assert_eq!(
@@ -856,14 +861,16 @@ fn record_then_replay_gives_the_identical_reply() {
     let keys: Vec<&String> = stored["request"].as_object().unwrap().keys().collect();
     assert_eq!(
         keys,
-        [
-            "alias",
-            "provider",
-            "system",
-            "prompt",
-            "temperature",
-            "max_tokens"
-        ]
+        ["model", "system", "messages", "temperature", "max_tokens"]
+    );
+    assert_eq!(stored["format"], 2);
+    assert_eq!(stored["alias"], "cmd");
+    assert!(stored["request"]["model"]
+        .as_str()
+        .is_some_and(|model| model.starts_with("command:sh -c ")));
+    assert_eq!(
+        stored["request"]["messages"],
+        json!([{"role": "user", "content": "the prompt"}])
     );
     assert_eq!(stored["reply"]["text"], json!(recorded.text));
     assert!(text.contains("\n  \"request\": {"), "not pretty: {text}");
@@ -886,7 +893,7 @@ fn replay_miss_names_the_hash_and_the_nearest_request() {
     let recordings = dir.path().join("rec");
     let mut recorder = models(
         "[models.a]\nprovider = \"command\"\ncommand = [\"cat\"]\n\
-         [models.b]\nprovider = \"command\"\ncommand = [\"cat\"]\n",
+         [models.b]\nprovider = \"command\"\ncommand = [\"cat\", \"-\"]\n",
     );
     recorder.set_record(recordings.clone());
     recorder

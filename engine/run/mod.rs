@@ -371,6 +371,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             exit: record.exit.as_ref(),
             error: record.error.as_deref(),
             duration_ms: record.duration_ms,
+            usage: (record.usage.model_calls > 0).then_some(&record.usage),
         });
         if let Some(recorder) = self.recorder.take() {
             let (record, written) = recorder.finish(&self.record);
@@ -773,13 +774,12 @@ impl<'w, 'r> Executor<'w, 'r> {
             (_, Some(output)) => Some(crate::builtins::paths::sha256_json(output)),
             (_, None) => None,
         };
+        let mut stage_usage = None;
         for call in &outcome.model_calls {
-            self.record.usage.model_calls += 1;
-            self.record.usage.latency_ms += call.latency_ms;
-            if let Some(usage) = call.usage {
-                self.record.usage.input_tokens += usage.input_tokens;
-                self.record.usage.output_tokens += usage.output_tokens;
-            }
+            self.record.usage.add(call);
+            stage_usage
+                .get_or_insert_with(UsageTotals::default)
+                .add(call);
         }
         if !outcome.model_calls.is_empty() {
             self.header_changed();
@@ -836,6 +836,7 @@ impl<'w, 'r> Executor<'w, 'r> {
                     error: outcome.error.as_deref(),
                     exit: outcome.exit.as_deref(),
                     notes: &outcome.notes,
+                    usage: stage_usage.as_ref(),
                 },
                 at: at.clone(),
                 run_id: &self.record.run_id,
@@ -862,6 +863,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             failed_items: outcome.failed_items,
             reused_from: outcome.reused_from.take(),
             model_calls: std::mem::take(&mut outcome.model_calls),
+            usage: stage_usage,
             written: None,
             explain: outcome.explain.take(),
             assumed: outcome.assumed,

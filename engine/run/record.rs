@@ -89,6 +89,15 @@ pub struct ModelCall {
     pub latency_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// USD, when the provider reported it or the alias has a price table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    /// Requests sent again after a rate limit or a transient failure.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub retries: u32,
+    /// Answered from a recording (`--replay`): its cost is what a real call would have paid.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replayed: bool,
     /// Why the reply was rejected (parse or schema errors), for repaired attempts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rejected: Option<String>,
@@ -125,6 +134,9 @@ pub struct StageRecord {
     pub reused_from: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub model_calls: Vec<ModelCall>,
+    /// The model calls' tokens, latency and cost, summed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<UsageTotals>,
     /// With `--explain`: whether the stage would be reused, and why not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub explain: Option<String>,
@@ -187,6 +199,7 @@ impl StageRecord {
             failed_items: 0,
             reused_from: None,
             model_calls: Vec::new(),
+            usage: None,
             explain: None,
             assumed: false,
             written: None,
@@ -194,12 +207,56 @@ impl StageRecord {
     }
 }
 
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct UsageTotals {
     pub model_calls: u64,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub cache_read_tokens: u64,
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub cache_write_tokens: u64,
     pub latency_ms: u64,
+    /// USD paid, over the calls whose cost is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    /// USD that the calls answered from recordings cost when they were recorded: what a real
+    /// run would pay (the estimate of a dry-run with `--replay`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_cost_usd: Option<f64>,
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub retries: u64,
+}
+
+impl UsageTotals {
+    /// Count one model call.
+    pub fn add(&mut self, call: &ModelCall) {
+        self.model_calls += 1;
+        self.latency_ms += call.latency_ms;
+        self.retries += u64::from(call.retries);
+        if let Some(usage) = call.usage {
+            self.input_tokens += usage.input_tokens;
+            self.output_tokens += usage.output_tokens;
+            self.cache_read_tokens += usage.cache_read_tokens;
+            self.cache_write_tokens += usage.cache_write_tokens;
+        }
+        if let Some(cost) = call.cost_usd {
+            let total = if call.replayed {
+                &mut self.estimated_cost_usd
+            } else {
+                &mut self.cost_usd
+            };
+            *total = Some(total.unwrap_or(0.0) + cost);
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -309,12 +366,16 @@ pub enum Event<'a> {
         error: Option<&'a str>,
         exit: Option<&'a str>,
         notes: &'a [String],
+        #[serde(skip_serializing_if = "Option::is_none")]
+        usage: Option<&'a UsageTotals>,
     },
     RunFinished {
         status: &'static str,
         exit: Option<&'a ExitInfo>,
         error: Option<&'a str>,
         duration_ms: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        usage: Option<&'a UsageTotals>,
     },
 }
 
@@ -855,6 +916,7 @@ mod tests {
                 error: Some("boom"),
                 exit: None,
                 notes: &notes,
+                usage: None,
             }),
             r#"{"event":"stage_finished","stage":"gate","status":"failed","duration_ms":12,"error":"boom","exit":null,"notes":["(dry-run) would run sh -c true"],"at":"2026-11-30T00:00:00.000Z","run_id":"r1"}"#
         );
@@ -868,6 +930,7 @@ mod tests {
                 exit: Some(&exit),
                 error: None,
                 duration_ms: 3,
+                usage: None,
             }),
             r#"{"event":"run_finished","status":"exited","exit":{"stage":"gate","message":"nothing to do"},"error":null,"duration_ms":3,"at":"2026-11-30T00:00:00.000Z","run_id":"r1"}"#
         );

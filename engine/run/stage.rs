@@ -152,6 +152,10 @@ impl Serialize for Rendered {
                 let mut map = serializer.serialize_map(Some(5))?;
                 map.serialize_entry("model", &request.alias)?;
                 map.serialize_entry("system", &request.system)?;
+                // Only when set, so that fingerprints of stages without one do not change.
+                if let Some(prefix) = &request.prefix {
+                    map.serialize_entry("prefix", prefix)?;
+                }
                 map.serialize_entry("prompt", &request.prompt)?;
                 map.serialize_entry("temperature", &request.temperature)?;
                 map.serialize_entry("max_tokens", &request.max_tokens)?;
@@ -572,11 +576,19 @@ impl StageRunner<'_> {
                     Some(system) => Some(render(system, "`system`")?),
                     None => None,
                 },
+                prefix: None,
                 prompt: render(prompt, "`prompt`")?,
                 temperature: stage.def.temperature,
                 max_tokens: stage.def.max_tokens,
                 timeout: stage.timeout,
                 env: self.prepared.child_env.clone(),
+                schema: match (&stage.schema, stage.format) {
+                    (Some(schema), OutputFormat::Json) => {
+                        Some(std::sync::Arc::new(schema.value.clone()))
+                    }
+                    _ => None,
+                },
+                corrections: Vec::new(),
             }),
             Action::Template(template) => Rendered::Template(render(template, "`template`")?),
             Action::Uses { with, .. } => Rendered::Builtin(eval_with(with, scope)?),
@@ -787,12 +799,18 @@ impl StageRunner<'_> {
             outcome.model_calls.extend(calls);
             return result;
         }
+        // Model calls wait on the network, not on a core: a prompt stage whose model sets
+        // `max_concurrency` runs that many items at once, whatever `--jobs` says.
+        let workers = match &stage.action {
+            Action::Prompt { model, .. } => self.runtime.models.max_concurrency(model),
+            _ => None,
+        };
         let cap = stage
             .def
             .concurrency
             .map(|c| c as usize)
             .unwrap_or(usize::MAX)
-            .min(self.options.jobs.max(1))
+            .min(workers.unwrap_or(self.options.jobs.max(1)))
             .min(rendered.len())
             .max(1);
         let next = AtomicUsize::new(0);
@@ -963,7 +981,8 @@ impl StageRunner<'_> {
         }
     }
 
-    /// Ask the model; re-ask with the problems when the reply does not validate.
+    /// Ask the model; when the reply does not validate, go on with the conversation: the reply
+    /// as the model's turn, the problems as the next user turn.
     fn prompt(
         &self,
         stage: &Stage,
@@ -971,21 +990,24 @@ impl StageRunner<'_> {
         calls: &mut Vec<ModelCall>,
     ) -> Result<Value, String> {
         let mut request = request.clone();
-        let original = request.prompt.clone();
         for attempt in 0..=stage.repair {
             if Interrupt::global().is_set() {
                 return Err("interrupted".into());
             }
+            // The model layer's errors name the model already.
             let reply = self
                 .runtime
                 .models
                 .complete(&request)
-                .map_err(|e| format!("model `{}`: {e}", request.alias))?;
+                .map_err(|e| e.to_string())?;
             calls.push(ModelCall {
                 model: request.alias.clone(),
                 attempt: attempt + 1,
                 latency_ms: reply.latency_ms,
                 usage: reply.usage,
+                cost_usd: reply.cost_usd,
+                retries: reply.retries,
+                replayed: reply.replayed,
                 rejected: None,
             });
             match self.parse_and_validate(stage, &reply.text, true) {
@@ -1001,10 +1023,13 @@ impl StageRunner<'_> {
                             attempt + 1
                         ));
                     }
-                    request.prompt = format!(
-                        "{original}\n\nYour previous reply could not be used:\n{}\n\nReply again with only the corrected JSON document.",
-                        problems.iter().map(|p| format!("- {p}")).collect::<Vec<_>>().join("\n")
-                    );
+                    request.corrections.push(crate::models::Correction {
+                        reply: reply.text,
+                        problems: format!(
+                            "Your previous reply could not be used:\n{}\n\nReply again with only the corrected JSON document.",
+                            problems.iter().map(|p| format!("- {p}")).collect::<Vec<_>>().join("\n")
+                        ),
+                    });
                 }
             }
         }
@@ -1197,6 +1222,7 @@ mod tests {
             max_tokens: Some(50),
             timeout: None,
             env: Vec::new(),
+            ..ModelRequest::default()
         });
         let prompt_doc = json!({
             "model": "haiku", "system": null, "prompt": "say ü", "temperature": 0.2, "max_tokens": 50,

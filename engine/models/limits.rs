@@ -1,0 +1,160 @@
+//! What a run may spend on its models: how many calls to one alias are in flight at once, how
+//! long everyone waits after the provider said "too many", and how much money the run may use.
+
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::error::ModelError;
+use crate::run::process::Interrupt;
+
+/// How often a waiting call looks at the interrupt flag.
+const POLL: Duration = Duration::from_millis(50);
+
+/// One alias's queue: at most `max` calls in flight, and none started while it is paused.
+#[derive(Debug)]
+pub(crate) struct Limiter {
+    max: usize,
+    state: Mutex<QueueState>,
+    changed: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct QueueState {
+    active: usize,
+    paused_until: Option<Instant>,
+}
+
+/// A place in the queue, given back when dropped.
+pub(crate) struct Permit<'a> {
+    limiter: &'a Limiter,
+}
+
+impl Limiter {
+    pub(crate) fn new(max: Option<u32>) -> Limiter {
+        Limiter {
+            max: max.map_or(usize::MAX, |n| (n as usize).max(1)),
+            state: Mutex::new(QueueState::default()),
+            changed: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, QueueState> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Wait for a free place and for the end of any pause, then take the place.
+    pub(crate) fn acquire(&self) -> Result<Permit<'_>, ModelError> {
+        let mut state = self.lock();
+        loop {
+            if Interrupt::global().is_set() {
+                return Err(ModelError::Interrupted);
+            }
+            let now = Instant::now();
+            let wait = match state.paused_until {
+                Some(until) if until > now => Some(until - now),
+                _ => None,
+            };
+            match wait {
+                Some(wait) => {
+                    state = self
+                        .changed
+                        .wait_timeout(state, wait.min(POLL))
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .0;
+                }
+                None if state.active < self.max => {
+                    state.active += 1;
+                    return Ok(Permit { limiter: self });
+                }
+                None => {
+                    state = self
+                        .changed
+                        .wait_timeout(state, POLL)
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .0;
+                }
+            }
+        }
+    }
+
+    /// Start no call before `for` has passed (a pause already longer stays).
+    pub(crate) fn pause(&self, duration: Duration) {
+        let until = Instant::now() + duration;
+        let mut state = self.lock();
+        if state.paused_until.is_none_or(|current| current < until) {
+            state.paused_until = Some(until);
+        }
+    }
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        let mut state = self.limiter.lock();
+        state.active = state.active.saturating_sub(1);
+        drop(state);
+        self.limiter.changed.notify_one();
+    }
+}
+
+/// The run's money: an optional limit and what was spent.
+#[derive(Debug, Default)]
+pub(crate) struct Budget {
+    state: Mutex<BudgetState>,
+}
+
+#[derive(Debug, Default)]
+struct BudgetState {
+    /// The limit in USD and where it was set.
+    limit: Option<(f64, String)>,
+    spent: f64,
+}
+
+impl Budget {
+    fn lock(&self) -> MutexGuard<'_, BudgetState> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn limit(&self, usd: f64, source: &str) {
+        let mut state = self.lock();
+        if state
+            .limit
+            .as_ref()
+            .is_none_or(|(current, _)| usd < *current)
+        {
+            state.limit = Some((usd, source.to_string()));
+        }
+    }
+
+    pub(crate) fn spent(&self) -> f64 {
+        self.lock().spent
+    }
+
+    /// Refuse a call expected to cost at least `estimate` when it would take the spending past
+    /// the limit; a call of unknown cost is refused once the limit is reached.
+    pub(crate) fn admit(&self, alias: &str, estimate: f64) -> Result<(), ModelError> {
+        let state = self.lock();
+        let Some((limit, source)) = &state.limit else {
+            return Ok(());
+        };
+        if state.spent >= *limit || state.spent + estimate > *limit {
+            return Err(ModelError::Budget {
+                alias: alias.to_string(),
+                limit: *limit,
+                set_by: source.clone(),
+                spent: state.spent,
+                estimate,
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn spend(&self, usd: f64) {
+        if usd > 0.0 {
+            self.lock().spent += usd;
+        }
+    }
+}
