@@ -17,4 +17,5 @@ mod providers;
 mod records;
 mod refresh;
 mod reliability;
+mod review;
 mod run;

@@ -9,12 +9,15 @@ use serde_json::Value;
 pub mod ask;
 mod attempt;
 mod catalog;
+mod dirs;
 mod fs;
 mod http;
 mod json;
 mod markdown;
 pub mod paths;
+mod sections;
 mod transcript;
+mod tree;
 
 pub use paths::WriteRoots;
 
@@ -79,6 +82,9 @@ static REGISTRY: std::sync::LazyLock<Vec<Builtin>> = std::sync::LazyLock::new(||
         catalog::builtins(),
         attempt::builtins(),
         ask::builtins(),
+        dirs::builtins(),
+        sections::builtins(),
+        tree::builtins(),
     ]
     .into_iter()
     .flatten()

@@ -1,0 +1,376 @@
+//! Built-ins: markdown.sections, markdown.replace_section.
+//!
+//! A section is an ATX heading (`#` to `######` at the start of a line, outside fenced code) and
+//! the text after it up to the next heading of the same or a higher level. `markdown.sections`
+//! reads a document into its sections; `markdown.replace_section` replaces the body of exactly one
+//! section and splices it back, so every byte outside that body (headings included) stays as it
+//! was. That is what lets a tool own one section of a file a person edits.
+
+use regex::Regex;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::fs::{object_schema, parse_with};
+use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
+
+pub(crate) fn builtins() -> Vec<Builtin> {
+    vec![
+        Builtin {
+            name: "markdown.sections",
+            description: "A Markdown document's sections: each heading with its level and body.",
+            writes: false,
+            with_schema: sections_with_schema,
+            output_schema: sections_output_schema,
+            run: sections,
+        },
+        Builtin {
+            name: "markdown.replace_section",
+            description: "Replace the body of one Markdown section, keeping every other byte.",
+            writes: false,
+            with_schema: replace_with_schema,
+            output_schema: replace_output_schema,
+            run: replace_section,
+        },
+    ]
+}
+
+/// One heading and where its section lies, as byte offsets into the text.
+#[derive(Debug, Clone, PartialEq)]
+struct Section {
+    heading: String,
+    level: usize,
+    /// 1-based line of the heading.
+    line: usize,
+    /// The body: from just after the heading line to the start of the next heading of the same
+    /// or a higher level (or the end).
+    body_start: usize,
+    body_end: usize,
+}
+
+/// The heading on a line (without its line ending), when it is one: level and text.
+fn heading(line: &str) -> Option<(usize, String)> {
+    let line = line.strip_suffix('\r').unwrap_or(line);
+    let hashes = line.bytes().take_while(|&b| b == b'#').count();
+    if hashes == 0 || hashes > 6 {
+        return None;
+    }
+    let rest = &line[hashes..];
+    if !(rest.is_empty() || rest.starts_with(' ') || rest.starts_with('\t')) {
+        return None;
+    }
+    // An optional closing run of `#`, preceded by a space.
+    let text = rest.trim();
+    let text = match text.trim_end_matches('#') {
+        stripped
+            if stripped.len() < text.len() && (stripped.is_empty() || stripped.ends_with(' ')) =>
+        {
+            stripped.trim_end()
+        }
+        _ => text,
+    };
+    Some((hashes, text.to_string()))
+}
+
+fn parse(text: &str) -> Vec<Section> {
+    // (level, heading, line, start of heading, end of heading line)
+    let mut headings = Vec::new();
+    let mut fence: Option<(u8, usize)> = None;
+    let mut offset = 0;
+    for (index, line) in text.split_inclusive('\n').enumerate() {
+        let start = offset;
+        offset += line.len();
+        let bare = line.trim_end_matches(['\n', '\r']);
+        let indented = bare.trim_start_matches(' ');
+        if bare.len() - indented.len() <= 3 {
+            let marker = indented.bytes().next().filter(|b| *b == b'`' || *b == b'~');
+            if let Some(marker) = marker {
+                let run = indented.bytes().take_while(|&b| b == marker).count();
+                if run >= 3 {
+                    match fence {
+                        None => fence = Some((marker, run)),
+                        Some((open, length))
+                            if open == marker
+                                && run >= length
+                                && indented[run..].trim().is_empty() =>
+                        {
+                            fence = None
+                        }
+                        Some(_) => {}
+                    }
+                    continue;
+                }
+            }
+        }
+        if fence.is_some() {
+            continue;
+        }
+        if let Some((level, heading)) = heading(bare) {
+            headings.push((level, heading, index + 1, start, offset));
+        }
+    }
+    let mut sections = Vec::with_capacity(headings.len());
+    for (at, (level, heading, line, _, body_start)) in headings.iter().enumerate() {
+        let body_end = headings[at + 1..]
+            .iter()
+            .find(|next| next.0 <= *level)
+            .map(|next| next.3)
+            .unwrap_or(text.len());
+        sections.push(Section {
+            heading: heading.clone(),
+            level: *level,
+            line: *line,
+            body_start: *body_start,
+            body_end,
+        });
+    }
+    sections
+}
+
+// ---------------------------------------------------------------------------------------------
+// markdown.sections
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SectionsArgs {
+    text: String,
+}
+
+fn sections_with_schema() -> Value {
+    object_schema(
+        "Read a Markdown document into its sections.",
+        json!({ "text": { "type": "string", "description": "The document." } }),
+        &["text"],
+    )
+}
+
+fn sections_output_schema() -> Value {
+    let mut schema = json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "description": "Every ATX heading outside fenced code, in document order, with its section's body (up to the next heading of the same or a higher level).",
+        "type": "array",
+        "items": {
+            "type": "object",
+            "description": "One section.",
+            "properties": {
+                "heading": { "type": "string", "description": "The heading's text, without the `#`s." },
+                "level": { "type": "integer", "minimum": 1, "maximum": 6, "description": "How many `#`s." },
+                "line": { "type": "integer", "minimum": 1, "description": "The heading's line, from 1." },
+                "body": { "type": "string", "description": "The text after the heading line, exactly as written." },
+            },
+            "required": ["heading", "level", "line", "body"],
+            "additionalProperties": false,
+        },
+    });
+    schema["examples"] =
+        json!([[{ "heading": "Step 1", "level": 2, "line": 3, "body": "\nfill this\n\n" }]]);
+    schema
+}
+
+fn sections(with: &Value, _ctx: &BuiltinCtx) -> BuiltinResult {
+    let args: SectionsArgs = parse_with("markdown.sections", with)?;
+    let found: Vec<Value> = parse(&args.text)
+        .into_iter()
+        .map(|section| {
+            json!({
+                "heading": section.heading,
+                "level": section.level,
+                "line": section.line,
+                "body": &args.text[section.body_start..section.body_end],
+            })
+        })
+        .collect();
+    Ok(Value::Array(found))
+}
+
+// ---------------------------------------------------------------------------------------------
+// markdown.replace_section
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplaceArgs {
+    text: String,
+    heading: String,
+    content: String,
+}
+
+fn replace_with_schema() -> Value {
+    object_schema(
+        "Replace the body of the one section whose heading matches.",
+        json!({
+            "text": { "type": "string", "description": "The document." },
+            "heading": { "type": "string", "minLength": 1, "description": "A regular expression that exactly one heading's text must match, e.g. `^Step 2\\b`." },
+            "content": { "type": "string", "description": "The new body. It is written between one blank line after the heading and one blank line before the next heading." },
+        }),
+        &["text", "heading", "content"],
+    )
+}
+
+fn replace_output_schema() -> Value {
+    let mut schema = object_schema(
+        "The document with the section replaced.",
+        json!({
+            "text": { "type": "string", "description": "The whole new document." },
+            "changed": { "type": "boolean", "description": "False when the section already held exactly this body." },
+            "line": { "type": "integer", "description": "The replaced section's heading line, from 1." },
+        }),
+        &["text", "changed", "line"],
+    );
+    schema["examples"] =
+        json!([{ "text": "# Doc\n\n## Step 2\n\nnew\n", "changed": true, "line": 3 }]);
+    schema
+}
+
+fn replace_section(with: &Value, _ctx: &BuiltinCtx) -> BuiltinResult {
+    let args: ReplaceArgs = parse_with("markdown.replace_section", with)?;
+    let pattern = Regex::new(&args.heading)
+        .map_err(|err| BuiltinError::new(format!("invalid `heading` pattern: {err}")))?;
+    let all = parse(&args.text);
+    let matching: Vec<&Section> = all
+        .iter()
+        .filter(|s| pattern.is_match(&s.heading))
+        .collect();
+    let section = match matching.as_slice() {
+        [one] => *one,
+        [] => {
+            return Err(BuiltinError::new(format!(
+                "no heading matches `{}` (headings: {})",
+                args.heading,
+                all.iter()
+                    .map(|s| format!("`{}`", s.heading))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )))
+        }
+        several => {
+            return Err(BuiltinError::new(format!(
+                "{} headings match `{}` (lines {}); it must name one section",
+                several.len(),
+                args.heading,
+                several
+                    .iter()
+                    .map(|s| s.line.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )))
+        }
+    };
+    let last = section.body_end == args.text.len();
+    let content = args.content.trim_matches(['\n', '\r']);
+    let body = match (content.is_empty(), last) {
+        (true, _) => "\n".to_string(),
+        (false, true) => format!("\n{content}\n"),
+        (false, false) => format!("\n{content}\n\n"),
+    };
+    let old = &args.text[section.body_start..section.body_end];
+    let text = format!(
+        "{}{}{}",
+        &args.text[..section.body_start],
+        body,
+        &args.text[section.body_end..]
+    );
+    Ok(json!({ "text": text, "changed": old != body, "line": section.line }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fs::testing::{assert_valid, Sandbox};
+    use super::*;
+
+    const DOC: &str = "# Review\n\nintro\n\n## Step 1 — Predictions\n\n- *\"for ___\"*\n\n```md\n## Step 2 inside a fence\n```\n\n## Step 2 — Disagreements\n\n(Run `stagegraph run review` again.)\n\n### detail\n\nkept with step 2\n\n## Step 3 — Sign-off\n\n- [ ] reviewed\n- [x] provisional  \n\n---\n\ntrailer\n";
+
+    fn call(name: &str, with: Value) -> BuiltinResult {
+        let sandbox = Sandbox::new();
+        let builtin = builtins()
+            .into_iter()
+            .find(|b| b.name == name)
+            .expect("built-in");
+        assert_valid(&(builtin.with_schema)(), &with, name);
+        let out = (builtin.run)(&with, &sandbox.ctx());
+        if let Ok(value) = &out {
+            assert_valid(&(builtin.output_schema)(), value, name);
+        }
+        out
+    }
+
+    #[test]
+    fn sections_skip_fenced_code_and_nest_lower_levels() {
+        let out = call("markdown.sections", json!({ "text": DOC })).expect("sections");
+        let headings: Vec<&str> = out
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["heading"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            headings,
+            [
+                "Review",
+                "Step 1 — Predictions",
+                "Step 2 — Disagreements",
+                "detail",
+                "Step 3 — Sign-off"
+            ]
+        );
+        assert!(out[2]["body"]
+            .as_str()
+            .unwrap()
+            .contains("kept with step 2"));
+        assert!(out[1]["body"].as_str().unwrap().contains("inside a fence"));
+        assert_eq!(out[4]["line"], 21);
+        assert_eq!(heading("## closed ##"), Some((2, "closed".to_string())));
+        assert_eq!(heading("#hashtag"), None);
+    }
+
+    #[test]
+    fn replace_keeps_every_other_byte() {
+        let out = call(
+            "markdown.replace_section",
+            json!({ "text": DOC, "heading": "^Step 2\\b", "content": "- [ ] accept  [ ] reject   one\n" }),
+        )
+        .expect("replace");
+        let text = out["text"].as_str().unwrap();
+        let before =
+            DOC.find("## Step 2 — Disagreements\n").unwrap() + "## Step 2 — Disagreements\n".len();
+        let after = DOC.find("## Step 3").unwrap();
+        assert_eq!(&text[..before], &DOC[..before]);
+        assert!(text.ends_with(&DOC[after..]));
+        assert_eq!(
+            &text[before..text.len() - (DOC.len() - after)],
+            "\n- [ ] accept  [ ] reject   one\n\n"
+        );
+        assert_eq!(out["changed"], true);
+        let again = call(
+            "markdown.replace_section",
+            json!({ "text": text, "heading": "^Step 2\\b", "content": "- [ ] accept  [ ] reject   one" }),
+        )
+        .expect("again");
+        assert_eq!(again["text"], text);
+        assert_eq!(again["changed"], false);
+    }
+
+    #[test]
+    fn replace_needs_exactly_one_match() {
+        let err = call(
+            "markdown.replace_section",
+            json!({ "text": DOC, "heading": "^Step", "content": "" }),
+        )
+        .expect_err("several");
+        assert!(err.0.contains("3 headings match"), "{err}");
+        let err = call(
+            "markdown.replace_section",
+            json!({ "text": DOC, "heading": "^Step 9", "content": "" }),
+        )
+        .expect_err("none");
+        assert!(err.0.contains("no heading matches"), "{err}");
+    }
+
+    #[test]
+    fn the_last_section_ends_the_document() {
+        let out = call(
+            "markdown.replace_section",
+            json!({ "text": "# A\n\nold\n", "heading": "^A$", "content": "new" }),
+        )
+        .expect("replace");
+        assert_eq!(out["text"], "# A\n\nnew\n");
+    }
+}
