@@ -846,3 +846,82 @@ fn a_proposal_that_is_a_link_is_not_promoted() {
     );
     assert_eq!(home.snapshot(), before);
 }
+
+// ---------------------------------------------------------------------------------------------
+// discard.
+
+#[test]
+fn discard_asks_declines_without_an_answer_and_removes_on_yes() {
+    let home = Home::new();
+    home.review().code(0);
+    let proposed = home.test.path(PROPOSED).display().to_string();
+    let live_before: BTreeMap<String, String> = home
+        .snapshot()
+        .into_iter()
+        .filter(|(k, _)| k.starts_with(&format!("{LIVE}/")))
+        .collect();
+    let before = home.snapshot();
+
+    // No terminal and no answer: the safe answer, a decline.
+    let out = home.run("discard", &["--input", "slug=vite"]);
+    out.code(0);
+    assert_eq!(
+        out.stdout,
+        format!("Discard cancelled. {proposed}/ is untouched.\n")
+    );
+    assert_eq!(home.snapshot(), before);
+    let out = home.run(
+        "discard",
+        &["--input", "slug=vite", "--answer", "confirm=n"],
+    );
+    out.code(0);
+    assert_eq!(home.snapshot(), before);
+    // The question is recorded with its answer.
+    let record = home.test.last_run();
+    let reason = record["stages"]["confirm"].to_string();
+    assert!(
+        reason.contains(&format!("Remove {proposed}/ (and its .review/ audit trail)? The live vite-context/ is untouched.")),
+        "{reason}"
+    );
+
+    // Yes: the proposal goes, the live tree stays byte for byte.
+    let out = home.run("discard", &["--yes"]);
+    out.code(0);
+    assert_eq!(
+        out.stdout,
+        format!("Removed {proposed}/. Live vite-context/ is untouched.\n")
+    );
+    assert!(!home.test.exists(PROPOSED));
+    let live_after: BTreeMap<String, String> = home
+        .snapshot()
+        .into_iter()
+        .filter(|(k, _)| k.starts_with(&format!("{LIVE}/")))
+        .collect();
+    assert_eq!(live_after, live_before);
+
+    // Nothing left: a clean no-op.
+    let out = home.run("discard", &["--input", "slug=vite", "--yes"]);
+    out.code(0).stderr_has(&format!(
+        "No proposed staging dir at {proposed}/. Nothing to discard."
+    ));
+    let out = home.run("discard", &["--yes"]);
+    out.code(0).stderr_has("No proposed staging dir found under any of ~/.claude/skills/, ~/.claude/local/skills/ or .claude/skills/. Nothing to discard.");
+}
+
+#[test]
+fn a_rejected_proposal_is_discarded_after_apply_refuses_it() {
+    let home = Home::new();
+    signed_off(&home, "reject");
+    let before = home.snapshot();
+    refused(&home.apply(), "Sign-off state is 'reject'");
+    assert_eq!(home.snapshot(), before);
+    home.run(
+        "discard",
+        &["--input", "slug=vite", "--answer", "confirm=y"],
+    )
+    .code(0);
+    assert!(!home.test.exists(PROPOSED));
+    assert!(home
+        .test
+        .exists(&format!("{LIVE}/references/legacy-ssr.md")));
+}
