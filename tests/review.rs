@@ -725,6 +725,14 @@ fn an_interrupted_apply_is_finished_by_a_second_one() {
     );
     child.kill().expect("kill -9");
     child.wait().expect("reap");
+    // What apply managed to write: the first record, before its rename, and no other.
+    let mut written = Vec::new();
+    let mut reader = reader;
+    let _ = std::io::Read::read_to_end(&mut reader, &mut written);
+    assert!(
+        written.ends_with(first.as_bytes()),
+        "the pipe holds the first record last"
+    );
     drop(reader);
 
     // Between two entries: the first promoted, the second still staged, nothing else moved.

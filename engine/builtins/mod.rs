@@ -15,9 +15,9 @@ mod http;
 mod json;
 mod markdown;
 pub mod paths;
+mod promote;
 mod sections;
 mod transcript;
-mod tree;
 
 pub use paths::WriteRoots;
 
@@ -84,7 +84,7 @@ static REGISTRY: std::sync::LazyLock<Vec<Builtin>> = std::sync::LazyLock::new(||
         ask::builtins(),
         dirs::builtins(),
         sections::builtins(),
-        tree::builtins(),
+        promote::builtins(),
     ]
     .into_iter()
     .flatten()
