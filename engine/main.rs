@@ -211,6 +211,9 @@ struct ExecArgs {
     /// first).
     #[arg(long, short = 'y')]
     yes: bool,
+    /// Write no run record (`plan --explain`).
+    #[arg(skip)]
+    no_record: bool,
 }
 
 #[derive(Args)]
@@ -445,6 +448,7 @@ impl App {
                     keep_runs: 0,
                     answers: Vec::new(),
                     yes: false,
+                    no_record: true,
                 };
                 let args = RunArgs {
                     name,
@@ -690,6 +694,13 @@ impl App {
             }
         };
         let inputs = match self.collect_inputs(&workflow, &args) {
+            Ok(inputs) => Ok(inputs),
+            Err(failure) => {
+                self.record_early_failure(&workflow, Map::new(), &args.exec, &failure);
+                Err(failure)
+            }
+        };
+        let inputs = match inputs {
             Ok(inputs) => inputs,
             Err(failure) if always_zero => {
                 errln!("error: {}", failure.message);
@@ -754,23 +765,13 @@ impl App {
         exec: &ExecArgs,
         resume: Option<run::ResumeFrom>,
     ) -> Result<i32, Failure> {
-        let models = self.models(exec)?;
-        let missing = undefined_models(workflow, &models, Severity::Error);
-        if !missing.is_empty() && exec.replay.is_none() {
-            self.print_diagnostics(&missing);
-            return Err(invalid(format!(
-                "workflow `{}` needs model aliases that no configuration defines",
-                workflow.name
-            )));
-        }
-        let state_dir = run::state_dir_for(
-            workflow,
-            &inputs,
-            &self.engine.cwd,
-            &self.state_dir,
-            self.state_explicit,
-        )
-        .map_err(invalid)?;
+        let (models, state_dir, answers) = match self.prepare(workflow, &inputs, exec) {
+            Ok(prepared) => prepared,
+            Err(failure) => {
+                self.record_early_failure(workflow, inputs, exec, &failure);
+                return Err(failure);
+            }
+        };
         let keep_runs = workflow
             .file
             .workflow
@@ -778,9 +779,9 @@ impl App {
             .as_ref()
             .and_then(|records| records.keep)
             .unwrap_or(exec.keep_runs);
-        let answers = ask_answers(workflow, exec)?;
         let options = RunOptions {
             answers,
+            record: !exec.no_record,
             jobs: exec
                 .jobs
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
@@ -804,6 +805,20 @@ impl App {
             } else {
                 None
             },
+        };
+        // A dry-run rehearses the real path: stages with work take the last real run's outputs
+        // where their fingerprints are unchanged.
+        let resume = match resume {
+            None if options.dry_run => runtime
+                .previous
+                .clone()
+                .or_else(|| latest_real_run(&state_dir, &workflow.name))
+                .map(|previous| run::ResumeFrom {
+                    outputs: record::read_outputs(&state_dir, &previous.run_id),
+                    run_id: previous.run_id,
+                    rehearsal: true,
+                }),
+            resume => resume,
         };
         let _ = ctrlc::set_handler(|| {
             std::thread::spawn(|| run::process::Interrupt::global().trigger());
@@ -879,6 +894,82 @@ impl App {
         })
     }
 
+    /// What a run needs before it starts: its models, its state folder, its answers.
+    fn prepare(
+        &self,
+        workflow: &stagegraph::check::Workflow,
+        inputs: &Map<String, Value>,
+        exec: &ExecArgs,
+    ) -> Result<(Models, PathBuf, stagegraph::builtins::ask::Answers), Failure> {
+        let models = self.models(exec)?;
+        let missing = undefined_models(workflow, &models, Severity::Error);
+        if !missing.is_empty() && exec.replay.is_none() {
+            self.print_diagnostics(&missing);
+            return Err(invalid(format!(
+                "workflow `{}` needs model aliases that no configuration defines",
+                workflow.name
+            )));
+        }
+        let state_dir = run::state_dir_for(
+            workflow,
+            inputs,
+            &self.engine.cwd,
+            &self.state_dir,
+            self.state_explicit,
+        )
+        .map_err(invalid)?;
+        let answers = ask_answers(workflow, exec)?;
+        Ok((models, state_dir, answers))
+    }
+
+    /// A run that fails before its first stage still leaves a record saying why (a hook's call
+    /// is read afterwards with `runs show last`); `plan --explain` records nothing.
+    fn record_early_failure(
+        &self,
+        workflow: &stagegraph::check::Workflow,
+        inputs: Map<String, Value>,
+        exec: &ExecArgs,
+        failure: &Failure,
+    ) {
+        if exec.no_record {
+            return;
+        }
+        let state_dir = run::state_dir_for(
+            workflow,
+            &inputs,
+            &self.engine.cwd,
+            &self.state_dir,
+            self.state_explicit,
+        )
+        .unwrap_or_else(|_| self.state_dir.clone());
+        // No stage runs, so no model is needed: a configuration that does not load is no reason
+        // to leave the failure unrecorded.
+        let Ok(models) =
+            Models::load(&self.engine.cwd).or_else(|_| Models::from_layers(Vec::new()))
+        else {
+            return;
+        };
+        let runtime = Runtime {
+            models: &models,
+            search: &self.engine.search,
+            cwd: self.engine.cwd.clone(),
+            state_dir,
+            previous: None,
+        };
+        let options = RunOptions {
+            dry_run: exec.dry_run || exec.explain,
+            quiet: true,
+            ..RunOptions::default()
+        };
+        let message = match failure.message.as_str() {
+            "" => "the run did not start".to_string(),
+            text => text.to_string(),
+        };
+        if let Err(error) = run::record_failure(workflow, &runtime, &options, inputs, message) {
+            errln!("warning: cannot write the run record: {error}");
+        }
+    }
+
     fn resume(&self, run_id: &str, exec: ExecArgs) -> Result<i32, Failure> {
         let (id, dir) = record::locate_run(&self.state_dirs(), run_id).map_err(invalid)?;
         let previous = record::read_record(&dir, &id).map_err(invalid)?;
@@ -892,6 +983,7 @@ impl App {
             Some(run::ResumeFrom {
                 run_id: id,
                 outputs,
+                rehearsal: false,
             }),
         )?;
         Ok(
@@ -937,10 +1029,14 @@ impl App {
                                 (_, Some(error)) => error.clone(),
                                 _ => String::new(),
                             };
+                            let status = match r.dry_run {
+                                true => format!("{} (dry-run)", r.status.as_str()),
+                                false => r.status.as_str().to_string(),
+                            };
                             outln!(
                                 "{id}  {:<16} {:<11} {:>8}ms  {}",
                                 r.workflow,
-                                r.status.as_str(),
+                                status,
                                 r.duration_ms,
                                 first_line(&detail)
                             );
@@ -975,7 +1071,13 @@ impl App {
                     outln!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
                     return Ok(exit::SUCCESS);
                 }
-                outln!("run {} ({}) {}", r.run_id, r.workflow, r.status.as_str());
+                outln!(
+                    "run {} ({}) {}{}",
+                    r.run_id,
+                    r.workflow,
+                    r.status.as_str(),
+                    if r.dry_run { " (dry-run)" } else { "" }
+                );
                 outln!("started {}  duration {}ms", r.started_at, r.duration_ms);
                 if let Some(exit) = &r.exit {
                     outln!(
@@ -999,6 +1101,10 @@ impl App {
                         s.duration_ms,
                         first_line(&extra)
                     );
+                    // What a stage that succeeded said on stderr (warnings, progress).
+                    for line in s.stderr.as_deref().unwrap_or("").lines() {
+                        outln!("      stderr: {line}");
+                    }
                 }
                 let u = &r.usage;
                 if u.model_calls > 0 {

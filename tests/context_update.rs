@@ -939,12 +939,22 @@ fn failures_exit_zero_and_leave_the_cursor() {
     assert_eq!(run.stage("delta"), "failed");
     assert_eq!(project.cursor(), None);
 
-    // A payload without a transcript path is not a run at all, and still exits 0.
+    // A payload without a transcript path fails before any stage, still exits 0, and leaves a
+    // failed record that says why (`runs show last` after the hook call).
     let project = Project::new();
     let run = project.run(T0, &[], Some(r#"{"session_id": "x", "cwd": "."}"#), |_| {});
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(run.stderr.contains("transcript_path"), "{}", run.stderr);
-    assert!(run.record.is_none());
+    assert_eq!(run.status(), "failed");
+    assert!(
+        run.record()["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("transcript_path"),
+        "{:#}",
+        run.record()
+    );
+    assert_eq!(run.stage("delta"), "not_run");
 
     // The writer fails: nothing written, the delta stays to be judged again.
     let project = Project::new();

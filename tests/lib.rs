@@ -7,6 +7,7 @@ mod check;
 mod claude_code;
 mod compound;
 mod context_update;
+mod contract;
 mod diagnostics;
 mod explain;
 mod finally;

@@ -295,5 +295,21 @@ fn an_undefined_alias_is_a_check_warning_and_stops_a_run_before_any_stage() {
     let out = test.run(["-L", "lib", "run", "ask"]);
     out.code(2);
     out.stderr_has("no configuration defines");
-    assert!(test.run_ids().is_empty(), "no run may start");
+    // No stage starts; the record says why the run failed.
+    let ids = test.run_ids();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let record = test.last_run();
+    assert_eq!(record["status"], "failed");
+    assert!(
+        record["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no configuration defines"),
+        "{record:#}"
+    );
+    assert!(record["stages"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .all(|(_, s)| s["status"] == "not_run"));
 }

@@ -379,7 +379,19 @@ fn typed_input_parse_error_is_invalid() {
     t.run(["run", "inputs", "--input", "count=1", "--input", "nmae=x"])
         .code(2)
         .stderr_has("did you mean `name`?");
-    assert!(t.run_ids().is_empty(), "an invalid invocation left a run");
+    // Each failed before its first stage, and its record says why.
+    let ids = t.run_ids();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    let record = t.last_run();
+    assert_eq!(status(&record), "failed");
+    assert!(
+        record["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("did you mean `name`?"),
+        "{record:#}"
+    );
+    assert!(statuses(&record).iter().all(|(_, s)| s == "not_run"));
 
     t.run(["run", "inputs", "--input", "count=41"]).code(0);
     assert_eq!(t.stage_output("show"), "42 anonymous\n");

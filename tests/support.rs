@@ -124,9 +124,15 @@ impl Test {
         self.command(args).output()
     }
 
-    /// `runs show last --json`, parsed.
+    /// The newest run's id, dry-runs included (`last` names the newest real run), or `last`
+    /// when the runs are not in the test's state folder.
+    pub(crate) fn newest_run(&self) -> String {
+        self.run_ids().pop().unwrap_or_else(|| "last".into())
+    }
+
+    /// The newest run (`runs show ID --json`), parsed.
     pub(crate) fn last_run(&self) -> Value {
-        let out = self.run(["runs", "show", "last", "--json"]);
+        let out = self.run(["runs", "show", &self.newest_run(), "--json"]);
         out.code(0);
         serde_json::from_str(&out.stdout)
             .unwrap_or_else(|e| panic!("run.json is not JSON ({e}):\n{}", out.stdout))
@@ -147,9 +153,9 @@ impl Test {
         ids
     }
 
-    /// One stage's recorded output in the last run, as `runs show last --stage` prints it.
+    /// One stage's recorded output in the newest run, as `runs show ID --stage` prints it.
     pub(crate) fn stage_output(&self, stage: &str) -> String {
-        let out = self.run(["runs", "show", "last", "--stage", stage]);
+        let out = self.run(["runs", "show", &self.newest_run(), "--stage", stage]);
         out.code(0);
         out.stdout
     }

@@ -53,6 +53,8 @@ pub struct RunOptions {
     pub keep_runs: usize,
     /// How `ask` stages are answered (`--answer`, `--yes`, a terminal).
     pub answers: crate::builtins::ask::Answers,
+    /// Write a run record (`plan --explain` writes none).
+    pub record: bool,
 }
 
 impl Default for RunOptions {
@@ -68,6 +70,7 @@ impl Default for RunOptions {
             json_events: false,
             keep_runs: 50,
             answers: Default::default(),
+            record: true,
         }
     }
 }
@@ -86,6 +89,10 @@ pub struct Runtime<'a> {
 pub struct ResumeFrom {
     pub run_id: String,
     pub outputs: HashMap<String, OutputLine>,
+    /// A dry-run's rehearsal of the run's real path: a stage with work whose fingerprint is
+    /// the same as in that run takes the output it recorded instead of an assumed one (the run
+    /// is not resumed: nothing that a real run would execute is marked reused).
+    pub rehearsal: bool,
 }
 
 /// Errors that stop a run before it starts.
@@ -116,7 +123,11 @@ pub fn run(
         record::make_private(&runtime.state_dir)?;
     }
     let dir = record::runs_dir(&runtime.state_dir).join(&run_id);
-    let files = RunFiles::create(dir.clone())?;
+    // `plan --explain` records nothing.
+    let files = match options.record {
+        true => Some(RunFiles::create(dir.clone())?),
+        false => None,
+    };
     let reporter = Reporter::new(options, workflow.stages.len());
     if !options.quiet {
         eprintln!(
@@ -126,8 +137,17 @@ pub fn run(
         );
     }
     let mut executor = Executor::new(workflow, runtime, options, inputs, run_id, reporter);
-    executor.record.resumed_from = resume.as_ref().map(|r| r.run_id.clone());
-    executor.attach(files)?;
+    executor.record.resumed_from = resume
+        .as_ref()
+        .filter(|r| !r.rehearsal)
+        .map(|r| r.run_id.clone());
+    executor.rehearsal = resume
+        .as_ref()
+        .filter(|r| r.rehearsal)
+        .map(|r| r.run_id.clone());
+    if let Some(files) = files {
+        executor.attach(files)?;
+    }
     executor.execute(resume.map(|r| r.outputs).unwrap_or_default());
     executor.reporter.done();
     let record = executor.record;
@@ -179,6 +199,37 @@ pub fn state_dir_for(
     })
 }
 
+/// Record a run that failed before its first stage (its inputs were invalid, its command line
+/// wrong): a run record with status `failed` and the error, so `runs show last` tells what
+/// happened to a call nobody watched (a hook's).
+pub fn record_failure(
+    workflow: &Workflow,
+    runtime: &Runtime,
+    options: &RunOptions,
+    inputs: Map<String, Value>,
+    error: String,
+) -> Result<RunRecord, RunError> {
+    let run_id = record::new_run_id();
+    let dir = record::runs_dir(&runtime.state_dir).join(&run_id);
+    let files = RunFiles::create(dir)?;
+    let quiet = RunOptions {
+        quiet: true,
+        json_events: false,
+        ..options.clone()
+    };
+    let reporter = Reporter::new(&quiet, workflow.stages.len());
+    let mut executor = Executor::new(workflow, runtime, options, inputs, run_id, reporter);
+    executor.attach(files)?;
+    executor.emit(Event::RunStarted {
+        workflow: &workflow.name,
+        inputs: &executor.record.inputs,
+        dry_run: options.dry_run,
+    });
+    executor.record.error = Some(error);
+    executor.finish(RunStatus::Failed);
+    Ok(executor.record)
+}
+
 /// Run a sub-workflow inside a stage: no record of its own; its stages report under the
 /// parent stage's name.
 pub(crate) fn run_nested(
@@ -217,6 +268,8 @@ struct Executor<'w, 'r> {
     started: Instant,
     /// Finally stages are running: the run has ended, and nothing they do changes how.
     finally_phase: bool,
+    /// A dry-run rehearsing after this run: the outputs to reuse are its.
+    rehearsal: Option<String>,
 }
 
 impl<'w, 'r> Executor<'w, 'r> {
@@ -272,6 +325,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             table,
             started: Instant::now(),
             finally_phase: false,
+            rehearsal: None,
         }
     }
 
@@ -485,6 +539,7 @@ impl<'w, 'r> Executor<'w, 'r> {
         };
 
         let reporter = self.reporter.clone();
+        let rehearsal = self.rehearsal.clone();
         let runner = StageRunner {
             workflow,
             runtime: self.runtime,
@@ -492,6 +547,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             prepared: &prepared,
             base_scope: &scope,
             reuse: &reuse,
+            rehearsal: rehearsal.as_deref(),
             reporter: &reporter,
             cache: cache::Cache::new(&self.runtime.state_dir, &workflow.name),
             table: Arc::clone(&self.table),
@@ -512,6 +568,7 @@ impl<'w, 'r> Executor<'w, 'r> {
                 prepared: &prepared,
                 base_scope: &ended,
                 reuse: &reuse,
+                rehearsal: rehearsal.as_deref(),
                 reporter: &reporter,
                 cache,
                 table: Arc::clone(&self.table),
@@ -867,6 +924,10 @@ impl<'w, 'r> Executor<'w, 'r> {
             written: None,
             explain: outcome.explain.take(),
             assumed: outcome.assumed,
+            stderr: outcome
+                .stderr
+                .take()
+                .filter(|_| outcome.status != StageStatus::Failed),
         };
         match &self.recorder {
             Some(recorder) => recorder.finished(Finished {

@@ -143,6 +143,10 @@ pub struct StageRecord {
     /// In a dry-run: the output was assumed, not produced.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub assumed: bool,
+    /// The end of what a successful stage's process wrote on stderr (at most 8 KB; a failed
+    /// one's is in `error`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<String>,
     /// The stage's JSON as `run.json` holds it, once it finished for good: written once by the
     /// recorder rather than at every rewrite (the last rewrite of a record of 10,000 stages
     /// copies them instead of writing 5 MB of JSON again).
@@ -202,6 +206,7 @@ impl StageRecord {
             usage: None,
             explain: None,
             assumed: false,
+            stderr: None,
             written: None,
         }
     }
@@ -544,9 +549,16 @@ pub fn resolve_run_id(state_dir: &Path, id: &str) -> Result<String, String> {
     let ids = list_runs(state_dir);
     if id == "last" {
         return ids
-            .last()
+            .iter()
+            .rev()
+            .find(|id| !is_dry_run(state_dir, id))
             .cloned()
-            .ok_or_else(|| format!("no runs recorded in {}", runs_dir(state_dir).display()));
+            .ok_or_else(|| {
+                format!(
+                    "no runs recorded in {} (dry-runs aside)",
+                    runs_dir(state_dir).display()
+                )
+            });
     }
     let matches: Vec<&String> = ids.iter().filter(|r| r.starts_with(id)).collect();
     match matches.as_slice() {
@@ -560,6 +572,21 @@ pub fn resolve_run_id(state_dir: &Path, id: &str) -> Result<String, String> {
             many.len()
         )),
     }
+}
+
+/// Whether a recorded run was a dry-run: `last` means the last real run. An unreadable record
+/// counts as real, so that `runs show last` shows what is wrong with it.
+pub fn is_dry_run(state_dir: &Path, id: &str) -> bool {
+    #[derive(Deserialize)]
+    struct Head {
+        #[serde(default)]
+        dry_run: bool,
+    }
+    let path = runs_dir(state_dir).join(id).join("run.json");
+    std::fs::read(&path)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<Head>(&bytes).ok())
+        .is_some_and(|head| head.dry_run)
 }
 
 pub fn read_record(state_dir: &Path, id: &str) -> Result<RunRecord, String> {
@@ -731,9 +758,11 @@ pub fn locate_run(dirs: &[PathBuf], id: &str) -> Result<(String, PathBuf), Strin
     };
     if id == "last" {
         return all
-            .last()
+            .iter()
+            .rev()
+            .find(|(id, dir)| !is_dry_run(dir, id))
             .cloned()
-            .ok_or_else(|| format!("no runs recorded in {}", places()));
+            .ok_or_else(|| format!("no runs recorded in {} (dry-runs aside)", places()));
     }
     let matches: Vec<&(String, PathBuf)> = all.iter().filter(|(r, _)| r.starts_with(id)).collect();
     match matches.as_slice() {

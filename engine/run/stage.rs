@@ -23,8 +23,12 @@ use crate::models::{extract_json, ModelRequest};
 use crate::schema::sha256_hex;
 use crate::template::{Scope, Tmpl};
 
-/// One unit's result, its attempts and its model calls.
-type UnitResult = (Result<Value, String>, u32, Vec<ModelCall>);
+/// One unit's result, its attempts, its model calls and the stderr of its last attempt's
+/// process.
+type UnitResult = (Result<Value, String>, u32, Vec<ModelCall>, String);
+
+/// How much of a successful process's stderr a stage record keeps: the end of it.
+const STDERR_KEPT: usize = 8 * 1024;
 
 /// Bump when the meaning of a stored output changes.
 const CACHE_VERSION: &str = "stagegraph-cache-1";
@@ -79,6 +83,8 @@ pub(crate) struct StageOutcome {
     pub notes: Vec<String>,
     /// A failure that fails the run.
     pub fatal: bool,
+    /// The end of what its process wrote on stderr, when it succeeded.
+    pub stderr: Option<String>,
     /// Asked to finish only without work ([`StageRunner::run_if_reused`]).
     reuse_only: bool,
     /// It has work to do, left for [`StageRunner::run`].
@@ -109,6 +115,7 @@ impl StageOutcome {
             reuse_only: false,
             deferred: false,
             fatal: false,
+            stderr: None,
         }
     }
 
@@ -196,6 +203,8 @@ pub(crate) struct StageRunner<'a> {
     pub prepared: &'a Prepared,
     pub base_scope: &'a Scope,
     pub reuse: &'a HashMap<String, OutputLine>,
+    /// The run whose outputs `reuse` holds when this is a dry-run rehearsing its path.
+    pub rehearsal: Option<&'a str>,
     pub reporter: &'a Reporter,
     pub cache: Cache,
     pub table: std::sync::Arc<crate::template::StageTable>,
@@ -321,13 +330,17 @@ impl StageRunner<'_> {
 
         // Resume reuses work (commands, model calls, writes, sub-workflows), not observations:
         // templates and read-only built-ins are cheap and read the world as it is now.
-        let output = if let Some(previous) = self
+        let recorded = self
             .reuse
             .get(&stage.id)
-            .filter(|p| p.fingerprint == fingerprint && is_work(stage))
-        {
+            .filter(|p| p.fingerprint == fingerprint && is_work(stage));
+        let output = if let Some(previous) = recorded.filter(|_| self.rehearsal.is_none()) {
             outcome.status = StageStatus::Cached;
             outcome.reused_from = Some("resumed run".into());
+            if self.options.explain {
+                outcome.explain =
+                    Some("reused: the resumed run recorded an identical execution".into());
+            }
             previous.output.clone()
         } else if let Some((stored, sha256)) = cache_id
             .as_ref()
@@ -337,10 +350,30 @@ impl StageRunner<'_> {
             outcome.status = StageStatus::Cached;
             outcome.reused_from = Some("cache".into());
             outcome.output_sha256 = Some(sha256);
+            if self.options.dry_run {
+                outcome
+                    .notes
+                    .push("(dry-run) output from the cache, whose entry has this fingerprint".into());
+            }
             if self.options.explain {
                 outcome.explain = Some("reused: the cache holds an identical execution".into());
             }
             stored
+        } else if let Some((previous, run)) = recorded
+            .zip(self.rehearsal)
+            .filter(|_| self.options.dry_run && self.has_side_effects(stage, &rendered))
+        {
+            // A rehearsal follows the real path: the last real run's output, not an assumed one.
+            // A real run would still execute the stage (it has no cache entry), as explain says.
+            outcome.status = StageStatus::Cached;
+            outcome.reused_from = Some(format!("run {run}"));
+            outcome.notes.push(format!(
+                "(dry-run) output of run {run}, whose fingerprint was the same"
+            ));
+            if self.options.explain {
+                outcome.explain = Some(self.explain_miss(stage, &parts));
+            }
+            previous.output.clone()
         } else if self.options.dry_run && self.has_side_effects(stage, &rendered) {
             if self.options.explain {
                 outcome.explain = Some(self.explain_miss(stage, &parts));
@@ -794,9 +827,12 @@ impl StageRunner<'_> {
         outcome: &mut StageOutcome,
     ) -> Result<Value, String> {
         if stage.foreach.is_none() {
-            let (result, attempts, calls) = self.execute_with_retries(stage, &rendered[0]);
+            let (result, attempts, calls, stderr) = self.execute_with_retries(stage, &rendered[0]);
             outcome.attempts = attempts;
             outcome.model_calls.extend(calls);
+            if !stderr.is_empty() {
+                outcome.stderr = Some(stderr);
+            }
             return result;
         }
         // Model calls wait on the network, not on a core: a prompt stage whose model sets
@@ -839,11 +875,17 @@ impl StageRunner<'_> {
         let results = results.into_inner().unwrap_or_else(|p| p.into_inner());
         let mut outputs = Vec::with_capacity(results.len());
         for (i, result) in results.into_iter().enumerate() {
-            let Some((result, attempts, calls)) = result else {
+            let Some((result, attempts, calls, stderr)) = result else {
                 return Err(format!("item {i} did not run: an earlier item failed"));
             };
             outcome.attempts = outcome.attempts.max(attempts);
             outcome.model_calls.extend(calls);
+            if !stderr.is_empty() {
+                let kept = outcome.stderr.get_or_insert_with(String::new);
+                if kept.len() < STDERR_KEPT {
+                    kept.push_str(&format!("[item {i}] {stderr}\n"));
+                }
+            }
             match result {
                 Ok(output) => outputs.push(output),
                 Err(error) if keep_going => {
@@ -865,7 +907,8 @@ impl StageRunner<'_> {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let result = self.execute_once(stage, rendered, &mut calls);
+            let mut stderr = String::new();
+            let result = self.execute_once(stage, rendered, &mut calls, &mut stderr);
             match result {
                 Err(error) if attempt <= stage.retries && !Interrupt::global().is_set() => {
                     let wait = stage
@@ -878,7 +921,7 @@ impl StageRunner<'_> {
                     ));
                     sleep_interruptibly(wait);
                 }
-                result => return (result, attempt, calls),
+                result => return (result, attempt, calls, stderr),
             }
         }
     }
@@ -888,6 +931,7 @@ impl StageRunner<'_> {
         stage: &Stage,
         rendered: &Rendered,
         calls: &mut Vec<ModelCall>,
+        stderr: &mut String,
     ) -> Result<Value, String> {
         match rendered {
             Rendered::None => Ok(Value::Null),
@@ -899,6 +943,7 @@ impl StageRunner<'_> {
                     _ => vec![0],
                 };
                 let output = process::run(&spec).map_err(|e| e.to_string())?;
+                *stderr = process::tail(&output.stderr, STDERR_KEPT);
                 if !ok_codes.contains(&output.code) {
                     let tail = output.stderr_tail();
                     let detail = if tail.is_empty() {
