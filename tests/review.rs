@@ -933,3 +933,30 @@ fn a_rejected_proposal_is_discarded_after_apply_refuses_it() {
         .test
         .exists(&format!("{LIVE}/references/legacy-ssr.md")));
 }
+
+#[test]
+fn an_edit_made_while_the_model_thinks_is_not_overwritten() {
+    let home = Home::new();
+    home.review().code(0);
+    home.predict();
+    // The model takes its time, and meanwhile the user ticks a box and saves.
+    home.test.write(
+        "models/sonnet.sh",
+        &format!(
+            "cat > /dev/null\n\
+             sed -i 's/- \\[ \\] reviewed/- [x] reviewed/' '{}'\n\
+             echo '{{\"disagreements\": [{{\"kind\": \"scope\", \"text\": \"One.\"}}]}}'\n",
+            home.test.path(REVIEW).display()
+        ),
+    );
+    let out = home.review();
+    out.code(1).stderr_has("(changed since it was read)");
+    let text = home.test.read(REVIEW);
+    assert!(
+        text.contains("- [x] reviewed\n"),
+        "the user's edit stays: {text}"
+    );
+    assert!(
+        text.contains("(Run `stagegraph run review --input slug=vite` again after filling Step 1")
+    );
+}
