@@ -136,7 +136,11 @@ impl HookChange {
         similar::TextDiff::from_lines(old, new)
             .unified_diff()
             .header(
-                if self.before.is_some() { &name } else { "/dev/null" },
+                if self.before.is_some() {
+                    &name
+                } else {
+                    "/dev/null"
+                },
                 &name,
             )
             .to_string()
@@ -171,7 +175,7 @@ impl fmt::Debug for HookChange {
         f.debug_struct("HookChange")
             .field("path", &self.path)
             .field("changes", &self.changes())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -188,8 +192,7 @@ pub fn hook_command() -> String {
     };
     let program = match exe {
         Some(exe) if !same => shlex::try_quote(&exe.to_string_lossy())
-            .map(|q| q.into_owned())
-            .unwrap_or_else(|_| "stagegraph".to_string()),
+            .map_or_else(|_| "stagegraph".to_string(), std::borrow::Cow::into_owned),
         _ => "stagegraph".to_string(),
     };
     format!("{program} {HOOK_ARGS}")
@@ -291,7 +294,9 @@ mod tests {
     #[test]
     fn recognises_its_own_command_only() {
         assert!(is_ours(&format!("stagegraph {HOOK_ARGS}")));
-        assert!(is_ours(&format!("/home/me/.cargo/bin/stagegraph {HOOK_ARGS}")));
+        assert!(is_ours(&format!(
+            "/home/me/.cargo/bin/stagegraph {HOOK_ARGS}"
+        )));
         assert!(is_ours(&format!("'/opt/my tools/stagegraph' {HOOK_ARGS}")));
         assert!(!is_ours("stagegraph run other --quiet"));
         assert!(!is_ours(&format!("notstagegraph {HOOK_ARGS}")));

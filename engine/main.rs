@@ -146,13 +146,19 @@ enum Command {
     /// Copy a workflow with its templates and schemas into .stagegraph/ to own it.
     Eject { name: String },
     /// Serve the workflows as tools over the Model Context Protocol, on stdio.
-    #[command(after_help = "Examples:\n  stagegraph mcp\n  claude mcp add stagegraph -- stagegraph mcp")]
+    #[command(
+        after_help = "Examples:\n  stagegraph mcp\n  claude mcp add stagegraph -- stagegraph mcp"
+    )]
     Mcp,
     /// Add the context-update Stop hook to a Claude Code settings file (merged, idempotent).
-    #[command(after_help = "Examples:\n  stagegraph install-hook --dry-run\n  stagegraph install-hook --scope user")]
+    #[command(
+        after_help = "Examples:\n  stagegraph install-hook --dry-run\n  stagegraph install-hook --scope user"
+    )]
     InstallHook(HookArgs),
     /// Remove exactly the hook `install-hook` added.
-    #[command(after_help = "Examples:\n  stagegraph uninstall-hook\n  stagegraph uninstall-hook --scope user --dry-run")]
+    #[command(
+        after_help = "Examples:\n  stagegraph uninstall-hook\n  stagegraph uninstall-hook --scope user --dry-run"
+    )]
     UninstallHook(HookArgs),
 }
 
@@ -381,7 +387,11 @@ fn hook(args: &HookArgs, cwd: &Path, install: bool) -> ExitCode {
     }
     match change.apply() {
         Ok(true) => {
-            let verb = if install { "added the context-update Stop hook to" } else { "removed the context-update Stop hook from" };
+            let verb = if install {
+                "added the context-update Stop hook to"
+            } else {
+                "removed the context-update Stop hook from"
+            };
             errln!("{verb} {}", change.path.display());
             ExitCode::from(exit::SUCCESS as u8)
         }

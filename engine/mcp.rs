@@ -191,56 +191,66 @@ impl Server {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        let args = request.arguments.unwrap_or_default();
-        let name = request.name.as_ref();
-        match name {
+        let arguments = request.arguments.unwrap_or_default();
+        let tool_name = request.name.as_ref();
+        match tool_name {
             "list_workflows" => Ok(self.list_workflows()),
             "check_workflow" => {
                 let mut argv = vec!["check".to_string(), "--color".into(), "never".into()];
-                if let Some(name) = optional_string(&args, "name")? {
+                if let Some(name) = optional_string(&arguments, "name")? {
                     argv.push(name);
                 }
                 Ok(self.text_command(argv).await)
             }
             "plan_workflow" => {
-                let name = required_string(&args, "name")?;
-                let format = optional_string(&args, "format")?.unwrap_or_else(|| "text".into());
+                let name = required_string(&arguments, "name")?;
+                let format =
+                    optional_string(&arguments, "format")?.unwrap_or_else(|| "text".into());
                 Ok(self
                     .text_command(vec!["plan".into(), name, "--format".into(), format])
                     .await)
             }
             "run_workflow" => {
-                let name = required_string(&args, "name")?;
-                let inputs = match args.get("inputs") {
+                let name = required_string(&arguments, "name")?;
+                let inputs = match arguments.get("inputs") {
                     None | Some(Value::Null) => Map::new(),
                     Some(Value::Object(map)) => map.clone(),
                     Some(_) => return Err(invalid("`inputs` must be an object")),
                 };
                 let mut extra = Vec::new();
-                if args.get("dry_run").and_then(Value::as_bool) == Some(true) {
+                if arguments.get("dry_run").and_then(Value::as_bool) == Some(true) {
                     extra.push("--dry-run".to_string());
                 }
-                if let Some(dir) = optional_string(&args, "replay")? {
+                if let Some(dir) = optional_string(&arguments, "replay")? {
                     extra.extend(["--replay".to_string(), dir]);
                 }
                 Ok(self.run(&name, Some(inputs), extra, &context).await)
             }
             "show_run" => {
-                let id = optional_string(&args, "run_id")?.unwrap_or_else(|| "last".into());
+                let id = optional_string(&arguments, "run_id")?.unwrap_or_else(|| "last".into());
                 Ok(self
                     .text_command(vec!["runs".into(), "show".into(), id, "--json".into()])
                     .await)
             }
             "resume_run" => {
-                let id = required_string(&args, "run_id")?;
+                let id = required_string(&arguments, "run_id")?;
                 Ok(self.resume(&id, &context).await)
             }
-            _ => match name.strip_prefix("run_") {
-                Some(workflow) if self.engine().search.workflow_names().iter().any(|n| n == workflow) => {
-                    Ok(self.run(workflow, Some(args), Vec::new(), &context).await)
+            _ => match tool_name.strip_prefix("run_") {
+                Some(workflow)
+                    if self
+                        .engine()
+                        .search
+                        .workflow_names()
+                        .iter()
+                        .any(|n| n == workflow) =>
+                {
+                    Ok(self
+                        .run(workflow, Some(arguments), Vec::new(), &context)
+                        .await)
                 }
                 _ => Err(ErrorData::invalid_params(
-                    format!("no tool named `{name}`; list_workflows names the workflows"),
+                    format!("no tool named `{tool_name}`; list_workflows names the workflows"),
                     None,
                 )),
             },
@@ -301,7 +311,12 @@ impl Server {
     async fn text_command(&self, argv: Vec<String>) -> CallToolResult {
         let output = match self.command(&argv).output().await {
             Ok(output) => output,
-            Err(error) => return tool_error(format!("cannot start {}: {error}", self.options.exe.display())),
+            Err(error) => {
+                return tool_error(format!(
+                    "cannot start {}: {error}",
+                    self.options.exe.display()
+                ))
+            }
         };
         let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&output.stderr);
@@ -337,7 +352,8 @@ impl Server {
         if inputs.is_some() {
             argv.extend(["--inputs-json".to_string(), "-".into()]);
         }
-        self.follow(argv, inputs.map(Value::Object), total, context).await
+        self.follow(argv, inputs.map(Value::Object), total, context)
+            .await
     }
 
     async fn resume(&self, id: &str, context: &RequestContext<RoleServer>) -> CallToolResult {
@@ -366,7 +382,12 @@ impl Server {
         }
         let mut child = match command.spawn() {
             Ok(child) => child,
-            Err(error) => return tool_error(format!("cannot start {}: {error}", self.options.exe.display())),
+            Err(error) => {
+                return tool_error(format!(
+                    "cannot start {}: {error}",
+                    self.options.exe.display()
+                ))
+            }
         };
         if let (Some(value), Some(mut pipe)) = (stdin, child.stdin.take()) {
             let _ = pipe.write_all(value.to_string().as_bytes()).await;
@@ -405,16 +426,25 @@ impl Server {
                         if let Some(token) = &progress_token {
                             let stage = event.get("stage").and_then(Value::as_str).unwrap_or("?");
                             let status = event.get("status").and_then(Value::as_str).unwrap_or("?");
-                            let mut param = ProgressNotificationParam::new(token.clone(), finished as f64)
-                                .with_message(format!("{stage}: {status}"));
+                            let mut param = ProgressNotificationParam::new(
+                                token.clone(),
+                                f64::from(u32::try_from(finished).unwrap_or(u32::MAX)),
+                            )
+                            .with_message(format!("{stage}: {status}"));
                             if let Some(total) = total {
-                                param = param.with_total(total as f64);
+                                param = param.with_total(f64::from(
+                                    u32::try_from(total).unwrap_or(u32::MAX),
+                                ));
                             }
                             let _ = context.peer.notify_progress(param).await;
                         }
                     }
                     Some("run_finished") => {
-                        copy(&event, &mut summary, &["status", "exit", "error", "duration_ms"]);
+                        copy(
+                            &event,
+                            &mut summary,
+                            &["status", "exit", "error", "duration_ms"],
+                        );
                     }
                     Some("outputs") => {
                         copy(&event, &mut summary, &["outputs"]);
@@ -480,7 +510,9 @@ impl ServerHandler for Server {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        self.call(request, context).await.map(CallToolResponse::from)
+        self.call(request, context)
+            .await
+            .map(CallToolResponse::from)
     }
 }
 
@@ -518,7 +550,8 @@ fn input_schema(inputs: &[(String, InputDecl)]) -> Value {
         }
         properties.insert(key.clone(), Value::Object(property));
     }
-    let mut schema = json!({ "type": "object", "properties": properties, "additionalProperties": false });
+    let mut schema =
+        json!({ "type": "object", "properties": properties, "additionalProperties": false });
     if !required.is_empty() {
         schema["required"] = Value::Array(required);
     }
@@ -542,11 +575,11 @@ fn copy(from: &Map<String, Value>, to: &mut Map<String, Value>, keys: &[&str]) {
 }
 
 fn interrupt(child: &tokio::process::Child) {
-    if let Some(pid) = child.id() {
+    if let Some(pid) = child.id().and_then(|pid| libc::pid_t::try_from(pid).ok()) {
         // SIGTERM: the engine stops its stages and records the run as interrupted.
         // SAFETY: kill(2) with a pid this server spawned and has not yet reaped.
         unsafe {
-            libc::kill(pid as libc::pid_t, libc::SIGTERM);
+            libc::kill(pid, libc::SIGTERM);
         }
     }
 }
@@ -597,7 +630,10 @@ mod tests {
         ];
         let schema = input_schema(&inputs);
         assert_eq!(schema["required"], json!(["name"]));
-        assert_eq!(schema["properties"]["loud"], json!({ "type": "boolean", "default": false }));
+        assert_eq!(
+            schema["properties"]["loud"],
+            json!({ "type": "boolean", "default": false })
+        );
         assert_eq!(schema["properties"]["name"]["description"], "who");
         assert_eq!(schema["additionalProperties"], false);
     }

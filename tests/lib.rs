@@ -1,8 +1,8 @@
 mod loopback;
 mod support;
 
-mod ask;
 mod action;
+mod ask;
 mod check;
 mod claude_code;
 mod compound;

@@ -344,7 +344,10 @@ mod tests {
         assert_eq!((chosen.as_str(), source), ("individual", Source::Terminal));
         let prompts = prompts.into_inner().unwrap();
         assert_eq!(prompts[0], "Delete? [y/n/individual] (default: n): ");
-        assert!(prompts[1].starts_with("please answer one of"), "{prompts:?}");
+        assert!(
+            prompts[1].starts_with("please answer one of"),
+            "{prompts:?}"
+        );
         // The end of input is the default; a dry-run never asks.
         assert_eq!(
             answer("s", &with(), &answers, false, &|_| None).unwrap().0,

@@ -43,7 +43,9 @@ fn empty_object() -> Value {
 fn wrappable() -> Vec<&'static str> {
     super::all()
         .iter()
-        .filter(|builtin| !builtin.writes && builtin.name != NAME && builtin.name != super::ask::NAME)
+        .filter(|builtin| {
+            !builtin.writes && builtin.name != NAME && builtin.name != super::ask::NAME
+        })
         .map(|builtin| builtin.name)
         .collect()
 }

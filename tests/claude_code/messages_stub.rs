@@ -4,6 +4,7 @@
 //! returns for the request, answers `count_tokens` and anything else with harmless JSON, and keeps
 //! every request body for the test to inspect.
 
+use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
@@ -79,24 +80,29 @@ fn serve(stream: TcpStream, reply: &ReplyFn, kept: &Mutex<Vec<Value>>) {
             return;
         }
         let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-        let (content_type, text) = if method == "POST" && path.starts_with("/v1/messages/count_tokens") {
-            ("application/json", json!({ "input_tokens": 12 }).to_string())
-        } else if method == "POST" && path.starts_with("/v1/messages") {
-            kept.lock().expect("requests").push(request.clone());
-            let message = message(&request, reply(&request));
-            if request["stream"] == true {
-                ("text/event-stream", events(&message))
+        let (content_type, text) =
+            if method == "POST" && path.starts_with("/v1/messages/count_tokens") {
+                (
+                    "application/json",
+                    json!({ "input_tokens": 12 }).to_string(),
+                )
+            } else if method == "POST" && path.starts_with("/v1/messages") {
+                kept.lock().expect("requests").push(request.clone());
+                let message = message(&request, reply(&request));
+                if request["stream"] == true {
+                    ("text/event-stream", events(&message))
+                } else {
+                    ("application/json", message.to_string())
+                }
             } else {
-                ("application/json", message.to_string())
-            }
-        } else {
-            ("application/json", "{}".to_string())
-        };
+                ("application/json", "{}".to_string())
+            };
         let head = format!(
             "HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\r\n",
             text.len()
         );
-        if writer.write_all(head.as_bytes()).is_err() || writer.write_all(text.as_bytes()).is_err() {
+        if writer.write_all(head.as_bytes()).is_err() || writer.write_all(text.as_bytes()).is_err()
+        {
             return;
         }
     }
@@ -127,8 +133,16 @@ fn events(message: &Value) -> String {
     let mut start = message.clone();
     start["content"] = json!([]);
     start["stop_reason"] = Value::Null;
-    let mut out = vec![("message_start", json!({ "type": "message_start", "message": start }))];
-    for (index, block) in message["content"].as_array().into_iter().flatten().enumerate() {
+    let mut out = vec![(
+        "message_start",
+        json!({ "type": "message_start", "message": start }),
+    )];
+    for (index, block) in message["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
         let (empty, delta) = match block["type"].as_str() {
             Some("tool_use") => (
                 json!({ "type": "tool_use", "id": block["id"], "name": block["name"], "input": {} }),
@@ -161,9 +175,11 @@ fn events(message: &Value) -> String {
         }),
     ));
     out.push(("message_stop", json!({ "type": "message_stop" })));
-    out.iter()
-        .map(|(event, data)| format!("event: {event}\ndata: {data}\n\n"))
-        .collect()
+    let mut text = String::new();
+    for (event, data) in &out {
+        let _ = write!(text, "event: {event}\ndata: {data}\n\n");
+    }
+    text
 }
 
 /// Every `tool_result` text in a request's messages.
