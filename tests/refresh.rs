@@ -1,21 +1,23 @@
-//! The shipped `refresh` workflow, run by the real binary against a contextualizer installed in a
-//! temporary HOME: real git repositories (a bare repository with a pushed commit, reached by a
-//! `file://` URL, and one that does not exist), web-doc sources answered by a stub HTTP server on
-//! 127.0.0.1, a pinned clock (`STAGEGRAPH_NOW`), and the `sonnet` alias answered by a script.
+//! The shipped `refresh` workflow, run by the real binary against a contextualizer built from
+//! scratch in a temporary HOME: git sources as bare repositories reached by `file://` URLs (one
+//! that does not exist), web-doc sources on a loopback HTTP server started by the test (a sitemap,
+//! robots.txt, a page whose content changes, a 301 with a relative Location, a 404), an
+//! external-doc folder, a pinned clock (`STAGEGRAPH_NOW`), the upstream-source cache inside HOME,
+//! and the `sonnet` alias answered by a script.
 //!
 //! Who writes the discover cache: the workflow stages the updated
 //! `research/.discover-cache.json` inside the proposal and never touches the live one, so the
-//! no-op gate holds once a proposal has been applied. The tests apply a proposal the way
-//! `/skill-engine:apply` would: the staged files copied over the live ones, the staging folder
-//! removed.
+//! no-op gate holds once a proposal has been applied. The tests apply a proposal the way the apply
+//! workflow would: the staged files copied over the live ones, the staging folder removed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::support::{copy_tree, fixtures, stage, Output, Test};
@@ -23,10 +25,14 @@ use crate::support::{copy_tree, fixtures, stage, Output, Test};
 /// The pinned clock of every run.
 const NOW: &str = "2026-11-30T12:00:00Z";
 const SUMMARY: &str = "Probed the sources; guide moved, old-blog is gone.";
-const HANDOFF: &str = "Proposal staged at demo-context.proposed/. Run /skill-engine:review demo to inspect, /skill-engine:apply demo to promote, /skill-engine:discard demo to throw away.";
+const HANDOFF: &str = "Proposal staged at demo-context.proposed/. Run `stagegraph run review --input slug=demo` to inspect, `stagegraph run apply --input slug=demo` to promote, `stagegraph run discard --input slug=demo` to throw away.";
 const SKILLS: &str = ".claude/skills";
 const LIVE: &str = ".claude/skills/demo-context";
 const PROPOSED: &str = ".claude/skills/demo-context.proposed";
+const CACHE: &str = ".cache/skill-engine";
+
+/// What the stub server answers for a path: status line, extra headers, body.
+type Page = (String, String, String);
 
 /// A HOME with the demo contextualizer, its upstream repository, a web server and a model.
 struct Home {
@@ -35,6 +41,7 @@ struct Home {
     head: String,
     /// `http://127.0.0.1:<port>` of the stub server.
     web: String,
+    site: Arc<Mutex<HashMap<String, Page>>>,
 }
 
 impl Home {
@@ -42,11 +49,13 @@ impl Home {
     fn new() -> Home {
         let home = Home::bare();
         home.install(&fixtures("refresh").join("demo-context"), LIVE);
-        home.fill_registry(LIVE);
+        home.fill(&format!("{LIVE}/research/source-paths.json"));
+        let snapshot = format!("{CACHE}/web-doc/api-docs-c1");
         copy_tree(
             &fixtures("refresh").join("snapshot"),
-            &home.test.path(".cache/skill-engine/web-doc/guide-c1"),
+            &home.test.path(&snapshot),
         );
+        home.fill(&format!("{snapshot}/_crawl-manifest.json"));
         home
     }
 
@@ -59,11 +68,14 @@ impl Home {
             &["symbolic-ref", "HEAD", "refs/heads/main"],
         );
         git(test.root(), &["init", "-q", "work"]);
+        let site = Arc::new(Mutex::new(HashMap::new()));
         let home = Home {
             head: String::new(),
-            web: serve(),
+            web: serve(site.clone()),
+            site,
             test,
         };
+        home.default_site();
         let head = home.push_commit("first");
         home.test.write(
             "models/sonnet.sh",
@@ -84,6 +96,61 @@ impl Home {
         Home { head, ..home }
     }
 
+    /// The site: `/guide/*` moved (301, relative Location), `/gone` 404, the api docs with a
+    /// sitemap, robots.txt, one page robots.txt disallows, one the sitemap lists that is missing.
+    fn default_site(&self) {
+        let web = &self.web;
+        let html = |title: &str, text: &str| {
+            (
+                "200 OK".to_string(),
+                "Content-Type: text/html\r\n".to_string(),
+                format!("<html><head><title>{title}</title></head><body><h1>{title}</h1><p>{text}</p></body></html>"),
+            )
+        };
+        let mut site = self.site.lock().expect("site");
+        site.insert(
+            "/guide/intro".into(),
+            (
+                "301 Moved Permanently".into(),
+                "Location: ../v2/x?q=1\r\n".into(),
+                String::new(),
+            ),
+        );
+        site.insert(
+            "/gone".into(),
+            ("404 Not Found".into(), String::new(), String::new()),
+        );
+        site.insert("/api".into(), html("API", "The API."));
+        site.insert("/api/intro".into(), html("Intro", "Start here."));
+        site.insert("/api/guide".into(), html("Guide", "Version one."));
+        site.insert("/api/private/keys".into(), html("Keys", "secret"));
+        site.insert(
+            "/robots.txt".into(),
+            (
+                "200 OK".into(),
+                "Content-Type: text/plain\r\n".into(),
+                "User-agent: *\nDisallow: /api/private/\n".into(),
+            ),
+        );
+        let urls: String = [
+            "/api/intro",
+            "/api/guide",
+            "/api/private/keys",
+            "/api/missing",
+        ]
+        .iter()
+        .map(|path| format!("<url><loc>{web}{path}</loc></url>"))
+        .collect();
+        site.insert(
+            "/sitemap.xml".into(),
+            (
+                "200 OK".into(),
+                "Content-Type: application/xml\r\n".into(),
+                format!("<?xml version=\"1.0\"?><urlset>{urls}</urlset>"),
+            ),
+        );
+    }
+
     /// A commit pushed to the upstream repository's main branch; its SHA.
     fn push_commit(&self, message: &str) -> String {
         let work = self.test.path("work");
@@ -102,12 +169,11 @@ impl Home {
         copy_tree(from, &self.test.path(to));
     }
 
-    /// The registry with the placeholders of the fixture filled in.
-    fn fill_registry(&self, root: &str) {
-        let file = format!("{root}/research/source-paths.json");
+    /// A fixture file with its placeholders filled in.
+    fn fill(&self, file: &str) {
         let text = self
             .test
-            .read(&file)
+            .read(file)
             .replace("@GIT_URL@", &self.git_url())
             .replace(
                 "@MISSING_GIT_URL@",
@@ -115,7 +181,7 @@ impl Home {
             )
             .replace("@WEB@", &self.web)
             .replace("@REFUSED@", &refused());
-        self.test.write(&file, &text);
+        self.test.write(file, &text);
     }
 
     fn write_registry(&self, value: &Value) {
@@ -132,7 +198,17 @@ impl Home {
             args.extend(["--input", "project_dir=project"]);
         }
         args.extend_from_slice(extra);
-        self.test.command(args).env("STAGEGRAPH_NOW", NOW).output()
+        self.run(&args)
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let cache = self.test.path(CACHE);
+        self.test
+            .command(args.iter().copied())
+            .env("STAGEGRAPH_NOW", NOW)
+            .env("SKILL_ENGINE_CACHE_ROOT", &cache.display().to_string())
+            .env("CLAUDE_PLUGIN_ROOT", "")
+            .output()
     }
 
     fn json(&self, relative: &str) -> Value {
@@ -140,19 +216,18 @@ impl Home {
             .unwrap_or_else(|e| panic!("{relative} is not JSON: {e}"))
     }
 
-    /// What `/skill-engine:apply` does: the staged files replace the live ones.
+    /// What the apply workflow does: the staged files replace the live ones.
     fn apply(&self) {
-        let staged = self.test.path(PROPOSED).join("research");
-        for entry in std::fs::read_dir(&staged).expect("a staged research folder") {
+        let staged = self.test.path(PROPOSED);
+        for entry in walkdir::WalkDir::new(&staged) {
             let entry = entry.expect("an entry");
-            std::fs::copy(
-                entry.path(),
-                self.test
-                    .path(LIVE)
-                    .join("research")
-                    .join(entry.file_name()),
-            )
-            .expect("copy a staged file");
+            let relative = entry.path().strip_prefix(&staged).expect("inside");
+            if entry.file_type().is_dir() || relative.starts_with(".review") {
+                continue;
+            }
+            let to = self.test.path(LIVE).join(relative);
+            std::fs::create_dir_all(to.parent().expect("a parent")).expect("parents");
+            std::fs::copy(entry.path(), to).expect("copy a staged file");
         }
         std::fs::remove_dir_all(self.test.path(PROPOSED)).expect("remove the proposal");
     }
@@ -160,12 +235,15 @@ impl Home {
     /// Every file under `relative` with the SHA-256 of its bytes.
     fn tree(&self, relative: &str) -> BTreeMap<String, String> {
         let root = self.test.path(relative);
+        if !root.exists() {
+            return BTreeMap::new();
+        }
         walkdir::WalkDir::new(&root)
             .into_iter()
             .map(|entry| entry.expect("walk"))
             .filter(|entry| !entry.file_type().is_dir())
             .map(|entry| {
-                let bytes = std::fs::read(entry.path()).expect("read");
+                let bytes = std::fs::read(entry.path()).unwrap_or_default();
                 let name = entry
                     .path()
                     .strip_prefix(&root)
@@ -173,6 +251,20 @@ impl Home {
                     .display()
                     .to_string();
                 (name, sha256(&bytes))
+            })
+            .collect()
+    }
+
+    /// Everything outside the proposal and the cache: what a run must never change.
+    fn outside(&self) -> BTreeMap<String, String> {
+        self.tree(".")
+            .into_iter()
+            .filter(|(path, _)| {
+                !path.starts_with("state/")
+                    && !path.starts_with(".stagegraph/")
+                    && !path.starts_with(".cache/")
+                    && !path.starts_with("models/sonnet.")
+                    && !path.starts_with(&format!("{PROPOSED}/"))
             })
             .collect()
     }
@@ -210,38 +302,53 @@ fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
-/// A stub web server: `/guide/*` moved (301, relative Location), `/gone` 404, anything else 200.
-fn serve() -> String {
+/// A stub web server answering from `site` (anything else is 200 with an empty body); HEAD gets
+/// the head only.
+fn serve(site: Arc<Mutex<HashMap<String, Page>>>) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind a port");
     let address = listener.local_addr().expect("an address");
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
-            let mut reader = BufReader::new(stream.try_clone().expect("clone the stream"));
-            let mut request = String::new();
-            if reader.read_line(&mut request).is_err() {
-                continue;
-            }
-            loop {
-                let mut line = String::new();
-                match reader.read_line(&mut line) {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) if line == "\r\n" => break,
-                    Ok(_) => {}
+            let site = site.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().expect("clone the stream"));
+                let mut request = String::new();
+                if reader.read_line(&mut request).is_err() {
+                    return;
                 }
-            }
-            let path = request.split_whitespace().nth(1).unwrap_or("/");
-            let head = if path.starts_with("/guide/") {
-                "301 Moved Permanently\r\nLocation: /docs/v2/intro".to_string()
-            } else if path == "/gone" {
-                "404 Not Found".to_string()
-            } else {
-                "200 OK".to_string()
-            };
-            let _ = stream.write_all(
-                format!("HTTP/1.1 {head}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-                    .as_bytes(),
-            );
+                loop {
+                    let mut line = String::new();
+                    match reader.read_line(&mut line) {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) if line == "\r\n" => break,
+                        Ok(_) => {}
+                    }
+                }
+                let mut parts = request.split_whitespace();
+                let method = parts.next().unwrap_or("GET").to_string();
+                let path = parts.next().unwrap_or("/").to_string();
+                let (status, headers, body) = site
+                    .lock()
+                    .expect("site")
+                    .get(&path)
+                    .cloned()
+                    .unwrap_or_else(|| {
+                        if path.starts_with("/api/missing") {
+                            ("404 Not Found".into(), String::new(), String::new())
+                        } else {
+                            ("200 OK".into(), String::new(), String::new())
+                        }
+                    });
+                let mut reply = format!(
+                    "HTTP/1.1 {status}\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                if method != "HEAD" {
+                    reply.push_str(&body);
+                }
+                let _ = stream.write_all(reply.as_bytes());
+            });
         }
     });
     format!("http://{address}")
@@ -259,7 +366,7 @@ fn refused() -> String {
 fn source<'v>(registry: &'v Value, id: &str) -> &'v Value {
     registry["sources"]
         .as_array()
-        .and_then(|sources| sources.iter().find(|s| s["source_id"] == id))
+        .and_then(|sources| sources.iter().find(|s| s["id"] == id))
         .unwrap_or_else(|| panic!("no source {id} in {registry:#}"))
 }
 
@@ -283,6 +390,10 @@ fn assert_exited(home: &Home, out: &Output, at: &str, message: &str) {
     );
 }
 
+fn prefix(home: &Home, relative: &str) -> String {
+    sha256(&std::fs::read(home.test.path(relative)).expect("read"))[..7].to_string()
+}
+
 #[test]
 fn stages_every_transition_and_leaves_the_live_tree_alone() {
     let home = Home::new();
@@ -295,14 +406,18 @@ fn stages_every_transition_and_leaves_the_live_tree_alone() {
 
     // The staged registry: the transitions applied, chunks dropped, everything else kept.
     let staged = home.json(&format!("{PROPOSED}/research/source-paths.json"));
-    assert_eq!(staged["schema_version"], 2);
+    assert_eq!(staged["schema_version"], 1);
     assert_eq!(staged["generated_by"], "engine-bootstrap");
     assert_eq!(staged["sources"].as_array().map(Vec::len), Some(10));
     let lib = source(&staged, "upstream-lib");
     assert_eq!(lib["lifecycle"]["state"], "reachable");
     assert_eq!(lib["lifecycle"]["last_checked_sha"], home.head.as_str());
     assert_eq!(lib["lifecycle"]["last_checked"], NOW);
-    assert_eq!(lib["covers"], serde_json::json!(["references/lib.md"]));
+    // Fields the run did not change keep their value, a null included.
+    assert_eq!(lib["lifecycle"]["proposed_url"], Value::Null);
+    assert_eq!(lib["discovered_via"], Value::Null);
+    assert_eq!(lib["archived"], false);
+    assert_eq!(lib["covers"], json!(["references/lib.md"]));
     assert!(lib.get("chunks").is_none(), "chunks kept: {lib:#}");
     assert!(source(&staged, "api-docs").get("chunks").is_none());
     // A repository that does not exist is unknown (the conservative default), not removed, and
@@ -314,13 +429,14 @@ fn stages_every_transition_and_leaves_the_live_tree_alone() {
         "2222222222222222222222222222222222222222"
     );
     assert_eq!(vanished["lifecycle"]["last_checked"], NOW);
+    // A 301 with a relative Location: resolved against the url requested.
     let guide = source(&staged, "guide");
     assert_eq!(guide["lifecycle"]["state"], "moved");
     assert_eq!(
         guide["lifecycle"]["proposed_url"],
-        format!("{}/docs/v2/intro", home.web)
+        format!("{}/v2/x?q=1", home.web)
     );
-    assert_eq!(guide["lifecycle"]["last_crawl_id"], "c1");
+    assert_eq!(guide["lifecycle"]["last_crawl_id"], "c0");
     assert_eq!(source(&staged, "old-blog")["lifecycle"]["state"], "removed");
     assert_eq!(
         source(&staged, "api-docs")["lifecycle"]["state"],
@@ -336,36 +452,77 @@ fn stages_every_transition_and_leaves_the_live_tree_alone() {
         assert_eq!(source(&staged, id), source(&live, id), "{id} changed");
     }
 
-    // The staged discover cache, and the manifest of both files.
+    // The staged discover cache, in the real format: per source `{ sha, ran_at }`.
     let cache = home.json(&format!("{PROPOSED}/research/.discover-cache.json"));
-    assert_eq!(cache["sources"]["upstream-lib"]["sha"], home.head.as_str());
-    assert_eq!(cache["sources"]["vanished-lib"]["state"], "unknown");
+    assert_eq!(cache["schema_version"], 1);
+    assert_eq!(
+        cache["sources"]["upstream-lib"],
+        json!({ "sha": home.head, "ran_at": "2026-11-30" })
+    );
+    assert!(cache["sources"]["design-notes"]["sha"].is_string());
+    assert!(cache["sources"].get("vanished-lib").is_none());
+
+    // The manifest: one entry per file of the contextualizer.
     let manifest = home.json(&format!("{PROPOSED}/.review/manifest.json"));
-    let prefix = |relative: &str| {
-        sha256(&std::fs::read(home.test.path(relative)).expect("read"))[..7].to_string()
+    assert_eq!(manifest["schema_version"], 1);
+    let entries = manifest["entries"].as_array().expect("entries");
+    let paths: Vec<&str> = entries.iter().filter_map(|e| e["path"].as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "SKILL.md",
+            "notes/a11y.md",
+            "references/lib.md",
+            "research/.discover-cache.json",
+            "research/source-paths.json",
+            "verify.sh"
+        ]
+    );
+    let entry = |path: &str| {
+        entries
+            .iter()
+            .find(|e| e["path"] == path)
+            .cloned()
+            .expect("an entry")
     };
     assert_eq!(
-        manifest["entries"],
-        serde_json::json!([
-            {
-                "path": "research/source-paths.json",
-                "status": "modified",
-                "sha_before": prefix(&format!("{LIVE}/research/source-paths.json")),
-                "sha_after": prefix(&format!("{PROPOSED}/research/source-paths.json")),
-            },
-            {
-                "path": "research/.discover-cache.json",
-                "status": "added",
-                "sha_before": null,
-                "sha_after": prefix(&format!("{PROPOSED}/research/.discover-cache.json")),
-            },
-        ])
+        entry("research/source-paths.json"),
+        json!({
+            "path": "research/source-paths.json",
+            "status": "modified",
+            "sha_before": prefix(&home, &format!("{LIVE}/research/source-paths.json")),
+            "sha_after": prefix(&home, &format!("{PROPOSED}/research/source-paths.json")),
+        })
     );
+    assert_eq!(
+        entry("research/.discover-cache.json"),
+        json!({
+            "path": "research/.discover-cache.json",
+            "status": "added",
+            "sha_before": null,
+            "sha_after": prefix(&home, &format!("{PROPOSED}/research/.discover-cache.json")),
+        })
+    );
+    let skill = prefix(&home, &format!("{LIVE}/SKILL.md"));
+    assert_eq!(
+        entry("SKILL.md"),
+        json!({ "path": "SKILL.md", "status": "unchanged", "sha_before": skill, "sha_after": skill })
+    );
+    // The review worksheet, stamped with the slug.
+    let review = home.test.read(&format!("{PROPOSED}/.review/REVIEW.md"));
+    assert!(review.contains("## Step 1"), "{review}");
+    assert_eq!(review.matches("___").count(), 3, "{review}");
+    assert!(review.contains("## Step 2"));
+    assert!(review.contains("(Run `stagegraph run review --input slug=demo`"));
+    for box_ in ["- [ ] reviewed", "- [ ] provisional", "- [ ] reject"] {
+        assert!(review.contains(box_), "{review}");
+    }
     // The merged tree verify.sh ran in is gone; only the proposal remains.
     let proposal: Vec<String> = home.tree(PROPOSED).into_keys().collect();
     assert_eq!(
         proposal,
         [
+            ".review/REVIEW.md",
             ".review/manifest.json",
             "research/.discover-cache.json",
             "research/source-paths.json"
@@ -373,22 +530,32 @@ fn stages_every_transition_and_leaves_the_live_tree_alone() {
     );
     assert_eq!(stage(&record, "verify")["status"], "succeeded");
 
-    // Phase 2: the snapshot crawled 2026-10-01 with a 30-day decay is 30 days overdue.
+    // Phase 2: the snapshot crawled 2026-10-01 with a 30-day decay is 30 days overdue; not
+    // re-crawled without a yes.
     let decay: Value =
         serde_json::from_str(&home.test.stage_output("decay_expiry")).expect("decay JSON");
     assert_eq!(
         decay["expired"],
-        serde_json::json!([{ "source_id": "guide", "crawl_date": "2026-10-01", "decay": "30d", "overdue_days": 30 }])
+        json!([{ "source_id": "api-docs", "crawl_id": "c1", "crawl_date": "2026-10-01", "decay": "30d", "overdue_days": 30 }])
     );
     let notice = home.test.stage_output("decay_check");
     assert!(
-        notice.starts_with("1 web-doc source is past the decay budget:")
-            && notice.contains("guide (crawled 2026-10-01, decay 30d, 30 days overdue)"),
+        notice.starts_with("1 web-doc source is past its decay budget:")
+            && notice.contains("api-docs (crawled 2026-10-01, decay 30d, 30 days overdue)"),
         "{notice}"
     );
+    assert_eq!(stage(&record, "crawl")["status"], "succeeded");
+    assert_eq!(home.tree(&format!("{CACHE}/web-doc")).len(), 2);
 
-    // The summary: the model's paragraph, then the handoff line, last.
-    assert_eq!(out.stdout.trim_end(), format!("{SUMMARY}\n\n{HANDOFF}"));
+    // The summary: the model's paragraph, the fixed lines, then the handoff line, last.
+    let text = out.stdout.trim_end();
+    assert!(text.starts_with(SUMMARY), "{text}");
+    assert!(
+        text.contains("Migrated 2 sources[] entries to thin schema (chunks[] dropped)."),
+        "{text}"
+    );
+    assert!(text.contains("verify.sh template drift check skipped — engine template unreachable."));
+    assert!(text.ends_with(&format!("\n\n{HANDOFF}")), "{text}");
     let prompt = home.test.read("models/sonnet.prompt");
     for fact in [
         "\"to\": \"moved\"",
@@ -419,7 +586,11 @@ fn a_failing_model_leaves_the_plain_summary() {
         text.contains("guide (reachable to moved, proposed"),
         "{text}"
     );
-    assert!(text.contains("--hint='<your hint>'"), "{text}");
+    assert!(
+        text.contains("research/source-paths.json (modified, "),
+        "{text}"
+    );
+    assert!(text.contains("--input hint='<your hint>'"), "{text}");
     assert!(text.ends_with(HANDOFF), "{text}");
 }
 
@@ -427,12 +598,14 @@ fn a_failing_model_leaves_the_plain_summary() {
 fn an_unchanged_corpus_is_no_work_until_upstream_moves_or_a_hint_is_given() {
     let home = Home::bare();
     home.install(&fixtures("refresh").join("demo-context"), LIVE);
-    home.write_registry(&serde_json::json!({
+    home.write_registry(&json!({
+        "schema_version": 1,
         "sources": [
-            { "source_id": "upstream-lib", "kind": "git-managed", "url": home.git_url(), "status": "confirmed" },
-            { "source_id": "vanished-lib", "kind": "git-managed", "status": "confirmed",
+            { "id": "upstream-lib", "kind": "git-managed", "url": home.git_url(), "status": "confirmed", "lifecycle": { "state": "reachable" } },
+            { "id": "vanished-lib", "kind": "git-managed", "status": "confirmed", "lifecycle": { "state": "unknown" },
               "url": format!("file://{}", home.test.path("missing.git").display()) },
-            { "source_id": "api-docs", "kind": "web-doc", "url": format!("{}/api", home.web), "status": "proposed" },
+            { "id": "api-docs", "kind": "web-doc", "url": format!("{}/api", home.web), "crawl_mode": "sitemap", "status": "proposed", "lifecycle": { "state": "reachable" } },
+            { "id": "design-notes", "kind": "external-doc", "path": "notes", "status": "confirmed", "lifecycle": { "state": "reachable" } },
         ]
     }));
     std::fs::remove_file(home.test.path(LIVE).join("verify.sh")).expect("no verify.sh");
@@ -443,16 +616,32 @@ fn an_unchanged_corpus_is_no_work_until_upstream_moves_or_a_hint_is_given() {
     home.apply();
     let live_before = home.tree(LIVE);
 
-    // Nothing moved upstream since the applied cache: no work, nothing staged.
+    // Nothing moved upstream since the applied cache: no work, nothing staged, the handoff last.
     let out = home.refresh(&[]);
     assert_exited(
         &home,
         &out,
         "gate",
-        "No work to do: all 3 probed sources match",
+        "No work to do: all 4 checked sources match research/.discover-cache.json",
     );
-    assert_eq!(out.stdout.trim(), exit_message(&home.record()));
+    let text = out.stdout.trim();
+    assert!(text.starts_with(exit_message(&home.record())), "{text}");
+    assert!(
+        text.ends_with("`stagegraph run discard --input slug=demo` to throw away."),
+        "{text}"
+    );
+    assert!(!text.contains("None"), "{text}");
     assert_eq!(home.tree(LIVE), live_before);
+
+    // The cache as the real engine writes it (older entries carry `last_sha`) holds the gate too.
+    let cache_file = format!("{LIVE}/research/.discover-cache.json");
+    let mut cache = home.json(&cache_file);
+    let notes = cache["sources"]["design-notes"]["sha"].clone();
+    cache["sources"]["upstream-lib"] = json!({ "last_sha": home.head, "ran_at": "2026-05-27" });
+    cache["sources"]["design-notes"] = json!({ "sha": notes, "ran_at": "2026-05-27" });
+    home.test.write(&cache_file, &cache.to_string());
+    let out = home.refresh(&[]);
+    assert_exited(&home, &out, "gate", "No work to do");
 
     // A hint always overrides the gate.
     home.refresh(&["--input", "hint=recheck the api pages"])
@@ -464,6 +653,30 @@ fn an_unchanged_corpus_is_no_work_until_upstream_moves_or_a_hint_is_given() {
         .contains("recheck the api pages"));
     std::fs::remove_dir_all(home.test.path(PROPOSED)).expect("discard");
 
+    // External-doc drift: a changed, added or removed .md file opens the gate.
+    for change in ["edit", "add", "remove"] {
+        match change {
+            "edit" => {
+                home.test
+                    .write(&format!("{LIVE}/notes/a11y.md"), "# changed\n");
+            }
+            "add" => {
+                home.test
+                    .write(&format!("{LIVE}/notes/deep/new.md"), "# new\n");
+            }
+            _ => std::fs::remove_file(home.test.path(&format!("{LIVE}/notes/deep/new.md")))
+                .expect("remove"),
+        }
+        home.refresh(&[]).code(0);
+        assert_eq!(home.record()["status"], "completed", "{change}");
+        let reasons = home.test.stage_output("gate");
+        assert!(
+            reasons.contains("design-notes changed ("),
+            "{change}: {reasons}"
+        );
+        home.apply();
+    }
+
     // Upstream moved: the new SHA is work again.
     let head = home.push_commit("second");
     home.refresh(&[]).code(0);
@@ -474,7 +687,15 @@ fn an_unchanged_corpus_is_no_work_until_upstream_moves_or_a_hint_is_given() {
         head.as_str()
     );
     let manifest = home.json(&format!("{PROPOSED}/.review/manifest.json"));
-    assert_eq!(manifest["entries"][1]["status"], "modified");
+    let cache_entry = manifest["entries"]
+        .as_array()
+        .and_then(|e| {
+            e.iter()
+                .find(|e| e["path"] == "research/.discover-cache.json")
+        })
+        .cloned()
+        .expect("the cache entry");
+    assert_eq!(cache_entry["status"], "modified");
 }
 
 #[test]
@@ -490,7 +711,14 @@ fn a_staged_proposal_stops_the_run() {
     assert_eq!(record["exit"]["stage"], "guard");
     assert_eq!(
         exit_message(&record),
-        "A proposal is already staged at demo-context.proposed/. Apply it (/skill-engine:apply demo), discard it (/skill-engine:discard demo), or inspect it (/skill-engine:review demo) before running refresh again."
+        "A proposal is already staged at demo-context.proposed/. Apply it (stagegraph run apply --input slug=demo), discard it (stagegraph run discard --input slug=demo), or inspect it (stagegraph run review --input slug=demo) before running refresh again."
+    );
+    assert!(
+        out.stdout
+            .trim_end()
+            .ends_with("`stagegraph run discard --input slug=demo` to throw away."),
+        "{}",
+        out.stdout
     );
     assert_eq!(home.tree(SKILLS), before);
     assert!(!home.test.exists("models/sonnet.calls"));
@@ -501,7 +729,7 @@ fn no_registered_sources_stops_the_run() {
     for registry in [
         None,
         Some("{ not json"),
-        Some(r#"{"sources": []}"#),
+        Some(r#"{"schema_version": 1, "sources": []}"#),
         Some("[]"),
     ] {
         let home = Home::bare();
@@ -522,13 +750,14 @@ fn no_registered_sources_stops_the_run() {
 }
 
 #[test]
-fn nothing_in_scope_stops_the_run() {
+fn nothing_in_scope_stops_the_run_naming_the_reasons() {
     let home = Home::bare();
     home.install(&fixtures("refresh").join("demo-context"), LIVE);
-    home.write_registry(&serde_json::json!({
+    home.write_registry(&json!({
+        "schema_version": 1,
         "sources": [
-            { "source_id": "a", "kind": "git-managed", "url": home.git_url(), "status": "confirmed", "archived": true },
-            { "source_id": "b", "kind": "web-doc", "url": home.web, "status": "confirmed", "lifecycle": { "state": "removed" } },
+            { "id": "a", "kind": "git-managed", "url": home.git_url(), "status": "confirmed", "archived": true, "lifecycle": { "state": "reachable" } },
+            { "id": "b", "kind": "web-doc", "url": home.web, "crawl_mode": "sitemap", "status": "confirmed", "lifecycle": { "state": "removed" } },
         ]
     }));
     let out = home.refresh(&[]);
@@ -538,32 +767,409 @@ fn nothing_in_scope_stops_the_run() {
         "scope",
         "Nothing to refresh. All 2 registered sources are archived or removed. Edit research/source-paths.json to add new sources or un-archive existing ones.",
     );
+    home.write_registry(&json!({
+        "schema_version": 1,
+        "sources": [
+            { "id": "a", "kind": "git-managed", "url": home.git_url(), "status": "intake", "lifecycle": { "state": "reachable" } },
+            { "id": "b", "kind": "git-managed", "url": home.git_url(), "status": "rejected", "lifecycle": { "state": "reachable" } },
+            { "id": "c", "kind": "git-managed", "url": home.git_url(), "status": "confirmed", "archived": true, "lifecycle": { "state": "reachable" } },
+        ]
+    }));
+    let out = home.refresh(&[]);
+    assert_exited(
+        &home,
+        &out,
+        "scope",
+        "Nothing to refresh. None of the 3 registered sources is in scope: a (status is intake (only confirmed and proposed sources are refreshed)); b (status is rejected (only confirmed and proposed sources are refreshed)); c (archived).",
+    );
 }
 
 #[test]
-fn a_failing_verify_removes_the_proposal() {
+fn an_invalid_registry_stops_the_run_before_any_probe_naming_the_field() {
+    let home = Home::bare();
+    home.install(&fixtures("refresh").join("demo-context"), LIVE);
+    let git = home.git_url();
+    let web = home.web.clone();
+    let ok = |extra: Value| {
+        let mut base = json!({ "id": "x", "kind": "git-managed", "url": git, "status": "confirmed", "lifecycle": { "state": "reachable" } });
+        for (key, value) in extra.as_object().expect("an object") {
+            if value.is_null() {
+                base.as_object_mut().expect("object").remove(key);
+            } else {
+                base[key] = value.clone();
+            }
+        }
+        base
+    };
+    let web_doc = |extra: Value| {
+        let mut base = json!({ "id": "w", "kind": "web-doc", "url": web, "crawl_mode": "sitemap", "status": "confirmed", "lifecycle": { "state": "reachable" } });
+        for (key, value) in extra.as_object().expect("an object") {
+            if value.is_null() {
+                base.as_object_mut().expect("object").remove(key);
+            } else {
+                base[key] = value.clone();
+            }
+        }
+        base
+    };
+    let cases: Vec<(Value, &str)> = vec![
+        (json!({ "schema_version": 2, "sources": [ok(json!({}))] }), "schema_version: must be 1, not 2"),
+        (json!({ "sources": [ok(json!({}))] }), "schema_version: required (1)"),
+        (json!({ "schema_version": 1, "sources": [ok(json!({ "id": null }))] }), "sources[0].id: required"),
+        (json!({ "schema_version": 1, "sources": [ok(json!({ "id": "../x" }))] }), "sources[0].id: must be letters, digits"),
+        (json!({ "schema_version": 1, "sources": [ok(json!({})), ok(json!({}))] }), "sources[1] (x).id: `x` is used by an earlier source too"),
+        (json!({ "schema_version": 1, "sources": [ok(json!({ "kind": "svn" }))] }), "sources[0] (x).kind: must be one of git-managed, external-doc, local-path, web-doc, not \"svn\""),
+        (json!({ "schema_version": 1, "sources": [ok(json!({ "status": "maybe" }))] }), "sources[0] (x).status: must be one of intake, proposed, confirmed, rejected"),
+        (json!({ "schema_version": 1, "sources": [ok(json!({ "lifecycle": null }))] }), "sources[0] (x).lifecycle: required"),
+        (json!({ "schema_version": 1, "sources": [ok(json!({ "lifecycle": { "state": "gone" } }))] }), "sources[0] (x).lifecycle.state: must be one of reachable, moved, removed, unknown, not \"gone\""),
+        (json!({ "schema_version": 1, "sources": [ok(json!({ "url": null }))] }), "sources[0] (x).url: required on a git-managed source"),
+        (json!({ "schema_version": 1, "sources": [ok(json!({ "branch": "main; rm -rf /" }))] }), "sources[0] (x).branch: must match ^[A-Za-z0-9._/-]+$"),
+        (json!({ "schema_version": 1, "sources": [web_doc(json!({ "branch": "main" }))] }), "sources[0] (w).branch: only a git-managed source names a branch"),
+        (json!({ "schema_version": 1, "sources": [web_doc(json!({ "crawl_mode": null }))] }), "sources[0] (w).crawl_mode: required on a web-doc source (sitemap or list)"),
+        (json!({ "schema_version": 1, "sources": [web_doc(json!({ "crawl_mode": "spider" }))] }), "sources[0] (w).crawl_mode: must be sitemap or list, not \"spider\""),
+        (json!({ "schema_version": 1, "sources": [ok(json!({ "crawl_mode": "sitemap" }))] }), "sources[0] (x).crawl_mode: only a web-doc source has one"),
+        (json!({ "schema_version": 1, "sources": [web_doc(json!({ "crawl_mode": "list" }))] }), "sources[0] (w).page_list: crawl_mode list needs at least one page"),
+        (json!({ "schema_version": 1, "sources": [web_doc(json!({ "crawl_mode": "list", "page_list": ["https://elsewhere.example/a"] }))] }), "sources[0] (w).page_list[0]: https://elsewhere.example/a is not on the source's origin"),
+        (json!({ "schema_version": 1, "sources": [web_doc(json!({ "crawl_budget": 0 }))] }), "sources[0] (w).crawl_budget: must be a whole number from 1 to 5000, not 0"),
+        (json!({ "schema_version": 1, "sources": [web_doc(json!({ "crawl_budget": 5001 }))] }), "sources[0] (w).crawl_budget: must be a whole number from 1 to 5000, not 5001"),
+        (json!({ "schema_version": 1, "sources": [web_doc(json!({ "crawl_budget": "50" }))] }), "sources[0] (w).crawl_budget: must be a whole number from 1 to 5000, not \"50\""),
+        (json!({ "schema_version": 1, "sources": [ok(json!({ "crawl_budget": 10 }))] }), "sources[0] (x).crawl_budget: only a web-doc source has one"),
+        (json!({ "schema_version": 1, "sources": [ok(json!({ "kind": "external-doc", "url": null }))] }), "sources[0] (x).path: required on an external-doc source"),
+        (json!({ "schema_version": 1, "sources": [ok(json!({ "kind": "local-path", "path": "src" }))] }), "sources[0] (x).url: not allowed on a local-path source (it has a path)"),
+        (json!({ "schema_version": 1, "sources": [web_doc(json!({ "url": null }))] }), "sources[0] (w).url: required on a web-doc source"),
+    ];
+    let before = home.outside();
+    for (registry, message) in cases {
+        home.write_registry(&registry);
+        let before = home.outside();
+        let out = home.refresh(&[]);
+        out.code(1);
+        out.stderr_has(message);
+        out.stderr_has("research/source-paths.json of demo-context is invalid, so nothing was probed or staged");
+        let record = home.record();
+        assert_eq!(
+            stage(&record, "registry_check")["status"],
+            "failed",
+            "{message}"
+        );
+        assert_eq!(stage(&record, "probe")["status"], "not_run", "{message}");
+        assert_eq!(home.outside(), before, "{message}");
+        assert!(!home.test.exists(PROPOSED), "{message}");
+    }
+    let _ = before;
+}
+
+#[test]
+fn a_failing_verify_names_the_failing_checks_and_removes_the_proposal() {
     let home = Home::new();
     home.test.write(
         &format!("{LIVE}/verify.sh"),
-        "echo 'catalog bijection broken: references/lib.md' >&2\nexit 3\n",
+        "echo '[PASS] source-paths-shape'\n\
+         echo '[FAIL] catalog-bijection: references/lib.md is not in the catalog'\n\
+         echo '[WARN] permalink density low' >&2\n\
+         echo '[FAIL] external-doc-frontmatter: notes/a11y.md'\n\
+         exit 3\n",
     );
     let live_before = home.tree(LIVE);
     let out = home.refresh(&[]);
     out.code(1);
-    out.stderr_has("catalog bijection broken");
-    out.stderr_has("staging is aborted and demo-context.proposed/ was removed");
+    out.stderr_has("verify.sh failed against the proposal laid over the live tree (exit status 3): [FAIL] catalog-bijection: references/lib.md is not in the catalog; [FAIL] external-doc-frontmatter: notes/a11y.md");
+    out.stderr_has("demo-context.proposed/ was removed");
     assert!(!home.test.exists(PROPOSED));
     assert_eq!(home.tree(LIVE), live_before);
     assert_eq!(home.record()["status"], "failed");
     assert!(!home.test.exists("models/sonnet.calls"));
+    // The whole output, both streams, is in the run record.
+    let full = home.test.stage_output("verify");
+    for line in [
+        "[PASS] source-paths-shape",
+        "[WARN] permalink density low",
+        "verify.sh exit status 3",
+    ] {
+        assert!(full.contains(line), "{full}");
+    }
+}
+
+#[test]
+fn decay_is_days_weeks_months_or_years_and_anything_else_names_the_source() {
+    // Crawled 2026-10-01; now is 2026-11-30.
+    for (decay, expired, overdue) in [
+        ("30d", true, 30),
+        ("2w", true, 46),
+        ("1m", true, 29),
+        ("3m", false, 0),
+        ("1y", false, 0),
+        ("none", false, 0),
+    ] {
+        let home = Home::new();
+        let page = format!("{CACHE}/web-doc/api-docs-c1/api-intro.md");
+        let text = home
+            .test
+            .read(&page)
+            .replace("decay: 30d", &format!("decay: {decay}"));
+        home.test.write(&page, &text);
+        home.refresh(&["--input", "lifecycle_only=true"]).code(0);
+        let out: Value =
+            serde_json::from_str(&home.test.stage_output("decay_expiry")).expect("JSON");
+        assert_eq!(
+            out["expired"].as_array().map(|e| !e.is_empty()),
+            Some(expired),
+            "{decay}: {out}"
+        );
+        let notice = home.test.stage_output("decay_check");
+        if expired {
+            assert_eq!(out["expired"][0]["overdue_days"], overdue, "{decay}");
+            // A lifecycle-only run says what is overdue, and that it was not re-crawled.
+            assert!(
+                notice.contains("past its decay budget")
+                    && notice.contains("Not re-crawled: this is a lifecycle-only run."),
+                "{notice}"
+            );
+        } else {
+            assert!(
+                notice.starts_with("No web-doc source is past its decay budget"),
+                "{decay}: {notice}"
+            );
+        }
+    }
+    for bad in ["3x", "0d", "30", "1 m", "10min"] {
+        let home = Home::new();
+        let page = format!("{CACHE}/web-doc/api-docs-c1/api-intro.md");
+        let text = home
+            .test
+            .read(&page)
+            .replace("decay: 30d", &format!("decay: {bad}"));
+        home.test.write(&page, &text);
+        let out = home.refresh(&[]);
+        out.code(1);
+        let shown = if bad.parse::<i64>().is_ok() {
+            bad.to_string()
+        } else {
+            format!("\"{bad}\"")
+        };
+        out.stderr_has(&format!("source `api-docs`: decay {shown} in "));
+        out.stderr_has("is not none or a count and a unit (d days, w weeks, m months, y years)");
+        assert!(!home.test.exists(PROPOSED), "{bad}");
+    }
+}
+
+#[test]
+fn an_approved_recrawl_snapshots_diffs_and_collects_old_snapshots() {
+    let home = Home::new();
+    let out = home.refresh(&["--input", "recrawl=y"]);
+    out.code(0);
+    let record = home.record();
+    assert_eq!(record["status"], "completed", "{record:#}");
+    let diff: Value = serde_json::from_str(&home.test.stage_output("crawl_diff")).expect("JSON");
+    let api = &diff["by_source"]["api-docs"];
+    let crawl_id = api["crawl_id"].as_str().expect("a crawl id").to_string();
+    assert_eq!(crawl_id.len(), 8);
+    assert_eq!(api["same"], false);
+    assert_eq!(api["added"], json!([format!("{}/api/guide", home.web)]));
+    assert_eq!(api["removed"], json!([format!("{}/api/retired", home.web)]));
+    assert_eq!(api["changed"], json!([format!("{}/api/intro", home.web)]));
+    // The snapshot: one page per file with its frontmatter, and the manifest.
+    let snapshot = format!("{CACHE}/web-doc/api-docs-{crawl_id}");
+    let manifest = home.json(&format!("{snapshot}/_crawl-manifest.json"));
+    assert_eq!(manifest["source_id"], "api-docs");
+    assert_eq!(manifest["crawl_id"], crawl_id.as_str());
+    assert_eq!(manifest["crawl_date"], NOW);
+    assert_eq!(manifest["robots_disallows"], json!(["/api/private/"]));
+    assert_eq!(manifest["budget_truncated"], 0);
+    assert_eq!(
+        manifest["failures"][0]["url"],
+        format!("{}/api/missing", home.web)
+    );
+    let pages = manifest["pages"].as_array().expect("pages");
+    assert_eq!(pages.len(), 2);
+    for page in pages {
+        for key in ["url", "file", "content_hash", "bytes"] {
+            assert!(page.get(key).is_some(), "{page}");
+        }
+    }
+    let intro = home.test.read(&format!("{snapshot}/api-intro.md"));
+    assert!(
+        intro.starts_with(&format!(
+            "---\nsource_url: {}/api/intro\ncrawl_date: {NOW}\ndecay: 30d\n---\n\n# Intro\n\nStart here.\n",
+            home.web
+        )),
+        "{intro}"
+    );
+    // The three-line form, and the staged last_crawl_id.
+    let text = out.stdout.clone();
+    assert!(
+        text.contains("web-doc source api-docs:\n  +1 pages added (consider covering in references)\n  -1 pages removed (review references citing these for cut_block)\n  ~1 pages changed (references citing these need content_hash update)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("api-docs-c1/\nretained pending reference review."),
+        "{text}"
+    );
+    let staged = home.json(&format!("{PROPOSED}/research/source-paths.json"));
+    assert_eq!(
+        source(&staged, "api-docs")["lifecycle"]["last_crawl_id"],
+        crawl_id.as_str()
+    );
+    home.apply();
+
+    // The old snapshot: listed while a reference cites one of its hashes... then not.
+    home.test.write(
+        &format!("{LIVE}/references/api.md"),
+        "# api\n\nintro content_hash 3333333333333333333333333333333333333333333333333333333333333333\n",
+    );
+    // Make the snapshot due again: a crawl with the same pages gives the same id.
+    let same = home.json(&format!("{snapshot}/_crawl-manifest.json"));
+    let due = format!("{snapshot}/_crawl-manifest.json");
+    let mut old = same.clone();
+    old["crawl_date"] = json!("2026-09-01");
+    home.test.write(&due, &old.to_string());
+    home.refresh(&["--input", "recrawl=api-docs", "--input", "hint=look again"])
+        .code(0);
+    let diff: Value = serde_json::from_str(&home.test.stage_output("crawl_diff")).expect("JSON");
+    assert_eq!(diff["by_source"]["api-docs"]["same"], true);
+    let plan: Value = serde_json::from_str(&home.test.stage_output("gc_plan")).expect("JSON");
+    assert_eq!(plan["eligible"], json!([]), "{plan}");
+    let staged = home.json(&format!("{PROPOSED}/research/source-paths.json"));
+    assert_eq!(
+        source(&staged, "api-docs")["lifecycle"]["last_crawl_id"],
+        crawl_id.as_str()
+    );
+    std::fs::remove_dir_all(home.test.path(PROPOSED)).expect("discard");
+
+    // No reference cites it any more: listed, kept without a yes, deleted with one.
+    std::fs::remove_file(home.test.path(&format!("{LIVE}/references/api.md"))).expect("rm");
+    let outside = home.test.path("outside-keep");
+    std::fs::create_dir_all(&outside).expect("dir");
+    std::os::unix::fs::symlink(
+        &outside,
+        home.test.path(&format!("{CACHE}/web-doc/api-docs-link")),
+    )
+    .expect("link");
+    let out = home.refresh(&["--input", "hint=again"]);
+    out.code(0);
+    let plan: Value = serde_json::from_str(&home.test.stage_output("gc_plan")).expect("JSON");
+    let old_dir = home
+        .test
+        .path(&format!("{CACHE}/web-doc/api-docs-c1"))
+        .display()
+        .to_string();
+    assert_eq!(
+        plan["eligible"],
+        json!([{ "source_id": "api-docs", "path": old_dir }]),
+        "{plan}"
+    );
+    assert!(
+        out.stdout
+            .contains("1 old web-doc snapshot is cited by no reference:"),
+        "{}",
+        out.stdout
+    );
+    assert!(home.test.exists(&format!("{CACHE}/web-doc/api-docs-c1")));
+    std::fs::remove_dir_all(home.test.path(PROPOSED)).expect("discard");
+    let out = home.refresh(&["--input", "hint=again", "--input", "gc=y"]);
+    out.code(0);
+    assert!(!home.test.exists(&format!("{CACHE}/web-doc/api-docs-c1")));
+    assert!(home
+        .test
+        .exists(&format!("{CACHE}/web-doc/api-docs-{crawl_id}")));
+    assert!(outside.exists() && home.test.exists(CACHE));
+    assert!(
+        out.stdout
+            .contains("Deleted 1 old web-doc snapshots no reference cites"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn the_engine_verify_template_is_staged_when_it_drifts_and_verify_runs_with_it() {
+    let home = Home::new();
+    let plugin = home.test.path("plugin");
+    home.test.write(
+        "plugin/engine-bootstrap-templates/verify.sh",
+        "set -e\ntest -f SKILL.md\necho '[PASS] template verify'\n",
+    );
+    let live_verify = home.test.read(&format!("{LIVE}/verify.sh"));
+    let out = home
+        .test
+        .command([
+            "run",
+            "refresh",
+            "--input",
+            "name=demo",
+            "--input",
+            "project_dir=project",
+        ])
+        .env("STAGEGRAPH_NOW", NOW)
+        .env(
+            "SKILL_ENGINE_CACHE_ROOT",
+            &home.test.path(CACHE).display().to_string(),
+        )
+        .env("CLAUDE_PLUGIN_ROOT", &plugin.display().to_string())
+        .output();
+    out.code(0);
+    assert_eq!(home.test.read(&format!("{LIVE}/verify.sh")), live_verify);
+    assert_eq!(
+        home.test.read(&format!("{PROPOSED}/verify.sh")),
+        home.test
+            .read("plugin/engine-bootstrap-templates/verify.sh")
+    );
+    let manifest = home.json(&format!("{PROPOSED}/.review/manifest.json"));
+    let entry = manifest["entries"]
+        .as_array()
+        .and_then(|e| e.iter().find(|e| e["path"] == "verify.sh"))
+        .cloned()
+        .expect("verify.sh");
+    assert_eq!(entry["status"], "modified");
+    assert!(home
+        .test
+        .stage_output("verify")
+        .contains("[PASS] template verify"));
+    assert!(
+        out.stdout
+            .contains("verify.sh differs from the engine template"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn flat_cache_entries_are_relocated_only_on_yes() {
+    let home = Home::new();
+    let flat = format!("{CACHE}/upstream-lib-{}", home.head);
+    home.test
+        .write(&format!("{flat}/.git/HEAD"), "ref: refs/heads/main\n");
+    home.test
+        .write(&format!("{CACHE}/stray/file"), "not a clone\n");
+    let out = home.refresh(&[]);
+    out.code(0);
+    assert!(
+        out.stdout
+            .contains("Found 1 cache entry in the old flat layout."),
+        "{}",
+        out.stdout
+    );
+    assert!(home.test.exists(&flat));
+    std::fs::remove_dir_all(home.test.path(PROPOSED)).expect("discard");
+    let out = home.refresh(&["--input", "relocate_cache=y"]);
+    out.code(0);
+    assert!(!home.test.exists(&flat));
+    assert!(home.test.exists(&format!(
+        "{CACHE}/git-managed/upstream-lib-{}/.git/HEAD",
+        home.head
+    )));
+    assert!(home.test.exists(&format!("{CACHE}/stray/file")));
+    assert!(
+        out.stdout.contains("Relocated 1 flat-layout cache entries"),
+        "{}",
+        out.stdout
+    );
 }
 
 #[test]
 fn locating_the_contextualizer() {
     let home = Home::bare();
-    let out = home
-        .test
-        .run(["run", "refresh", "--input", "project_dir=project"]);
+    let out = home.run(&["run", "refresh", "--input", "project_dir=project"]);
     assert_exited(&home, &out, "root", "No contextualizer found under any of ~/.claude/skills/, ~/.claude/local/skills/, or .claude/skills/. Run /skill-engine:engine-bootstrap first.");
     let out = home.refresh(&[]);
     assert_exited(
@@ -579,8 +1185,8 @@ fn locating_the_contextualizer() {
         "project/.claude/skills/demo-context",
     );
     home.install(&fixtures("refresh").join("demo-context"), LIVE);
-    home.fill_registry(LIVE);
-    home.fill_registry("project/.claude/skills/demo-context");
+    home.fill(&format!("{LIVE}/research/source-paths.json"));
+    home.fill("project/.claude/skills/demo-context/research/source-paths.json");
     let project_before = home.tree("project");
     home.refresh(&["--input", "project_dir=project"]).code(0);
     assert!(home
@@ -594,9 +1200,7 @@ fn locating_the_contextualizer() {
         &fixtures("refresh").join("demo-context"),
         ".claude/local/skills/other-context",
     );
-    let out = home
-        .test
-        .run(["run", "refresh", "--input", "project_dir=project"]);
+    let out = home.run(&["run", "refresh", "--input", "project_dir=project"]);
     assert_exited(
         &home,
         &out,
@@ -612,9 +1216,7 @@ fn locating_the_contextualizer() {
     for installed in [".claude/local", "project"] {
         std::fs::remove_dir_all(home.test.path(installed)).expect("uninstall");
     }
-    let out = home
-        .test
-        .run(["run", "refresh", "--input", "project_dir=project"]);
+    let out = home.run(&["run", "refresh", "--input", "project_dir=project"]);
     assert_exited(&home, &out, "root", "Rerun naming it (--input name=demo)");
 
     // Installed as a symbolic link to a folder elsewhere: found, read through the link, and the
@@ -638,7 +1240,7 @@ fn locating_the_contextualizer() {
     assert_eq!(home.tree("dotfiles-demo-context"), target_before);
 
     // A name is a slug, never a path.
-    let out = home.test.run([
+    let out = home.run(&[
         "run",
         "refresh",
         "--input",
@@ -654,15 +1256,17 @@ fn locating_the_contextualizer() {
 fn a_dry_run_touches_nothing() {
     let home = Home::new();
     let before = home.tree(".claude");
-    let out = home.refresh(&["--dry-run"]);
+    let cache_before = home.tree(CACHE);
+    let out = home.refresh(&["--dry-run", "--input", "recrawl=y"]);
     out.code(0);
     assert_eq!(home.tree(".claude"), before);
+    assert_eq!(home.tree(CACHE), cache_before);
     assert!(!home.test.exists(PROPOSED));
     assert!(!home.test.exists("models/sonnet.calls"));
     let record = home.record();
     assert_eq!(record["status"], "completed", "{record:#}");
     out.stderr_has("(dry-run) would run $ git ls-remote --");
-    out.stderr_has("(dry-run) would run $ bash verify.sh");
+    out.stderr_has("(dry-run) would run $ bash -c");
 }
 
 #[test]
@@ -710,4 +1314,54 @@ fn a_probe_that_hangs_leaves_that_source_unknown_and_no_other() {
     let lib = source(&staged, "upstream-lib");
     assert_eq!(lib["lifecycle"]["state"], "reachable");
     assert_eq!(lib["lifecycle"]["last_checked_sha"], home.head.as_str());
+}
+
+/// Thirty sources (ten git repositories, ten web-doc pages, ten local folders), probed in
+/// parallel: the wall time of a whole refresh, printed for the record.
+#[test]
+fn thirty_sources() {
+    let home = Home::bare();
+    home.install(&fixtures("refresh").join("demo-context"), LIVE);
+    std::fs::remove_file(home.test.path(LIVE).join("verify.sh")).expect("no verify.sh");
+    let mut sources = Vec::new();
+    for i in 0..10 {
+        let repo = format!("repo{i}.git");
+        git(home.test.root(), &["init", "-q", "--bare", &repo]);
+        git(
+            &home.test.path("work"),
+            &[
+                "push",
+                "-q",
+                &format!("file://{}", home.test.path(&repo).display()),
+                "HEAD:refs/heads/main",
+            ],
+        );
+        git(
+            &home.test.path(&repo),
+            &["symbolic-ref", "HEAD", "refs/heads/main"],
+        );
+        sources.push(json!({ "id": format!("git-{i}"), "kind": "git-managed", "url": format!("file://{}", home.test.path(&repo).display()), "status": "confirmed", "lifecycle": { "state": "reachable" } }));
+        sources.push(json!({ "id": format!("web-{i}"), "kind": "web-doc", "url": format!("{}/api/page{i}", home.web), "crawl_mode": "sitemap", "status": "confirmed", "lifecycle": { "state": "reachable" } }));
+        home.test
+            .write(&format!("{LIVE}/local{i}/doc.md"), &format!("# doc {i}\n"));
+        sources.push(json!({ "id": format!("local-{i}"), "kind": "local-path", "path": format!("local{i}"), "status": "confirmed", "lifecycle": { "state": "reachable" } }));
+    }
+    home.write_registry(&json!({ "schema_version": 1, "sources": sources }));
+    let started = std::time::Instant::now();
+    let out = home.refresh(&[]);
+    let elapsed = started.elapsed();
+    out.code(0);
+    assert_eq!(home.record()["status"], "completed");
+    let staged = home.json(&format!("{PROPOSED}/research/source-paths.json"));
+    for i in 0..10 {
+        assert_eq!(
+            source(&staged, &format!("git-{i}"))["lifecycle"]["state"],
+            "reachable"
+        );
+        assert_eq!(
+            source(&staged, &format!("web-{i}"))["lifecycle"]["state"],
+            "reachable"
+        );
+    }
+    eprintln!("refresh of 30 sources: {} ms", elapsed.as_millis());
 }

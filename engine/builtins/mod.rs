@@ -9,6 +9,8 @@ use serde_json::Value;
 pub mod ask;
 mod attempt;
 mod catalog;
+mod crawl;
+mod digest;
 mod dirs;
 mod fs;
 mod http;
@@ -18,6 +20,8 @@ pub mod paths;
 mod promote;
 mod sections;
 mod transcript;
+mod url;
+mod within;
 
 pub use paths::WriteRoots;
 
@@ -85,6 +89,10 @@ static REGISTRY: std::sync::LazyLock<Vec<Builtin>> = std::sync::LazyLock::new(||
         dirs::builtins(),
         sections::builtins(),
         promote::builtins(),
+        digest::builtins(),
+        crawl::builtins(),
+        url::builtins(),
+        within::builtins(),
     ]
     .into_iter()
     .flatten()

@@ -1,0 +1,684 @@
+//! Built-in web.crawl: a polite, bounded crawl of one site into a snapshot folder.
+//!
+//! The page set comes from the site's sitemap (named, else the `Sitemap:` lines of robots.txt,
+//! else `/sitemap.xml`; sitemap indexes are followed a few levels deep) or from an explicit page
+//! list. Only pages of the site's own origin are fetched; include/exclude globs over the URL path
+//! and robots.txt (the group for `stagegraph`, else `*`; longest match wins, Allow on a tie) filter
+//! them, and the budget caps how many are fetched. Each fetched page becomes one Markdown file with
+//! a frontmatter (`source_url`, `crawl_date`, plus the given fields); `_crawl-manifest.json` lists
+//! the pages (url, file, content_hash of the body, bytes), the failures, the robots disallows and
+//! how many pages the budget cut.
+//!
+//! The crawl id is derived from the page set alone (the SHA-256 of the sorted `url content_hash`
+//! lines, first 8 hex digits), so an unchanged site crawls to the same id. The snapshot is built in
+//! a temporary sibling and renamed to `to` with `{crawl_id}` filled in; when that folder already
+//! exists the new copy is discarded and the old one left as it was (`existing: true`).
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use regex::Regex;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use url::Url;
+
+use super::fs::{io_error, object_schema, parse_with, value_schema};
+use super::paths::sha256_hex;
+use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
+use crate::template::functions::parse_duration;
+
+const MANIFEST: &str = "_crawl-manifest.json";
+const AGENT: &str = "stagegraph";
+const MAX_SITEMAP_DEPTH: usize = 3;
+const MAX_PAGE_BYTES: u64 = 10 * 1024 * 1024;
+
+pub(crate) fn builtins() -> Vec<Builtin> {
+    vec![Builtin {
+        name: "web.crawl",
+        description: "Crawl a site (sitemap or page list, robots.txt, budget) into a snapshot folder of Markdown pages with a manifest.",
+        writes: true,
+        with_schema,
+        output_schema,
+        run: crawl,
+    }]
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    url: String,
+    #[serde(default = "default_mode")]
+    mode: String,
+    #[serde(default)]
+    sitemap_url: Option<String>,
+    #[serde(default)]
+    page_list: Option<Vec<String>>,
+    #[serde(default)]
+    include: Option<Vec<String>>,
+    #[serde(default)]
+    exclude: Option<Vec<String>>,
+    #[serde(default = "default_budget")]
+    budget: u64,
+    to: String,
+    #[serde(default)]
+    id: String,
+    crawl_date: String,
+    #[serde(default)]
+    frontmatter: Map<String, Value>,
+    #[serde(default = "default_timeout")]
+    timeout: String,
+}
+
+fn default_mode() -> String {
+    "sitemap".into()
+}
+fn default_budget() -> u64 {
+    200
+}
+fn default_timeout() -> String {
+    "15s".into()
+}
+
+fn with_schema() -> Value {
+    object_schema(
+        "Crawl one site into a snapshot folder.",
+        json!({
+            "url": { "type": "string", "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://", "description": "The site's root url; its origin bounds the crawl." },
+            "mode": { "enum": ["sitemap", "list"], "default": "sitemap", "description": "Where the page set comes from." },
+            "sitemap_url": { "type": ["string", "null"], "description": "sitemap mode: the sitemap to read (default: robots.txt's Sitemap lines, else /sitemap.xml)." },
+            "page_list": { "type": ["array", "null"], "items": { "type": "string" }, "description": "list mode: the pages, in order." },
+            "include": { "type": ["array", "null"], "items": { "type": "string" }, "description": "Globs over the url path a page must match one of (default `/**`)." },
+            "exclude": { "type": ["array", "null"], "items": { "type": "string" }, "description": "Globs over the url path that leave a page out." },
+            "budget": { "type": "integer", "minimum": 1, "maximum": 5000, "default": 200, "description": "The most pages fetched." },
+            "to": { "type": "string", "minLength": 1, "description": "The snapshot folder; `{crawl_id}` in it is replaced by the crawl id." },
+            "id": { "type": "string", "default": "", "description": "Recorded as `source_id` in the manifest." },
+            "crawl_date": { "type": "string", "minLength": 1, "description": "Recorded as the crawl date in the manifest and every page's frontmatter." },
+            "frontmatter": { "type": "object", "default": {}, "description": "More frontmatter fields for every page (string, number or boolean values)." },
+            "timeout": { "type": "string", "pattern": "^([0-9]+(w|d|h|m|s|ms))+$", "default": "15s", "description": "Each request's time limit." },
+        }),
+        &["url", "to", "crawl_date"],
+    )
+}
+
+fn output_schema() -> Value {
+    value_schema(json!({
+        "description": "The snapshot's manifest, where it is, and whether it was already there.",
+        "type": "object",
+        "properties": {
+            "path": { "type": "string", "description": "The snapshot folder." },
+            "existing": { "type": "boolean", "description": "True when a snapshot of this crawl id was already there (and was kept as it was)." },
+            "manifest": {
+                "type": "object",
+                "description": "What `_crawl-manifest.json` holds: source_id, crawl_id, crawl_date, sitemap_source, pages (url, file, content_hash, bytes), failures (url, reason), robots_disallows, budget_truncated.",
+                "properties": {
+                    "crawl_id": { "type": "string", "description": "8 hex digits derived from the page set." },
+                    "pages": { "type": "array", "description": "The pages written." },
+                },
+                "required": ["crawl_id", "pages"],
+            },
+        },
+        "required": ["path", "existing", "manifest"],
+        "additionalProperties": false,
+        "examples": [{ "path": "/cache/web-doc/site-0a1b2c3d", "existing": false, "manifest": { "crawl_id": "0a1b2c3d", "pages": [] } }],
+    }))
+}
+
+fn fail(message: impl std::fmt::Display) -> BuiltinError {
+    BuiltinError::new(format!("web.crawl: {message}"))
+}
+
+struct Client {
+    agent: ureq::Agent,
+}
+
+/// One answer: status, final url, body text.
+struct Answer {
+    status: u16,
+    url: Url,
+    body: String,
+    html: bool,
+}
+
+impl Client {
+    fn new(timeout: Duration) -> Client {
+        let agent = ureq::Agent::config_builder()
+            .max_redirects(0)
+            .http_status_as_error(false)
+            .timeout_global(Some(timeout))
+            .user_agent(AGENT)
+            .build()
+            .into();
+        Client { agent }
+    }
+
+    /// GET with redirects followed within `origin` (at most 5).
+    fn get(&self, url: &Url, origin: &url::Origin) -> Result<Answer, String> {
+        let mut at = url.clone();
+        for _ in 0..6 {
+            let mut response = self
+                .agent
+                .get(at.as_str())
+                .call()
+                .map_err(|err| match err {
+                    ureq::Error::Timeout(_) => "timed out".to_string(),
+                    ureq::Error::ConnectionFailed | ureq::Error::Io(_) => {
+                        "connection failed".to_string()
+                    }
+                    ureq::Error::HostNotFound => "host not found".to_string(),
+                    other => other.to_string(),
+                })?;
+            let status = response.status().as_u16();
+            if (300..400).contains(&status) {
+                let location = response
+                    .headers()
+                    .get("location")
+                    .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
+                    .ok_or_else(|| format!("HTTP {status} without a Location"))?;
+                let next = at
+                    .join(&location)
+                    .map_err(|err| format!("bad Location `{location}`: {err}"))?;
+                if &next.origin() != origin {
+                    return Err(format!("HTTP {status} to another origin ({next})"));
+                }
+                at = next;
+                continue;
+            }
+            let html = response
+                .headers()
+                .get("content-type")
+                .map(|value| {
+                    String::from_utf8_lossy(value.as_bytes())
+                        .to_ascii_lowercase()
+                        .contains("html")
+                })
+                .unwrap_or(false);
+            let bytes = response
+                .body_mut()
+                .with_config()
+                .limit(MAX_PAGE_BYTES)
+                .read_to_vec()
+                .map_err(|err| err.to_string())?;
+            return Ok(Answer {
+                status,
+                url: at,
+                body: String::from_utf8_lossy(&bytes).into_owned(),
+                html,
+            });
+        }
+        Err("too many redirects".to_string())
+    }
+}
+
+/// One robots.txt rule: (allow, path pattern).
+type Rule = (bool, String);
+
+/// robots.txt rules of one group.
+struct Robots {
+    rules: Vec<Rule>,
+    sitemaps: Vec<String>,
+}
+
+impl Robots {
+    fn parse(text: &str) -> Robots {
+        // Groups: consecutive User-agent lines, then their rules.
+        let mut groups: Vec<(Vec<String>, Vec<Rule>)> = Vec::new();
+        let mut sitemaps = Vec::new();
+        let mut in_agents = false;
+        for line in text.lines() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            let Some((key, value)) = line.split_once(':') else {
+                continue;
+            };
+            let key = key.trim().to_ascii_lowercase();
+            let value = value.trim().to_string();
+            match key.as_str() {
+                "user-agent" => {
+                    if !in_agents {
+                        groups.push((Vec::new(), Vec::new()));
+                    }
+                    in_agents = true;
+                    if let Some(group) = groups.last_mut() {
+                        group.0.push(value.to_ascii_lowercase());
+                    }
+                }
+                "allow" | "disallow" => {
+                    in_agents = false;
+                    if let Some(group) = groups.last_mut() {
+                        if !value.is_empty() {
+                            group.1.push((key == "allow", value));
+                        }
+                    }
+                }
+                "sitemap" => sitemaps.push(value),
+                _ => in_agents = false,
+            }
+        }
+        let ours = groups
+            .iter()
+            .find(|(agents, _)| agents.iter().any(|a| a == AGENT));
+        let any = groups
+            .iter()
+            .find(|(agents, _)| agents.iter().any(|a| a == "*"));
+        let rules = ours
+            .or(any)
+            .map(|(_, rules)| rules.clone())
+            .unwrap_or_default();
+        Robots { rules, sitemaps }
+    }
+
+    fn disallows(&self) -> Vec<String> {
+        self.rules
+            .iter()
+            .filter(|(allow, _)| !allow)
+            .map(|(_, p)| p.clone())
+            .collect()
+    }
+
+    fn allowed(&self, path: &str) -> bool {
+        let mut best: Option<(usize, bool)> = None;
+        for (allow, pattern) in &self.rules {
+            if robots_match(pattern, path) {
+                let len = pattern.len();
+                best = match best {
+                    Some((l, a)) if l > len || (l == len && a) => Some((l, a)),
+                    _ => Some((len, *allow)),
+                };
+            }
+        }
+        best.map(|(_, allow)| allow).unwrap_or(true)
+    }
+}
+
+/// A robots.txt path pattern: a prefix, `*` any run of characters, a final `$` the end.
+fn robots_match(pattern: &str, path: &str) -> bool {
+    let (body, anchored) = match pattern.strip_suffix('$') {
+        Some(body) => (body, true),
+        None => (pattern, false),
+    };
+    let mut regex = String::from("^");
+    for (i, part) in body.split('*').enumerate() {
+        if i > 0 {
+            regex.push_str(".*");
+        }
+        regex.push_str(&regex::escape(part));
+    }
+    if anchored {
+        regex.push('$');
+    }
+    Regex::new(&regex)
+        .map(|re| re.is_match(path))
+        .unwrap_or(false)
+}
+
+fn glob_set(patterns: &[String]) -> Result<globset::GlobSet, BuiltinError> {
+    let mut builder = globset::GlobSetBuilder::new();
+    for pattern in patterns {
+        let glob = globset::GlobBuilder::new(pattern)
+            .literal_separator(true)
+            .build()
+            .map_err(|err| fail(format!("invalid glob `{pattern}`: {}", err.kind())))?;
+        builder.add(glob);
+    }
+    builder.build().map_err(fail)
+}
+
+fn xml_unescape(text: &str) -> String {
+    text.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&#39;", "'")
+        .replace("&nbsp;", " ")
+        .replace("&amp;", "&")
+}
+
+/// The page urls of a sitemap, sitemap indexes followed.
+fn sitemap_pages(
+    client: &Client,
+    origin: &url::Origin,
+    url: &Url,
+    depth: usize,
+    out: &mut Vec<Url>,
+    failures: &mut Vec<Value>,
+) {
+    let answer = match client.get(url, origin) {
+        Ok(answer) if answer.status == 200 => answer,
+        Ok(answer) => {
+            failures.push(json!({ "url": url.as_str(), "reason": format!("sitemap: HTTP {}", answer.status) }));
+            return;
+        }
+        Err(why) => {
+            failures.push(json!({ "url": url.as_str(), "reason": format!("sitemap: {why}") }));
+            return;
+        }
+    };
+    let loc = Regex::new(r"(?s)<loc>\s*(.*?)\s*</loc>").expect("a valid regex");
+    let index = answer.body.contains("<sitemapindex");
+    for capture in loc.captures_iter(&answer.body) {
+        let text = xml_unescape(&capture[1]);
+        let Ok(found) = answer.url.join(&text) else {
+            continue;
+        };
+        if index {
+            if depth < MAX_SITEMAP_DEPTH && &found.origin() == origin {
+                sitemap_pages(client, origin, &found, depth + 1, out, failures);
+            }
+        } else {
+            out.push(found);
+        }
+    }
+}
+
+/// HTML to plain Markdown: headings, paragraphs, list items and links kept; scripts, styles and
+/// every other tag dropped; entities decoded.
+fn html_to_markdown(html: &str) -> String {
+    let drop = Regex::new(
+        r"(?is)<(script|style|head|nav|noscript)\b.*?</(script|style|head|nav|noscript)>",
+    )
+    .expect("regex");
+    let text = drop.replace_all(html, "");
+    let heading = Regex::new(r"(?is)<h([1-6])\b[^>]*>(.*?)</h[1-6]>").expect("regex");
+    let text = heading.replace_all(&text, |c: &regex::Captures| {
+        let level: usize = c[1].parse().unwrap_or(1);
+        format!("\n\n{} {}\n\n", "#".repeat(level), c[2].trim())
+    });
+    let link =
+        Regex::new(r#"(?is)<a\b[^>]*href\s*=\s*["']([^"']*)["'][^>]*>(.*?)</a>"#).expect("regex");
+    let text = link.replace_all(&text, "[$2]($1)");
+    let item = Regex::new(r"(?is)<li\b[^>]*>").expect("regex");
+    let text = item.replace_all(&text, "\n- ");
+    let block = Regex::new(
+        r"(?is)</?(p|div|section|article|main|ul|ol|pre|blockquote|table|tr|br)\b[^>]*>",
+    )
+    .expect("regex");
+    let text = block.replace_all(&text, "\n\n");
+    let tag = Regex::new(r"(?s)<[^>]*>").expect("regex");
+    let text = xml_unescape(&tag.replace_all(&text, ""));
+    let mut out = String::new();
+    let mut blank = true;
+    for line in text.lines() {
+        let line = line.split_whitespace().collect::<Vec<_>>().join(" ");
+        if line.is_empty() {
+            if !blank {
+                out.push('\n');
+            }
+            blank = true;
+        } else {
+            if !blank {
+                out.pop();
+                out.push(' ');
+            }
+            out.push_str(&line);
+            out.push('\n');
+            blank = false;
+        }
+    }
+    out.trim().to_string() + "\n"
+}
+
+/// The snapshot file name of a page: its path with `/` as `-`, `.html` dropped, `index` for `/`.
+fn file_name(url: &Url, taken: &mut BTreeSet<String>) -> String {
+    let path = url.path().trim_matches('/');
+    let path = path
+        .strip_suffix(".html")
+        .or_else(|| path.strip_suffix(".htm"))
+        .unwrap_or(path);
+    let mut stem: String = path
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    if let Some(query) = url.query() {
+        stem.push('-');
+        stem.push_str(&sha256_hex(query.as_bytes())[..8]);
+    }
+    if stem.is_empty() {
+        stem = "index".into();
+    }
+    let mut name = format!("{stem}.md");
+    let mut n = 2;
+    while !taken.insert(name.clone()) {
+        name = format!("{stem}-{n}.md");
+        n += 1;
+    }
+    name
+}
+
+fn yaml_scalar(value: &Value) -> String {
+    match value {
+        Value::String(text)
+            if !text.is_empty()
+                && text
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.:/+".contains(c)) =>
+        {
+            text.clone()
+        }
+        Value::String(text) => serde_json::to_string(text).unwrap_or_default(),
+        other => other.to_string(),
+    }
+}
+
+fn crawl(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
+    let args: Args = parse_with("web.crawl", with)?;
+    let timeout = parse_duration(&args.timeout).map_err(|why| fail(format!("timeout: {why}")))?;
+    let site =
+        Url::parse(&args.url).map_err(|err| fail(format!("`{}` is not a url: {err}", args.url)))?;
+    if !matches!(site.scheme(), "http" | "https") {
+        return Err(fail(format!("`{}` is not an http or https url", args.url)));
+    }
+    if !args.to.contains("{crawl_id}") {
+        return Err(fail("`to` must hold `{crawl_id}`"));
+    }
+    let origin = site.origin();
+    let client = Client::new(timeout);
+    let include = glob_set(args.include.as_deref().unwrap_or(&["/**".to_string()]))?;
+    let exclude = glob_set(args.exclude.as_deref().unwrap_or(&[]))?;
+
+    let mut robots_url = site.clone();
+    robots_url.set_path("/robots.txt");
+    robots_url.set_query(None);
+    let robots = match client.get(&robots_url, &origin) {
+        Ok(answer) if answer.status == 200 => Robots::parse(&answer.body),
+        _ => Robots::parse(""),
+    };
+
+    let mut failures = Vec::new();
+    let mut candidates = Vec::new();
+    let mut sitemap_source = Value::Null;
+    if args.mode == "list" {
+        for page in args.page_list.iter().flatten() {
+            match site.join(page) {
+                Ok(url) => candidates.push(url),
+                Err(err) => {
+                    failures.push(json!({ "url": page, "reason": format!("not a url: {err}") }))
+                }
+            }
+        }
+    } else {
+        let sitemap = match args.sitemap_url.as_deref().filter(|s| !s.is_empty()) {
+            Some(named) => site
+                .join(named)
+                .map_err(|err| fail(format!("sitemap_url `{named}`: {err}")))?,
+            None => match robots.sitemaps.iter().find_map(|s| site.join(s).ok()) {
+                Some(url) => url,
+                None => site.join("/sitemap.xml").map_err(fail)?,
+            },
+        };
+        sitemap_source = json!(sitemap.as_str());
+        sitemap_pages(
+            &client,
+            &origin,
+            &sitemap,
+            0,
+            &mut candidates,
+            &mut failures,
+        );
+    }
+
+    let mut seen = BTreeSet::new();
+    let mut selected = Vec::new();
+    let mut robots_skipped = Vec::new();
+    for mut url in candidates {
+        url.set_fragment(None);
+        if url.origin() != origin {
+            failures
+                .push(json!({ "url": url.as_str(), "reason": "another origin than the site's" }));
+            continue;
+        }
+        if !seen.insert(url.as_str().to_string()) {
+            continue;
+        }
+        let path = url.path().to_string();
+        if !include.is_match(&path) || exclude.is_match(&path) {
+            continue;
+        }
+        let full = match url.query() {
+            Some(query) => format!("{path}?{query}"),
+            None => path,
+        };
+        if !robots.allowed(&full) {
+            robots_skipped.push(json!(url.as_str()));
+            continue;
+        }
+        selected.push(url);
+    }
+    let budget = args.budget.max(1) as usize;
+    let truncated = selected.len().saturating_sub(budget);
+    selected.truncate(budget);
+
+    struct Page {
+        url: String,
+        file: String,
+        body: String,
+        hash: String,
+    }
+    let mut pages = Vec::new();
+    let mut taken = BTreeSet::new();
+    taken.insert(MANIFEST.to_string());
+    for url in &selected {
+        match client.get(url, &origin) {
+            Ok(answer) if answer.status == 200 => {
+                let body = if answer.html {
+                    html_to_markdown(&answer.body)
+                } else {
+                    answer.body
+                };
+                let hash = sha256_hex(body.as_bytes());
+                let file = file_name(url, &mut taken);
+                pages.push(Page {
+                    url: url.as_str().to_string(),
+                    file,
+                    body,
+                    hash,
+                });
+            }
+            Ok(answer) => failures
+                .push(json!({ "url": url.as_str(), "reason": format!("HTTP {}", answer.status) })),
+            Err(why) => failures.push(json!({ "url": url.as_str(), "reason": why })),
+        }
+    }
+
+    let mut lines: Vec<String> = pages
+        .iter()
+        .map(|p| format!("{} {}\n", p.url, p.hash))
+        .collect();
+    lines.sort();
+    let crawl_id = sha256_hex(lines.concat().as_bytes())[..8].to_string();
+    let manifest = json!({
+        "source_id": args.id,
+        "crawl_id": crawl_id,
+        "crawl_date": args.crawl_date,
+        "fetcher": AGENT,
+        "sitemap_source": sitemap_source,
+        "pages": pages.iter().map(|p| json!({ "url": p.url, "file": p.file, "content_hash": p.hash, "bytes": p.body.len() })).collect::<Vec<_>>(),
+        "failures": failures,
+        "robots_disallows": robots.disallows(),
+        "robots_skipped": robots_skipped,
+        "budget_truncated": truncated,
+    });
+
+    let target = ctx
+        .writes
+        .check(&ctx.resolve(&args.to.replace("{crawl_id}", &crawl_id)))?;
+    if fs::symlink_metadata(&target).is_ok() {
+        return Ok(
+            json!({ "path": target.display().to_string(), "existing": true, "manifest": manifest }),
+        );
+    }
+    let parent = target
+        .parent()
+        .ok_or_else(|| fail("`to` has no parent folder"))?;
+    fs::create_dir_all(parent).map_err(|err| io_error("cannot create", parent, &err))?;
+    let temp = tempfile::Builder::new()
+        .prefix(".crawl-")
+        .tempdir_in(parent)
+        .map_err(|err| io_error("cannot create a folder in", parent, &err))?;
+    let write = |path: PathBuf, text: &str| {
+        fs::write(&path, text).map_err(|err| io_error("cannot write", &path, &err))
+    };
+    for page in &pages {
+        let mut front = format!(
+            "---\nsource_url: {}\ncrawl_date: {}\n",
+            yaml_scalar(&json!(page.url)),
+            yaml_scalar(&json!(args.crawl_date))
+        );
+        for (key, value) in &args.frontmatter {
+            front.push_str(&format!("{key}: {}\n", yaml_scalar(value)));
+        }
+        front.push_str("---\n\n");
+        write(temp.path().join(&page.file), &(front + &page.body))?;
+    }
+    let text = serde_json::to_string_pretty(&manifest).map_err(fail)? + "\n";
+    write(temp.path().join(MANIFEST), &text)?;
+    let kept = temp.keep();
+    fs::rename(&kept, &target).map_err(|err| {
+        let _ = fs::remove_dir_all(&kept);
+        io_error("cannot move the snapshot to", &target, &err)
+    })?;
+    Ok(json!({ "path": target.display().to_string(), "existing": false, "manifest": manifest }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn robots_longest_match_wins() {
+        let robots = Robots::parse("User-agent: *\nDisallow: /private/\nAllow: /private/ok\nDisallow: /*.pdf$\nSitemap: /s.xml\n");
+        assert!(!robots.allowed("/private/x"));
+        assert!(robots.allowed("/private/ok/page"));
+        assert!(!robots.allowed("/a/b.pdf"));
+        assert!(robots.allowed("/a/b.pdf?x"));
+        assert!(robots.allowed("/docs"));
+        assert_eq!(robots.sitemaps, ["/s.xml"]);
+    }
+
+    #[test]
+    fn html_becomes_markdown() {
+        let text = html_to_markdown("<html><head><title>t</title></head><body><h1>Guide</h1><p>One\n two</p><ul><li>a</li></ul><script>x()</script></body></html>");
+        assert_eq!(text, "# Guide\n\nOne two\n\n- a\n");
+    }
+
+    #[test]
+    fn file_names_are_unique() {
+        let mut taken = BTreeSet::new();
+        let url = |s: &str| Url::parse(s).expect("url");
+        assert_eq!(
+            file_name(&url("http://x/docs/intro.html"), &mut taken),
+            "docs-intro.md"
+        );
+        assert_eq!(file_name(&url("http://x/"), &mut taken), "index.md");
+        assert_eq!(
+            file_name(&url("http://x/docs/intro"), &mut taken),
+            "docs-intro-2.md"
+        );
+    }
+}
