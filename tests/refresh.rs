@@ -956,7 +956,7 @@ fn decay_is_days_weeks_months_or_years_and_anything_else_names_the_source() {
 #[test]
 fn an_approved_recrawl_snapshots_diffs_and_collects_old_snapshots() {
     let home = Home::new();
-    let out = home.refresh(&["--input", "recrawl=y"]);
+    let out = home.refresh(&["--answer", "recrawl_ask=y"]);
     out.code(0);
     let record = home.record();
     assert_eq!(record["status"], "completed", "{record:#}");
@@ -1023,7 +1023,7 @@ fn an_approved_recrawl_snapshots_diffs_and_collects_old_snapshots() {
     let mut old = same.clone();
     old["crawl_date"] = json!("2026-09-01");
     home.test.write(&due, &old.to_string());
-    home.refresh(&["--input", "recrawl=api-docs", "--input", "hint=look again"])
+    home.refresh(&["--answer", "recrawl_ask=individual", "--answer", "recrawl_each=y", "--input", "hint=look again"])
         .code(0);
     let diff: Value = serde_json::from_str(&home.test.stage_output("crawl_diff")).expect("JSON");
     assert_eq!(diff["by_source"]["api-docs"]["same"], true);
@@ -1066,7 +1066,7 @@ fn an_approved_recrawl_snapshots_diffs_and_collects_old_snapshots() {
     );
     assert!(home.test.exists(&format!("{CACHE}/web-doc/api-docs-c1")));
     std::fs::remove_dir_all(home.test.path(PROPOSED)).expect("discard");
-    let out = home.refresh(&["--input", "hint=again", "--input", "gc=y"]);
+    let out = home.refresh(&["--input", "hint=again", "--answer", "gc_ask=y"]);
     out.code(0);
     assert!(!home.test.exists(&format!("{CACHE}/web-doc/api-docs-c1")));
     assert!(home
@@ -1151,7 +1151,7 @@ fn flat_cache_entries_are_relocated_only_on_yes() {
     );
     assert!(home.test.exists(&flat));
     std::fs::remove_dir_all(home.test.path(PROPOSED)).expect("discard");
-    let out = home.refresh(&["--input", "relocate_cache=y"]);
+    let out = home.refresh(&["--answer", "flat_ask=y"]);
     out.code(0);
     assert!(!home.test.exists(&flat));
     assert!(home.test.exists(&format!(
@@ -1257,7 +1257,7 @@ fn a_dry_run_touches_nothing() {
     let home = Home::new();
     let before = home.tree(".claude");
     let cache_before = home.tree(CACHE);
-    let out = home.refresh(&["--dry-run", "--input", "recrawl=y"]);
+    let out = home.refresh(&["--dry-run", "--answer", "recrawl_ask=y"]);
     out.code(0);
     assert_eq!(home.tree(".claude"), before);
     assert_eq!(home.tree(CACHE), cache_before);
