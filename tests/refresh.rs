@@ -50,6 +50,7 @@ impl Home {
         let home = Home::bare();
         home.install(&fixtures("refresh").join("demo-context"), LIVE);
         home.fill(&format!("{LIVE}/research/source-paths.json"));
+        home.fill(&format!("{LIVE}/references/lib.md"));
         let snapshot = format!("{CACHE}/web-doc/api-docs-c1");
         copy_tree(
             &fixtures("refresh").join("snapshot"),
@@ -555,6 +556,15 @@ fn stages_every_transition_and_leaves_the_live_tree_alone() {
         "{text}"
     );
     assert!(text.contains("verify.sh template drift check skipped — engine template unreachable."));
+    // The lifecycle sweep: the lines citing a moved or removed source, rewritten nowhere.
+    assert!(
+        text.contains(&format!("Lifecycle sweep (dry-run, nothing rewritten): guide is moved (proposed {}/v2/x?q=1); cited at references/lib.md:5.", home.web)),
+        "{text}"
+    );
+    assert!(
+        text.contains("Lifecycle sweep (dry-run, nothing rewritten): old-blog is removed; cited at SKILL.md:12, references/lib.md:7."),
+        "{text}"
+    );
     assert!(text.ends_with(&format!("\n\n{HANDOFF}")), "{text}");
     let prompt = home.test.read("models/sonnet.prompt");
     for fact in [
