@@ -542,8 +542,8 @@ fn journal_record(journal: &Path, entry: &Entry, action: &str) -> Result<(), Bui
     let line = json!({ "path": entry.path, "status": entry.status.as_str(), "action": action });
     file.write_all(format!("{line}\n").as_bytes())
         .map_err(|err| super::fs::io_error("cannot write the journal", journal, &err))?;
-    // Best effort: not every kind of file can be synced.
-    let _ = file.sync_data();
+    // Not synced: the record is for a process that was killed (the kernel keeps what it was
+    // written), and the promotion itself does not depend on it.
     Ok(())
 }
 
@@ -579,6 +579,10 @@ fn promote(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     fs::create_dir_all(&to).map_err(|err| super::fs::io_error("cannot create", &to, &err))?;
     let mut moved = Vec::new();
     let mut deleted = Vec::new();
+    // Each folder a rename or a removal changed, synced once at the end rather than after every
+    // entry: an entry is resume-safe whichever of its states a crash leaves, so only the whole
+    // promotion needs to be durable before the steps that follow it (the audit trail) run.
+    let mut touched = std::collections::BTreeSet::new();
     for (item, staged, target) in plan {
         let entry = &item.entry;
         match staged {
@@ -600,7 +604,10 @@ fn promote(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
                         super::fs::io_error("cannot promote", &staged, &err)
                     }
                 })?;
-                paths::sync_dir(parent);
+                touched.insert(parent.to_path_buf());
+                if let Some(from) = staged.parent() {
+                    touched.insert(from.to_path_buf());
+                }
                 moved.push(entry.path.clone());
             }
             None => {
@@ -613,10 +620,16 @@ fn promote(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
                     Err(err) => return Err(super::fs::io_error("cannot remove", &target, &err)),
                 }
                 if let Some(parent) = target.parent() {
-                    paths::sync_dir(parent);
+                    touched.insert(parent.to_path_buf());
                 }
                 deleted.push(entry.path.clone());
             }
+        }
+    }
+    for folder in &touched {
+        paths::sync_dir(folder);
+        if let Some(parent) = folder.parent() {
+            paths::sync_dir(parent);
         }
     }
     let skipped: Vec<&str> = checked
