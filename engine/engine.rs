@@ -105,7 +105,7 @@ pub fn resolve_inputs(
     json: Map<String, Value>,
     pairs: &Map<String, Value>,
 ) -> Result<Map<String, Value>, InputError> {
-    let declared = &workflow.file.inputs;
+    let declared = &workflow.inputs;
     let mut out = Map::new();
     for (name, value) in json {
         if let Some(decl) = declared.get(&name) {

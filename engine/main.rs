@@ -693,7 +693,7 @@ impl App {
                 run::cache::read_ahead(&self.state_dir, workflow);
             }
         })?;
-        let always_zero = workflow.file.workflow.always_exit_zero;
+        let always_zero = workflow.always_exit_zero;
         // A hook's host reads any other code as a verdict (2 blocks a Claude Code session): a
         // failure and an interruption (SIGINT, SIGTERM) exit 0 too; the record says which.
         let zero_if = |code: i32| {
@@ -783,8 +783,6 @@ impl App {
             }
         };
         let keep_runs = workflow
-            .file
-            .workflow
             .records
             .as_ref()
             .and_then(|records| records.keep)
@@ -985,7 +983,7 @@ impl App {
         let previous = record::read_record(&dir, &id).map_err(invalid)?;
         let workflow = self.load(&self.resume_reference(&previous))?;
         let outputs = record::read_outputs(&dir, &id);
-        let always_zero = workflow.file.workflow.always_exit_zero;
+        let always_zero = workflow.always_exit_zero;
         let code = self.execute(
             &workflow,
             previous.inputs.clone(),
@@ -1307,11 +1305,11 @@ fn ask_answers(
     fn ask_stages(workflow: &stagegraph::check::Workflow, out: &mut Vec<AskStage>) {
         for stage in &workflow.stages {
             match &stage.action {
-                stagegraph::check::Action::Uses { builtin, .. }
+                stagegraph::check::Action::Uses { builtin, with }
                     if builtin.name == stagegraph::builtins::ask::NAME =>
                 {
-                    let schema =
-                        stagegraph::builtins::ask::output_schema_for(stage.def.with.as_deref());
+                    let with = with.literal_entries();
+                    let schema = stagegraph::builtins::ask::output_schema_for(Some(&with));
                     let choices = schema.get("enum").and_then(Value::as_array).cloned();
                     out.push((stage.id.clone(), choices))
                 }

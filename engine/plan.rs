@@ -24,13 +24,13 @@ impl<'w> Plan<'w> {
                 .order
                 .iter()
                 .copied()
-                .filter(|&i| workflow.stages[i].def.finally == finally)
+                .filter(|&i| workflow.stages[i].finally == finally)
                 .collect();
             for &i in &members {
                 level[i] = workflow.stages[i]
                     .deps
                     .iter()
-                    .filter(|&&d| workflow.stages[d].def.finally == finally)
+                    .filter(|&&d| workflow.stages[d].finally == finally)
                     .map(|&d| level[d] + 1)
                     .max()
                     .unwrap_or(0);
@@ -54,21 +54,13 @@ impl<'w> Plan<'w> {
 
     fn action_summary(&self, index: usize) -> String {
         let stage = &self.workflow.stages[index];
-        let def = &stage.def;
+        let text = &stage.text.action;
         match &stage.action {
             Action::None => "(no action)".to_string(),
-            Action::Command(_) => format!(
-                "command {}",
-                def.command
-                    .as_ref()
-                    .map(|c| c.join(" "))
-                    .unwrap_or_default()
-            ),
-            Action::Shell(_) => format!("shell {}", first_line(def.shell.as_deref().unwrap_or(""))),
-            Action::Prompt { model, .. } => {
-                format!("prompt {} -> {model}", template_name(def.prompt.as_ref()))
-            }
-            Action::Template(_) => format!("template {}", template_name(def.template.as_ref())),
+            Action::Command(_) => format!("command {text}"),
+            Action::Shell(_) => format!("shell {}", shortened(text)),
+            Action::Prompt { model, .. } => format!("prompt {text} -> {model}"),
+            Action::Template(_) => format!("template {text}"),
             Action::Uses { builtin, .. } => format!("uses {}", builtin.name),
             Action::Workflow { workflow, .. } => format!("workflow {}", workflow.name),
         }
@@ -99,7 +91,7 @@ impl<'w> Plan<'w> {
             let _ = writeln!(out, "{title}");
             for &i in wave {
                 let stage = &self.workflow.stages[i];
-                let def = &stage.def;
+                let def = &stage.text;
                 let _ = writeln!(out, "  {}  {}", stage.id, self.action_summary(i));
                 if let Some(description) = &def.description {
                     let _ = writeln!(out, "      {description}");
@@ -121,8 +113,8 @@ impl<'w> Plan<'w> {
                 if let Some(e) = &def.exit_if {
                     let _ = writeln!(out, "      exit_if: {e}");
                 }
-                for a in &def.assert {
-                    let _ = writeln!(out, "      assert: {}", a.that);
+                for that in &def.asserts {
+                    let _ = writeln!(out, "      assert: {that}");
                 }
             }
         }
@@ -141,15 +133,15 @@ impl<'w> Plan<'w> {
                 json!({
                     "id": stage.id,
                     "wave": w.map(|w| w + 1),
-                    "finally": stage.def.finally,
+                    "finally": stage.finally,
                     "action": stage.action.kind(),
                     "summary": self.action_summary(i),
-                    "description": stage.def.description,
+                    "description": stage.text.description,
                     "after": stage.deps.iter().map(|&d| self.workflow.stages[d].id.clone()).collect::<Vec<_>>(),
-                    "if": stage.def.if_,
-                    "exit_if": stage.def.exit_if,
-                    "foreach": stage.def.foreach,
-                    "assert": stage.def.assert.iter().map(|a| a.that.clone()).collect::<Vec<_>>(),
+                    "if": stage.text.if_,
+                    "exit_if": stage.text.exit_if,
+                    "foreach": stage.text.foreach,
+                    "assert": stage.text.asserts,
                 })
             })
             .collect();
@@ -170,15 +162,15 @@ impl<'w> Plan<'w> {
             let stage = &self.workflow.stages[i];
             let summary = self.action_summary(i);
             let mut lines = vec![stage.id.as_str(), summary.as_str()];
-            if stage.def.exit_if.is_some() {
+            if stage.exit_if.is_some() {
                 lines.push("(exit_if)");
             }
-            if stage.def.finally {
+            if stage.finally {
                 lines.push("(finally)");
             }
-            let shape = if stage.def.exit_if.is_some() {
+            let shape = if stage.exit_if.is_some() {
                 ", shape=diamond"
-            } else if stage.def.finally {
+            } else if stage.finally {
                 ", style=dashed"
             } else {
                 ""
@@ -210,7 +202,7 @@ impl<'w> Plan<'w> {
             let stage = &self.workflow.stages[i];
             let label =
                 format!("{}<br/>{}", stage.id, self.action_summary(i)).replace('"', "#quot;");
-            if stage.def.exit_if.is_some() {
+            if stage.exit_if.is_some() {
                 let _ = writeln!(out, "  {}{{\"{label}\"}}", stage.id);
             } else {
                 let _ = writeln!(out, "  {}[\"{label}\"]", stage.id);
@@ -239,24 +231,12 @@ impl<'w> Plan<'w> {
     }
 }
 
-fn first_line(text: &str) -> String {
-    let line = text
-        .lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("")
-        .trim();
+/// A line of at most 60 characters.
+fn shortened(line: &str) -> String {
     if line.chars().count() > 60 {
         format!("{}…", line.chars().take(60).collect::<String>())
     } else {
         line.to_string()
-    }
-}
-
-fn template_name(tref: Option<&crate::format::TemplateRef>) -> String {
-    match tref {
-        Some(crate::format::TemplateRef::File(path)) => path.clone(),
-        Some(crate::format::TemplateRef::Inline(_)) => "(inline)".into(),
-        None => String::new(),
     }
 }
 

@@ -10,8 +10,8 @@ use serde_json::Value;
 use super::gather::{Pending, PendingAction};
 use super::key::{Field, TemplateKey};
 use super::schemas::SchemaOf;
-use super::{Action, CacheSpec, CheckedLock, ProcessAction, Stage, WithTree};
-use crate::format::{CacheDef, OutputFormat, WorkflowFile};
+use super::{Action, CacheSpec, CheckedLock, ProcessAction, Stage, StageText, WithTree};
+use crate::format::{CacheDef, OutputFormat, StageDef, TemplateRef, WorkflowFile};
 use crate::template::{self, Tmpl};
 
 /// What check hands over besides the stages' definitions.
@@ -211,7 +211,7 @@ pub(crate) fn assemble(
         stages.push(Stage {
             id: id.clone(),
             index: i,
-            def: def.clone(),
+            text: text_of(def),
             action,
             deps: deps[i].iter().copied().collect(),
             if_: t.stage_if(def.if_.is_some(), i, Field::If),
@@ -237,6 +237,12 @@ pub(crate) fn assemble(
                 .unwrap_or(Duration::from_secs(1)),
             repair: def.repair.unwrap_or(1),
             on_error: def.on_error.unwrap_or_default(),
+            finally: def.finally,
+            concurrency: def.concurrency.map(|c| c as usize),
+            on_item_error: def.on_item_error.unwrap_or_default(),
+            temperature: def.temperature,
+            max_tokens: def.max_tokens,
+            dry_run_output: def.dry_run_output.as_deref().cloned(),
             definition_hash: definition_hashes.next().unwrap_or_default(),
         });
     }
@@ -286,6 +292,30 @@ pub(crate) fn assemble(
         lock,
         records_project,
     })
+}
+
+/// The texts of a stage as written.
+fn text_of(def: &StageDef) -> StageText {
+    let action = if let Some(command) = &def.command {
+        command.join(" ")
+    } else if let Some(shell) = &def.shell {
+        let first = shell.lines().find(|l| !l.trim().is_empty());
+        first.unwrap_or("").trim().to_string()
+    } else {
+        match def.prompt.as_ref().or(def.template.as_ref()) {
+            Some(TemplateRef::File(path)) => path.clone(),
+            Some(TemplateRef::Inline(_)) => "(inline)".into(),
+            None => String::new(),
+        }
+    };
+    StageText {
+        description: def.description.clone(),
+        action,
+        if_: def.if_.clone(),
+        exit_if: def.exit_if.clone(),
+        foreach: def.foreach.clone(),
+        asserts: def.assert.iter().map(|a| a.that.clone()).collect(),
+    }
 }
 
 /// A duration check has already proven valid.

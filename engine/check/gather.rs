@@ -580,9 +580,8 @@ impl Checker<'_> {
                 };
                 let given = def.with.clone().unwrap_or_default();
                 for key in given.keys() {
-                    if !workflow.file.inputs.contains_key(key) {
-                        let help =
-                            did_you_mean(key, workflow.file.inputs.keys().map(String::as_str));
+                    if !workflow.inputs.contains_key(key) {
+                        let help = did_you_mean(key, workflow.inputs.keys().map(String::as_str));
                         self.error_key(
                             format!("workflow `{name}` has no input `{key}`"),
                             &p(&format!("with/{}", pointer_segment(key))),
@@ -590,7 +589,7 @@ impl Checker<'_> {
                         .help = help;
                     }
                 }
-                for (key, decl) in &workflow.file.inputs {
+                for (key, decl) in &workflow.inputs {
                     if decl.default.is_none() && !given.contains_key(key) {
                         self.error_key(
                             format!("workflow `{name}` needs input `{key}`"),

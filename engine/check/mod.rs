@@ -47,7 +47,9 @@ use crate::schema::{self, Schema};
 use assemble::Parts;
 use gather::Pending;
 use schemas::SchemaOf;
-pub use workflow::{Action, CacheSpec, CheckedLock, ProcessAction, Stage, WithTree, Workflow};
+pub use workflow::{
+    Action, CacheSpec, CheckedLock, ProcessAction, Stage, StageText, WithTree, Workflow,
+};
 
 /// Check a loaded workflow. Sub-workflows are loaded and checked through `search`.
 pub fn check(
@@ -143,9 +145,23 @@ fn check_inner(
             // Freed here, it does not add to a long run's peak memory.
             let mut raw = raw;
             raw.doc = Value::Null;
+            let WorkflowFile {
+                workflow,
+                inputs,
+                stages,
+                ..
+            } = file;
+            // The definitions are not needed past check (a stage holds what run and plan read);
+            // a large workflow's are freed beside the run instead of ahead of it.
+            if stages.len() > 1_000 {
+                std::thread::spawn(move || drop(stages));
+            }
             Ok(Workflow {
                 name: raw.name.clone(),
-                file,
+                inputs,
+                env: workflow.env,
+                always_exit_zero: workflow.always_exit_zero,
+                records: workflow.records,
                 raw,
                 stages: parts.stages,
                 order: parts.order,

@@ -65,7 +65,7 @@ impl Checker<'_> {
                 }
             }
             (Some(PendingAction::Workflow { workflow }), _) => {
-                SchemaOf::Keys(workflow.file.outputs.keys().cloned().collect())
+                SchemaOf::Keys(workflow.outputs.iter().map(|(k, _)| k.clone()).collect())
             }
             (_, Some(OutputFormat::Json)) => SchemaOf::Unknown,
             (_, Some(OutputFormat::Lines)) => SchemaOf::List,

@@ -8,7 +8,9 @@ use serde_json::Value;
 
 use crate::builtins::Builtin;
 use crate::diag::Diagnostic;
-use crate::format::{OnError, OutputFormat, StageDef, WorkflowFile};
+use indexmap::IndexMap;
+
+use crate::format::{InputDecl, OnError, OnItemError, OutputFormat, RecordsDef};
 use crate::load::RawWorkflow;
 use crate::schema::Schema;
 use crate::template::Tmpl;
@@ -16,7 +18,16 @@ use crate::template::Tmpl;
 /// A checked workflow: every reference resolved, every template and schema compiled.
 pub struct Workflow {
     pub name: String,
-    pub file: WorkflowFile,
+    /// The declared inputs.
+    pub inputs: IndexMap<String, InputDecl>,
+    /// `[workflow] env`: the environment variables templates may read.
+    pub env: Vec<String>,
+    /// `[workflow] always_exit_zero`.
+    pub always_exit_zero: bool,
+    /// `[workflow] records`: where and how the run's records are kept.
+    pub records: Option<RecordsDef>,
+    /// The files as loaded, for locations in diagnostics found after check (the document
+    /// itself is freed).
     pub raw: RawWorkflow,
     pub stages: Vec<Stage>,
     /// Stage indexes in a topological order.
@@ -54,7 +65,8 @@ pub struct CheckedLock {
 pub struct Stage {
     pub id: String,
     pub index: usize,
-    pub def: Arc<StageDef>,
+    /// The stage's texts as written, for display and messages.
+    pub text: StageText,
     pub action: Action,
     /// The stages that must finish first (explicit `after` and inferred references), sorted.
     pub deps: Vec<usize>,
@@ -73,8 +85,31 @@ pub struct Stage {
     pub retry_backoff: Duration,
     pub repair: u32,
     pub on_error: OnError,
+    /// Runs once the run has ended (`finally = true`).
+    pub finally: bool,
+    /// Items of a `foreach` that run at once, at most (besides `--jobs`).
+    pub concurrency: Option<usize>,
+    pub on_item_error: OnItemError,
+    pub temperature: Option<f64>,
+    pub max_tokens: Option<u32>,
+    /// The output a dry-run assumes for the stage.
+    pub dry_run_output: Option<Value>,
     /// SHA-256 of the stage's definition as written (after overlays).
     pub definition_hash: String,
+}
+
+/// A stage's texts as written: what `plan` shows and what messages quote.
+#[derive(Debug, Default)]
+pub struct StageText {
+    pub description: Option<String>,
+    /// The action's own text: the command line, the first line of the shell script, the name
+    /// of the template file (or `inline`); empty for the other actions.
+    pub action: String,
+    pub if_: Option<String>,
+    pub exit_if: Option<String>,
+    pub foreach: Option<String>,
+    /// Each assertion's `that`.
+    pub asserts: Vec<String>,
 }
 
 pub struct CacheSpec {
@@ -132,4 +167,35 @@ pub enum WithTree {
     Template(Tmpl),
     Array(Vec<WithTree>),
     Object(Vec<(String, WithTree)>),
+}
+
+impl WithTree {
+    /// The value as written, when no part of it is a template.
+    pub fn literal(&self) -> Option<Value> {
+        match self {
+            WithTree::Literal(value) => Some(value.clone()),
+            WithTree::Template(_) => None,
+            WithTree::Array(items) => items
+                .iter()
+                .map(WithTree::literal)
+                .collect::<Option<_>>()
+                .map(Value::Array),
+            WithTree::Object(entries) => entries
+                .iter()
+                .map(|(k, v)| v.literal().map(|v| (k.clone(), v)))
+                .collect::<Option<_>>()
+                .map(Value::Object),
+        }
+    }
+
+    /// The entries of a table whose values are written without templates.
+    pub fn literal_entries(&self) -> IndexMap<String, Value> {
+        match self {
+            WithTree::Object(entries) => entries
+                .iter()
+                .filter_map(|(k, v)| v.literal().map(|v| (k.clone(), v)))
+                .collect(),
+            _ => IndexMap::new(),
+        }
+    }
 }

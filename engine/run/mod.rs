@@ -114,8 +114,6 @@ pub fn run(
 ) -> Result<RunRecord, RunError> {
     let run_id = record::new_run_id();
     let private = workflow
-        .file
-        .workflow
         .records
         .as_ref()
         .is_some_and(|records| records.private);
@@ -171,8 +169,6 @@ pub fn state_dir_for(
 ) -> Result<PathBuf, String> {
     use crate::format::RecordsLocation;
     let user = workflow
-        .file
-        .workflow
         .records
         .as_ref()
         .is_some_and(|records| records.location == RecordsLocation::User);
@@ -183,7 +179,7 @@ pub fn state_dir_for(
         Some(tmpl) => {
             let scope = minijinja::Value::from_serialize(json!({
                 "inputs": inputs,
-                "env": allowed_env(&workflow.file.workflow.env),
+                "env": allowed_env(&workflow.env),
             }));
             let rendered = tmpl
                 .render(&scope)
@@ -448,7 +444,7 @@ impl<'w, 'r> Executor<'w, 'r> {
         // The scope every template sees; `stages` reads the live table.
         let mut scope = Scope {
             inputs: minijinja::Value::from_serialize(&self.record.inputs),
-            env: allowed_env(&workflow.file.workflow.env),
+            env: allowed_env(&workflow.env),
             stages: Scope::stages_view(Arc::clone(&self.table)),
             state: minijinja::Value::from_serialize(stage::load_state(
                 &self.runtime.state_dir,
@@ -556,7 +552,7 @@ impl<'w, 'r> Executor<'w, 'r> {
         let mut cache = runner.cache;
 
         // Finally stages, once the run has ended (not when it was interrupted): they see how.
-        if status != RunStatus::Interrupted && workflow.stages.iter().any(|s| s.def.finally) {
+        if status != RunStatus::Interrupted && workflow.stages.iter().any(|s| s.finally) {
             let _ = cache.flush();
             let mut ended = scope.clone();
             ended.run = self.ended_value(status);
@@ -630,11 +626,11 @@ impl<'w, 'r> Executor<'w, 'r> {
         let mut waiting: Vec<usize> = workflow
             .stages
             .iter()
-            .map(|s| match s.def.finally == finally {
+            .map(|s| match s.finally == finally {
                 true => s
                     .deps
                     .iter()
-                    .filter(|&&d| workflow.stages[d].def.finally == finally)
+                    .filter(|&&d| workflow.stages[d].finally == finally)
                     .count(),
                 false => usize::MAX,
             })
@@ -765,9 +761,9 @@ impl<'w, 'r> Executor<'w, 'r> {
     ) {
         match verdict {
             Verdict::Continue => {
-                let finally = self.workflow.stages[index].def.finally;
+                let finally = self.workflow.stages[index].finally;
                 for &next in &self.workflow.dependents[index] {
-                    if self.workflow.stages[next].def.finally != finally {
+                    if self.workflow.stages[next].finally != finally {
                         continue;
                     }
                     waiting[next] -= 1;

@@ -272,7 +272,7 @@ impl StageRunner<'_> {
                     outcome.explain = Some("skipped: `if` is false".into());
                 }
                 outcome.reason = stage
-                    .def
+                    .text
                     .if_
                     .as_ref()
                     .map(|c| format!("`if` is false: {c}"));
@@ -449,7 +449,7 @@ impl StageRunner<'_> {
                     Some(message) => message
                         .render(with_output())
                         .map_err(|e| format!("assert message: {}", describe(&e)))?,
-                    None => format!("assertion failed: {}", stage.def.assert[position].that),
+                    None => format!("assertion failed: {}", stage.text.asserts[position]),
                 };
                 return Err(text);
             }
@@ -508,7 +508,7 @@ impl StageRunner<'_> {
                     None => format!(
                         "stage `{}`: `{}` is true",
                         stage.id,
-                        stage.def.exit_if.as_deref().unwrap_or("")
+                        stage.text.exit_if.as_deref().unwrap_or("")
                     ),
                 };
                 outcome.exit = Some(message.trim().to_string());
@@ -566,8 +566,8 @@ impl StageRunner<'_> {
 
     /// The output a dry-run assumes: `dry_run_output`, else from the schema, else empty.
     fn assumed_output(&self, stage: &Stage, units: usize) -> Value {
-        if let Some(value) = &stage.def.dry_run_output {
-            return (**value).clone();
+        if let Some(value) = &stage.dry_run_output {
+            return value.clone();
         }
         let one = match (&stage.schema, &stage.action) {
             (Some(schema), _) => schema.synthesize(),
@@ -611,8 +611,8 @@ impl StageRunner<'_> {
                 },
                 prefix: None,
                 prompt: render(prompt, "`prompt`")?,
-                temperature: stage.def.temperature,
-                max_tokens: stage.def.max_tokens,
+                temperature: stage.temperature,
+                max_tokens: stage.max_tokens,
                 timeout: stage.timeout,
                 env: self.prepared.child_env.clone(),
                 schema: match (&stage.schema, stage.format) {
@@ -842,9 +842,7 @@ impl StageRunner<'_> {
             _ => None,
         };
         let cap = stage
-            .def
             .concurrency
-            .map(|c| c as usize)
             .unwrap_or(usize::MAX)
             .min(workers.unwrap_or(self.options.jobs.max(1)))
             .min(rendered.len())
@@ -852,7 +850,7 @@ impl StageRunner<'_> {
         let next = AtomicUsize::new(0);
         let results: Mutex<Vec<Option<UnitResult>>> =
             Mutex::new((0..rendered.len()).map(|_| None).collect());
-        let keep_going = stage.def.on_item_error == Some(OnItemError::Continue);
+        let keep_going = stage.on_item_error == OnItemError::Continue;
         let failed = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|scope| {
             for _ in 0..cap {
