@@ -174,6 +174,7 @@ impl WithTree {
     pub fn literal(&self) -> Option<Value> {
         match self {
             WithTree::Literal(value) => Some(value.clone()),
+            WithTree::Template(Tmpl::Literal(text)) => Some(Value::String(text.clone())),
             WithTree::Template(_) => None,
             WithTree::Array(items) => items
                 .iter()
