@@ -84,9 +84,8 @@ impl Server {
             .into_iter()
             .map(|(name, _, _)| match engine.load(&name) {
                 Ok(workflow) => Listed {
-                    description: workflow.file.workflow.description.clone(),
+                    description: workflow.description.clone(),
                     inputs: workflow
-                        .file
                         .inputs
                         .iter()
                         .map(|(key, decl)| (key.clone(), decl.clone()))

@@ -158,6 +158,7 @@ fn check_inner(
             }
             Ok(Workflow {
                 name: raw.name.clone(),
+                description: workflow.description,
                 inputs,
                 env: workflow.env,
                 always_exit_zero: workflow.always_exit_zero,

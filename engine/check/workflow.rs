@@ -18,6 +18,8 @@ use crate::template::Tmpl;
 /// A checked workflow: every reference resolved, every template and schema compiled.
 pub struct Workflow {
     pub name: String,
+    /// `[workflow] description`.
+    pub description: Option<String>,
     /// The declared inputs.
     pub inputs: IndexMap<String, InputDecl>,
     /// `[workflow] env`: the environment variables templates may read.
