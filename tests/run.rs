@@ -688,8 +688,9 @@ command = ["sh", "-c", "if [ -e hang ]; then echo $$ > second.pid; exec sleep 30
     );
     t.write("hang", "");
     let mut child = t.command(["run", "flow.toml"]).spawn();
+    // The file exists before the shell has written the pid into it: wait for the pid.
     wait_for("the second stage to start", Duration::from_secs(20), || {
-        t.exists("second.pid")
+        t.exists("second.pid") && t.read("second.pid").trim().parse::<i32>().is_ok()
     });
     // SIGKILL: no handler runs, nothing is cleaned up; the record must still be usable.
     child.kill().expect("kill stagegraph");
