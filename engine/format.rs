@@ -53,6 +53,11 @@ pub struct WorkflowSection {
     /// The process exits 0 whatever happens; the run record still tells.
     #[serde(default, skip_serializing_if = "is_false")]
     pub always_exit_zero: bool,
+    /// The most a run may spend on model calls, in USD: a call that would take the run past it
+    /// is not started and its stage fails (`run --max-cost` may set a lower one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub budget_usd: Option<f64>,
     /// Where the runs are recorded (with the workflow's state and cache), who may read them, and
     /// how many are kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -233,6 +238,10 @@ pub struct StageDef {
     /// Prompts: the system prompt (a template).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system: Option<TemplateRef>,
+    /// Prompts: a stable beginning of the prompt (a template), sent ahead of it; the
+    /// Anthropic API caches it (`cache_control`), so stages that share it pay it once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_prefix: Option<TemplateRef>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -315,6 +324,7 @@ impl StageDef {
             "ok_codes" => self.ok_codes.is_some(),
             "model" => self.model.is_some(),
             "system" => self.system.is_some(),
+            "prompt_prefix" => self.prompt_prefix.is_some(),
             "temperature" => self.temperature.is_some(),
             "max_tokens" => self.max_tokens.is_some(),
             "repair" => self.repair.is_some(),
@@ -440,6 +450,7 @@ mod tests {
             "ok_codes",
             "model",
             "system",
+            "prompt_prefix",
             "temperature",
             "max_tokens",
             "repair",
@@ -448,7 +459,7 @@ mod tests {
             "command": ["true"], "shell": "true", "prompt": "p.md", "template": "t.md",
             "uses": "fs.read", "workflow": "w", "with": {}, "stdin": "x", "cwd": ".",
             "env": { "A": "1" }, "ok_codes": [0], "model": "m", "system": "s.md",
-            "temperature": 0.5, "max_tokens": 10, "repair": 1
+            "prompt_prefix": "pp.md", "temperature": 0.5, "max_tokens": 10, "repair": 1
         }))
         .unwrap();
         let none = StageDef::default();

@@ -423,7 +423,14 @@ fn convert_value(
 /// The keys that belong to one kind of action, dropped with it when an overlay swaps actions.
 fn action_companions(action: &str) -> &'static [&'static str] {
     match action {
-        "prompt" => &["model", "system", "temperature", "max_tokens", "repair"],
+        "prompt" => &[
+            "model",
+            "system",
+            "prompt_prefix",
+            "temperature",
+            "max_tokens",
+            "repair",
+        ],
         "command" | "shell" => &["stdin", "cwd", "env", "ok_codes"],
         "uses" | "workflow" => &["with"],
         _ => &[],

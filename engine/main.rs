@@ -209,6 +209,10 @@ struct ExecArgs {
     /// Keep the newest N runs of each workflow (0 keeps all).
     #[arg(long, default_value_t = 50)]
     keep_runs: usize,
+    /// Spend at most USD on model calls: a call that would exceed it is not started and its
+    /// stage fails (with `[workflow] budget_usd` too, the lower one holds).
+    #[arg(long, value_name = "USD")]
+    max_cost: Option<f64>,
     /// Answer the `ask` stage STAGE with VALUE, one of its choices (every item of a foreach);
     /// repeatable.
     #[arg(long = "answer", value_name = "STAGE=VALUE")]
@@ -456,6 +460,7 @@ impl App {
                     json: false,
                     quiet: true,
                     keep_runs: 0,
+                    max_cost: None,
                     answers: Vec::new(),
                     yes: false,
                     no_record: true,
@@ -895,6 +900,18 @@ impl App {
         if !exec.quiet || record.status == RunStatus::Failed {
             errln!("run {} {summary}", record.run_id);
         }
+        if !exec.quiet {
+            let usage = &record.usage;
+            if let Some(cost) = usage.cost_usd {
+                errln!("model calls cost ${cost:.4}");
+            }
+            if let Some(cost) = usage.estimated_cost_usd {
+                errln!(
+                    "a real run would cost about ${cost:.4} (as recorded, over {} model call(s))",
+                    usage.model_calls
+                );
+            }
+        }
         Ok(match record.status {
             RunStatus::Completed | RunStatus::Exited => exit::SUCCESS,
             RunStatus::Interrupted => exit::INTERRUPTED,
@@ -910,6 +927,17 @@ impl App {
         exec: &ExecArgs,
     ) -> Result<(Models, PathBuf, stagegraph::builtins::ask::Answers), Failure> {
         let models = self.models(exec)?;
+        if let Some(usd) = workflow.file.workflow.budget_usd {
+            models.set_budget(usd, "budget_usd in [workflow]");
+        }
+        if let Some(usd) = exec.max_cost {
+            if !usd.is_finite() || usd < 0.0 {
+                return Err(invalid(format!(
+                    "--max-cost expects an amount of USD, at least 0, not {usd}"
+                )));
+            }
+            models.set_budget(usd, "--max-cost");
+        }
         let missing = undefined_models(workflow, &models, Severity::Error);
         if !missing.is_empty() && exec.replay.is_none() {
             self.print_diagnostics(&missing);

@@ -4,8 +4,9 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -17,6 +18,8 @@ pub(crate) struct Seen {
     /// Lower-case names.
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) body: Value,
+    /// When it arrived.
+    pub(crate) at: Instant,
 }
 
 impl Seen {
@@ -60,6 +63,14 @@ type Handler = dyn Fn(&Seen, usize) -> Reply + Send + Sync;
 pub(crate) struct Server {
     pub(crate) url: String,
     seen: Arc<Mutex<Vec<Seen>>>,
+    load: Arc<Load>,
+}
+
+/// Requests being answered now, and the most there ever were at once.
+#[derive(Default)]
+struct Load {
+    now: AtomicUsize,
+    most: AtomicUsize,
 }
 
 impl Server {
@@ -68,16 +79,26 @@ impl Server {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
         let url = format!("http://{}", listener.local_addr().expect("address"));
         let seen = Arc::new(Mutex::new(Vec::new()));
+        let load = Arc::new(Load::default());
         let handler: Arc<Handler> = Arc::new(handler);
-        let shared = Arc::clone(&seen);
+        let (shared, counted) = (Arc::clone(&seen), Arc::clone(&load));
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { break };
-                let (seen, handler) = (Arc::clone(&shared), Arc::clone(&handler));
-                std::thread::spawn(move || serve(stream, &seen, handler.as_ref()));
+                let (seen, handler, load) = (
+                    Arc::clone(&shared),
+                    Arc::clone(&handler),
+                    Arc::clone(&counted),
+                );
+                std::thread::spawn(move || serve(stream, &seen, handler.as_ref(), &load));
             }
         });
-        Server { url, seen }
+        Server { url, seen, load }
+    }
+
+    /// The most requests that were being answered at the same moment.
+    pub(crate) fn most_at_once(&self) -> usize {
+        self.load.most.load(Ordering::SeqCst)
     }
 
     /// Every request so far, in arrival order.
@@ -94,7 +115,7 @@ impl Server {
     }
 }
 
-fn serve(stream: TcpStream, seen: &Mutex<Vec<Seen>>, handler: &Handler) {
+fn serve(stream: TcpStream, seen: &Mutex<Vec<Seen>>, handler: &Handler, load: &Load) {
     let mut reader = BufReader::new(stream.try_clone().expect("clone stream"));
     let mut writer = stream;
     loop {
@@ -129,11 +150,14 @@ fn serve(stream: TcpStream, seen: &Mutex<Vec<Seen>>, handler: &Handler) {
         if reader.read_exact(&mut body).is_err() {
             return;
         }
+        let now = load.now.fetch_add(1, Ordering::SeqCst) + 1;
+        load.most.fetch_max(now, Ordering::SeqCst);
         let request = Seen {
             method,
             path,
             headers,
             body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+            at: Instant::now(),
         };
         let index = {
             let mut seen = seen.lock().unwrap();
@@ -154,6 +178,9 @@ fn serve(stream: TcpStream, seen: &Mutex<Vec<Seen>>, handler: &Handler) {
             head.push_str(&format!("{name}: {value}\r\n"));
         }
         head.push_str("\r\n");
+        // Counted out before the client can see the answer, so that its next request is never
+        // counted beside this one.
+        load.now.fetch_sub(1, Ordering::SeqCst);
         if writer.write_all(head.as_bytes()).is_err()
             || writer.write_all(reply.body.as_bytes()).is_err()
             || writer.flush().is_err()

@@ -6,6 +6,7 @@
 
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::loopback::{anthropic_stream, Reply, Server};
 use crate::support::{stage, Test};
@@ -362,4 +363,476 @@ fn the_real_claude_cli_answers_a_prompt_stage_with_no_transcript_no_hook_and_its
     let cost = call["cost_usd"].as_f64().expect("the CLI reports a cost");
     assert!(cost > 0.0, "{call}");
     assert_eq!(record["usage"]["cost_usd"].as_f64(), Some(cost));
+}
+
+// ---- The HTTP APIs ----
+
+fn openai_reply(text: &str) -> Value {
+    json!({
+        "id": "c1", "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 120, "completion_tokens": 30,
+                  "prompt_tokens_details": {"cached_tokens": 20}}
+    })
+}
+
+fn openai_config(url: &str, extra: &str) -> String {
+    format!(
+        "[models.m]\nprovider = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"tiny\"\nretries = 2\n{extra}"
+    )
+}
+
+#[test]
+fn openai_gets_a_strict_json_schema_and_a_rejected_reply_is_repaired_in_conversation() {
+    let api = Server::start(|_, index| {
+        let text = if index == 0 {
+            "{\"concept\": \"queue\"}"
+        } else {
+            "{\"concept\": \"queue\", \"why\": \"order\"}"
+        };
+        Reply::json(200, &openai_reply(text))
+    });
+    let test = project(
+        &ask_workflow("m"),
+        Some(&openai_config(
+            &api.url,
+            "price = { input = 2.0, output = 8.0, cache_read = 0.5 }\n",
+        )),
+    );
+    let out = test.run(["-L", "lib", "run", "ask"]);
+    out.code(0);
+    assert_eq!(out.stdout.trim(), "queue");
+
+    let posts = api.posts();
+    assert_eq!(posts.len(), 2);
+    let schema: Value = serde_json::from_str(SCHEMA).unwrap();
+    let format = json!({"type": "json_schema",
+        "json_schema": {"name": "reply", "strict": true, "schema": schema}});
+    let first = &posts[0].body;
+    assert_eq!(posts[0].path, "/v1/chat/completions");
+    assert_eq!(first["model"], "tiny");
+    assert_eq!(first["response_format"], format);
+    assert_eq!(
+        first["messages"],
+        json!([
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": "Name one concept about retries."}
+        ])
+    );
+    let second = &posts[1].body;
+    assert_eq!(second["response_format"], format);
+    let messages = second["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 4, "{second:#}");
+    assert_eq!(messages[..2], first["messages"].as_array().unwrap()[..]);
+    assert_eq!(
+        messages[2],
+        json!({"role": "assistant", "content": "{\"concept\": \"queue\"}"})
+    );
+    assert_eq!(messages[3]["role"], "user");
+    let problems = messages[3]["content"].as_str().unwrap();
+    assert!(
+        problems.contains("could not be used") && problems.contains("why"),
+        "{problems}"
+    );
+    assert!(
+        !problems.contains("Name one concept"),
+        "the prompt is not repeated: {problems}"
+    );
+
+    // Usage and cost from the price table: 100 input, 20 cached, 30 output tokens per call.
+    let record = test.last_run();
+    let calls = stage(&record, "ask")["model_calls"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(
+        calls[0]["usage"],
+        json!({"input_tokens": 100, "output_tokens": 30, "cache_read_tokens": 20})
+    );
+    let per_call = (100.0 * 2.0 + 30.0 * 8.0 + 20.0 * 0.5) / 1e6;
+    let close = |value: &Value, expected: f64| {
+        let got = value.as_f64().unwrap_or(f64::NAN);
+        assert!((got - expected).abs() < 1e-12, "{got} != {expected}");
+    };
+    close(&calls[0]["cost_usd"], per_call);
+    close(&stage(&record, "ask")["usage"]["cost_usd"], 2.0 * per_call);
+    close(&record["usage"]["cost_usd"], 2.0 * per_call);
+    assert_eq!(record["usage"]["model_calls"], 2);
+}
+
+#[test]
+fn a_schema_strict_outputs_cannot_take_is_sent_as_json_mode() {
+    let api = Server::start(|_, _| {
+        Reply::json(
+            200,
+            &openai_reply("{\"concept\": \"queue\", \"why\": \"order\"}"),
+        )
+    });
+    let test = project(&ask_workflow("m"), Some(&openai_config(&api.url, "")));
+    // `why` is optional and other keys are allowed: strict mode would refuse this schema.
+    test.write(
+        "lib/schemas/answer.schema.json",
+        r#"{"type": "object", "required": ["concept"],
+            "properties": {"concept": {"type": "string"}, "why": {"type": "string"}}}"#,
+    );
+    test.run(["-L", "lib", "run", "ask"]).code(0);
+    let posts = api.posts();
+    assert_eq!(
+        posts[0].body["response_format"],
+        json!({"type": "json_object"})
+    );
+}
+
+fn anthropic_config(url: &str, extra: &str) -> String {
+    format!(
+        "[models.m]\nprovider = \"anthropic\"\nmodel = \"claude-test\"\nbase_url = \"{url}\"\n\
+         api_key_env = \"TEST_ANTHROPIC_KEY\"\nretries = 2\n{extra}"
+    )
+}
+
+#[test]
+fn anthropic_gets_the_schema_as_a_forced_tool_and_caches_the_system_prompt_and_prefix() {
+    let api = Server::start(|_, _| {
+        Reply::json(
+            200,
+            &json!({
+                "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
+                "content": [{"type": "tool_use", "id": "toolu_1", "name": "reply",
+                             "input": {"concept": "jitter", "why": "spread"}}],
+                "stop_reason": "tool_use",
+                "usage": {"input_tokens": 100, "output_tokens": 20,
+                          "cache_read_input_tokens": 1000, "cache_creation_input_tokens": 200}
+            }),
+        )
+    });
+    let workflow = ask_workflow("m").replace(
+        "system = { inline = \"You are terse.\" }",
+        "system = { inline = \"You are terse.\" }\nprompt_prefix = { inline = \"Glossary: retries, backoff.\\n\\n\" }",
+    );
+    let test = project(
+        &workflow,
+        Some(&anthropic_config(
+            &api.url,
+            "price = { input = 3.0, output = 15.0, cache_read = 0.3, cache_write = 3.75 }\n",
+        )),
+    );
+    let out = test
+        .command(["-L", "lib", "run", "ask"])
+        .env("TEST_ANTHROPIC_KEY", "sk-test-anthropic")
+        .output();
+    out.code(0);
+    assert_eq!(out.stdout.trim(), "jitter");
+
+    let posts = api.posts();
+    assert_eq!(posts.len(), 1);
+    let body = &posts[0].body;
+    assert_eq!(posts[0].path, "/v1/messages");
+    assert_eq!(posts[0].header("x-api-key"), Some("sk-test-anthropic"));
+    let schema: Value = serde_json::from_str(SCHEMA).unwrap();
+    let cached = json!({"type": "ephemeral"});
+    assert_eq!(body["model"], "claude-test");
+    assert_eq!(body["max_tokens"], 4096);
+    assert_eq!(
+        body["system"],
+        json!([{"type": "text", "text": "You are terse.", "cache_control": cached}])
+    );
+    assert_eq!(
+        body["messages"],
+        json!([{"role": "user", "content": [
+            {"type": "text", "text": "Glossary: retries, backoff.\n\n", "cache_control": cached},
+            {"type": "text", "text": "Name one concept about retries."}
+        ]}])
+    );
+    assert_eq!(body["tools"][0]["name"], "reply");
+    assert_eq!(body["tools"][0]["input_schema"], schema);
+    assert_eq!(
+        body["tool_choice"],
+        json!({"type": "tool", "name": "reply"})
+    );
+
+    let record = test.last_run();
+    let call = &stage(&record, "ask")["model_calls"][0];
+    assert_eq!(
+        call["usage"],
+        json!({"input_tokens": 100, "output_tokens": 20,
+               "cache_read_tokens": 1000, "cache_write_tokens": 200})
+    );
+    let cost = (100.0 * 3.0 + 20.0 * 15.0 + 1000.0 * 0.3 + 200.0 * 3.75) / 1e6;
+    let got = call["cost_usd"].as_f64().unwrap();
+    assert!((got - cost).abs() < 1e-12, "{got} != {cost}");
+    assert_eq!(record["usage"]["cache_read_tokens"], 1000);
+    assert_eq!(record["usage"]["cache_write_tokens"], 200);
+}
+
+// ---- Budgets ----
+
+/// A foreach of prompt stages, one call per item.
+fn foreach_workflow(model: &str, items: usize, extra: &str) -> String {
+    format!(
+        r#"
+[workflow]
+{extra}
+
+[inputs.n]
+type = "integer"
+default = {items}
+
+[stages.each]
+foreach = "range(inputs.n)"
+prompt = {{ inline = "item {{{{ item }}}}" }}
+model = "{model}"
+"#
+    )
+}
+
+#[test]
+fn a_budget_stops_model_calls_before_they_exceed_it() {
+    // Each call costs 1000 input + 1000 output tokens at $1/$1 per million: $0.002.
+    let api = Server::start(|_, _| {
+        Reply::json(
+            200,
+            &json!({
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}],
+                "usage": {"prompt_tokens": 1000, "completion_tokens": 1000}
+            }),
+        )
+    });
+    let config = openai_config(
+        &api.url,
+        "price = { input = 1.0, output = 1.0 }\nmax_concurrency = 1\n",
+    );
+    let test = project(
+        &foreach_workflow("m", 10, "budget_usd = 0.005"),
+        Some(&config),
+    );
+    let out = test.run(["-L", "lib", "run", "ask", "--jobs", "1"]);
+    out.code(1);
+    // Two calls ($0.004) fit; a third, expected to cost what the others did, would take the
+    // run past $0.005 and is not started.
+    assert_eq!(api.posts().len(), 2, "calls made");
+    out.stderr_has(
+        "not started: the budget of $0.005 (budget_usd in [workflow]) would be exceeded; \
+         $0.0040 spent so far, and this call is expected to cost $0.0020",
+    );
+    let record = test.last_run();
+    assert_eq!(record["status"], "failed");
+
+    // --max-cost sets a lower limit for one run.
+    let before = api.posts().len();
+    let out = test.run([
+        "-L",
+        "lib",
+        "run",
+        "ask",
+        "--jobs",
+        "1",
+        "--max-cost",
+        "0.001",
+    ]);
+    out.code(1);
+    out.stderr_has("budget of $0.001 (--max-cost) would be exceeded");
+    assert_eq!(
+        api.posts().len() - before,
+        1,
+        "one call, then the limit is reached"
+    );
+}
+
+// ---- Concurrency and rate limits ----
+
+#[test]
+fn max_concurrency_is_shared_by_every_stage_and_item_of_the_run() {
+    let api = Server::start(|_, _| {
+        let mut reply = Reply::json(200, &openai_reply("ok"));
+        reply.delay = Duration::from_millis(150);
+        reply
+    });
+    let workflow = r#"
+[inputs.n]
+type = "integer"
+default = 8
+
+[stages.a]
+foreach = "range(inputs.n)"
+prompt = { inline = "a {{ item }}" }
+model = "m"
+
+[stages.b]
+foreach = "range(inputs.n)"
+prompt = { inline = "b {{ item }}" }
+model = "m"
+"#;
+    let test = project(
+        workflow,
+        Some(&openai_config(&api.url, "max_concurrency = 3\n")),
+    );
+    test.run(["-L", "lib", "run", "ask", "--jobs", "2"]).code(0);
+    assert_eq!(api.posts().len(), 16);
+    assert_eq!(api.most_at_once(), 3, "two stages, one queue of three");
+
+    // One stage runs as many items at once as its model allows, whatever --jobs says.
+    let api = Server::start(|_, _| {
+        let mut reply = Reply::json(200, &openai_reply("ok"));
+        reply.delay = Duration::from_millis(150);
+        reply
+    });
+    let test = project(
+        &foreach_workflow("m", 12, ""),
+        Some(&openai_config(&api.url, "max_concurrency = 4\n")),
+    );
+    test.run(["-L", "lib", "run", "ask", "--jobs", "1"]).code(0);
+    assert_eq!(api.posts().len(), 12);
+    assert_eq!(api.most_at_once(), 4);
+}
+
+#[test]
+fn a_rate_limit_pauses_the_model_for_every_call_and_the_retry_is_counted() {
+    let api = Server::start(|_, index| {
+        if index == 2 {
+            return Reply::json(
+                429,
+                &json!({"error": {"type": "rate_limit_error", "message": "slow down"}}),
+            )
+            .header("retry-after", "1");
+        }
+        let mut reply = Reply::json(200, &openai_reply("ok"));
+        reply.delay = Duration::from_millis(50);
+        reply
+    });
+    let test = project(
+        &foreach_workflow("m", 12, ""),
+        Some(&openai_config(&api.url, "max_concurrency = 4\n")),
+    );
+    test.run(["-L", "lib", "run", "ask"]).code(0);
+    let posts = api.posts();
+    assert_eq!(posts.len(), 13, "twelve items and one retry");
+    let limited = posts[2].at;
+    // Calls already sent when the 429 came back may land just after it; after that, nothing
+    // reaches the server until the second the server asked for has passed.
+    let early: Vec<Duration> = posts
+        .iter()
+        .filter(|seen| seen.at > limited)
+        .map(|seen| seen.at - limited)
+        .filter(|after| *after > Duration::from_millis(100) && *after < Duration::from_millis(950))
+        .collect();
+    assert!(early.is_empty(), "requests during the pause: {early:?}");
+    let resumed = posts
+        .iter()
+        .filter(|seen| seen.at > limited + Duration::from_millis(950));
+    assert!(resumed.count() >= 8, "the queue resumed");
+
+    let record = test.last_run();
+    assert_eq!(record["status"], "completed");
+    let calls = stage(&record, "each")["model_calls"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(calls.len(), 12);
+    let retried: Vec<&Value> = calls.iter().filter(|call| call["retries"] == 1).collect();
+    assert_eq!(retried.len(), 1, "{calls:#?}");
+    assert_eq!(record["usage"]["retries"], 1);
+}
+
+// ---- Recordings ----
+
+/// A port nothing listens on.
+fn closed_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    url
+}
+
+#[test]
+fn a_recording_replays_through_another_transport_naming_the_same_model_and_estimates_the_cost() {
+    let api = Server::start(|_, _| {
+        Reply::json(
+            200,
+            &openai_reply("{\"concept\": \"jitter\", \"why\": \"spread\"}"),
+        )
+    });
+    let price = "price = { input = 2.0, output = 8.0, cache_read = 0.5 }\n";
+    let test = project(&ask_workflow("m"), Some(&openai_config(&api.url, price)));
+    test.run(["-L", "lib", "run", "ask", "--record", "rec"])
+        .code(0);
+    let files: Vec<PathBuf> = std::fs::read_dir(test.path("rec"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1);
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    let port = api.url.rsplit(':').next().unwrap().to_string();
+    assert!(
+        !text.contains("127.0.0.1") && !text.contains(&port),
+        "the transport leaked into the recording: {text}"
+    );
+    let stored: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(stored["format"], 2);
+    assert_eq!(stored["alias"], "m");
+    assert_eq!(stored["request"]["model"], "tiny");
+    assert_eq!(stored["request"]["system"], "You are terse.");
+    assert_eq!(
+        stored["request"]["messages"],
+        json!([{"role": "user", "content": "Name one concept about retries."}])
+    );
+    assert_eq!(
+        stored["request"]["schema"],
+        serde_json::from_str::<Value>(SCHEMA).unwrap()
+    );
+    let recorded_cost = stored["reply"]["cost_usd"]
+        .as_f64()
+        .expect("the cost is recorded");
+
+    // Another machine: the same model behind the Anthropic API at an address nothing serves.
+    test.write(
+        "stagegraph.toml",
+        &format!(
+            "[models.m]\nprovider = \"anthropic\"\nmodel = \"tiny\"\nbase_url = \"{}\"\n",
+            closed_url()
+        ),
+    );
+    let out = test.run(["-L", "lib", "run", "ask", "--replay", "rec"]);
+    out.code(0);
+    assert_eq!(out.stdout.trim(), "jitter");
+    assert_eq!(api.posts().len(), 1, "nothing asked again");
+
+    // A dry-run over the recordings says what a real run would cost.
+    let out = test.run(["-L", "lib", "run", "ask", "--dry-run", "--replay", "rec"]);
+    out.code(0);
+    out.stderr_has(&format!(
+        "a real run would cost about ${recorded_cost:.4} (as recorded, over 1 model call(s))"
+    ));
+    let record = test.last_run();
+    assert_eq!(record["dry_run"], true);
+    assert_eq!(
+        record["usage"]["estimated_cost_usd"].as_f64(),
+        Some(recorded_cost)
+    );
+    assert!(
+        record["usage"].get("cost_usd").is_none(),
+        "nothing was paid"
+    );
+    assert_eq!(stage(&record, "ask")["model_calls"][0]["replayed"], true);
+}
+
+#[test]
+fn a_recording_of_the_first_format_is_still_read_with_a_note() {
+    let test = project(&ask_workflow("m"), Some(&openai_config(&closed_url(), "")));
+    test.write(
+        "old/5f0c.json",
+        &json!({
+            "request": {"alias": "m", "provider": "openai:tiny@http://127.0.0.1:1/v1",
+                        "system": "You are terse.", "prompt": "Name one concept about retries.",
+                        "temperature": null, "max_tokens": null},
+            "reply": {"text": "{\"concept\": \"old\", \"why\": \"kept\"}",
+                      "usage": {"input_tokens": 1, "output_tokens": 2}}
+        })
+        .to_string(),
+    );
+    let out = test.run(["-L", "lib", "run", "ask", "--replay", "old"]);
+    out.code(0);
+    assert_eq!(out.stdout.trim(), "old");
+    out.stderr_has("holds recordings of the first format");
+    out.stderr_has("--record");
 }

@@ -138,6 +138,7 @@ pub(crate) fn assemble(
             Some(PendingAction::Prompt { model }) => Action::Prompt {
                 prompt: t.stage(i, Field::Prompt).unwrap_or_else(empty),
                 system: t.stage(i, Field::System),
+                prefix: t.stage(i, Field::PromptPrefix),
                 model,
             },
             Some(PendingAction::Template) => {

@@ -391,7 +391,14 @@ impl Checker<'_> {
             }
         }
         let process_keys = ["stdin", "cwd", "env", "ok_codes"];
-        let prompt_keys = ["model", "system", "temperature", "max_tokens", "repair"];
+        let prompt_keys = [
+            "model",
+            "system",
+            "prompt_prefix",
+            "temperature",
+            "max_tokens",
+            "repair",
+        ];
         let action = actions.first().copied();
         let stray = |keys: &[&'static str], allowed: &[&str]| -> Vec<&'static str> {
             if action.is_some_and(|a| allowed.contains(&a)) {
@@ -489,6 +496,14 @@ impl Checker<'_> {
                         format!("{prefix}system{item}"),
                         system,
                         &p("system"),
+                    );
+                }
+                if let Some(prefix_ref) = &def.prompt_prefix {
+                    self.template_ref(
+                        TemplateKey::Stage(i, Field::PromptPrefix),
+                        format!("{prefix}prompt_prefix{item}"),
+                        prefix_ref,
+                        &p("prompt_prefix"),
                     );
                 }
                 let model = match &def.model {

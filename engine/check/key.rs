@@ -52,6 +52,7 @@ pub(crate) enum Field {
     Env(String),
     Prompt,
     System,
+    PromptPrefix,
     Template,
     /// A string inside `with`, by its path of keys and array indexes.
     With(Vec<String>),

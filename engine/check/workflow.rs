@@ -127,6 +127,8 @@ pub enum Action {
     Prompt {
         prompt: Tmpl,
         system: Option<Tmpl>,
+        /// `prompt_prefix`: sent ahead of the prompt, marked for a provider's prompt cache.
+        prefix: Option<Tmpl>,
         model: String,
     },
     Template(Tmpl),

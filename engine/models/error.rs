@@ -208,7 +208,7 @@ fn attempts_note(attempts: u32) -> String {
 
 fn estimate_note(estimate: f64) -> String {
     if estimate > 0.0 {
-        format!(", and this call costs at least ${estimate:.4}")
+        format!(", and this call is expected to cost ${estimate:.4}")
     } else {
         String::new()
     }

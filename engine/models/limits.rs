@@ -109,6 +109,8 @@ struct BudgetState {
     /// The limit in USD and where it was set.
     limit: Option<(f64, String)>,
     spent: f64,
+    /// Per alias: the calls of known cost so far and what they cost.
+    history: std::collections::BTreeMap<String, (u32, f64)>,
 }
 
 impl Budget {
@@ -133,13 +135,20 @@ impl Budget {
         self.lock().spent
     }
 
-    /// Refuse a call expected to cost at least `estimate` when it would take the spending past
-    /// the limit; a call of unknown cost is refused once the limit is reached.
-    pub(crate) fn admit(&self, alias: &str, estimate: f64) -> Result<(), ModelError> {
+    /// Refuse a call when what it is expected to cost would take the spending past the limit.
+    /// It is expected to cost what the alias's calls cost on average so far in the run, and at
+    /// least `lower_bound` (its input at the input price); with neither known, it is refused
+    /// once the limit is reached.
+    pub(crate) fn admit(&self, alias: &str, lower_bound: f64) -> Result<(), ModelError> {
         let state = self.lock();
         let Some((limit, source)) = &state.limit else {
             return Ok(());
         };
+        let average = match state.history.get(alias) {
+            Some((calls, total)) if *calls > 0 => total / f64::from(*calls),
+            _ => 0.0,
+        };
+        let estimate = lower_bound.max(average);
         if state.spent >= *limit || state.spent + estimate > *limit {
             return Err(ModelError::Budget {
                 alias: alias.to_string(),
@@ -152,9 +161,12 @@ impl Budget {
         Ok(())
     }
 
-    pub(crate) fn spend(&self, usd: f64) {
-        if usd > 0.0 {
-            self.lock().spent += usd;
-        }
+    /// Count a call of known cost.
+    pub(crate) fn spend(&self, alias: &str, usd: f64) {
+        let mut state = self.lock();
+        state.spent += usd.max(0.0);
+        let entry = state.history.entry(alias.to_string()).or_default();
+        entry.0 += 1;
+        entry.1 += usd.max(0.0);
     }
 }

@@ -404,8 +404,8 @@ impl Models {
             let price = alias.price.as_ref()?;
             Some(answer.usage?.cost(price))
         });
-        if !replayed {
-            self.budget.spend(cost_usd.unwrap_or(0.0));
+        if let (false, Some(cost)) = (replayed, cost_usd) {
+            self.budget.spend(&request.alias, cost);
         }
         let reply = ModelReply {
             text: answer.text,

@@ -602,6 +602,7 @@ impl StageRunner<'_> {
             Action::Prompt {
                 prompt,
                 system,
+                prefix,
                 model,
             } => Rendered::Prompt(ModelRequest {
                 alias: model.clone(),
@@ -609,7 +610,10 @@ impl StageRunner<'_> {
                     Some(system) => Some(render(system, "`system`")?),
                     None => None,
                 },
-                prefix: None,
+                prefix: match prefix {
+                    Some(prefix) => Some(render(prefix, "`prompt_prefix`")?),
+                    None => None,
+                },
                 prompt: render(prompt, "`prompt`")?,
                 temperature: stage.temperature,
                 max_tokens: stage.max_tokens,
