@@ -927,7 +927,7 @@ impl App {
         exec: &ExecArgs,
     ) -> Result<(Models, PathBuf, stagegraph::builtins::ask::Answers), Failure> {
         let models = self.models(exec)?;
-        if let Some(usd) = workflow.file.workflow.budget_usd {
+        if let Some(usd) = workflow.budget_usd {
             models.set_budget(usd, "budget_usd in [workflow]");
         }
         if let Some(usd) = exec.max_cost {

@@ -163,6 +163,7 @@ fn check_inner(
                 env: workflow.env,
                 always_exit_zero: workflow.always_exit_zero,
                 records: workflow.records,
+                budget_usd: workflow.budget_usd,
                 raw,
                 stages: parts.stages,
                 order: parts.order,

@@ -28,6 +28,8 @@ pub struct Workflow {
     pub always_exit_zero: bool,
     /// `[workflow] records`: where and how the run's records are kept.
     pub records: Option<RecordsDef>,
+    /// `[workflow] budget_usd`: the most the run's model calls may cost.
+    pub budget_usd: Option<f64>,
     /// The files as loaded, for locations in diagnostics found after check (the document
     /// itself is freed).
     pub raw: RawWorkflow,
