@@ -120,8 +120,18 @@ impl Project {
         self.test.write(&format!("model/hooks/{role}.sh"), script);
     }
 
-    /// `stagegraph run compound` on `repo/` with the session transcript and a hint.
+    /// `stagegraph run compound` on `repo/` with the session transcript and a hint, dispatch
+    /// authorized: the three research roles answer separately.
     fn run(&self, extra: &[&str]) -> Output {
+        let mut all = vec!["--input", "authorize_dispatch=true"];
+        all.extend_from_slice(extra);
+        self.run_plain(&all)
+    }
+
+    /// The same without authorizing dispatch: the roles run inline, in one model call, whose
+    /// reply is made of the roles' replies.
+    fn run_plain(&self, extra: &[&str]) -> Output {
+        self.compose_inline_replies();
         let mut args: Vec<String> = vec![
             "run".into(),
             "compound".into(),
@@ -141,6 +151,29 @@ impl Project {
             .env("PATH", &self.search_path())
             .env("STAGEGRAPH_NOW", NOW)
             .output()
+    }
+
+    /// The inline research reply and the Lightweight pass's, made of the roles' current replies
+    /// (unless a test wrote its own).
+    fn compose_inline_replies(&self) {
+        let read = |role: &str| -> Value {
+            serde_json::from_str(&self.test.read(&format!("model/replies/{role}.json")))
+                .expect("a reply is JSON")
+        };
+        let (context, solution) = (read("context-analyzer"), read("solution-extractor"));
+        if !self.path("model/custom/inline-research").exists() {
+            let related = read("related-docs-finder");
+            self.test.write(
+                "model/replies/inline-research.json",
+                &json!({"context": context, "solution": solution, "related": related}).to_string(),
+            );
+        }
+        if !self.path("model/custom/lightweight-pass").exists() {
+            self.test.write(
+                "model/replies/lightweight-pass.json",
+                &json!({"context": context, "solution": solution}).to_string(),
+            );
+        }
     }
 
     /// `stagegraph resume last`, with the same environment as `run`.
@@ -464,8 +497,8 @@ fn unsafe_or_incomplete_frontmatter_is_refused_by_the_promotion_gate() {
         (
             "unquoted ` #`",
             base.replace(
-                "root_cause: the first attempt consumes the request body stream",
-                "root_cause: the stream is consumed by attempt #1 and retry #2 sends nothing",
+                "root_cause: logic_error",
+                "root_cause: logic_error #1: retry #2 sends nothing",
             ),
             "`root_cause` has an unquoted ` #`",
         ),
@@ -609,8 +642,8 @@ fn high_overlap_updates_the_existing_doc_in_place() {
 
     let doc = project.test.read(&format!("repo/{EXISTING}"));
     let (frontmatter, body) = split(&doc);
-    // The layout is kept: the comment, the quoting, the key order; source_refs replaced by the
-    // fresh references; invalidation_condition added; last_updated set once, to today.
+    // The layout is kept: the comment, the quoting, the key order, and source_refs as the doc had
+    // them (its provenance); invalidation_condition added; last_updated set once, to today.
     let expected_head = "---
 # written by hand
 title: \"Upload retry sends nothing\"
@@ -624,8 +657,7 @@ symptoms:
 root_cause: consumed stream
 resolution_type: code_fix
 source_refs:
-  - \"src/upload.rs:4\"
-  - \"tests/upload_retry.rs\"
+- src/old_upload.rs
 invalidation_condition: \"upload() stops buffering the body before its retry loop\"
 last_updated: 2026-11-30
 ---
@@ -634,7 +666,7 @@ last_updated: 2026-11-30
     assert_eq!(frontmatter["last_updated"].as_str(), Some(TODAY));
     assert_eq!(
         frontmatter["source_refs"][0].as_str(),
-        Some("src/upload.rs:4")
+        Some("src/old_upload.rs")
     );
     assert_eq!(doc.matches("last_updated:").count(), 1);
     assert!(
@@ -905,4 +937,462 @@ fn the_taxonomy_and_the_analyzer_schema_agree() {
             "{name}"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A repository with a few commits and real-shaped learnings: a knowledge doc without
+// applies_when or promotion fields, a design_pattern doc with its own provenance, and the bug doc.
+
+const BUDGETS: &str = "docs/solutions/best-practices/retry-budgets.md";
+const PATTERN: &str = "docs/solutions/design-patterns/buffer-before-retry.md";
+
+fn with_solutions() -> Project {
+    let project = with_existing_doc();
+    copy_tree(&fixtures("compound/solutions"), &project.path("repo"));
+    project.commit("document two learnings");
+    project
+        .test
+        .write("repo/README.md", "# App\n\nUploads files, retrying.\n");
+    project.commit("readme: retries");
+    project
+}
+
+/// A stage's recorded output in the last run, as JSON.
+fn output_of(project: &Project, id: &str) -> Value {
+    let text = project.test.stage_output(id);
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{id}: not JSON ({e}): {text}"))
+}
+
+fn same_learning(project: &Project, path: &str) {
+    project.reply(
+        "related-docs-finder",
+        &json!({"links": [], "refresh_candidates": [],
+                "overlap": {"score": "high", "matched_dimensions": ["problem_statement", "root_cause", "solution_approach", "referenced_files"], "existing_path": path, "reason": "The same learning, seen again."},
+                "github_issues": []}),
+    );
+}
+
+fn knowledge_sections(note: &str) -> Value {
+    json!({"track": "knowledge", "sections": {
+        "context": format!("Retries resent a consumed stream ({note})."),
+        "guidance": "Buffer the body once before the loop (`src/upload.rs:5`).",
+        "why_this_matters": "A second attempt otherwise sends nothing.",
+        "when_to_apply": "Any retry of a streamed request.",
+        "examples": "`tests/upload_retry.rs` fails the first attempt and checks the second body."}})
+}
+
+/// Each kind of valid existing doc is updated in place by the rules for kept docs: the knowledge
+/// doc without applies_when (and without promotion fields) gets them added; the design_pattern doc
+/// keeps its own source_refs and invalidation_condition; both keep path, title and frontmatter.
+#[test]
+fn each_kind_of_valid_existing_doc_is_updated_in_place() {
+    for (path, had_refs) in [(BUDGETS, false), (PATTERN, true)] {
+        let project = with_solutions();
+        let before = project.test.read(&format!("repo/{path}"));
+        same_learning(&project, path);
+        project.reply("update-merger", &knowledge_sections("seen again"));
+        let out = project.run(&[]);
+        out.code(0);
+        let record = project.record();
+        assert_eq!(record["status"], "completed", "{path}: {record:#}");
+        assert!(
+            out.stdout.contains(&format!("Updated {path} in place")),
+            "{}",
+            out.stdout
+        );
+        assert!(
+            out.stdout.ends_with("\nDocumentation complete\n"),
+            "{}",
+            out.stdout
+        );
+        assert!(
+            !project.path(DOC).exists(),
+            "{path}: a second doc was written"
+        );
+
+        let doc = project.test.read(&format!("repo/{path}"));
+        let (frontmatter, body) = split(&doc);
+        let (old, _) = split(&before);
+        // Every field the doc had, as it had it.
+        for (key, value) in old.as_hash().expect("a mapping") {
+            assert_eq!(
+                &frontmatter[key.as_str().expect("a key")],
+                value,
+                "{path}: {key:?}"
+            );
+        }
+        let old_head = &before[..before[4..].find("\n---\n").expect("a closing line") + 4];
+        assert!(
+            doc.starts_with(old_head),
+            "{path}: the frontmatter text is kept:\n{doc}"
+        );
+        assert_eq!(frontmatter["last_updated"].as_str(), Some(TODAY), "{path}");
+        let refs: Vec<&str> = frontmatter["source_refs"]
+            .as_vec()
+            .expect("source_refs")
+            .iter()
+            .filter_map(Yaml::as_str)
+            .collect();
+        if had_refs {
+            assert_eq!(
+                refs,
+                [
+                    "src/upload.rs",
+                    "docs/solutions/best-practices/retry-budgets.md"
+                ]
+            );
+            assert_eq!(
+                frontmatter["invalidation_condition"].as_str(),
+                Some("the upload client sends bodies it can read twice")
+            );
+        } else {
+            assert_eq!(
+                refs,
+                ["src/upload.rs:4", "tests/upload_retry.rs"],
+                "{path}: added"
+            );
+            assert_eq!(
+                frontmatter["invalidation_condition"].as_str(),
+                Some("upload() stops buffering the body before its retry loop")
+            );
+        }
+        let title = old["title"].as_str().expect("a title");
+        assert!(
+            body.starts_with(&format!("\n# {title}\n")),
+            "{path}: {body}"
+        );
+        assert!(
+            body.contains("## Guidance\n\nBuffer the body once"),
+            "{body}"
+        );
+        assert!(body.contains("(seen again)"), "{body}");
+    }
+}
+
+/// A knowledge learning of a type the seeded tree has no folder for opens that category, with a
+/// `category` given as its docs/solutions/ path; its Related link resolves from the new folder,
+/// and the summary's Related line names only documents that exist.
+#[test]
+fn a_new_category_with_a_related_link() {
+    let project = with_solutions();
+    let mut triage = Project::fixture_reply("triage");
+    triage["track"] = json!("knowledge");
+    project.reply("triage", &triage);
+    project.reply(
+        "context-analyzer",
+        &json!({"track": "knowledge", "problem_type": "convention", "component": "upload client",
+                "category": "conventions", "category_path": "docs/solutions/conventions",
+                "filename": "streamed-bodies-are-buffered.md",
+                "frontmatter": "title: Streamed request bodies are buffered once\ndate: 2026-11-30\ncategory: docs/solutions/conventions\nmodule: upload\nproblem_type: convention\ncomponent: upload client\nseverity: low\ntags: [retry, buffering]\nsource_refs:\n  - src/upload.rs:5\ninvalidation_condition: upload() stops copying the body before its loop\n"}),
+    );
+    let mut sections = knowledge_sections("a convention now");
+    sections["sections"]["examples"] =
+        json!("Other rules of [this folder](./) and [the pattern](../design-patterns/buffer-before-retry.md).");
+    project.reply("solution-extractor", &sections);
+    project.reply(
+        "related-docs-finder",
+        &json!({"links": [{"path": PATTERN, "relationship": "the pattern behind the rule"},
+                          {"path": "docs/solutions/conventions/invented.md", "relationship": "made up"}],
+                "refresh_candidates": [],
+                "overlap": {"score": "moderate", "matched_dimensions": ["solution_approach", "referenced_files"], "existing_path": PATTERN, "reason": "The same fix seen as a rule."},
+                "github_issues": []}),
+    );
+    let out = project.run(&[]);
+    out.code(0);
+    let target = "repo/docs/solutions/conventions/streamed-bodies-are-buffered.md";
+    let doc = project.test.read(target);
+    assert!(
+        doc.contains("## Related\n\n- [Buffer a request body before retrying it](../design-patterns/buffer-before-retry.md): the pattern behind the rule\n"),
+        "{doc}"
+    );
+    assert!(!doc.contains("invented.md"), "{doc}");
+    assert!(
+        out.stdout
+            .contains("New category folder: docs/solutions/conventions/"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains(&format!("\nRelated: {PATTERN}\n")),
+        "{}",
+        out.stdout
+    );
+    // `./` (the folder this run creates) and the pattern, linked twice, checked once.
+    assert_eq!(output_of(&project, "promotion_gate")["checked"]["links"], 2);
+}
+
+/// Body grounding: a cited path that does not exist, a commit SHA that is not one, and a
+/// placeholder left from drafting are each refused with the exact problem; the reviser gets the
+/// problems, revises, and the gate runs again and promotes. A real SHA and "machine learning 2"
+/// pass throughout. Every attempt is in the run record.
+#[test]
+fn body_grounding_refuses_then_repairs() {
+    let project = with_solutions();
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=10", "HEAD"])
+        .current_dir(project.path("repo"))
+        .output()
+        .expect("git");
+    let head = String::from_utf8_lossy(&head.stdout).trim().to_string();
+    let mut reply = Project::fixture_reply("solution-extractor");
+    reply["sections"]["solution"] = json!(format!(
+        "Buffer the body (`src/upload.rs:5`, from {head}); the old `src/stream_reader.rs` is gone. Fixed in deadbeef42."
+    ));
+    reply["sections"]["prevention"] =
+        json!("Keep {{ test_name }} running; machine learning 2 is prose.");
+    project.reply("solution-extractor", &reply);
+    let mut fixed = reply.clone();
+    fixed["sections"]["solution"] =
+        json!(format!("Buffer the body (`src/upload.rs:5`, from {head}); the stream reader the fix removed is gone."));
+    fixed["sections"]["prevention"] =
+        json!("Keep `tests/upload_retry.rs` running; machine learning 2 is prose.");
+    fixed["frontmatter"] = Project::fixture_reply("context-analyzer")["frontmatter"].clone();
+    project.reply("reviser", &fixed);
+
+    let out = project.run(&[]);
+    out.code(0);
+    let gate_0 = output_of(&project, "gate_0");
+    let problems: Vec<&str> = gate_0["problems"]
+        .as_array()
+        .expect("problems")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(problems.len(), 3, "{problems:#?}");
+    assert!(
+        problems[0].contains("the path `src/stream_reader.rs` does not exist"),
+        "{problems:?}"
+    );
+    assert!(
+        problems[1].contains("the commit `deadbeef42` does not exist"),
+        "{problems:?}"
+    );
+    assert!(
+        problems[2].contains("drafting scaffold left in the text (`{{ test_name }}`)"),
+        "{problems:?}"
+    );
+    let reviser = project.prompt("reviser");
+    for problem in &problems {
+        assert!(reviser.contains(problem), "the reviser gets {problem}");
+    }
+    assert_eq!(output_of(&project, "gate_1")["problems"], json!([]));
+    let verdict = output_of(&project, "promotion_gate");
+    assert_eq!(verdict["attempts"], 2);
+    assert_eq!(verdict["history"], json!([3, 0]));
+    assert_eq!(verdict["checked"]["shas"], 1, "the real SHA was checked");
+    let record = project.record();
+    for id in ["revise_2", "candidate_2", "gate_2"] {
+        assert_eq!(status(&record, id), "skipped", "{id}");
+    }
+    let doc = project.test.read(DOC);
+    assert!(
+        doc.contains("the stream reader the fix removed is gone"),
+        "{doc}"
+    );
+    assert!(!doc.contains("deadbeef42") && !doc.contains("{{"), "{doc}");
+    assert!(
+        out.stdout
+            .contains("Grounding: 3 problem(s) repaired in 1 round(s), then clean"),
+        "{}",
+        out.stdout
+    );
+}
+
+/// When the revisions do not fix it, the rounds are bounded: three attempts, each recorded, and
+/// the refusal names the problems of the last one. Nothing is written.
+#[test]
+fn repair_rounds_are_bounded_and_a_refusal_writes_nothing() {
+    let project = with_solutions();
+    let mut reply = Project::fixture_reply("solution-extractor");
+    reply["sections"]["prevention"] = json!("As in Learning 2, keep `tests/gone_test.rs`.");
+    project.reply("solution-extractor", &reply);
+    let mut same = reply.clone();
+    same["frontmatter"] = Project::fixture_reply("context-analyzer")["frontmatter"].clone();
+    project.reply("reviser", &same);
+    let out = project.run(&[]);
+    let record = project.record();
+    assert_exited(
+        &out,
+        &record,
+        "promotion_gate",
+        "after 3 attempt(s) (2 repair round(s))",
+    );
+    let message = record["exit"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("the path `tests/gone_test.rs` does not exist"),
+        "{message}"
+    );
+    assert!(message.contains("(`Learning 2`)"), "{message}");
+    assert_eq!(
+        project.calls().iter().filter(|c| *c == "reviser").count(),
+        2
+    );
+    for id in ["gate_0", "gate_1", "gate_2"] {
+        assert_eq!(
+            output_of(&project, id)["problems"].as_array().map(Vec::len),
+            Some(2),
+            "{id}"
+        );
+    }
+    assert!(!project.path(DOC).exists());
+    assert!(!project.path("repo/CONCEPTS.md").exists());
+}
+
+/// The vocabulary role fails after the learning passed every check: one promotion boundary, so
+/// nothing was published, neither the learning nor CONCEPTS.md.
+#[test]
+fn a_vocabulary_failure_leaves_nothing_published() {
+    let project = with_solutions();
+    project
+        .test
+        .write("model/replies/vocabulary-capture.json", "no JSON here");
+    let out = project.run(&[]);
+    out.code(1);
+    let record = project.record();
+    assert_eq!(record["status"], "failed", "{record:#}");
+    assert_eq!(status(&record, "promotion_gate"), "succeeded");
+    assert_eq!(status(&record, "vocabulary"), "failed");
+    for id in ["publish_concepts", "publish"] {
+        assert_eq!(status(&record, id), "not_run", "{id}");
+    }
+    assert!(!project.path(DOC).exists(), "the learning was published");
+    assert!(!project.path("repo/CONCEPTS.md").exists());
+}
+
+/// A folder inside the repository given as the target: the learning goes to the root's
+/// docs/solutions/, next to the existing ones, never to a new docs/solutions/ under the folder.
+#[test]
+fn a_subfolder_target_publishes_at_the_repository_root() {
+    let project = with_solutions();
+    let out = project.run(&["--input", "repo=repo/src"]);
+    out.code(0);
+    assert!(project.path(DOC).is_file(), "{}", out.stdout);
+    assert!(!project.path("repo/src/docs").exists());
+    assert!(project.path("repo/CONCEPTS.md").is_file());
+    let triage = project.prompt("triage");
+    assert!(
+        triage.contains("is a subfolder of the git repository"),
+        "{triage}"
+    );
+    // The tracked files are the whole repository's, relative to its root.
+    assert!(triage.contains("\ntests/upload_retry.rs\n"), "{triage}");
+}
+
+/// Without an input authorizing dispatch, the roles run inline in one model call and the record
+/// says so; with it, three independent calls. The output never claims more than happened.
+#[test]
+fn the_dispatch_record_says_how_the_roles_ran() {
+    let project = with_solutions();
+    let out = project.run_plain(&[]);
+    out.code(0);
+    let calls = project.calls();
+    assert_eq!(
+        calls.iter().filter(|c| *c == "inline-research").count(),
+        1,
+        "{calls:?}"
+    );
+    for role in [
+        "context-analyzer",
+        "solution-extractor",
+        "related-docs-finder",
+    ] {
+        assert!(
+            !calls.iter().any(|c| c == role),
+            "{role} dispatched: {calls:?}"
+        );
+    }
+    let dispatch = &output_of(&project, "mode")["dispatch"];
+    assert_eq!(
+        dispatch,
+        &json!({"worker_dispatch_authorization": "missing", "capability_probe": "not_applicable",
+                "worker_dispatch_capability": "unknown", "worker_context_isolation": "unknown",
+                "worker_model_override": "unknown", "worker_bounded_parallelism": "unknown",
+                "worker_dispatch_outcome": "inline", "fallback_reason": "dispatch_authorization_missing"})
+    );
+    assert!(
+        out.stdout
+            .contains("Execution: inline-serial (dispatch_authorization_missing)"),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("dispatched"), "{}", out.stdout);
+    let inline = project.prompt("inline-research");
+    for role in [
+        "Context Analyzer's job",
+        "Solution Extractor's job",
+        "Related Docs Finder's job",
+    ] {
+        assert!(inline.contains(role), "{role}");
+    }
+
+    let project = with_solutions();
+    let out = project.run(&[]);
+    out.code(0);
+    let dispatch = &output_of(&project, "mode")["dispatch"];
+    assert_eq!(dispatch["worker_dispatch_authorization"], "authorized");
+    assert_eq!(dispatch["worker_dispatch_outcome"], "dispatched");
+    assert_eq!(dispatch["fallback_reason"], Value::Null);
+    assert!(
+        out.stdout.contains("Execution: dispatched"),
+        "{}",
+        out.stdout
+    );
+    assert!(!project.calls().contains(&"inline-research".to_string()));
+}
+
+/// Orientation records the worktree's dirty state.
+#[test]
+fn orientation_records_the_dirty_state() {
+    let project = with_solutions();
+    project
+        .test
+        .write("repo/src/scratch.rs", "// not committed\n");
+    let out = project.run(&[]);
+    out.code(0);
+    assert_eq!(
+        output_of(&project, "repo_facts")["dirty"],
+        json!(["?? src/scratch.rs"])
+    );
+    assert!(project
+        .prompt("triage")
+        .contains("- Worktree: 1 uncommitted change(s)"));
+    assert!(
+        out.stdout
+            .contains("worktree: 1 uncommitted change(s) before this run."),
+        "{}",
+        out.stdout
+    );
+}
+
+/// The inline call answers with each role's reply under the role's own schema, and a revision
+/// has the Solution Extractor's shape plus its frontmatter.
+#[test]
+fn the_inline_and_revision_schemas_are_the_roles_own() {
+    let read = |name: &str| -> Value {
+        let text =
+            fs::read_to_string(repo_root().join("schemas/compound").join(name)).expect("a schema");
+        serde_json::from_str(&text).expect("JSON")
+    };
+    let part = |name: &str| {
+        let mut schema = read(name);
+        let map = schema.as_object_mut().expect("an object");
+        for key in ["$schema", "title", "examples"] {
+            map.remove(key);
+        }
+        schema
+    };
+    let inline = read("research-inline.schema.json");
+    assert_eq!(inline["properties"]["context"], part("context.schema.json"));
+    assert_eq!(
+        inline["properties"]["solution"],
+        part("solution.schema.json")
+    );
+    assert_eq!(inline["properties"]["related"], part("related.schema.json"));
+    let revision = read("revision.schema.json");
+    let solution = read("solution.schema.json");
+    assert_eq!(revision["allOf"], solution["allOf"]);
+    assert_eq!(
+        revision["properties"]["sections"],
+        solution["properties"]["sections"]
+    );
 }

@@ -12,6 +12,7 @@ mod catalog;
 mod crawl;
 mod digest;
 mod dirs;
+mod claims;
 mod fs;
 mod http;
 mod json;
@@ -93,6 +94,7 @@ static REGISTRY: std::sync::LazyLock<Vec<Builtin>> = std::sync::LazyLock::new(||
         crawl::builtins(),
         url::builtins(),
         within::builtins(),
+        claims::builtins(),
     ]
     .into_iter()
     .flatten()

@@ -4,7 +4,8 @@
 //! and `shell_quote`.
 //!
 //! Every one is pure except `now()`, whose clock can be pinned with `STAGEGRAPH_NOW` so that a
-//! run can be reproduced. Errors name the function and the offending text.
+//! run can be reproduced, and `find_up(path, name)`, which looks at the disk for the nearest
+//! folder at or above `path` holding `name` (a project's root, say, as the folder holding `.git`). Errors name the function and the offending text.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{LazyLock, Mutex};
@@ -27,6 +28,7 @@ pub fn register(env: &mut Environment<'static>) {
     env.add_filter("duration", duration_fn);
     env.add_function("path_join", path_join_fn);
     env.add_filter("path_join", path_join_fn);
+    env.add_function("find_up", find_up_fn);
 
     env.add_filter("sha256", sha256_filter);
     env.add_filter("from_json", from_json_filter);
@@ -379,6 +381,22 @@ fn dirname_filter(path: &str) -> String {
     }
 }
 
+/// The nearest folder at or above `path` that holds an entry `name` (a file, a folder or a link),
+/// as an absolute path with `.` and `..` resolved; none when no ancestor holds one.
+fn find_up_fn(path: &str, name: &str) -> Result<Value, Error> {
+    if name.is_empty() || name.contains('/') {
+        return Err(invalid(format!(
+            "find_up: `{name}` must be one file or folder name"
+        )));
+    }
+    let start = crate::builtins::paths::lexical_absolute(std::path::Path::new(path));
+    Ok(start
+        .ancestors()
+        .find(|folder| std::fs::symlink_metadata(folder.join(name)).is_ok())
+        .map(|folder| Value::from(folder.to_string_lossy().into_owned()))
+        .unwrap_or(Value::from(())))
+}
+
 /// Parts joined with `/`; an absolute part discards what came before it.
 fn path_join_fn(parts: Rest<Value>) -> Result<String, Error> {
     if parts.is_empty() {
@@ -683,6 +701,22 @@ mod tests {
         assert_eq!(ok("{{ 'a.md' | dirname }}"), "");
         assert_eq!(ok("{{ '/a' | dirname }}"), "/");
         assert_eq!(ok("{{ 'a//b' | dirname }}"), "a");
+    }
+
+    #[test]
+    fn find_up_finds_the_nearest_folder_holding_a_name() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let root = dir.path().join("repo");
+        std::fs::create_dir_all(root.join(".git")).expect(".git");
+        std::fs::create_dir_all(root.join("a/b")).expect("a/b");
+        let found = render_with(
+            "{{ find_up(path, '.git') }}|{{ find_up(root, '.git') }}|{{ find_up(path, 'nothing-here') is none }}",
+            context! { path => root.join("a/b/../b").display().to_string(), root => root.display().to_string() },
+        )
+        .expect("renders");
+        let root = root.display().to_string();
+        assert_eq!(found, format!("{root}|{root}|true"));
+        assert!(err("{{ find_up('.', 'a/b') }}").contains("one file or folder name"));
     }
 
     #[test]
