@@ -1,7 +1,9 @@
 //! The shipped `review`, `apply` and `discard` workflows, run by the real binary on a proposal
 //! staged next to a real-shaped contextualizer (a navigator, references, a registry) installed in
-//! a temporary HOME. The manifest is written the way refresh writes it (schema_version 1, one
-//! entry per file, 7-character SHA-256 prefixes); the `sonnet` alias is answered by a script.
+//! a temporary HOME. Most tests write the proposal the way refresh stages it (schema_version 1,
+//! one entry per file, 7-character SHA-256 prefixes); the last one runs refresh itself against a
+//! local git upstream and takes its proposal through the whole loop. The `sonnet` alias is
+//! answered by a script.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -959,4 +961,189 @@ fn an_edit_made_while_the_model_thinks_is_not_overwritten() {
     assert!(
         text.contains("(Run `stagegraph run review --input slug=vite` again after filling Step 1")
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The whole loop, from refresh.
+
+/// Run git with an identity and no user or system configuration.
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .current_dir(dir)
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "Test")
+        .env("GIT_AUTHOR_EMAIL", "test@example.invalid")
+        .env("GIT_COMMITTER_NAME", "Test")
+        .env("GIT_COMMITTER_EMAIL", "test@example.invalid")
+        .output()
+        .expect("run git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn refresh_stages_review_reviews_apply_promotes_and_refresh_then_has_no_work() {
+    let home = Home::bare();
+    let root = home.test.root();
+    git(root, &["init", "-q", "--bare", "upstream.git"]);
+    git(
+        &home.test.path("upstream.git"),
+        &["symbolic-ref", "HEAD", "refs/heads/main"],
+    );
+    git(root, &["init", "-q", "work"]);
+    let url = format!("file://{}", home.test.path("upstream.git").display());
+    let push = |message: &str| {
+        let work = home.test.path("work");
+        git(&work, &["commit", "-q", "--allow-empty", "-m", message]);
+        git(&work, &["push", "-q", &url, "HEAD:refs/heads/main"]);
+    };
+    push("first");
+    copy_tree(&fixtures("review").join("live"), &home.test.path(LIVE));
+    home.test.write(
+        &format!("{LIVE}/research/source-paths.json"),
+        &json!({
+            "schema_version": 1,
+            "sources": [{
+                "id": "vite", "kind": "git-managed", "url": url, "status": "confirmed",
+                "covers": ["references/config.md", "references/plugins.md"],
+                "lifecycle": { "state": "reachable", "last_checked_sha": "1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d" },
+            }],
+        })
+        .to_string(),
+    );
+    home.test
+        .write("models/sonnet.reply", "Probed vite; its upstream moved.");
+    let refresh = || {
+        home.test
+            .command([
+                "run",
+                "refresh",
+                "--input",
+                "name=vite",
+                "--input",
+                "project_dir=project",
+            ])
+            .env("STAGEGRAPH_NOW", NOW)
+            .env(
+                "SKILL_ENGINE_CACHE_ROOT",
+                &home.test.path("cache").display().to_string(),
+            )
+            .env("CLAUDE_PLUGIN_ROOT", "")
+            .output()
+    };
+
+    // refresh stages, and its handoff names the commands to type.
+    let live_before = home.snapshot();
+    let out = refresh();
+    out.code(0);
+    assert!(
+        out.stdout.trim_end().ends_with("Proposal staged at vite-context.proposed/. Run `stagegraph run review --input slug=vite` to inspect, `stagegraph run apply --input slug=vite` to promote, `stagegraph run discard --input slug=vite` to throw away."),
+        "{}",
+        out.stdout
+    );
+    assert!(home.test.exists(REVIEW) && home.test.exists(MANIFEST));
+
+    // review: the first pass lists what refresh staged.
+    let out = home.review();
+    out.code(0);
+    assert!(
+        out.stdout.starts_with("Added (1):\n  - research/.discover-cache.json\nModified (1):\n  - research/source-paths.json\n\nTo inspect the diff, run:\n"),
+        "{}",
+        out.stdout
+    );
+    // apply before the review ran is refused, and changes nothing.
+    let staged = home.snapshot();
+    refused(
+        &home.apply(),
+        "The review never ran (Step 1 predictions still contain the ___ blanks).",
+    );
+    assert_eq!(home.snapshot(), staged);
+
+    // Step 1 filled in refresh's own worksheet, the second pass, a sign-off, apply.
+    let text = home.test.read(REVIEW);
+    let filled = fill_blanks(&text);
+    home.test.write(REVIEW, &filled);
+    home.reply(&[(
+        "count",
+        "You expected the registry alone to change; the proposal also adds the discover cache.",
+    )]);
+    home.review().code(0);
+    let reviewed = home.test.read(REVIEW);
+    assert!(
+        reviewed.contains("- [ ] accept  [ ] reject   You expected the registry alone to change"),
+        "{reviewed}"
+    );
+    assert_eq!(
+        &reviewed[..reviewed.find("## Step 2").expect("Step 2")],
+        &filled[..filled.find("## Step 2").expect("Step 2")]
+    );
+    home.tick(&["reviewed"]);
+    let staged_registry = home
+        .test
+        .read(&format!("{PROPOSED}/research/source-paths.json"));
+    home.apply().code(0);
+    assert!(!home.test.exists(PROPOSED));
+    assert_eq!(
+        home.test
+            .read(&format!("{LIVE}/research/source-paths.json")),
+        staged_registry
+    );
+    assert!(home
+        .test
+        .exists(&format!("{LIVE}/research/.discover-cache.json")));
+    assert!(home.test.exists(&format!("{LIVE}/.review/REVIEW.md")));
+    let unchanged: Vec<String> = live_before
+        .keys()
+        .filter(|k| k.starts_with(&format!("{LIVE}/references/")) || k.ends_with("SKILL.md"))
+        .cloned()
+        .collect();
+    let after = home.snapshot();
+    for key in unchanged {
+        assert_eq!(after[&key], live_before[&key], "{key}");
+    }
+
+    // With the proposal applied, the discover cache holds what was probed: no work.
+    let out = refresh();
+    out.code(0).stderr_has("No work to do");
+    assert!(!home.test.exists(PROPOSED));
+
+    // Upstream moves again: a new proposal, which this time is thrown away.
+    push("second");
+    refresh().code(0);
+    assert!(home.test.exists(PROPOSED));
+    let live = home
+        .snapshot()
+        .into_iter()
+        .filter(|(k, _)| k.starts_with(&format!("{LIVE}/")))
+        .collect::<BTreeMap<_, _>>();
+    home.run("discard", &["--input", "slug=vite"]).code(0);
+    assert!(home.test.exists(PROPOSED), "declined without an answer");
+    home.run("discard", &["--input", "slug=vite", "--yes"])
+        .code(0);
+    assert!(!home.test.exists(PROPOSED));
+    let after = home
+        .snapshot()
+        .into_iter()
+        .filter(|(k, _)| k.starts_with(&format!("{LIVE}/")))
+        .collect::<BTreeMap<_, _>>();
+    assert_eq!(after, live);
+}
+
+/// Step 1's three blanks filled in, whatever words surround them.
+fn fill_blanks(text: &str) -> String {
+    let mut out = text.to_string();
+    for answer in [
+        "Vite configuration and plugins",
+        "cover server-side rendering",
+        "legacy-ssr",
+    ] {
+        out = out.replacen("___", answer, 1);
+    }
+    assert!(!out.contains("___"), "three blanks: {text}");
+    out
 }
