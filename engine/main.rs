@@ -86,8 +86,13 @@ enum Color {
 #[derive(Subcommand)]
 enum Command {
     /// List the workflows on the search path.
-    List,
+    #[command(after_help = "Examples:\n  stagegraph list\n  stagegraph list --format json\n  stagegraph -L ./my-library list")]
+    List {
+        #[arg(long, value_enum, default_value_t = TextOrJson::Text)]
+        format: TextOrJson,
+    },
     /// Print a workflow's TOML.
+    #[command(after_help = "Examples:\n  stagegraph show refresh\n  stagegraph show refresh --effective\n  stagegraph show .stagegraph/workflows/refresh.toml --effective --format json")]
     Show {
         /// A workflow name or a path to a .toml file.
         name: String,
@@ -99,6 +104,7 @@ enum Command {
         format: ShowFormat,
     },
     /// Check workflows statically: syntax, keys, references, cycles, templates, schemas.
+    #[command(after_help = "Examples:\n  stagegraph check\n  stagegraph check my.toml --deny-warnings\n  stagegraph check --format github          # annotations on a pull request\n  stagegraph check refresh --format json")]
     Check {
         /// Workflow names or .toml paths; none checks every workflow on the search path.
         names: Vec<String>,
@@ -109,6 +115,7 @@ enum Command {
         deny_warnings: bool,
     },
     /// Show the graph in execution order.
+    #[command(after_help = "Examples:\n  stagegraph plan context-update\n  stagegraph plan refresh --format mermaid\n  stagegraph plan my.toml --format dot | dot -Tsvg > plan.svg\n  stagegraph plan refresh --explain --input name=vite")]
     Plan {
         name: String,
         #[arg(long, value_enum, default_value_t = PlanFormat::Text)]
@@ -125,8 +132,10 @@ enum Command {
         inputs_json: Option<String>,
     },
     /// Run a workflow.
+    #[command(after_help = "Examples:\n  stagegraph run my.toml --input name=world\n  stagegraph run context-update --inputs-json payload.json\n  stagegraph run refresh --input name=vite --dry-run --explain\n  stagegraph run compound --input context=\"the retry fix\" --record rec/\n  stagegraph run compound --dry-run --replay rec/\n  stagegraph run discard --answer confirm=y\n  stagegraph run my.toml --format json | jq .outputs")]
     Run(RunArgs),
     /// Run a recorded run again with its inputs, reusing every stage whose fingerprint is unchanged.
+    #[command(after_help = "Examples:\n  stagegraph resume last\n  stagegraph resume 20261130T0015 --explain\n  stagegraph resume last --no-cache --jobs 1")]
     Resume {
         /// A run id, a unique prefix of one, or `last`.
         run_id: String,
@@ -134,17 +143,31 @@ enum Command {
         exec: ExecArgs,
     },
     /// The run history.
+    #[command(after_help = "Examples:\n  stagegraph runs\n  stagegraph runs --format json\n  stagegraph runs show last\n  stagegraph runs show last --stage writer\n  stagegraph runs prune --keep 10")]
     Runs {
         #[command(subcommand)]
         action: Option<RunsAction>,
+        #[arg(long, value_enum, default_value_t = TextOrJson::Text)]
+        format: TextOrJson,
     },
     /// Print the JSON Schema of the workflow or config format.
+    #[command(after_help = "Examples:\n  stagegraph schema workflow > workflow.schema.json\n  stagegraph schema config")]
     Schema {
         #[arg(value_enum, default_value_t = SchemaKind::Workflow)]
         kind: SchemaKind,
     },
     /// Copy a workflow with its templates and schemas into .stagegraph/ to own it.
+    #[command(after_help = "Examples:\n  stagegraph eject refresh\n  stagegraph -L ./shared eject compound")]
     Eject { name: String },
+    /// Print a shell completion script.
+    #[command(after_help = "Examples:\n  stagegraph completions bash > ~/.local/share/bash-completion/completions/stagegraph\n  stagegraph completions zsh > ~/.zfunc/_stagegraph\n  stagegraph completions fish > ~/.config/fish/completions/stagegraph.fish")]
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff).
+    #[command(after_help = "Examples:\n  stagegraph man > ~/.local/share/man/man1/stagegraph.1\n  stagegraph man | man -l -")]
+    Man,
     /// Serve the workflows as tools over the Model Context Protocol, on stdio.
     #[command(
         after_help = "Examples:\n  stagegraph mcp\n  claude mcp add stagegraph -- stagegraph mcp"
@@ -200,8 +223,12 @@ struct ExecArgs {
     /// Answer model requests from recordings in DIR.
     #[arg(long, value_name = "DIR")]
     replay: Option<PathBuf>,
-    /// Events as JSON lines on stdout.
-    #[arg(long)]
+    /// What stdout gets: text (the outputs), json (one document at the end) or events (JSON
+    /// lines as the run goes).
+    #[arg(long, value_enum, default_value_t = RunFormat::Text)]
+    format: RunFormat,
+    /// The same as --format events.
+    #[arg(long, hide = true)]
     json: bool,
     /// Only errors on stderr.
     #[arg(long, short = 'q')]
@@ -226,6 +253,13 @@ struct ExecArgs {
     no_record: bool,
 }
 
+impl ExecArgs {
+    /// Events as JSON lines on stdout (`--format events`, or the older `--json`).
+    fn events(&self) -> bool {
+        self.json || self.format == RunFormat::Events
+    }
+}
+
 #[derive(Args)]
 struct HookArgs {
     /// Which settings file: project (.claude/settings.json), local (.claude/settings.local.json)
@@ -247,22 +281,47 @@ enum HookScope {
 #[derive(Subcommand)]
 enum RunsAction {
     /// Print one run.
+    #[command(after_help = "Examples:\n  stagegraph runs show last\n  stagegraph runs show last --format json\n  stagegraph runs show 20261130T0015 --stage writer")]
     Show {
-        /// A run id, a unique prefix, or `last`.
+        /// A run id, a unique prefix, or `last` (the newest run that was not a dry-run).
         run_id: String,
-        /// Print run.json.
-        #[arg(long)]
+        /// text, or json (run.json, with `version`).
+        #[arg(long, value_enum, default_value_t = TextOrJson::Text)]
+        format: TextOrJson,
+        /// The same as --format json.
+        #[arg(long, hide = true)]
         json: bool,
         /// Print this stage's output.
         #[arg(long)]
         stage: Option<String>,
     },
     /// Remove all but the newest runs of each workflow.
+    #[command(after_help = "Examples:\n  stagegraph runs prune\n  stagegraph runs prune --keep 5")]
     Prune {
         #[arg(long, default_value_t = 50)]
         keep: usize,
     },
 }
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum TextOrJson {
+    Text,
+    Json,
+}
+
+/// What `run` prints on stdout.
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum RunFormat {
+    /// The outputs: a single string output as its text, anything else as JSON.
+    Text,
+    /// One JSON document at the end: `version`, run id, workflow, status, exit, error, outputs.
+    Json,
+    /// Events as JSON lines while the run goes on, then an `outputs` event.
+    Events,
+}
+
+/// The version of every JSON document the command line prints (`--format json`).
+const JSON_VERSION: u32 = 1;
 
 #[derive(Clone, Copy, ValueEnum)]
 enum ShowFormat {
@@ -431,7 +490,7 @@ impl App {
 
     fn dispatch(&self, command: Command) -> Result<i32, Failure> {
         match command {
-            Command::List => self.list(),
+            Command::List { format } => self.list(format),
             Command::Show {
                 name,
                 effective,
@@ -458,6 +517,7 @@ impl App {
                     record: None,
                     replay: None,
                     json: false,
+                    format: RunFormat::Text,
                     quiet: true,
                     keep_runs: 0,
                     max_cost: None,
@@ -476,7 +536,22 @@ impl App {
             Command::Plan { name, format, .. } => self.plan(&name, format),
             Command::Run(args) => self.run(args),
             Command::Resume { run_id, exec } => self.resume(&run_id, exec),
-            Command::Runs { action } => self.runs(action),
+            Command::Runs { action, format } => self.runs(action, format),
+            Command::Completions { shell } => {
+                let mut command = <Cli as clap::CommandFactory>::command();
+                let mut out = std::io::stdout();
+                clap_complete::generate(shell, &mut command, "stagegraph", &mut out);
+                Ok(exit::SUCCESS)
+            }
+            Command::Man => {
+                let command = <Cli as clap::CommandFactory>::command();
+                let mut page = Vec::new();
+                clap_mangen::Man::new(command)
+                    .render(&mut page)
+                    .map_err(|e| invalid(format!("cannot render the manual page: {e}")))?;
+                out!("{}", String::from_utf8_lossy(&page));
+                Ok(exit::SUCCESS)
+            }
             Command::Schema { kind } => {
                 let schema = match kind {
                     SchemaKind::Workflow => stagegraph::format::workflow_schema(),
@@ -527,12 +602,13 @@ impl App {
             })
     }
 
-    fn list(&self) -> Result<i32, Failure> {
+    fn list(&self, format: TextOrJson) -> Result<i32, Failure> {
         let workflows = self.engine.search.workflows();
-        if workflows.is_empty() {
+        if workflows.is_empty() && format == TextOrJson::Text {
             errln!("no workflows on the search path");
         }
         let width = workflows.iter().map(|(n, _, _)| n.len()).max().unwrap_or(0);
+        let mut listed = Vec::new();
         for (name, library, shadowed) in workflows {
             let description = library
                 .read(Shelf::Workflows, &format!("{name}.toml"))
@@ -555,7 +631,21 @@ impl App {
                         .join(", ")
                 ));
             }
+            if format == TextOrJson::Json {
+                listed.push(serde_json::json!({
+                    "name": name,
+                    "description": description,
+                    "library": library.display(),
+                    "origin": library.origin.to_string(),
+                    "overlays": shadowed.iter().map(Library::display).collect::<Vec<_>>(),
+                }));
+                continue;
+            }
             outln!("{name:width$}  {description}  [{origin}]");
+        }
+        if format == TextOrJson::Json {
+            let doc = serde_json::json!({ "version": JSON_VERSION, "workflows": listed });
+            outln!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
         }
         Ok(exit::SUCCESS)
     }
@@ -586,7 +676,7 @@ impl App {
                     let (line, column) = source.line_col(origin.key().start);
                     origins.insert(pointer.clone(), serde_json::json!({ "file": source.path.display().to_string(), "line": line, "column": column }));
                 }
-                let out = serde_json::json!({ "workflow": raw.name, "document": raw.doc, "origins": origins, "files": raw.sources.iter().map(|s| s.path.display().to_string()).collect::<Vec<_>>() });
+                let out = serde_json::json!({ "version": JSON_VERSION, "workflow": raw.name, "document": raw.doc, "origins": origins, "files": raw.sources.iter().map(|s| s.path.display().to_string()).collect::<Vec<_>>() });
                 outln!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
             }
             ShowFormat::Toml => out!("{}", effective_toml(&raw)),
@@ -649,6 +739,7 @@ impl App {
             }
             CheckFormat::Json => {
                 let out = serde_json::json!({
+                    "version": JSON_VERSION,
                     "workflows": summary.iter().map(|(n, e, w)| serde_json::json!({"name": n, "errors": e, "warnings": w})).collect::<Vec<_>>(),
                     "diagnostics": all.iter().map(Diagnostic::to_json).collect::<Vec<_>>(),
                 });
@@ -780,7 +871,9 @@ impl App {
         exec: &ExecArgs,
         resume: Option<run::ResumeFrom>,
     ) -> Result<i32, Failure> {
-        let (models, state_dir, answers) = match self.prepare(workflow, &inputs, exec) {
+        // An --answer for no `ask` stage is a wrong command line: rejected before any record.
+        let answers = ask_answers(workflow, exec)?;
+        let (models, state_dir) = match self.prepare(workflow, &inputs, exec) {
             Ok(prepared) => prepared,
             Err(failure) => {
                 self.record_early_failure(workflow, inputs, exec, &failure);
@@ -805,7 +898,7 @@ impl App {
             show_prompts: exec.show_prompts,
             replay: exec.replay.is_some(),
             quiet: exec.quiet,
-            json_events: exec.json,
+            json_events: exec.events(),
             keep_runs,
         };
         let runtime = Runtime {
@@ -844,8 +937,33 @@ impl App {
                 message: e.to_string(),
             })?,
         );
-        if let Some(Value::Object(outputs)) = &record.outputs {
-            if exec.json {
+        if exec.format == RunFormat::Json {
+            let mut doc = serde_json::json!({
+                "version": JSON_VERSION,
+                "run_id": record.run_id,
+                "workflow": record.workflow,
+                "status": record.status.as_str(),
+                "dry_run": record.dry_run,
+                "exit": record.exit,
+                "error": record.error,
+                "outputs": record.outputs,
+            });
+            if exec.explain {
+                doc["explain"] = record
+                    .stages
+                    .iter()
+                    .map(|(id, stage)| {
+                        let verdict = stage.explain.clone().unwrap_or_else(|| {
+                            format!("not reached ({})", stage.status.as_str())
+                        });
+                        (id.clone(), Value::String(verdict))
+                    })
+                    .collect::<Map<String, Value>>()
+                    .into();
+            }
+            outln!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+        } else if let Some(Value::Object(outputs)) = &record.outputs {
+            if exec.events() {
                 outln!(
                     "{}",
                     serde_json::json!({ "event": "outputs", "outputs": outputs })
@@ -866,7 +984,7 @@ impl App {
                 );
             }
         }
-        if exec.explain {
+        if exec.explain && exec.format != RunFormat::Json {
             let width = record.stages.keys().map(String::len).max().unwrap_or(0);
             for (id, stage) in &record.stages {
                 let verdict = stage
@@ -919,13 +1037,13 @@ impl App {
         })
     }
 
-    /// What a run needs before it starts: its models, its state folder, its answers.
+    /// What a run needs before it starts: its models and its state folder.
     fn prepare(
         &self,
         workflow: &stagegraph::check::Workflow,
         inputs: &Map<String, Value>,
         exec: &ExecArgs,
-    ) -> Result<(Models, PathBuf, stagegraph::builtins::ask::Answers), Failure> {
+    ) -> Result<(Models, PathBuf), Failure> {
         let models = self.models(exec)?;
         if let Some(usd) = workflow.budget_usd {
             models.set_budget(usd, "budget_usd in [workflow]");
@@ -954,8 +1072,7 @@ impl App {
             self.state_explicit,
         )
         .map_err(invalid)?;
-        let answers = ask_answers(workflow, exec)?;
-        Ok((models, state_dir, answers))
+        Ok((models, state_dir))
     }
 
     /// A run that fails before its first stage still leaves a record saying why (a hook's call
@@ -1050,15 +1167,28 @@ impl App {
         }
     }
 
-    fn runs(&self, action: Option<RunsAction>) -> Result<i32, Failure> {
+    fn runs(&self, action: Option<RunsAction>, format: TextOrJson) -> Result<i32, Failure> {
         match action {
             None => {
                 let ids = record::list_runs_in(&self.state_dirs());
-                if ids.is_empty() {
+                if ids.is_empty() && format == TextOrJson::Text {
                     errln!("no runs in {}", record::runs_dir(&self.state_dir).display());
                 }
+                let mut listed = Vec::new();
                 for (id, dir) in ids {
                     match record::read_record(&dir, &id) {
+                        Ok(r) if format == TextOrJson::Json => listed.push(serde_json::json!({
+                            "run_id": r.run_id,
+                            "workflow": r.workflow,
+                            "status": r.status.as_str(),
+                            "dry_run": r.dry_run,
+                            "started_at": r.started_at,
+                            "duration_ms": r.duration_ms,
+                            "exit": r.exit,
+                            "error": r.error,
+                        })),
+                        Err(error) if format == TextOrJson::Json => listed
+                            .push(serde_json::json!({ "run_id": id, "unreadable": error })),
                         Ok(r) => {
                             let detail = match (&r.exit, &r.error) {
                                 (Some(exit), _) => exit.message.clone(),
@@ -1080,13 +1210,19 @@ impl App {
                         Err(error) => outln!("{id}  (unreadable: {error})"),
                     }
                 }
+                if format == TextOrJson::Json {
+                    let doc = serde_json::json!({ "version": JSON_VERSION, "runs": listed });
+                    outln!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+                }
                 Ok(exit::SUCCESS)
             }
             Some(RunsAction::Show {
                 run_id,
+                format: show_format,
                 json,
                 stage,
             }) => {
+                let json = json || show_format == TextOrJson::Json || format == TextOrJson::Json;
                 let (id, dir) = record::locate_run(&self.state_dirs(), &run_id).map_err(invalid)?;
                 let r = record::read_record(&dir, &id).map_err(invalid)?;
                 if let Some(stage) = stage {
@@ -1104,7 +1240,13 @@ impl App {
                     return Ok(exit::SUCCESS);
                 }
                 if json {
-                    outln!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+                    // run.json as it is, with the version of the document in front.
+                    let mut doc = Map::new();
+                    doc.insert("version".into(), JSON_VERSION.into());
+                    if let Ok(Value::Object(fields)) = serde_json::to_value(&r) {
+                        doc.extend(fields);
+                    }
+                    outln!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
                     return Ok(exit::SUCCESS);
                 }
                 outln!(

@@ -146,6 +146,7 @@ impl<'w> Plan<'w> {
             })
             .collect();
         json!({
+            "version": 1,
             "workflow": self.workflow.name,
             "waves": self.waves.iter().map(|w| w.iter().map(|&i| self.workflow.stages[i].id.clone()).collect::<Vec<_>>()).collect::<Vec<_>>(),
             "finally": self.finally.iter().flatten().map(|&i| self.workflow.stages[i].id.clone()).collect::<Vec<_>>(),

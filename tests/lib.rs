@@ -4,6 +4,7 @@ mod support;
 mod action;
 mod ask;
 mod check;
+mod cli;
 mod claude_code;
 mod compound;
 mod context_update;

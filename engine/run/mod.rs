@@ -657,6 +657,7 @@ impl<'w, 'r> Executor<'w, 'r> {
         let interrupt = process::Interrupt::global();
         pool.in_place_scope(|scope| {
             let start_on_worker = |index: usize| {
+                runner.reporter.working(&runner.workflow.stages[index].id);
                 let tx = tx.clone();
                 scope.spawn(move |_| {
                     let outcome = runner.run(index);

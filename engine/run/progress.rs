@@ -135,6 +135,15 @@ impl Reporter {
         }
     }
 
+    /// A stage with work (a process, a model call, a sub-workflow, items) starts: off a
+    /// terminal a line says so, so a CI log shows what runs during a long stage. On a terminal
+    /// the live line shows it.
+    pub(crate) fn working(&self, id: &str) {
+        if self.live.is_none() && !self.quiet {
+            self.stage_line(&format!("  ▸ {}{id} started", self.prefix));
+        }
+    }
+
     pub(crate) fn finished(&self, id: &str) {
         if let Some(live) = &self.live {
             let mut running = live.running.lock().unwrap_or_else(|p| p.into_inner());
