@@ -254,7 +254,14 @@ fn split(document: &str) -> (Yaml, String) {
 /// Assert the run ended early at `stage`, with exit code 0, its message containing `needle`.
 fn assert_exited(out: &Output, record: &Value, stage_id: &str, needle: &str) {
     out.code(0);
-    assert_eq!(out.stdout, "Nothing was written.\n");
+    // The reason, then the terminal line: no completion signal.
+    assert!(
+        out.stdout
+            .ends_with("\nNothing was written.\n\nDocumentation skipped\n"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains(needle), "{}", out.stdout);
     assert_eq!(record["status"], "exited", "{record:#}");
     assert_eq!(record["exit"]["stage"], stage_id, "{record:#}");
     let message = record["exit"]["message"].as_str().unwrap_or_default();
@@ -1395,4 +1402,250 @@ fn the_inline_and_revision_schemas_are_the_roles_own() {
         revision["properties"]["sections"],
         solution["properties"]["sections"]
     );
+}
+
+/// Lightweight mode: `mode:lightweight` is a flag, stripped from the hint; one pass (the roles in
+/// one model call, no overlap check, no vocabulary seeding without a CONCEPTS.md), the same
+/// promotion obligations, and the mode with its reason on the first line.
+#[test]
+fn lightweight_mode_is_one_pass_with_the_same_promotion_obligations() {
+    let project = with_solutions();
+    let out = project.run_plain(&["--input", "context=mode:lightweight the upload retry fix"]);
+    out.code(0);
+    let mut lines = out.stdout.lines();
+    assert_eq!(
+        lines.next(),
+        Some(
+            "Ran Lightweight mode — asked for, and the learning is low-risk, bounded and verified."
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.ends_with("\nDocumentation complete\n"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(project.calls(), ["triage", "lightweight-pass"]);
+    let pass = project.prompt("lightweight-pass");
+    assert!(
+        pass.contains("Context hint from the user: the upload retry fix\n"),
+        "{pass}"
+    );
+    assert!(
+        !pass.contains("Related Docs Finder's job"),
+        "no overlap check"
+    );
+    let dispatch = &output_of(&project, "mode")["dispatch"];
+    assert_eq!(dispatch["worker_dispatch_outcome"], "inline");
+    assert_eq!(
+        dispatch["fallback_reason"],
+        "dispatch_authorization_missing"
+    );
+    assert!(
+        out.stdout.contains(
+            "Execution: inline (dispatch_authorization_missing): Lightweight's single pass"
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(project.path(DOC).is_file());
+    assert!(
+        !project.path("repo/CONCEPTS.md").exists(),
+        "Lightweight does not seed CONCEPTS.md"
+    );
+    assert!(
+        out.stdout.contains("Note: written in Lightweight mode"),
+        "{}",
+        out.stdout
+    );
+
+    // The same obligations: a refused candidate is repaired or refused, never written as is.
+    let project = with_solutions();
+    let mut reply = Project::fixture_reply("solution-extractor");
+    reply["sections"]["prevention"] = json!("Keep `tests/missing_test.rs`.");
+    project.reply("solution-extractor", &reply);
+    let out = project.run_plain(&["--input", "lightweight=true"]);
+    let record = project.record();
+    assert_exited(
+        &out,
+        &record,
+        "promotion_gate",
+        "the path `tests/missing_test.rs` does not exist",
+    );
+    assert!(
+        out.stdout.starts_with("Ran Lightweight mode"),
+        "{}",
+        out.stdout
+    );
+    assert!(!project.path(DOC).exists());
+}
+
+/// A high-risk learning asked to run Lightweight stays in Full mode, and says why.
+#[test]
+fn a_high_risk_learning_stays_in_full_mode() {
+    let project = with_solutions();
+    let mut triage = Project::fixture_reply("triage");
+    triage["risk"] =
+        json!({"high": true, "areas": ["security"], "reason": "The retry resends an auth token."});
+    project.reply("triage", &triage);
+    let out = project.run(&["--input", "context=mode:lightweight the upload retry fix"]);
+    out.code(0);
+    assert!(
+        out.stdout.starts_with("Ran Full mode — Lightweight was asked for, but this learning is high-risk (security), and high-risk learnings run Full.\n"),
+        "{}",
+        out.stdout
+    );
+    assert!(project.calls().contains(&"related-docs-finder".to_string()));
+}
+
+/// Headless: the structured report, ending with the terminal line; a refusal ends with
+/// `Documentation skipped` and its reason.
+#[test]
+fn headless_runs_end_with_a_structured_report() {
+    let project = with_solutions();
+    let out = project.run_plain(&["--input", "context=mode:headless the upload retry fix"]);
+    out.code(0);
+    let expected = [
+        "Ran Full mode.",
+        "File: docs/solutions/runtime-errors/upload-retry-empty-body.md (created)",
+        "Track: bug",
+        "Category: runtime-errors",
+        "Overlap: low",
+        "Grounding: clean (2 source_ref(s), 2 path(s), 0 commit SHA(s), 0 link(s) checked)",
+        "Execution: inline-serial (dispatch_authorization_missing): the three roles ran in one model call, not as independent or parallel workers",
+        "Instruction-file edit: none (no AGENTS.md or CLAUDE.md at the repo root)",
+        "CONCEPTS.md: created with 1 term(s) added (Upload client)",
+        "Related: none",
+        "Refresh recommendation: none",
+        "Session history: skipped (headless)",
+        "Worktree: clean before this run",
+        "",
+        "Documentation complete",
+    ];
+    assert_eq!(
+        out.stdout.lines().collect::<Vec<_>>(),
+        expected,
+        "{}",
+        out.stdout
+    );
+
+    let project = with_solutions();
+    let mut triage = Project::fixture_reply("triage");
+    triage["solved"] = json!({"value": false, "reason": "The retry still fails in staging."});
+    project.reply("triage", &triage);
+    let out = project.run_plain(&["--input", "headless=true"]);
+    out.code(0);
+    assert_eq!(
+        out.stdout,
+        "✗ Documentation skipped (headless mode)\n\nReason: Documentation skipped: the problem is not solved yet. The retry still fails in staging.\nNothing was written.\n\nDocumentation skipped\n"
+    );
+}
+
+fn with_agents_md() -> Project {
+    let project = with_solutions();
+    project.test.write(
+        "repo/AGENTS.md",
+        "# Agents\n\n- Run `cargo test` before committing.\n",
+    );
+    project.write_claude_shim();
+    project.commit("agent instructions");
+    project
+}
+
+impl Project {
+    /// A CLAUDE.md that only includes AGENTS.md: a shim, not the file to edit.
+    fn write_claude_shim(&self) {
+        self.test.write("repo/CLAUDE.md", "@AGENTS.md\n");
+    }
+}
+
+/// The Discoverability check: AGENTS.md does not point at docs/solutions/. Interactive runs ask
+/// (the ask built-in); "y" appends the one line to the substantive file (not the CLAUDE.md shim),
+/// "n" leaves it as it was; headless reports the line and never edits.
+#[test]
+fn the_discoverability_consent_in_both_answers() {
+    let before = "# Agents\n\n- Run `cargo test` before committing.\n";
+    let project = with_agents_md();
+    let out = project.run(&["--answer", "discoverability_consent=y"]);
+    out.code(0);
+    let agents = project.test.read("repo/AGENTS.md");
+    assert!(agents.starts_with(before), "{agents}");
+    assert!(
+        agents.ends_with("relevant when implementing or debugging in a documented area.\n"),
+        "{agents}"
+    );
+    assert_eq!(
+        agents.lines().count(),
+        before.lines().count() + 2,
+        "one line (after a blank one)"
+    );
+    assert_eq!(project.test.read("repo/CLAUDE.md"), "@AGENTS.md\n");
+    assert!(
+        out.stdout
+            .contains("Discoverability: added to AGENTS.md, with consent"),
+        "{}",
+        out.stdout
+    );
+    let record = project.record();
+    assert_eq!(status(&record, "publish_instructions"), "succeeded");
+    assert!(out.stdout.ends_with("\nDocumentation complete\n"));
+
+    let project = with_agents_md();
+    let out = project.run(&["--answer", "discoverability_consent=n"]);
+    out.code(0);
+    assert_eq!(project.test.read("repo/AGENTS.md"), before);
+    assert!(
+        out.stdout.contains("the line was proposed and declined"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(status(&project.record(), "publish_instructions"), "skipped");
+    assert!(
+        project.path(DOC).is_file(),
+        "the learning is written all the same"
+    );
+
+    // No answer off a terminal: the declared default, "n".
+    let project = with_agents_md();
+    project.run(&[]).code(0);
+    assert_eq!(project.test.read("repo/AGENTS.md"), before);
+
+    let project = with_agents_md();
+    let out = project.run(&[
+        "--input",
+        "headless=true",
+        "--answer",
+        "discoverability_consent=y",
+    ]);
+    out.code(0);
+    assert_eq!(
+        project.test.read("repo/AGENTS.md"),
+        before,
+        "headless never edits"
+    );
+    assert_eq!(
+        status(&project.record(), "discoverability_consent"),
+        "skipped"
+    );
+    assert!(out.stdout.contains("Instruction-file edit: gap noted, not applied (AGENTS.md does not point at docs/solutions/)"), "{}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("Discoverability recommendation: append to AGENTS.md: - `docs/solutions/`"),
+        "{}",
+        out.stdout
+    );
+}
+
+/// The run records hold the conversation: the state folder is owner-only.
+#[test]
+fn the_state_folder_is_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let project = Project::new();
+    project.run(&[]).code(0);
+    let mode = fs::metadata(project.test.state_dir())
+        .expect("the state folder")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o700, "{mode:o}");
 }

@@ -44,7 +44,11 @@ fn last_is_the_last_real_run_and_dry_runs_are_marked() {
 
     // `last` skips the dry-run: resume reuses the real run's command instead of running it.
     t.run(["resume", "last"]).code(0);
-    assert_eq!(t.count("calls.txt"), 1, "the command ran again after a dry-run");
+    assert_eq!(
+        t.count("calls.txt"),
+        1,
+        "the command ran again after a dry-run"
+    );
     let resumed = record_of(&t, &t.run_ids()[2]);
     assert_eq!(resumed["resumed_from"], real.as_str());
 
@@ -54,7 +58,11 @@ fn last_is_the_last_real_run_and_dry_runs_are_marked() {
     let out = t.run(["runs", "show", dry]);
     out.code(0);
     assert!(
-        out.stdout.lines().next().unwrap_or("").ends_with("completed (dry-run)"),
+        out.stdout
+            .lines()
+            .next()
+            .unwrap_or("")
+            .ends_with("completed (dry-run)"),
         "{}",
         out.stdout
     );
@@ -86,7 +94,11 @@ fn a_dry_run_takes_the_recorded_output_of_an_unchanged_stage() {
     t.run(["run", "flow.toml"]).code(0);
     let out = t.run(["run", "flow.toml", "--dry-run"]);
     out.code(0);
-    assert_eq!(out.stdout.trim(), "saw counted", "the dry-run followed the real output");
+    assert_eq!(
+        out.stdout.trim(),
+        "saw counted",
+        "the dry-run followed the real output"
+    );
     assert!(
         out.stderr.contains("(dry-run) output of run"),
         "says where the output came from:\n{}",
@@ -101,7 +113,10 @@ fn a_dry_run_takes_the_recorded_output_of_an_unchanged_stage() {
         .starts_with("run "));
 
     // A changed stage is assumed as before.
-    t.write("flow.toml", &COUNTED.replace("echo counted", "echo changed"));
+    t.write(
+        "flow.toml",
+        &COUNTED.replace("echo counted", "echo changed"),
+    );
     let out = t.run(["run", "flow.toml", "--dry-run"]);
     out.code(0);
     assert_eq!(out.stdout.trim(), "saw", "{}", out.stderr);
@@ -185,7 +200,9 @@ shell = "i=0; while [ $i -lt 3000 ]; do echo line $i >&2; i=$((i+1)); done; echo
         stage(&record, "warn")["stderr"],
         "warning: disk almost full"
     );
-    let loud = stage(&record, "loud")["stderr"].as_str().unwrap_or_default();
+    let loud = stage(&record, "loud")["stderr"]
+        .as_str()
+        .unwrap_or_default();
     assert!(loud.len() <= 8 * 1024, "bounded: {} bytes", loud.len());
     assert!(loud.ends_with("line 2999"), "the end is kept");
     let out = t.run(["runs", "show", "last"]);
@@ -207,7 +224,8 @@ fn a_run_that_fails_before_its_first_stage_leaves_a_failed_record() {
     out.code(0);
     assert!(out.stdout.contains(") failed"), "{}", out.stdout);
     assert!(
-        out.stdout.contains("error: --inputs-json is not valid JSON"),
+        out.stdout
+            .contains("error: --inputs-json is not valid JSON"),
         "{}",
         out.stdout
     );

@@ -1036,8 +1036,15 @@ fn an_approved_recrawl_snapshots_diffs_and_collects_old_snapshots() {
     let mut old = same.clone();
     old["crawl_date"] = json!("2026-09-01");
     home.test.write(&due, &old.to_string());
-    home.refresh(&["--answer", "recrawl_ask=individual", "--answer", "recrawl_each=y", "--input", "hint=look again"])
-        .code(0);
+    home.refresh(&[
+        "--answer",
+        "recrawl_ask=individual",
+        "--answer",
+        "recrawl_each=y",
+        "--input",
+        "hint=look again",
+    ])
+    .code(0);
     let diff: Value = serde_json::from_str(&home.test.stage_output("crawl_diff")).expect("JSON");
     assert_eq!(diff["by_source"]["api-docs"]["same"], true);
     let plan: Value = serde_json::from_str(&home.test.stage_output("gc_plan")).expect("JSON");

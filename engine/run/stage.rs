@@ -351,9 +351,9 @@ impl StageRunner<'_> {
             outcome.reused_from = Some("cache".into());
             outcome.output_sha256 = Some(sha256);
             if self.options.dry_run {
-                outcome
-                    .notes
-                    .push("(dry-run) output from the cache, whose entry has this fingerprint".into());
+                outcome.notes.push(
+                    "(dry-run) output from the cache, whose entry has this fingerprint".into(),
+                );
             }
             if self.options.explain {
                 outcome.explain = Some("reused: the cache holds an identical execution".into());
