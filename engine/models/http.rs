@@ -24,6 +24,10 @@ pub(crate) fn agent() -> ureq::Agent {
         .max_redirects(0)
         .max_redirects_will_error(false)
         .user_agent(concat!("stagegraph/", env!("CARGO_PKG_VERSION")))
+        // A foreach of prompt stages keeps as many connections busy as its model's
+        // `max_concurrency`: keep them all for the next calls instead of reconnecting.
+        .max_idle_connections(256)
+        .max_idle_connections_per_host(64)
         .build()
         .new_agent()
 }

@@ -1013,3 +1013,142 @@ fn the_key_appears_nowhere() {
     }
     assert!(error.to_string().contains("bad key [redacted]"), "{error}");
 }
+
+// ---- Claude Code CLI, structured outputs, budgets ----
+
+#[test]
+fn a_claude_result_gives_text_structured_output_usage_and_cost() {
+    let text_only = json!({"type": "result", "subtype": "success", "is_error": false,
+        "result": "plain", "usage": {"input_tokens": 3, "output_tokens": 1}, "total_cost_usd": 0.5});
+    let answer = claude::read_result("h", &text_only).unwrap();
+    assert_eq!(answer.text, "plain");
+    assert_eq!(answer.cost_usd, Some(0.5));
+    assert_eq!(
+        answer.usage,
+        Some(Usage {
+            input_tokens: 3,
+            output_tokens: 1,
+            ..Usage::default()
+        })
+    );
+    let structured = json!({"type": "result", "subtype": "success", "is_error": false,
+        "result": "ignored", "structured_output": {"a": 1}});
+    assert_eq!(
+        claude::read_result("h", &structured).unwrap().text,
+        "{\"a\":1}"
+    );
+    let turns = json!({"type": "result", "subtype": "error_max_turns", "is_error": false});
+    let error = claude::read_result("h", &turns).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "model `h`: claude reported an error: error_max_turns"
+    );
+    assert!(!error.is_retryable());
+    let overloaded = json!({"type": "result", "subtype": "success", "is_error": true,
+        "api_error_status": 529, "result": "API Error: 529 Overloaded"});
+    let error = claude::read_result("h", &overloaded).unwrap_err();
+    assert!(error.is_retryable(), "{error}");
+}
+
+#[test]
+fn claude_aliases_are_checked_and_name_their_model() {
+    let models = models(
+        "[models.c]\nprovider = \"claude\"\nmodel = \"sonnet\"\ncommand = [\"/opt/bin/claude\"]\n\
+         tools = [\"Read\"]\nmax_concurrency = 2\n",
+    );
+    assert_eq!(
+        models.identity("c").as_deref(),
+        Some("claude:sonnet tools=Read")
+    );
+    assert_eq!(models.max_concurrency("c"), Some(2));
+    let Provider::Claude { program, .. } = &models.aliases["c"].provider else {
+        panic!("not a claude alias");
+    };
+    assert_eq!(program, &["/opt/bin/claude".to_string()]);
+    let error = Models::from_layers(vec![(
+        PathBuf::from("t.toml"),
+        "[models.c]\nprovider = \"claude\"\nmodel = \"x\"\nbase_url = \"http://x\"\n".into(),
+    )])
+    .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("`base_url` does not apply to provider `claude`"),
+        "{error}"
+    );
+    let error = Models::from_layers(vec![(
+        PathBuf::from("t.toml"),
+        "[models.o]\nprovider = \"openai\"\nbase_url = \"http://x\"\nprice = { input = -1.0, output = 1.0 }\n".into(),
+    )])
+    .unwrap_err();
+    assert!(error.to_string().contains("prices must be"), "{error}");
+}
+
+#[test]
+fn strict_mode_takes_only_closed_objects_with_every_property_required() {
+    let closed = json!({"type": "object", "additionalProperties": false, "required": ["a"],
+        "properties": {"a": {"type": "array", "items": {"type": "object",
+            "additionalProperties": false, "required": ["b"], "properties": {"b": {"type": "string"}}}}}});
+    assert!(openai::strict_compatible(&closed));
+    let open =
+        json!({"type": "object", "required": ["a"], "properties": {"a": {"type": "string"}}});
+    assert!(!openai::strict_compatible(&open));
+    let optional = json!({"type": "object", "additionalProperties": false, "required": [],
+        "properties": {"a": {"type": "string"}}});
+    assert!(!openai::strict_compatible(&optional));
+    let nested_open = json!({"type": "object", "additionalProperties": false, "required": ["a"],
+        "properties": {"a": {"type": "object", "properties": {}}}});
+    assert!(!openai::strict_compatible(&nested_open));
+    let unsupported = json!({"type": "object", "additionalProperties": false, "required": [],
+        "properties": {}, "patternProperties": {"x": {}}});
+    assert!(!openai::strict_compatible(&unsupported));
+}
+
+#[test]
+fn a_budget_expects_the_average_cost_and_refuses_past_the_limit() {
+    let budget = limits::Budget::default();
+    budget.admit("m", 1.0).unwrap();
+    budget.limit(1.0, "--max-cost");
+    budget.limit(2.0, "budget_usd");
+    budget.admit("m", 0.5).unwrap();
+    budget.spend("m", 0.4);
+    budget.admit("m", 0.0).unwrap();
+    budget.spend("m", 0.4);
+    // Spent 0.8; the average call costs 0.4.
+    let error = budget.admit("m", 0.0).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "model `m`: not started: the budget of $1 (--max-cost) would be exceeded; $0.8000 \
+         spent so far, and this call is expected to cost $0.4000"
+    );
+    // Another alias has no history: only its lower bound counts.
+    budget.admit("n", 0.1).unwrap();
+    assert!(budget.admit("n", 0.3).is_err());
+    assert!((budget.spent() - 0.8).abs() < 1e-12);
+}
+
+#[test]
+fn a_paused_queue_starts_nothing_until_the_pause_ends() {
+    let limiter = Arc::new(limits::Limiter::new(Some(2)));
+    let first = limiter.acquire().unwrap();
+    let _second = limiter.acquire().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let waiting = Arc::clone(&limiter);
+    thread::spawn(move || {
+        let _third = waiting.acquire().unwrap();
+        tx.send(Instant::now()).unwrap();
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_millis(100)).is_err(),
+        "no free place"
+    );
+    limiter.pause(Duration::from_millis(300));
+    let freed = Instant::now();
+    drop(first);
+    let started = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert!(
+        started - freed >= Duration::from_millis(250),
+        "{:?}",
+        started - freed
+    );
+}
