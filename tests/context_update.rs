@@ -1,16 +1,18 @@
 //! The shipped `context-update` workflow, run by the real binary as a Claude Code Stop hook would
-//! run it: in a temporary project, with the `haiku` and `sonnet` aliases answered by scripts that
-//! record the prompt they were given, and a pinned clock (`STAGEGRAPH_NOW`).
+//! run it (the payload on stdin, `$CLAUDE_PROJECT_DIR` set, started in a subfolder) and in
+//! manual mode: in a temporary project, with the `haiku` and `sonnet` aliases answered by scripts
+//! that record the prompt they were given, and a pinned clock (`STAGEGRAPH_NOW`). The
+//! transcripts are fixtures in the real shapes of Claude Code's files
+//! (`tests/fixtures/context-update/`), or lines built in those shapes.
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime};
 
 use serde_json::{json, Value};
-use tempfile::TempDir;
 
-const BIN: &str = env!("CARGO_BIN_EXE_stagegraph");
+use crate::support::{self, Invocation, Test};
+
 const HEADER: &str =
     "<!-- Auto-maintained by rocket:context-update. Edits are preserved when consistent. -->";
 /// The pinned clock of a first run; later runs add seconds to it.
@@ -30,9 +32,7 @@ const WRITER_ENTRIES: &str = r#"Here are the entries:
 const SESSION_LINES: u64 = 10;
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/context-update")
-        .join(name)
+    support::fixtures("context-update").join(name)
 }
 
 /// `T0` plus `seconds`, as RFC 3339.
@@ -43,9 +43,10 @@ fn at(seconds: i64) -> String {
         .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
-/// A temporary project: CLAUDE.md, a transcript, model scripts and the run state.
+/// A temporary project (the test folder): CLAUDE.md, a transcript, model scripts; the run
+/// records land under the test's own `$XDG_STATE_HOME`.
 struct Project {
-    dir: TempDir,
+    t: Test,
 }
 
 /// One run of the binary and what it left behind.
@@ -77,7 +78,9 @@ impl Outcome {
     }
 
     fn stage(&self, id: &str) -> &str {
-        self.record()["stages"][id]["status"].as_str().unwrap_or("")
+        support::stage(self.record(), id)["status"]
+            .as_str()
+            .unwrap_or("")
     }
 
     fn summary(&self) -> &str {
@@ -89,7 +92,7 @@ impl Outcome {
         assert_eq!(self.code, 0, "stderr:\n{}", self.stderr);
         assert_eq!(self.status(), "exited", "stderr:\n{}", self.stderr);
         assert_eq!(self.exit_stage(), Some(stage), "stderr:\n{}", self.stderr);
-        for later in ["lock", "writer", "merge", "write", "advance_cursor"] {
+        for later in ["lock", "writer", "merge", "write"] {
             if later != stage {
                 assert_eq!(self.stage(later), "not_run", "stage {later} after an exit");
             }
@@ -121,11 +124,7 @@ impl Project {
 
     /// Model scripts, a `claude` that must never run, no config and no CLAUDE.md.
     fn bare() -> Project {
-        let dir = tempfile::Builder::new()
-            .prefix("context-update-")
-            .tempdir()
-            .expect("a temporary folder");
-        let project = Project { dir };
+        let project = Project { t: Test::new() };
         for model in ["gate", "writer"] {
             // Saves the prompt and the guard variable it was started with, counts its calls,
             // and answers with the reply file.
@@ -160,25 +159,28 @@ impl Project {
     }
 
     fn root(&self) -> &Path {
-        self.dir.path()
+        self.t.root()
     }
 
     fn path(&self, relative: &str) -> PathBuf {
-        self.dir.path().join(relative)
+        self.t.path(relative)
     }
 
     fn write(&self, relative: &str, text: &str) {
-        let path = self.path(relative);
-        fs::create_dir_all(path.parent().expect("a parent")).expect("create folders");
-        fs::write(path, text).expect("write a file");
+        self.t.write(relative, text);
     }
 
     fn read(&self, relative: &str) -> Option<String> {
-        fs::read_to_string(self.path(relative)).ok()
+        self.t.read_opt(relative)
     }
 
     fn copy_session(&self) {
-        let text = fs::read_to_string(fixture("session.jsonl")).expect("the session fixture");
+        self.use_transcript("session.jsonl");
+    }
+
+    /// A fixture as the transcript.
+    fn use_transcript(&self, name: &str) {
+        let text = fs::read_to_string(fixture(name)).expect("a transcript fixture");
         self.write("transcript.jsonl", &text);
     }
 
@@ -223,12 +225,32 @@ impl Project {
             .map(|cursor| cursor["last_processed_line"].as_u64().expect("a line"))
     }
 
+    /// Where this project's records, state and cache live: out of the project tree.
+    fn state_dir(&self) -> PathBuf {
+        let key = stagegraph::run::record::project_key(self.root());
+        self.path("state-home/stagegraph").join(key)
+    }
+
+    /// The workflow's saved state (`set_state`), if any.
+    fn state(&self) -> Option<Value> {
+        fs::read_to_string(self.state_dir().join("state/context-update.json"))
+            .ok()
+            .map(|text| serde_json::from_str(&text).expect("state JSON"))
+    }
+
+    fn set_state(&self, state: &Value) {
+        let path = self.state_dir().join("state/context-update.json");
+        fs::create_dir_all(path.parent().expect("a parent")).expect("the state folder");
+        fs::write(path, state.to_string()).expect("write the state");
+    }
+
     fn payload(&self) -> Value {
         // A Stop hook payload as Claude Code writes it, with fields this workflow does not know.
+        // Its `cwd` is where the session happens to be: a subfolder.
         json!({
             "session_id": "5b1e7c2a-0000-4000-8000-000000000001",
             "transcript_path": self.path("transcript.jsonl"),
-            "cwd": self.root(),
+            "cwd": self.path("sub"),
             "permission_mode": "default",
             "hook_event_name": "Stop",
             "stop_hook_active": false,
@@ -236,34 +258,40 @@ impl Project {
         })
     }
 
-    fn command(&self, now: &str) -> Command {
+    /// `stagegraph <args>` as the hook or the user starts it: from the subfolder `sub/`, with
+    /// `$CLAUDE_PROJECT_DIR` naming the project, no `--state-dir`, the test's `bin/` first on
+    /// PATH and the clock pinned at `now`.
+    fn command<'p>(&'p self, now: &str, args: &[&str]) -> Invocation<'p> {
+        fs::create_dir_all(self.path("sub")).expect("a subfolder");
         let path = format!(
             "{}:{}",
             self.path("bin").display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        let mut command = Command::new(BIN);
-        command
-            .current_dir(self.root())
-            .arg("--state-dir")
-            .arg(self.path("state"))
-            .env("PATH", path)
-            .env("HOME", self.path("home"))
-            .env("XDG_CONFIG_HOME", self.path("home/.config"))
+        self.t
+            .command(args.iter().copied())
+            .without_state_dir()
+            .cwd(&self.path("sub"))
+            .env("PATH", &path)
             .env("STAGEGRAPH_NOW", now)
+            .env(
+                "CLAUDE_PROJECT_DIR",
+                self.root().to_str().expect("a UTF-8 path"),
+            )
             .env_remove("ROCKET_CONTEXT_UPDATE_INVOKED")
-            .env_remove("CLAUDE_PROJECT_DIR")
-            .env_remove("STAGEGRAPH_CONFIG")
-            .env_remove("STAGEGRAPH_PATH");
-        command
     }
 
     /// The hook: the payload on stdin.
     fn hook(&self, now: &str) -> Outcome {
-        self.hook_with(now, &[], |_| {})
+        self.hook_with(now, &[], |invocation| invocation)
     }
 
-    fn hook_with(&self, now: &str, extra: &[&str], adjust: impl FnOnce(&mut Command)) -> Outcome {
+    fn hook_with(
+        &self,
+        now: &str,
+        extra: &[&str],
+        adjust: impl FnOnce(Invocation) -> Invocation,
+    ) -> Outcome {
         let payload = self.payload().to_string();
         self.run(now, extra, Some(&payload), adjust)
     }
@@ -278,7 +306,7 @@ impl Project {
             now,
             &["--input", &transcript, "--input", "manual=true"],
             None,
-            |_| {},
+            |invocation| invocation,
         )
     }
 
@@ -287,55 +315,53 @@ impl Project {
         now: &str,
         extra: &[&str],
         stdin: Option<&str>,
-        adjust: impl FnOnce(&mut Command),
+        adjust: impl FnOnce(Invocation) -> Invocation,
     ) -> Outcome {
         let before = self.run_ids();
-        let mut command = self.command(now);
-        command.args(["run", "context-update"]);
+        let mut args = vec!["run", "context-update"];
         if stdin.is_some() {
-            command.args(["--inputs-json", "-"]);
+            args.extend(["--inputs-json", "-"]);
         }
-        command.args(extra);
-        adjust(&mut command);
-        command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = command.spawn().expect("start stagegraph");
-        {
-            use std::io::Write;
-            let mut pipe = child.stdin.take().expect("stdin");
-            pipe.write_all(stdin.unwrap_or("").as_bytes())
-                .expect("write stdin");
+        args.extend(extra);
+        let mut invocation = self.command(now, &args);
+        if let Some(text) = stdin {
+            invocation = invocation.stdin(text);
         }
-        let output = child.wait_with_output().expect("wait for stagegraph");
-        let record = self
-            .run_ids()
-            .into_iter()
-            .filter(|id| !before.contains(id))
-            .max()
-            .map(|id| {
-                let path = self.path("state/runs").join(id).join("run.json");
-                let text = fs::read_to_string(path).expect("run.json");
-                serde_json::from_str(&text).expect("run.json is JSON")
-            });
+        let output = adjust(invocation).output();
         Outcome {
-            code: output.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-            record,
+            code: output.code.unwrap_or(-1),
+            record: self.newest_record(&before),
+            stdout: output.stdout,
+            stderr: output.stderr,
         }
     }
 
+    /// The newest run record not in `before`.
+    fn newest_record(&self, before: &[String]) -> Option<Value> {
+        self.run_ids()
+            .into_iter()
+            .filter(|id| !before.contains(id))
+            .max()
+            .map(|id| self.record(&id))
+    }
+
+    fn record(&self, id: &str) -> Value {
+        let path = self.state_dir().join("runs").join(id).join("run.json");
+        let text = fs::read_to_string(path).expect("run.json");
+        serde_json::from_str(&text).expect("run.json is JSON")
+    }
+
     fn run_ids(&self) -> Vec<String> {
-        fs::read_dir(self.path("state/runs"))
+        let mut ids: Vec<String> = fs::read_dir(self.state_dir().join("runs"))
             .map(|entries| {
                 entries
                     .filter_map(Result::ok)
                     .map(|entry| entry.file_name().to_string_lossy().into_owned())
                     .collect()
             })
-            .unwrap_or_default()
+            .unwrap_or_default();
+        ids.sort();
+        ids
     }
 }
 
@@ -409,7 +435,7 @@ fn chatty_turn() -> Vec<Value> {
         assistant_says("I'll add a log line to the backoff policy hook."),
         user_says("Call those lines retry notes."),
         assistant_says("Done: each retry writes a retry note."),
-        user_says("Good."),
+        user_says("Good. Keep the notes short, one line per retry, with the attempt number."),
         assistant_says("Anything else?"),
     ]
 }
@@ -485,17 +511,9 @@ fn assert_lexicon_invariants(text: &str) {
 #[test]
 fn check_finds_no_problem() {
     let project = Project::new();
-    let output = project
-        .command(T0)
-        .args(["check", "context-update"])
-        .output()
-        .expect("run check");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert_eq!(output.status.code(), Some(0), "{text}");
+    let output = project.command(T0, &["check", "context-update"]).output();
+    let text = format!("{}{}", output.stdout, output.stderr);
+    assert_eq!(output.code, Some(0), "{text}");
     assert!(text.contains("0 error(s), 0 warning(s)"), "{text}");
 }
 
@@ -510,7 +528,11 @@ fn a_hook_run_writes_the_lexicon_and_advances_the_cursor() {
     );
     assert_eq!(run.summary(), run.stdout.trim());
     for exit in ["heuristic_no", "gate_no"] {
-        assert_eq!(run.stage(exit), "skipped", "{exit} when its check said yes");
+        assert_eq!(
+            run.stage(exit),
+            "succeeded",
+            "{exit} checked, and the run went on"
+        );
     }
     for stage in ["recursion_guard", "toggle", "debounce", "lock", "write"] {
         assert_eq!(run.stage(stage), "succeeded", "{stage}");
@@ -539,13 +561,7 @@ fn a_hook_run_writes_the_lexicon_and_advances_the_cursor() {
         project.cursor().expect("cursor")["transcript_path"],
         json!(project.path("transcript.jsonl"))
     );
-    let state = project
-        .read("state/state/context-update.json")
-        .expect("state");
-    assert_eq!(
-        serde_json::from_str::<Value>(&state).expect("state JSON")["last_update"],
-        T0
-    );
+    assert_eq!(project.state().expect("state")["last_update"], T0);
     assert!(
         !project.path(".roc/rocket/lexicon.md.lock.d").exists(),
         "the lock is released when the run ends"
@@ -619,17 +635,14 @@ fn a_second_run_on_the_same_transcript_changes_nothing() {
         written_at
     );
     // The debounce clock only moves when the file is written.
-    let state = project
-        .read("state/state/context-update.json")
-        .expect("state");
-    assert!(state.contains(T0), "{state}");
+    assert_eq!(project.state().expect("state")["last_update"], T0);
 }
 
 #[test]
 fn the_recursion_guard_ends_the_run_before_anything_else() {
     let project = Project::new();
     let run = project.hook_with(T0, &[], |command| {
-        command.env("ROCKET_CONTEXT_UPDATE_INVOKED", "1");
+        command.env("ROCKET_CONTEXT_UPDATE_INVOKED", "1")
     });
     run.assert_exited_at("recursion_guard");
     assert!(run
@@ -644,7 +657,7 @@ fn the_recursion_guard_ends_the_run_before_anything_else() {
 
     // Any other value is not the guard's.
     let run = project.hook_with(T0, &[], |command| {
-        command.env("ROCKET_CONTEXT_UPDATE_INVOKED", "0");
+        command.env("ROCKET_CONTEXT_UPDATE_INVOKED", "0")
     });
     run.assert_completed();
 }
@@ -718,9 +731,10 @@ fn the_debounce_waits_after_a_write_and_leaves_the_cursor() {
 
     // A shorter debounce, given as an input.
     project.gate_replies(GATE_NO);
-    let shorter = project.hook_with(&at(100), &["--input", "debounce_seconds=60"], |_| {});
+    let shorter = project.hook_with(&at(100), &["--input", "debounce_seconds=60"], |i| i);
     shorter.assert_exited_at("gate_no");
     assert_eq!(shorter.stage("debounce"), "succeeded");
+    assert_eq!(shorter.stage("save_cursor"), "succeeded");
     assert_eq!(project.cursor_line(), Some(SESSION_LINES + 6));
 
     // Once the time has passed, new lines are considered again.
@@ -732,8 +746,8 @@ fn the_debounce_waits_after_a_write_and_leaves_the_cursor() {
 }
 
 #[test]
-fn the_heuristic_judges_thin_deltas_and_moves_the_cursor() {
-    // Only tool traffic since the cursor.
+fn a_tool_only_delta_is_passed_and_a_thin_one_waits_for_more_words() {
+    // Only tool traffic since the cursor: judged without a model, the cursor passes it.
     let project = Project::new();
     project.write(
         ".roc/rocket/context-gate-state.json",
@@ -752,7 +766,7 @@ fn the_heuristic_judges_thin_deltas_and_moves_the_cursor() {
     assert_eq!(project.calls("gate"), 0);
     assert_eq!(project.cursor_line(), Some(SESSION_LINES + 2));
 
-    // A little prose: fewer lines than the heuristic wants.
+    // A few words: not judged yet, so the cursor stays and the words wait for the next turn.
     project.append_transcript(&[
         user_says("Thanks."),
         assistant_says("You're welcome."),
@@ -762,20 +776,32 @@ fn the_heuristic_judges_thin_deltas_and_moves_the_cursor() {
     run.assert_exited_at("heuristic_no");
     assert!(
         run.exit_message()
-            .contains("2 lines of prose in lines 13-15, fewer than 5"),
+            .contains("3 words said in lines 13-15, fewer than 40: kept for the next turn"),
         "{}",
         run.exit_message()
     );
-    assert_eq!(project.cursor_line(), Some(SESSION_LINES + 5));
+    assert_eq!(run.stage("save_cursor"), "skipped");
+    assert_eq!(project.cursor_line(), Some(SESSION_LINES + 2));
 
-    // The same delta passes a lower bar.
-    project.write(
-        ".roc/rocket/context-gate-state.json",
-        &json!({ "last_processed_line": SESSION_LINES + 2 }).to_string(),
+    // The next turn adds words: the gate sees both turns.
+    project.append_transcript(&chatty_turn());
+    project.gate_replies(GATE_NO);
+    let run = project.hook(T0);
+    run.assert_exited_at("gate_no");
+    let gate = project.prompt("gate");
+    assert!(gate.contains("user: Thanks."), "{gate}");
+    assert!(
+        gate.contains("user: Call those lines retry notes."),
+        "{gate}"
     );
-    let run = project.hook_with(T0, &["--input", "min_content_lines=2"], |_| {});
-    run.assert_completed();
-    assert_eq!(run.stage("heuristic_no"), "skipped");
+    assert!(gate.contains("lines 13-21"), "{gate}");
+    assert_eq!(project.cursor_line(), Some(SESSION_LINES + 11));
+
+    // The same few words pass a lower bar.
+    project.append_transcript(&[user_says("Thanks."), assistant_says("You're welcome.")]);
+    let run = project.hook_with(T0, &["--input", "min_words=3"], |i| i);
+    run.assert_exited_at("gate_no");
+    assert_eq!(run.stage("heuristic_no"), "succeeded");
 }
 
 #[test]
@@ -870,10 +896,7 @@ fn manual_mode_bypasses_the_toggle_the_debounce_the_heuristic_and_the_gate() {
     let project = Project::new();
     project.write("CLAUDE.md", "# Repo\n\n- Background context: disabled\n");
     // A recent write, a cursor at the end of the transcript, and a thin transcript.
-    project.write(
-        "state/state/context-update.json",
-        &json!({ "last_update": at(-10) }).to_string(),
-    );
+    project.set_state(&json!({ "last_update": at(-10) }));
     project.write(
         "transcript.jsonl",
         &format!(
@@ -921,7 +944,7 @@ fn models_can_come_from_stagegraph_config() {
     let config = project.path("elsewhere/models.toml");
     project.write("elsewhere/models.toml", &project.models_config());
     let run = project.hook_with(T0, &[], |command| {
-        command.env("STAGEGRAPH_CONFIG", &config);
+        command.env("STAGEGRAPH_CONFIG", config.to_str().expect("a UTF-8 path"))
     });
     run.assert_completed();
     assert_eq!(project.calls("gate"), 1);
@@ -942,7 +965,7 @@ fn failures_exit_zero_and_leave_the_cursor() {
     // A payload without a transcript path fails before any stage, still exits 0, and leaves a
     // failed record that says why (`runs show last` after the hook call).
     let project = Project::new();
-    let run = project.run(T0, &[], Some(r#"{"session_id": "x", "cwd": "."}"#), |_| {});
+    let run = project.run(T0, &[], Some(r#"{"session_id": "x", "cwd": "."}"#), |i| i);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(run.stderr.contains("transcript_path"), "{}", run.stderr);
     assert_eq!(run.status(), "failed");
@@ -1020,29 +1043,44 @@ fn claude_md_reaches_the_writer_capped() {
 }
 
 #[test]
-fn the_project_root_is_the_cwd_input_else_claude_project_dir() {
-    // No `cwd` in the payload, started from a subfolder: $CLAUDE_PROJECT_DIR names the root.
+fn the_project_root_is_claude_project_dir_then_the_payload_cwd() {
+    // The hook as Claude Code starts it: the payload's `cwd` is a subfolder where the session
+    // happens to be, which holds no CLAUDE.md; $CLAUDE_PROJECT_DIR names the root.
     let project = Project::new();
-    fs::create_dir_all(project.path("sub")).expect("a subfolder");
-    let payload = json!({ "transcript_path": project.path("transcript.jsonl") }).to_string();
-    let run = project.run(T0, &[], Some(&payload), |command| {
-        command
-            .current_dir(project.path("sub"))
-            .env("CLAUDE_PROJECT_DIR", project.root());
-    });
+    let run = project.hook(T0);
     run.assert_completed();
     assert!(project.lexicon().is_some());
     assert!(!project.path("sub/.roc").exists());
+    assert_eq!(run.record()["inputs"]["cwd"], json!(project.path("sub")));
 
-    // An explicit `cwd` wins over the environment.
+    // $CLAUDE_PROJECT_DIR wins over the payload's `cwd` (the session is in another project).
     let project = Project::new();
     let decoy = Project::new();
-    let run = project.hook_with(T0, &[], |command| {
-        command.env("CLAUDE_PROJECT_DIR", decoy.root());
-    });
-    run.assert_completed();
+    let payload =
+        json!({ "transcript_path": project.path("transcript.jsonl"), "cwd": decoy.root() })
+            .to_string();
+    project
+        .run(T0, &[], Some(&payload), |i| i)
+        .assert_completed();
     assert!(project.lexicon().is_some());
     assert!(!decoy.path(".roc").exists(), "nothing written in the decoy");
+
+    // Without $CLAUDE_PROJECT_DIR the payload's `cwd` is the root, else the working directory.
+    let project = Project::new();
+    let run = project.run(T0, &[], Some(&payload), |i| {
+        i.env_remove("CLAUDE_PROJECT_DIR")
+    });
+    assert_eq!(run.code, 0);
+    assert!(decoy.lexicon().is_some(), "the payload's cwd was the root");
+    assert!(project.lexicon().is_none());
+    let project = Project::new();
+    let bare = json!({ "transcript_path": project.path("transcript.jsonl") }).to_string();
+    project
+        .run(T0, &[], Some(&bare), |i| {
+            i.env_remove("CLAUDE_PROJECT_DIR").cwd(project.root())
+        })
+        .assert_completed();
+    assert!(project.lexicon().is_some());
 }
 
 #[test]
@@ -1083,40 +1121,28 @@ fn two_runs_started_together_one_writes_the_other_ends_on_the_lock() {
     let script = fs::read_to_string(&writer).expect("writer script");
     project.write("models/writer.sh", &format!("sleep 1\n{script}"));
     let payload = project.payload().to_string();
-    let children: Vec<_> = (0..2)
-        .map(|_| {
-            let mut command = project.command(T0);
-            command
-                .args(["run", "context-update", "--inputs-json", "-"])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-            let mut child = command.spawn().expect("start stagegraph");
-            {
-                use std::io::Write;
-                let mut pipe = child.stdin.take().expect("stdin");
-                pipe.write_all(payload.as_bytes()).expect("payload");
-            }
-            child
-        })
-        .collect();
-    for child in children {
-        let out = child.wait_with_output().expect("wait");
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let codes: Vec<Option<i32>> = std::thread::scope(|scope| {
+        let runs: Vec<_> = (0..2)
+            .map(|_| {
+                scope.spawn(|| {
+                    project
+                        .command(T0, &["run", "context-update", "--inputs-json", "-"])
+                        .stdin(&payload)
+                        .output()
+                        .code
+                })
+            })
+            .collect();
+        runs.into_iter()
+            .map(|run| run.join().expect("a run"))
+            .collect()
+    });
+    assert_eq!(codes, [Some(0), Some(0)]);
     let mut outcomes: Vec<(String, Option<String>)> = project
         .run_ids()
         .iter()
         .map(|id| {
-            let text = project
-                .read(&format!("state/runs/{id}/run.json"))
-                .expect("run.json");
-            let record: Value = serde_json::from_str(&text).expect("json");
+            let record = project.record(id);
             (
                 record["status"].as_str().unwrap_or("").to_string(),
                 record["exit"]["stage"].as_str().map(str::to_string),

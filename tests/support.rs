@@ -176,12 +176,20 @@ pub(crate) struct Invocation<'t> {
 
 impl Invocation<'_> {
     pub(crate) fn env(mut self, key: &str, value: &str) -> Self {
+        self.env_remove.retain(|removed| removed != key);
         self.env.push((key.to_string(), value.to_string()));
         self
     }
 
     pub(crate) fn stdin(mut self, text: &str) -> Self {
         self.stdin = Some(text.to_string());
+        self
+    }
+
+    /// Unset an environment variable the process would otherwise inherit.
+    pub(crate) fn env_remove(mut self, key: &str) -> Self {
+        self.env.retain(|(set, _)| set != key);
+        self.env_remove.push(key.to_string());
         self
     }
 

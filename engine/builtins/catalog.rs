@@ -4,11 +4,16 @@
 //! The format: a header line, `## <Area>` sections, `### <Concept>` entries with one bullet per
 //! configured key (`- **Definition**: ...`). A project lexicon is one instance of it.
 //!
+//! The header, the keys and the summary's label are the caller's: no catalog's text is built in.
+//!
 //! Invariants: rendering is deterministic (areas and concepts sorted, fixed blank lines, values
 //! normalized), so rendering a rendered catalog again is byte-identical and merging the same
 //! entries twice changes nothing. A hand-written entry is never silently rewritten: one that
 //! breaks the format is kept as written and marked with a `<!-- TODO: invariant ... -->` comment,
-//! and a conflicting definition is marked, not overwritten.
+//! lines outside any entry are kept where they are under a `<!-- TODO: invariant lines outside
+//! any entry -->` line, and a conflicting definition is marked, not overwritten. Every merge
+//! applies every rule, even with no entries to merge; the result is unchanged (`changed: false`)
+//! only when the file already keeps them all.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::LazyLock;
@@ -30,8 +35,6 @@ pub(crate) fn builtins() -> Vec<Builtin> {
     }]
 }
 
-const DEFAULT_HEADER: &str =
-    "<!-- Auto-maintained by rocket:context-update. Edits are preserved when consistent. -->";
 const INVARIANT_PREFIX: &str = "TODO: invariant";
 const TODO_PREFIX: &str = "TODO";
 /// How much of a conflicting definition a contradiction marker quotes, in characters.
@@ -43,9 +46,7 @@ struct MergeArgs {
     #[serde(default)]
     current: Option<String>,
     entries: Vec<Map<String, Value>>,
-    #[serde(default = "default_header")]
     header: String,
-    #[serde(default = "default_keys")]
     keys: Vec<KeySpec>,
     #[serde(default)]
     relation_field: Option<String>,
@@ -70,26 +71,6 @@ struct KeySpec {
     list: bool,
 }
 
-fn default_header() -> String {
-    DEFAULT_HEADER.to_owned()
-}
-
-fn default_keys() -> Vec<KeySpec> {
-    [
-        ("definition", "Definition", false),
-        ("aliases", "Aliases", true),
-        ("relations", "Relations", true),
-        ("source", "Source", false),
-    ]
-    .into_iter()
-    .map(|(field, label, list)| KeySpec {
-        field: field.to_owned(),
-        label: label.to_owned(),
-        list,
-    })
-    .collect()
-}
-
 /// The arguments, with each role field that is absent defaulting to its usual name when a key
 /// has that field (so custom keys need not switch off roles they lack); null switches it off.
 fn parse_args(with: &Value) -> Result<MergeArgs, BuiltinError> {
@@ -109,7 +90,7 @@ fn parse_args(with: &Value) -> Result<MergeArgs, BuiltinError> {
 }
 
 fn default_label() -> String {
-    "Lexicon".to_owned()
+    "Catalog".to_owned()
 }
 
 fn default_max_lines() -> usize {
@@ -320,14 +301,29 @@ impl Entry {
 #[derive(Debug, Clone)]
 struct Area {
     name: String,
+    /// Hand-written lines between the area's heading and its first entry, kept as written.
+    stray: Vec<String>,
     entries: Vec<Entry>,
+}
+
+impl Area {
+    fn is_empty(&self) -> bool {
+        self.entries.is_empty() && self.stray.is_empty()
+    }
 }
 
 #[derive(Debug, Default)]
 struct Catalog {
+    /// Hand-written lines between the header and the first area, kept as written.
+    preamble: Vec<String>,
     areas: Vec<Area>,
     next_id: usize,
 }
+
+/// The line that marks hand-written lines outside any entry; made again on every render.
+const STRAY_MARKER: &str = "<!-- TODO: invariant lines outside any entry -->";
+/// How a summary names the lines outside any entry when it flags them.
+const STRAY_NAME: &str = "(lines outside any entry)";
 
 /// `(lowercase, bytes)`: case-insensitive order with a deterministic tie-break.
 fn sort_key(name: &str) -> (String, String) {
@@ -345,6 +341,7 @@ impl Catalog {
         }
         self.areas.push(Area {
             name: name.to_owned(),
+            stray: Vec::new(),
             entries: Vec::new(),
         });
         self.areas.len() - 1
@@ -356,7 +353,7 @@ impl Catalog {
     }
 
     fn sort(&mut self) {
-        self.areas.retain(|area| !area.entries.is_empty());
+        self.areas.retain(|area| !area.is_empty());
         self.areas.sort_by_cached_key(|area| sort_key(&area.name));
         for area in &mut self.areas {
             area.entries
@@ -366,6 +363,10 @@ impl Catalog {
 
     fn entries(&self) -> impl Iterator<Item = &Entry> {
         self.areas.iter().flat_map(|area| area.entries.iter())
+    }
+
+    fn has_stray_lines(&self) -> bool {
+        !self.preamble.is_empty() || self.areas.iter().any(|area| !area.stray.is_empty())
     }
 
     /// The first entry named `concept`, preferring `area`. Aliases are not matched: which entry
@@ -511,8 +512,9 @@ fn dedupe(items: &mut Vec<String>) {
     items.retain(|item| seen.insert(item.clone()));
 }
 
-/// Reads a catalog leniently: whatever is not an area, an entry or the header is dropped with a
-/// warning; entries before any area land in an area with no name (and get flagged).
+/// Reads a catalog leniently: a line that is not the header, an area or an entry is kept where it
+/// is (before the first area, or in its area before the first entry) and marked; entries before
+/// any area land in an area with no name (and get flagged).
 fn parse(text: &str, format: &Format, warnings: &mut Vec<String>) -> Catalog {
     struct Open<'t> {
         area: usize,
@@ -551,11 +553,16 @@ fn parse(text: &str, format: &Format, warnings: &mut Vec<String>) -> Catalog {
             });
         } else if let Some(open) = open.as_mut() {
             open.lines.push(line);
-        } else {
+        } else if trimmed != STRAY_MARKER {
             warnings.push(format!(
-                "dropped a line outside any entry: {}",
+                "kept and marked a line outside any entry: {}",
                 shorten(trimmed, 60)
             ));
+            let kept = line.trim_end().to_owned();
+            match area {
+                Some(area) => catalog.areas[area].stray.push(kept),
+                None => catalog.preamble.push(kept),
+            }
         }
     }
     close(&mut catalog, open.take());
@@ -656,6 +663,14 @@ fn render_entry(entry: &Entry, format: &Format) -> String {
     lines.join("\n")
 }
 
+/// Lines outside any entry, under the line that marks them.
+fn render_stray(lines: &[String]) -> String {
+    std::iter::once(STRAY_MARKER.to_owned())
+        .chain(lines.iter().cloned())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 fn render_area_heading(name: &str) -> String {
     join_words(["##", name])
 }
@@ -664,8 +679,14 @@ fn render_area_heading(name: &str) -> String {
 /// newline at the end.
 fn render(catalog: &Catalog, format: &Format) -> String {
     let mut blocks = vec![format.header.clone()];
-    for area in catalog.areas.iter().filter(|area| !area.entries.is_empty()) {
+    if !catalog.preamble.is_empty() {
+        blocks.push(render_stray(&catalog.preamble));
+    }
+    for area in catalog.areas.iter().filter(|area| !area.is_empty()) {
         blocks.push(render_area_heading(&area.name));
+        if !area.stray.is_empty() {
+            blocks.push(render_stray(&area.stray));
+        }
         blocks.extend(area.entries.iter().map(|entry| render_entry(entry, format)));
     }
     blocks.join("\n\n") + "\n"
@@ -808,11 +829,17 @@ fn newer_source(old: &str, new: &str) -> String {
     }
 }
 
+/// Merges what the candidate adds. Its source replaces the entry's (when newer) only when the
+/// candidate added something: restating a known concept on a later day changes nothing.
 fn merge_into(entry: &mut Entry, candidate: &Candidate, format: &Format) {
+    let before = entry.fields.clone();
     for (key, spec) in format.keys.iter().enumerate() {
         let Some(new) = &candidate.fields[key] else {
             continue;
         };
+        if Some(key) == format.source {
+            continue;
+        }
         let concept = entry.concept.clone();
         match (&mut entry.fields[key], new) {
             (Field::List(items), Field::List(new_items)) => {
@@ -821,9 +848,6 @@ fn merge_into(entry: &mut Entry, candidate: &Candidate, format: &Format) {
                         items.push(item.clone());
                     }
                 }
-            }
-            (Field::Text(old), Field::Text(new)) if Some(key) == format.source => {
-                *old = newer_source(old, new);
             }
             (Field::Text(old), Field::Text(new)) => {
                 if old.is_empty() {
@@ -839,6 +863,15 @@ fn merge_into(entry: &mut Entry, candidate: &Candidate, format: &Format) {
                 }
             }
             _ => {}
+        }
+    }
+    if let Some(source) = format.source {
+        if entry.fields != before {
+            if let (Field::Text(old), Some(Field::Text(new))) =
+                (&mut entry.fields[source], &candidate.fields[source])
+            {
+                *old = newer_source(old, new);
+            }
         }
     }
 }
@@ -1040,7 +1073,7 @@ fn prune(
             bytes -= entry_bytes;
             lines -= entry_lines;
             remaining[a] -= 1;
-            if remaining[a] == 0 {
+            if remaining[a] == 0 && catalog.areas[a].stray.is_empty() {
                 let (area_bytes, area_lines) =
                     block_cost(&render_area_heading(&catalog.areas[a].name));
                 bytes -= area_bytes;
@@ -1067,7 +1100,7 @@ fn prune(
             keep
         });
     }
-    catalog.areas.retain(|area| !area.entries.is_empty());
+    catalog.areas.retain(|area| !area.is_empty());
     debug_assert_eq!(
         render(catalog, format).len(),
         bytes,
@@ -1215,6 +1248,16 @@ fn merge(args: &MergeArgs) -> Result<MergeOutcome, BuiltinError> {
         })
         .map(|entry| entry.concept.clone())
         .collect();
+    let markers = |text: &str| {
+        text.lines()
+            .filter(|line| line.trim() == STRAY_MARKER)
+            .count()
+    };
+    if catalog.has_stray_lines()
+        && markers(&content) > markers(args.current.as_deref().unwrap_or(""))
+    {
+        flagged.push(STRAY_NAME.to_owned());
+    }
     dedupe(&mut flagged);
     let summary = if changed {
         let names = if flagged.is_empty() {
@@ -1265,7 +1308,7 @@ fn with_schema() -> Value {
         "type": "object",
         "description": "The catalog as it is, the entries to merge into it, and its format.",
         "additionalProperties": false,
-        "required": ["entries"],
+        "required": ["entries", "header", "keys"],
         "properties": {
             "current": {
                 "type": ["string", "null"],
@@ -1291,19 +1334,12 @@ fn with_schema() -> Value {
             "header": {
                 "type": "string",
                 "minLength": 1,
-                "default": DEFAULT_HEADER,
-                "description": "The line the file always starts with."
+                "description": "The line the file always starts with (one line)."
             },
             "keys": {
                 "type": "array",
                 "minItems": 1,
                 "description": "The bullets of every entry, in order. The first one (not a list) carries the entry's TODO markers and is checked for contradictions.",
-                "default": [
-                    { "field": "definition", "label": "Definition", "list": false },
-                    { "field": "aliases", "label": "Aliases", "list": true },
-                    { "field": "relations", "label": "Relations", "list": true },
-                    { "field": "source", "label": "Source", "list": false }
-                ],
                 "items": {
                     "type": "object",
                     "description": "One bullet: `- **<label>**: <value>`.",
@@ -1334,8 +1370,8 @@ fn with_schema() -> Value {
             "label": {
                 "type": "string",
                 "minLength": 1,
-                "default": "Lexicon",
-                "description": "The noun the summary starts with (\"Lexicon updated: ...\")."
+                "default": "Catalog",
+                "description": "The noun the summary starts with (\"Catalog updated: ...\")."
             },
             "max_lines": {
                 "type": "integer",
@@ -1381,6 +1417,30 @@ mod tests {
     use super::super::WriteRoots;
     use super::*;
 
+    /// The lexicon's format, as the context-update workflow gives it.
+    const HEADER: &str =
+        "<!-- Auto-maintained by rocket:context-update. Edits are preserved when consistent. -->";
+
+    /// `with` completed with the lexicon's format where it names none.
+    fn lexicon_format(mut with: Value) -> Value {
+        let defaults = json!({
+            "header": HEADER,
+            "keys": [
+                { "field": "definition", "label": "Definition" },
+                { "field": "aliases", "label": "Aliases", "list": true },
+                { "field": "relations", "label": "Relations", "list": true },
+                { "field": "source", "label": "Source" }
+            ],
+            "label": "Lexicon"
+        });
+        for (key, value) in defaults.as_object().expect("an object") {
+            if with.get(key).is_none() {
+                with[key] = value.clone();
+            }
+        }
+        with
+    }
+
     const LEXICON: &str = "\
 <!-- Auto-maintained by rocket:context-update. Edits are preserved when consistent. -->
 
@@ -1413,7 +1473,7 @@ mod tests {
             cwd: std::path::Path::new("."),
             writes: &roots,
         };
-        let out = run(&with, &ctx).expect("catalog.merge");
+        let out = run(&lexicon_format(with), &ctx).expect("catalog.merge");
         let validator = jsonschema::validator_for(&output_schema()).expect("schema");
         assert!(validator.is_valid(&out), "{out}");
         out
@@ -1448,14 +1508,16 @@ mod tests {
     }
 
     #[test]
-    fn the_default_header_is_the_lexicon_header() {
-        assert_eq!(
-            DEFAULT_HEADER,
-            "<!-- Auto-maintained by rocket:context-update. Edits are preserved when consistent. -->"
-        );
+    fn the_header_is_the_callers() {
         let out = merge_into_text(None, json!([]));
-        assert_eq!(content(&out), format!("{DEFAULT_HEADER}\n"));
+        assert_eq!(content(&out), format!("{HEADER}\n"));
         assert_eq!(out["changed"], true);
+        let out = merge_json(json!({ "entries": [], "header": "# Terms", "label": "Glossary" }));
+        assert_eq!(content(&out), "# Terms\n");
+        assert!(out["summary"]
+            .as_str()
+            .expect("summary")
+            .starts_with("Glossary updated"));
     }
 
     #[test]
@@ -1747,28 +1809,53 @@ mod tests {
     }
 
     #[test]
-    fn the_newer_source_is_kept() {
-        let merged = |source: &str| {
-            let out = merge_into_text(
-                Some(LEXICON),
-                json!([{ "concept": "Outbound webhook", "source": source }]),
-            );
+    fn the_newer_source_is_kept_when_the_entry_gains_something() {
+        let merged = |entry: Value| {
+            let out = merge_into_text(Some(LEXICON), json!([entry]));
             let entry = block(content(&out), "Outbound webhook").to_owned();
-            (entry, out["merged"].clone())
+            (entry, out["merged"].clone(), out["summary"].clone())
         };
-        let (entry, count) = merged("conversation 2026-12-05");
-        assert!(entry.ends_with("- **Source**: conversation 2026-12-05"));
+        let (entry, count, _) = merged(
+            json!({ "concept": "Outbound webhook", "aliases": ["hook call"], "source": "conversation 2026-12-05" }),
+        );
+        assert!(
+            entry.ends_with("- **Source**: conversation 2026-12-05"),
+            "{entry}"
+        );
         assert_eq!(count, 1);
-        let (entry, count) = merged("user 2025-01-01");
+        let (entry, count, _) = merged(
+            json!({ "concept": "Outbound webhook", "aliases": ["hook call"], "source": "user 2025-01-01" }),
+        );
         assert!(entry.ends_with("- **Source**: user 2026-11-01"));
-        assert_eq!(count, 0);
-        let (entry, _) = merged("inferred");
+        assert_eq!(count, 1);
+        let (entry, _, _) = merged(
+            json!({ "concept": "Outbound webhook", "aliases": ["hook call"], "source": "inferred" }),
+        );
         assert!(entry.ends_with("- **Source**: user 2026-11-01"));
         let out = merge_into_text(
             Some(LEXICON),
-            json!([{ "concept": "Upload step", "source": "user 2026-10-01" }]),
+            json!([{ "concept": "Upload step", "aliases": ["uploader"], "source": "user 2026-10-01" }]),
         );
         assert!(block(content(&out), "Upload step").ends_with("- **Source**: user 2026-10-01"));
+    }
+
+    #[test]
+    fn a_restatement_on_a_later_day_changes_nothing() {
+        // The same definition, alias and relation as the file has, dated later.
+        let restated = json!([{
+            "area": "Domain", "concept": "Outbound webhook",
+            "definition": "A POST the project sends to a customer URL on each event.",
+            "aliases": ["callback"], "relations": ["Backoff policy"],
+            "source": "conversation 2026-12-24"
+        }]);
+        let out = merge_into_text(Some(LEXICON), restated);
+        assert_eq!(out["changed"], false);
+        assert_eq!(out["merged"], 0);
+        assert_eq!(out["summary"], "No update needed.");
+        assert_eq!(content(&out), LEXICON);
+        let dated_only =
+            json!([{ "concept": "Outbound webhook", "source": "conversation 2026-12-24" }]);
+        assert_eq!(merge_into_text(Some(LEXICON), dated_only)["changed"], false);
     }
 
     #[test]
@@ -1801,7 +1888,7 @@ mod tests {
     #[test]
     fn pruning_drops_the_oldest_unreferenced_unflagged_entries() {
         let text = format!(
-            "{DEFAULT_HEADER}\n\n## Area\n\n{}{}{}{}{}",
+            "{HEADER}\n\n## Area\n\n{}{}{}{}{}",
             dated_entry("Alpha", "none", "inferred 2026-12-01"),
             dated_entry("Bravo", "none", "user 2026-01-01"),
             dated_entry("Charlie", "none", "no date at all"),
@@ -1847,7 +1934,7 @@ mod tests {
     #[test]
     fn entries_the_answer_names_are_never_pruned() {
         let text = format!(
-            "{DEFAULT_HEADER}\n\n## Area\n\n{}{}",
+            "{HEADER}\n\n## Area\n\n{}{}",
             dated_entry("Alpha", "none", "inferred"),
             dated_entry("Bravo", "none", "user 2026-01-01"),
         );
@@ -1888,7 +1975,7 @@ mod tests {
     }
 
     #[test]
-    fn stray_lines_and_entries_outside_areas() {
+    fn stray_lines_are_kept_where_they_are_and_marked() {
         let text = format!(
             "# My lexicon\nsome intro\n\n{}## Domain\nstray prose\n\n### Thing\n- **Definition**: d\n- **Aliases**: none\n- **Relations**: none\n- **Source**: s\n",
             dated_entry("Early", "none", "inferred")
@@ -1903,16 +1990,39 @@ mod tests {
         assert_eq!(
             warnings,
             [
-                "dropped a line outside any entry: # My lexicon",
-                "dropped a line outside any entry: some intro",
-                "dropped a line outside any entry: stray prose"
+                "kept and marked a line outside any entry: # My lexicon",
+                "kept and marked a line outside any entry: some intro",
+                "kept and marked a line outside any entry: stray prose"
             ]
         );
         let rendered = content(&out);
-        assert!(rendered.starts_with(&format!("{DEFAULT_HEADER}\n\n##\n\n### Early\n")));
+        assert!(
+            rendered.starts_with(&format!(
+                "{HEADER}\n\n{STRAY_MARKER}\n# My lexicon\nsome intro\n\n##\n\n### Early\n"
+            )),
+            "{rendered}"
+        );
+        assert!(
+            rendered.contains(&format!(
+                "## Domain\n\n{STRAY_MARKER}\nstray prose\n\n### Thing\n"
+            )),
+            "{rendered}"
+        );
         assert!(rendered.contains("<!-- TODO: invariant no area -->"));
-        assert_eq!(out["flagged"], json!(["Early"]));
-        assert_eq!(merge_into_text(Some(rendered), json!([]))["changed"], false);
+        assert_eq!(out["flagged"], json!(["Early", STRAY_NAME]));
+        let again = merge_into_text(Some(rendered), json!([]));
+        assert_eq!(again["changed"], false, "{}", content(&again));
+        assert_eq!(again["summary"], "No update needed.");
+
+        // An area holding only hand-written lines stays, and pruning keeps them.
+        let only = format!("{HEADER}\n\n## Notes\n\n{STRAY_MARKER}\nremember the Courier\n");
+        let out = merge_into_text(Some(&only), json!([]));
+        assert_eq!(out["changed"], false);
+        let out = merge_json(
+            json!({ "current": format!("{only}\n{}", dated_entry("Old", "none", "user 2020-01-01")), "entries": [], "max_lines": 6 }),
+        );
+        assert_eq!(out["pruned"], json!(["Old"]));
+        assert_eq!(content(&out), only);
     }
 
     #[test]
@@ -1975,7 +2085,7 @@ mod tests {
             cwd: std::path::Path::new("."),
             writes: &roots,
         };
-        let refuse = |with: Value| run(&with, &ctx).expect_err("refused").0;
+        let refuse = |with: Value| run(&lexicon_format(with), &ctx).expect_err("refused").0;
         let list_first = refuse(
             json!({ "entries": [], "keys": [{ "field": "tags", "label": "Tags", "list": true }], "relation_field": null, "alias_field": null, "source_field": null }),
         );
@@ -1998,7 +2108,9 @@ mod tests {
     #[test]
     fn schemas_accept_and_refuse_what_they_should() {
         let validator = jsonschema::validator_for(&with_schema()).expect("schema");
-        assert!(validator.is_valid(&json!({ "current": LEXICON, "entries": [{ "area": "A", "concept": "B", "aliases": ["x"] }] })));
+        assert!(validator.is_valid(&lexicon_format(json!({ "current": LEXICON, "entries": [{ "area": "A", "concept": "B", "aliases": ["x"] }] }))));
+        // No catalog's format is built in: the header and the keys are the caller's.
+        assert!(!validator.is_valid(&json!({ "current": LEXICON, "entries": [] })));
         assert!(!validator.is_valid(&json!({ "current": LEXICON })));
         assert!(!validator.is_valid(&json!({ "entries": [{ "area": "A" }] })));
         let builtin = &builtins()[0];
@@ -2024,7 +2136,7 @@ mod tests {
             |rng: &mut StdRng, items: &[&'static str]| items[rng.random_range(0..items.len())];
         let mut text = String::new();
         if rng.random_bool(0.7) {
-            text.push_str(DEFAULT_HEADER);
+            text.push_str(HEADER);
             text.push('\n');
         }
         for _ in 0..rng.random_range(0..5) {
@@ -2073,7 +2185,8 @@ mod tests {
         for _ in 0..300 {
             let text = generated_catalog(&mut rng);
             let format =
-                Format::new(&parse_args(&json!({ "entries": [] })).expect("args")).expect("format");
+                Format::new(&parse_args(&lexicon_format(json!({ "entries": [] }))).expect("args"))
+                    .expect("format");
             assert_eq!(format.relation, Some(2));
             let render_once = |text: &str| {
                 let mut catalog = parse(text, &format, &mut Vec::new());

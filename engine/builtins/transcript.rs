@@ -1,18 +1,33 @@
-//! Built-in `transcript.delta`: the prose of a Claude Code session transcript (JSONL) added after a
-//! line cursor, with tool traffic, thinking and images left out and the text capped.
+//! Built-in `transcript.delta`: what was said in a Claude Code session transcript (JSONL) after a
+//! line cursor: the user's and the assistant's prose, with tool traffic, thinking, images and
+//! Claude Code's own bookkeeping left out, control characters stripped, and the text capped.
+//!
+//! The user speaks in more places than `user` lines: a message typed while the assistant works
+//! is a `queue-operation` line (`enqueue` with its text; `remove` with `absorbed_mid_turn` when
+//! the assistant read it without a `user` line following) or an `attachment` of type
+//! `queued_command`; an answer to `AskUserQuestion` is a `tool_result` (with the answers in the
+//! line's `toolUseResult`). All of them are the user's words, each said once. What only looks
+//! like a user line is not: slash-command echoes (`<command-name>`), local command output
+//! (`<local-command-stdout>`, with its ANSI escapes), `[Request interrupted by user]`,
+//! `<system-reminder>` blocks, and the compaction summary (`isCompactSummary`), which restates
+//! earlier lines and is given apart as `summary`, never as the user's words.
 //!
 //! Invariants: `total_lines` counts complete lines only, so a line still being written is never
 //! passed by the next cursor; lines before the cursor are counted, never parsed; memory stays
-//! bounded by the caps, whatever the size of the file.
+//! bounded by the caps, whatever the size of the file; a line with a lone UTF-16 surrogate is
+//! read with the character replaced, never dropped.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Seek, SeekFrom};
 use std::path::Path;
+use std::sync::LazyLock;
 
+use regex::Regex;
 use serde::de::{Deserializer, IgnoredAny, SeqAccess, Visitor};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
@@ -83,96 +98,314 @@ impl Speaker {
 }
 
 /// One line of the transcript, read only as far as the delta needs; every other field is skipped
-/// without being built, which keeps large tool payloads cheap.
+/// without being built, and tool payloads are kept as raw JSON, parsed only when they answer a
+/// question, which keeps large tool traffic cheap.
 #[derive(Deserialize)]
-struct TranscriptLine {
+struct TranscriptLine<'a> {
     #[serde(rename = "type", default)]
     kind: Option<String>,
     #[serde(rename = "isMeta", default)]
     is_meta: Option<bool>,
     #[serde(rename = "isSidechain", default)]
     is_sidechain: Option<bool>,
+    #[serde(rename = "isCompactSummary", default)]
+    is_compact_summary: Option<bool>,
+    #[serde(default, borrow)]
+    message: Option<Message<'a>>,
+    /// `queue-operation`: enqueue, dequeue, remove, popAll.
     #[serde(default)]
-    message: Option<Message>,
+    operation: Option<String>,
+    /// `queue-operation`: why an entry left the queue.
+    #[serde(default)]
+    reason: Option<String>,
+    /// `queue-operation`: the queued text; other lines may carry other things here.
+    #[serde(default, borrow)]
+    content: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    attachment: Option<&'a RawValue>,
+    /// The structured result of the tool call this line answers (AskUserQuestion's answers).
+    #[serde(rename = "toolUseResult", default, borrow)]
+    tool_use_result: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
-struct Message {
+struct Message<'a> {
     #[serde(default)]
     role: Option<String>,
-    #[serde(default)]
-    content: Option<Content>,
+    #[serde(default, borrow)]
+    content: Option<Content<'a>>,
 }
 
-enum Content {
+enum Content<'a> {
     Text(String),
-    Blocks(Vec<Block>),
+    Blocks(Vec<Block<'a>>),
 }
 
 #[derive(Deserialize)]
-struct Block {
+struct Block<'a> {
     #[serde(rename = "type", default)]
     kind: Option<String>,
     #[serde(default)]
     text: Option<String>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    tool_use_id: Option<String>,
+    #[serde(default, borrow)]
+    input: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    content: Option<&'a RawValue>,
 }
 
-impl<'de> Deserialize<'de> for Content {
+impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct ContentVisitor;
+        struct ContentVisitor<'a>(std::marker::PhantomData<&'a ()>);
 
-        impl<'de> Visitor<'de> for ContentVisitor {
-            type Value = Content;
+        impl<'de: 'a, 'a> Visitor<'de> for ContentVisitor<'a> {
+            type Value = Content<'a>;
 
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("a string or a list of content blocks")
             }
 
-            fn visit_str<E>(self, text: &str) -> Result<Content, E> {
+            fn visit_str<E>(self, text: &str) -> Result<Content<'a>, E> {
                 Ok(Content::Text(text.to_owned()))
             }
 
-            fn visit_string<E>(self, text: String) -> Result<Content, E> {
+            fn visit_string<E>(self, text: String) -> Result<Content<'a>, E> {
                 Ok(Content::Text(text))
             }
 
-            fn visit_unit<E>(self) -> Result<Content, E> {
+            fn visit_unit<E>(self) -> Result<Content<'a>, E> {
                 Ok(Content::Blocks(Vec::new()))
             }
 
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Content, A::Error> {
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Content<'a>, A::Error> {
                 let mut blocks = Vec::new();
-                while let Some(block) = seq.next_element::<Block>()? {
+                while let Some(block) = seq.next_element::<Block<'a>>()? {
                     blocks.push(block);
                 }
                 Ok(Content::Blocks(blocks))
             }
         }
 
-        deserializer.deserialize_any(ContentVisitor)
+        deserializer.deserialize_any(ContentVisitor(std::marker::PhantomData))
     }
+}
+
+/// The text of a raw `content` or `prompt`: a string, or the text blocks of a list.
+fn raw_text(raw: &RawValue) -> Option<String> {
+    match serde_json::from_str::<Content>(raw.get()).ok()? {
+        Content::Text(text) => Some(text),
+        Content::Blocks(blocks) => {
+            let texts: Vec<String> = blocks
+                .into_iter()
+                .filter(|block| block.kind.as_deref() == Some("text"))
+                .filter_map(|block| block.text)
+                .collect();
+            (!texts.is_empty()).then(|| texts.join("\n"))
+        }
+    }
+}
+
+/// An `attachment` of type `queued_command`: a message the user typed while the assistant
+/// worked.
+#[derive(Deserialize)]
+struct QueuedCommand<'a> {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    #[serde(default, borrow)]
+    prompt: Option<&'a RawValue>,
+}
+
+/// The questions of an `AskUserQuestion` call.
+#[derive(Deserialize)]
+struct AskInput {
+    #[serde(default)]
+    questions: Vec<AskQuestion>,
+}
+
+#[derive(Deserialize)]
+struct AskQuestion {
+    #[serde(default)]
+    question: String,
+}
+
+/// `toolUseResult` of an `AskUserQuestion` call: question -> answer.
+#[derive(Deserialize)]
+struct AskResult {
+    #[serde(default)]
+    answers: serde_json::Map<String, Value>,
 }
 
 /// What one line turned out to be.
-enum Parsed {
+enum Parsed<'a> {
     Blank,
     /// Not JSON at all.
     Invalid,
-    /// JSON, but not a message this built-in reads (summary, system, snapshot, odd shape).
+    /// JSON, but not a line this built-in reads (odd shape).
     Other,
-    Message(TranscriptLine),
+    Line(TranscriptLine<'a>),
 }
 
-fn parse_line(bytes: &[u8]) -> Parsed {
+fn parse_line<'a>(bytes: &'a [u8], repaired: &'a mut Vec<u8>) -> Parsed<'a> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Parsed::Blank;
     }
-    match serde_json::from_slice::<TranscriptLine>(bytes) {
-        Ok(line) => Parsed::Message(line),
-        // A shape this reader does not know is still a line of the transcript, not damage.
-        Err(_) if serde_json::from_slice::<IgnoredAny>(bytes).is_ok() => Parsed::Other,
-        Err(_) => Parsed::Invalid,
+    if let Ok(line) = serde_json::from_slice::<TranscriptLine>(bytes) {
+        return Parsed::Line(line);
     }
+    // A lone UTF-16 surrogate (`\ud83d` without its pair) is not valid JSON for serde; the line
+    // is still what someone said, so the character is replaced and the line read again.
+    if replace_lone_surrogates(bytes, repaired) {
+        if let Ok(line) = serde_json::from_slice::<TranscriptLine>(repaired) {
+            return Parsed::Line(line);
+        }
+    }
+    // A shape this reader does not know is still a line of the transcript, not damage.
+    let text: &[u8] = if repaired.is_empty() { bytes } else { repaired };
+    if serde_json::from_slice::<IgnoredAny>(text).is_ok() {
+        Parsed::Other
+    } else {
+        Parsed::Invalid
+    }
+}
+
+/// Whether a line holds a lone surrogate that [`parse_line`] replaces (checked only to count
+/// such lines; the common line has no `\u` escape of a surrogate at all).
+fn needs_repair(bytes: &[u8]) -> bool {
+    let mut scratch = Vec::new();
+    bytes.windows(3).any(|w| w == b"\\ud" || w == b"\\uD")
+        && replace_lone_surrogates(bytes, &mut scratch)
+}
+
+/// Writes `bytes` to `out` with every `\uXXXX` escape of a lone surrogate replaced by `\ufffd`;
+/// false (and `out` empty) when there was none.
+fn replace_lone_surrogates(bytes: &[u8], out: &mut Vec<u8>) -> bool {
+    out.clear();
+    let hex4 = |at: usize| -> Option<u16> {
+        let digits = bytes.get(at..at + 4)?;
+        u16::from_str_radix(std::str::from_utf8(digits).ok()?, 16).ok()
+    };
+    let is_high = |unit: u16| (0xD800..0xDC00).contains(&unit);
+    let is_low = |unit: u16| (0xDC00..0xE000).contains(&unit);
+    let mut replaced = false;
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'\\' {
+            out.push(bytes[i]);
+            i += 1;
+            continue;
+        }
+        if bytes.get(i + 1) != Some(&b'u') {
+            // Any other escape: copied whole, so `\\u` (an escaped backslash) is not read as one.
+            out.extend_from_slice(&bytes[i..(i + 2).min(bytes.len())]);
+            i += 2;
+            continue;
+        }
+        match hex4(i + 2) {
+            Some(unit) if is_high(unit) => {
+                let paired = bytes.get(i + 6) == Some(&b'\\')
+                    && bytes.get(i + 7) == Some(&b'u')
+                    && hex4(i + 8).is_some_and(is_low);
+                if paired {
+                    out.extend_from_slice(&bytes[i..i + 12]);
+                    i += 12;
+                } else {
+                    out.extend_from_slice(b"\\ufffd");
+                    replaced = true;
+                    i += 6;
+                }
+            }
+            Some(unit) if is_low(unit) => {
+                out.extend_from_slice(b"\\ufffd");
+                replaced = true;
+                i += 6;
+            }
+            _ => {
+                out.extend_from_slice(&bytes[i..(i + 6).min(bytes.len())]);
+                i += 6;
+            }
+        }
+    }
+    if !replaced {
+        out.clear();
+    }
+    replaced
+}
+
+static ANSI: LazyLock<Regex> = LazyLock::new(|| {
+    // CSI (ESC [ ... final), OSC (ESC ] ... BEL or ESC \), and two-byte escapes.
+    Regex::new(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+        .expect("constant pattern")
+});
+
+static REMINDER: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?s)<system-reminder>.*?(?:</system-reminder>|\z)").expect("constant pattern")
+});
+
+static COMMAND_ARGS: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?s)<command-args>(.*?)</command-args>").expect("constant pattern")
+});
+
+/// `text` without terminal escape sequences and control characters (newlines and tabs kept).
+pub(crate) fn strip_controls(text: &str) -> String {
+    let text = ANSI.replace_all(text, "");
+    text.chars()
+        .filter(|c| *c == '\n' || *c == '\t' || !c.is_control())
+        .collect()
+}
+
+/// What a piece of user text really is.
+enum UserText {
+    /// Words the user wrote (or typed as a slash command's arguments).
+    Said(String),
+    /// Claude Code's own echo or output: not prose.
+    Noise,
+}
+
+/// Tells the user's words from Claude Code's echoes in a user line's text.
+fn classify_user_text(text: &str) -> UserText {
+    let text = REMINDER.replace_all(text, "");
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return UserText::Noise;
+    }
+    if trimmed.starts_with("<command-name>")
+        || trimmed.starts_with("<command-message>")
+        || trimmed.starts_with("<command-args>")
+    {
+        // A slash command's echo; what the user typed after the command is theirs.
+        let args: Vec<String> = COMMAND_ARGS
+            .captures_iter(trimmed)
+            .filter_map(|c| c.get(1))
+            .map(|m| m.as_str().trim().to_owned())
+            .filter(|args| !args.is_empty())
+            .collect();
+        return if args.is_empty() {
+            UserText::Noise
+        } else {
+            UserText::Said(args.join("\n"))
+        };
+    }
+    let noise_prefixes = [
+        "<local-command-stdout>",
+        "<local-command-stderr>",
+        "<local-command-caveat>",
+        "<bash-input>",
+        "<bash-stdout>",
+        "<bash-stderr>",
+        "[Request interrupted by user",
+    ];
+    if noise_prefixes
+        .iter()
+        .any(|prefix| trimmed.starts_with(prefix))
+    {
+        return UserText::Noise;
+    }
+    UserText::Said(trimmed.to_owned())
 }
 
 /// Content blocks that were read but not kept.
@@ -196,6 +429,11 @@ impl Part {
     }
 }
 
+/// The same words, whatever their spacing: how a queued message is recognised again.
+fn said_key(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// The delta as it is being read: counters plus the newest parts that fit `max_bytes`.
 #[derive(Debug)]
 struct Delta {
@@ -210,9 +448,23 @@ struct Delta {
     content_lines: u64,
     user_prose: u64,
     assistant_prose: u64,
+    user_words: u64,
+    assistant_words: u64,
+    queued_parts: u64,
+    answer_parts: u64,
+    noise_parts: u64,
     tool_lines: u64,
     skipped_lines: u64,
+    repaired_lines: u64,
     dropped_blocks: DroppedBlocks,
+    /// The newest compaction summary, capped.
+    summary: Option<String>,
+    /// Messages enqueued and not yet dequeued, removed or seen again, oldest first.
+    queue: VecDeque<String>,
+    /// Queued messages already given as prose (by a `remove` or an attachment).
+    queued_said: HashSet<String>,
+    /// `AskUserQuestion` calls of the delta: tool_use id -> its questions.
+    questions: HashMap<String, Vec<String>>,
     max_part_bytes: usize,
     max_bytes: usize,
 }
@@ -232,15 +484,25 @@ impl Delta {
             content_lines: 0,
             user_prose: 0,
             assistant_prose: 0,
+            user_words: 0,
+            assistant_words: 0,
+            queued_parts: 0,
+            answer_parts: 0,
+            noise_parts: 0,
             tool_lines: 0,
             skipped_lines: 0,
+            repaired_lines: 0,
             dropped_blocks: DroppedBlocks::default(),
+            summary: None,
+            queue: VecDeque::new(),
+            queued_said: HashSet::new(),
+            questions: HashMap::new(),
             max_part_bytes: args.max_part_bytes,
             max_bytes: args.max_bytes,
         }
     }
 
-    fn add(&mut self, parsed: Parsed) {
+    fn add(&mut self, parsed: Parsed, repaired: bool) {
         self.delta_lines += 1;
         let line = match parsed {
             Parsed::Blank | Parsed::Other => return,
@@ -248,8 +510,16 @@ impl Delta {
                 self.skipped_lines += 1;
                 return;
             }
-            Parsed::Message(line) => line,
+            Parsed::Line(line) => line,
         };
+        if repaired {
+            self.repaired_lines += 1;
+        }
+        match line.kind.as_deref() {
+            Some("queue-operation") => return self.queue_operation(&line),
+            Some("attachment") => return self.attachment(&line),
+            _ => {}
+        }
         // Injected context (command caveats, reminders) is not something anyone said.
         if line.is_meta == Some(true) {
             return;
@@ -260,7 +530,9 @@ impl Delta {
             Some("assistant") => Speaker::Assistant,
             _ => return,
         };
+        let sidechain = line.is_sidechain == Some(true);
         let mut texts: Vec<String> = Vec::new();
+        let mut answers: Vec<String> = Vec::new();
         let mut tool_blocks = 0;
         match message.content {
             None => {}
@@ -271,6 +543,16 @@ impl Delta {
                         "text" => texts.extend(block.text),
                         "thinking" | "redacted_thinking" => self.dropped_blocks.thinking += 1,
                         "image" => self.dropped_blocks.image += 1,
+                        "tool_use" if !sidechain => {
+                            tool_blocks += 1;
+                            self.dropped_blocks.tool += 1;
+                            self.note_question(&block);
+                        }
+                        "tool_result" if !sidechain => {
+                            tool_blocks += 1;
+                            self.dropped_blocks.tool += 1;
+                            answers.extend(self.answer(&block, line.tool_use_result));
+                        }
                         kind if kind.ends_with("tool_use") || kind.ends_with("tool_result") => {
                             tool_blocks += 1;
                             self.dropped_blocks.tool += 1;
@@ -282,28 +564,199 @@ impl Delta {
         }
         // A sidechain is a sub-agent's conversation with the main agent: tool traffic, whoever
         // the line names as speaker.
-        if line.is_sidechain == Some(true) {
+        if sidechain {
             self.tool_lines += 1;
             return;
         }
-        let prose: Vec<&str> = texts
-            .iter()
-            .map(|text| text.trim())
-            .filter(|text| !text.is_empty())
-            .collect();
+        if speaker == Speaker::User && line.is_compact_summary == Some(true) {
+            let summary = strip_controls(&texts.join("\n"));
+            self.summary = Some(cap_text(summary.trim(), self.max_part_bytes));
+            return;
+        }
+        let mut prose: Vec<String> = Vec::new();
+        for text in &texts {
+            let text = strip_controls(text);
+            match speaker {
+                Speaker::Assistant => {
+                    let text = text.trim();
+                    if !text.is_empty() {
+                        prose.push(text.to_owned());
+                    }
+                }
+                Speaker::User => match classify_user_text(&text) {
+                    UserText::Said(said) => {
+                        self.forget_queued(&said);
+                        prose.push(said);
+                    }
+                    UserText::Noise => self.noise_parts += 1,
+                },
+            }
+        }
+        let answered = !answers.is_empty();
+        for answer in answers {
+            self.answer_parts += 1;
+            self.say(Speaker::User, &answer);
+        }
         if prose.is_empty() {
-            if tool_blocks > 0 {
+            if tool_blocks > 0 && !answered {
                 self.tool_lines += 1;
+            } else if answered {
+                self.content_lines += 1;
             }
             return;
         }
         self.content_lines += 1;
+        self.say(speaker, &prose.join("\n"));
+    }
+
+    /// Counts and keeps one piece of prose.
+    fn say(&mut self, speaker: Speaker, text: &str) {
+        let words = text.split_whitespace().count() as u64;
         match speaker {
-            Speaker::User => self.user_prose += 1,
-            Speaker::Assistant => self.assistant_prose += 1,
+            Speaker::User => {
+                self.user_prose += 1;
+                self.user_words += words;
+            }
+            Speaker::Assistant => {
+                self.assistant_prose += 1;
+                self.assistant_words += words;
+            }
         }
-        let text = cap_text(&prose.join("\n"), self.max_part_bytes);
+        let text = cap_text(text, self.max_part_bytes);
         self.push_part(Part { speaker, text });
+    }
+
+    fn queue_operation(&mut self, line: &TranscriptLine) {
+        let text = line
+            .content
+            .and_then(raw_text)
+            .map(|text| strip_controls(&text));
+        match line.operation.as_deref() {
+            Some("enqueue") => {
+                if let Some(UserText::Said(said)) = text.as_deref().map(classify_user_text) {
+                    self.queue.push_back(said);
+                }
+            }
+            // The next `user` line carries it.
+            Some("dequeue") => {
+                self.queue.pop_front();
+            }
+            Some("remove") => {
+                let removed = match text.as_deref().map(said_key) {
+                    Some(key) => self
+                        .queue
+                        .iter()
+                        .position(|queued| said_key(queued) == key)
+                        .and_then(|at| self.queue.remove(at)),
+                    None => self.queue.pop_front(),
+                };
+                // Absorbed: the assistant read it mid-turn and no `user` line will follow.
+                if line.reason.as_deref() == Some("absorbed_mid_turn") {
+                    if let Some(said) = removed.or(text) {
+                        self.say_queued(&said);
+                    }
+                }
+            }
+            // Given back to the input box: a `user` line follows if it is sent again.
+            Some("popAll") => self.queue.clear(),
+            _ => {}
+        }
+    }
+
+    fn attachment(&mut self, line: &TranscriptLine) {
+        let Some(raw) = line.attachment else { return };
+        let Ok(attachment) = serde_json::from_str::<QueuedCommand>(raw.get()) else {
+            return;
+        };
+        if attachment.kind.as_deref() != Some("queued_command") {
+            return;
+        }
+        let Some(text) = attachment.prompt.and_then(raw_text) else {
+            return;
+        };
+        if let UserText::Said(said) = classify_user_text(&strip_controls(&text)) {
+            self.forget_queued(&said);
+            self.say_queued(&said);
+        }
+    }
+
+    /// A queued message, given once however many lines record it.
+    fn say_queued(&mut self, said: &str) {
+        if self.queued_said.insert(said_key(said)) {
+            self.queued_parts += 1;
+            self.content_lines += 1;
+            self.say(Speaker::User, said);
+        }
+    }
+
+    /// Words that were queued and are now said by a line of their own.
+    fn forget_queued(&mut self, said: &str) {
+        let key = said_key(said);
+        if let Some(at) = self.queue.iter().position(|queued| said_key(queued) == key) {
+            self.queue.remove(at);
+        }
+    }
+
+    fn note_question(&mut self, block: &Block) {
+        if block.name.as_deref() != Some("AskUserQuestion") {
+            return;
+        }
+        let (Some(id), Some(input)) = (&block.id, block.input) else {
+            return;
+        };
+        if let Ok(ask) = serde_json::from_str::<AskInput>(input.get()) {
+            let questions = ask
+                .questions
+                .into_iter()
+                .map(|q| strip_controls(q.question.trim()))
+                .filter(|q| !q.is_empty())
+                .collect();
+            self.questions.insert(id.clone(), questions);
+        }
+    }
+
+    /// The user's answers in a tool result: `(answering "question") answer`, one per question.
+    fn answer(&mut self, block: &Block, result: Option<&RawValue>) -> Vec<String> {
+        let asked = block
+            .tool_use_id
+            .as_ref()
+            .and_then(|id| self.questions.remove(id));
+        // The structured answers, when the line has them (they name their questions).
+        let structured = result
+            .filter(|raw| raw.get().contains("\"answers\""))
+            .and_then(|raw| serde_json::from_str::<AskResult>(raw.get()).ok())
+            .filter(|result| !result.answers.is_empty());
+        if let Some(result) = structured {
+            return result
+                .answers
+                .iter()
+                .map(|(question, answer)| {
+                    let answer = match answer {
+                        Value::String(text) => text.clone(),
+                        other => other.to_string(),
+                    };
+                    format!(
+                        "(answering \"{}\") {}",
+                        strip_controls(question.trim()),
+                        strip_controls(answer.trim())
+                    )
+                })
+                .collect();
+        }
+        let Some(questions) = asked else {
+            return Vec::new();
+        };
+        let Some(text) = block.content.and_then(raw_text) else {
+            return Vec::new();
+        };
+        let text = strip_controls(text.trim());
+        if text.is_empty() {
+            return Vec::new();
+        }
+        vec![format!(
+            "(answering \"{}\") {text}",
+            questions.join("\" and \"")
+        )]
     }
 
     /// Keeps the newest parts: older ones leave from the front once the text is over budget.
@@ -318,6 +771,13 @@ impl Delta {
                 self.parts_len -= oldest.rendered_len() + SEPARATOR.len();
                 self.dropped_parts += 1;
             }
+        }
+    }
+
+    /// Messages still queued when the delta ends were typed by the user all the same.
+    fn finish(&mut self) {
+        while let Some(said) = self.queue.pop_front() {
+            self.say_queued(&said);
         }
     }
 
@@ -344,11 +804,19 @@ impl Delta {
             "from_line": self.from_line,
             "rotated": self.rotated,
             "text": self.text(),
+            "summary": self.summary.clone().unwrap_or_default(),
+            "words": self.user_words + self.assistant_words,
+            "user_words": self.user_words,
+            "assistant_words": self.assistant_words,
             "content_lines": self.content_lines,
             "user_prose": self.user_prose,
             "assistant_prose": self.assistant_prose,
+            "queued_parts": self.queued_parts,
+            "answer_parts": self.answer_parts,
+            "noise_parts": self.noise_parts,
             "tool_lines": self.tool_lines,
             "skipped_lines": self.skipped_lines,
+            "repaired_lines": self.repaired_lines,
             "only_tools": self.delta_lines > 0 && prose == 0,
             "dropped_parts": self.dropped_parts,
             "dropped_blocks": {
@@ -378,6 +846,7 @@ fn read_delta(path: &Path, args: &DeltaArgs) -> io::Result<Delta> {
     let mut reader = BufReader::with_capacity(1 << 16, File::open(path)?);
     let mut delta = Delta::new(args);
     let mut buf = Vec::new();
+    let mut repaired = Vec::new();
     let mut offset: u64 = 0;
     // Start offsets of the last `fallback_lines` lines: the fallback re-reads from there, so a
     // rotated file costs one more read of its tail, never a second full pass.
@@ -390,10 +859,12 @@ fn read_delta(path: &Path, args: &DeltaArgs) -> io::Result<Delta> {
         }
         let complete = buf.last() == Some(&b'\n');
         let after_cursor = delta.total_lines >= args.after_line;
-        let parsed = (after_cursor || !complete).then(|| parse_line(&buf));
-        if !complete && matches!(parsed, Some(Parsed::Invalid)) {
+        if !complete {
             // Still being written: not counted, so the next cursor comes back for it.
-            break;
+            let mut scratch = Vec::new();
+            if matches!(parse_line(&buf, &mut scratch), Parsed::Invalid) {
+                break;
+            }
         }
         delta.total_lines += 1;
         if args.fallback_lines > 0 {
@@ -403,12 +874,14 @@ fn read_delta(path: &Path, args: &DeltaArgs) -> io::Result<Delta> {
             }
         }
         offset += read as u64;
-        if let Some(parsed) = parsed.filter(|_| after_cursor) {
-            delta.add(parsed);
+        if after_cursor {
+            let was_repaired = needs_repair(&buf);
+            delta.add(parse_line(&buf, &mut repaired), was_repaired);
         }
     }
     if args.after_line <= delta.total_lines {
         delta.from_line = args.after_line;
+        delta.finish();
         return Ok(delta);
     }
     // The cursor points past the end: the file was rotated or truncated under it.
@@ -421,9 +894,11 @@ fn read_delta(path: &Path, args: &DeltaArgs) -> io::Result<Delta> {
             if reader.read_until(b'\n', &mut buf)? == 0 {
                 break;
             }
-            delta.add(parse_line(&buf));
+            let was_repaired = needs_repair(&buf);
+            delta.add(parse_line(&buf, &mut repaired), was_repaired);
         }
     }
+    delta.finish();
     Ok(delta)
 }
 
@@ -475,21 +950,30 @@ fn output_schema() -> Value {
         "description": "The prose added to the transcript after the cursor, and what else was there.",
         "additionalProperties": false,
         "required": [
-            "path", "total_lines", "from_line", "rotated", "text", "content_lines", "user_prose",
-            "assistant_prose", "tool_lines", "skipped_lines", "only_tools", "dropped_parts",
-            "dropped_blocks"
+            "path", "total_lines", "from_line", "rotated", "text", "summary", "words",
+            "user_words", "assistant_words", "content_lines", "user_prose", "assistant_prose",
+            "queued_parts", "answer_parts", "noise_parts", "tool_lines", "skipped_lines",
+            "repaired_lines", "only_tools", "dropped_parts", "dropped_blocks"
         ],
         "properties": {
             "path": { "type": "string", "description": "The transcript path, as given." },
             "total_lines": count("Complete lines in the file: the cursor to pass as after_line next time. A last line without a newline that does not parse yet is not counted."),
             "from_line": count("Lines before the delta: the delta is lines from_line+1 through total_lines (1-based). Equals after_line unless rotated."),
             "rotated": { "type": "boolean", "description": "True when after_line was past the end of the file and the last fallback_lines lines were read instead." },
-            "text": { "type": "string", "description": "The delta's prose, oldest first, as \"user: ...\" and \"assistant: ...\" paragraphs separated by blank lines; thinking, images and tool traffic left out; capped by max_part_bytes and max_bytes." },
+            "text": { "type": "string", "description": "What was said in the delta, oldest first, as \"user: ...\" and \"assistant: ...\" paragraphs separated by blank lines: messages, queued messages and answers to AskUserQuestion (\"(answering \\\"question\\\") answer\"); thinking, images, tool traffic, command echoes, local command output, interruption notices and system reminders left out; control characters and terminal escapes stripped; capped by max_part_bytes and max_bytes." },
+            "summary": { "type": "string", "description": "The newest compaction summary of the delta (isCompactSummary), capped by max_part_bytes: context restating earlier lines, not the user's words; empty when none." },
+            "words": count("Words said in the delta, by the user and the assistant (before the caps): what a threshold should count."),
+            "user_words": count("Words said by the user."),
+            "assistant_words": count("Words said by the assistant."),
             "content_lines": count("Lines of the delta that carried prose."),
-            "user_prose": count("Lines of the delta with prose written by the user (tool results excluded)."),
-            "assistant_prose": count("Lines of the delta with prose written by the assistant."),
+            "user_prose": count("Pieces of prose said by the user: messages, queued messages, answers (tool results excluded)."),
+            "assistant_prose": count("Pieces of prose said by the assistant."),
+            "queued_parts": count("Messages the user typed while the assistant worked (queue-operation, queued_command), each counted once."),
+            "answer_parts": count("Answers the user gave to AskUserQuestion."),
+            "noise_parts": count("User texts that were Claude Code's own: command echoes, local command output, interruption notices, system reminders."),
             "tool_lines": count("Lines of the delta that were only tool traffic: tool calls, tool results, sub-agent (sidechain) messages."),
             "skipped_lines": count("Lines of the delta that are not JSON; they are skipped, not fatal."),
+            "repaired_lines": count("Lines read after replacing a lone UTF-16 surrogate escape with U+FFFD."),
             "only_tools": { "type": "boolean", "description": "True when the delta has lines but none of them carried prose." },
             "dropped_parts": count("Messages with prose left out of text because of max_bytes (the oldest ones)."),
             "dropped_blocks": {
@@ -936,6 +1420,217 @@ mod tests {
         let validator = jsonschema::validator_for(&schema).expect("schema compiles");
         assert!(!validator.is_valid(&json!({ "after_line": 3 })));
         assert!(!validator.is_valid(&json!({ "path": "t", "after_line": -1 })));
+    }
+
+    fn queue(operation: &str, content: Option<&str>, reason: Option<&str>) -> String {
+        let mut line = json!({
+            "type": "queue-operation", "operation": operation,
+            "timestamp": "2026-12-01T08:18:38.006Z", "sessionId": "f27a7567-844c-4950-9619-4d8bbe43a8ec"
+        });
+        if let Some(content) = content {
+            line["content"] = json!(content);
+        }
+        if let Some(reason) = reason {
+            line["reason"] = json!(reason);
+        }
+        line.to_string()
+    }
+
+    fn queued_command(prompt: Value) -> String {
+        json!({
+            "parentUuid": "5a9dbdf8-bb7c-4a46-a190-f6de37777a61", "isSidechain": false,
+            "type": "attachment", "uuid": "c08591b4-505f-4050-a846-49143cdd2081",
+            "attachment": { "type": "queued_command", "prompt": prompt, "commandMode": "prompt" },
+            "timestamp": "2026-12-01T08:18:40.000Z", "cwd": "/home/dev/ledger", "version": "2.1.332"
+        })
+        .to_string()
+    }
+
+    fn environment_attachment() -> String {
+        json!({
+            "type": "attachment", "isSidechain": false,
+            "attachment": { "type": "environment", "snapshot": { "workingDirectory": "/home/dev/ledger" } },
+            "rendered": [{ "content": "<system-reminder>\n# Environment\n</system-reminder>" }]
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn queued_messages_are_the_users_words_said_once() {
+        // 2.1.x: every prompt is enqueued, dequeued, then written as a `user` line.
+        let dequeued = vec![
+            queue(
+                "enqueue",
+                Some("We call the nightly job the Sync Worker.\n"),
+                None,
+            ),
+            queue("dequeue", None, None),
+            user_text("We call the nightly job the Sync Worker.\n"),
+            environment_attachment(),
+            assistant_text("Noted: the Sync Worker."),
+        ];
+        let out = Fixture::lines(&dequeued).delta(json!({}));
+        assert_eq!(
+            out["text"],
+            "user: We call the nightly job the Sync Worker.\n\nassistant: Noted: the Sync Worker."
+        );
+        assert_eq!(out["queued_parts"], 0);
+        assert_eq!(out["user_prose"], 1);
+
+        // Typed while the assistant worked: enqueued and never followed by a user line, absorbed
+        // mid-turn, or recorded as a queued_command attachment (beside its queue line).
+        let mid_turn = vec![
+            user_text("Rename the upload step."),
+            tool_use(),
+            queue("enqueue", Some("Also call it the Courier."), None),
+            tool_result("ok"),
+            queue(
+                "enqueue",
+                Some("And the retries are the Backoff policy."),
+                None,
+            ),
+            queue(
+                "remove",
+                Some("And the retries are the Backoff policy."),
+                Some("absorbed_mid_turn"),
+            ),
+            queued_command(json!("And the retries are the Backoff policy.")),
+            queued_command(json!([{ "type": "text", "text": "The Courier owns uploads." }])),
+            assistant_text("Done."),
+            queue(
+                "enqueue",
+                Some("One more: the Ledger is append-only."),
+                None,
+            ),
+        ];
+        let out = Fixture::lines(&mid_turn).delta(json!({}));
+        assert_eq!(
+            out["text"],
+            "user: Rename the upload step.\n\n\
+             user: And the retries are the Backoff policy.\n\n\
+             user: The Courier owns uploads.\n\n\
+             assistant: Done.\n\n\
+             user: Also call it the Courier.\n\n\
+             user: One more: the Ledger is append-only."
+        );
+        assert_eq!(out["queued_parts"], 4);
+        assert_eq!(out["only_tools"], false);
+
+        // Given back to the input box (popAll) or cancelled (remove without a reason): not said.
+        let cancelled = vec![
+            queue("enqueue", Some("never mind this"), None),
+            queue("remove", None, None),
+            queue("enqueue", Some("nor this"), None),
+            queue("popAll", None, None),
+        ];
+        let out = Fixture::lines(&cancelled).delta(json!({}));
+        assert_eq!(out["text"], "");
+        assert_eq!(out["only_tools"], true);
+    }
+
+    fn ask(id: &str) -> String {
+        assistant(json!([{
+            "type": "tool_use", "id": id, "name": "AskUserQuestion",
+            "input": { "questions": [{
+                "question": "Which store backs the Ledger?", "header": "Store", "multiSelect": false,
+                "options": [{ "label": "Postgres", "description": "" }, { "label": "SQLite", "description": "" }]
+            }] }
+        }]))
+    }
+
+    #[test]
+    fn answers_to_ask_user_question_are_the_users_with_their_question() {
+        let mut answered: Value = serde_json::from_str(&user_blocks(json!([{
+            "type": "tool_result", "tool_use_id": "toolu_ask",
+            "content": "User has answered your questions: \"Which store backs the Ledger?\"=\"Postgres\". You can now continue with the user's answers in mind."
+        }])))
+        .expect("json");
+        answered["toolUseResult"] = json!({
+            "questions": [{ "question": "Which store backs the Ledger?" }],
+            "answers": { "Which store backs the Ledger?": "Postgres" }
+        });
+        let out = Fixture::lines(&[ask("toolu_ask"), answered.to_string()]).delta(json!({}));
+        assert_eq!(
+            out["text"],
+            "user: (answering \"Which store backs the Ledger?\") Postgres"
+        );
+        assert_eq!(out["answer_parts"], 1);
+        assert_eq!(out["user_words"], 7);
+
+        // Without the structured result, the tool result's text stands for the answer.
+        let plain = user_blocks(json!([{
+            "type": "tool_result", "tool_use_id": "toolu_ask2",
+            "content": [{ "type": "text", "text": "SQLite, we keep it embedded." }]
+        }]));
+        let out = Fixture::lines(&[ask("toolu_ask2"), plain]).delta(json!({}));
+        assert_eq!(
+            out["text"],
+            "user: (answering \"Which store backs the Ledger?\") SQLite, we keep it embedded."
+        );
+        // Other tool results stay tool traffic.
+        let out = Fixture::lines(&[tool_use(), tool_result("fn upload() {}")]).delta(json!({}));
+        assert_eq!(out["text"], "");
+        assert_eq!(out["answer_parts"], 0);
+    }
+
+    #[test]
+    fn claude_codes_own_echoes_are_noise_and_controls_are_stripped() {
+        let mut summary: Value = serde_json::from_str(&user_text(
+            "This session is being continued from a previous conversation. Summary: the Sync Worker was named.",
+        ))
+        .expect("json");
+        summary["isCompactSummary"] = json!(true);
+        let lines = vec![
+            user_text("<command-name>/clear</command-name>\n<command-message>clear</command-message>\n<command-args></command-args>"),
+            user_text("<command-message>review</command-message>\n<command-name>/review</command-name>\n<command-args>the Courier module</command-args>"),
+            user_text("<local-command-stdout>\u{1b}[1mTotal cost:\u{1b}[22m $0.01</local-command-stdout>"),
+            user_blocks(json!([{ "type": "text", "text": "[Request interrupted by user for tool use]" }])),
+            user_text("[Request interrupted by user]"),
+            user_text("<system-reminder>The user opened notes.md</system-reminder>"),
+            summary.to_string(),
+            assistant_text("Colours:\u{1b}[31m red\u{1b}[0m, a bell\u{7} and a\u{0} NUL;\ttabs\nand newlines stay."),
+        ];
+        let out = Fixture::lines(&lines).delta(json!({}));
+        assert_eq!(
+            out["text"],
+            "user: the Courier module\n\nassistant: Colours: red, a bell and a NUL;\ttabs\nand newlines stay."
+        );
+        assert_eq!(out["noise_parts"], 5);
+        assert_eq!(
+            out["summary"],
+            "This session is being continued from a previous conversation. Summary: the Sync Worker was named."
+        );
+        assert_eq!(out["user_prose"], 1);
+        assert_eq!(out["words"], 3 + 11);
+        // Noise alone is nothing said.
+        let out = Fixture::lines(&lines[..6]).delta(json!({}));
+        assert_eq!(out["only_tools"], false);
+        assert_eq!(out["words"], 3);
+        let out = Fixture::lines(&[lines[0].clone(), lines[2].clone()]).delta(json!({}));
+        assert_eq!(out["only_tools"], true);
+        assert_eq!(out["words"], 0);
+    }
+
+    #[test]
+    fn a_lone_surrogate_is_replaced_not_the_line_dropped() {
+        let broken = user_text("PLACEHOLDER").replace(
+            "PLACEHOLDER",
+            "the Courier \\ud83d ships \\ud83d\\ude80 and \\\\ud800 stays",
+        );
+        let low = user_text("PLACEHOLDER").replace("PLACEHOLDER", "tail \\udc00");
+        let out = Fixture::lines(&[broken, low, user_text("fine")]).delta(json!({}));
+        assert_eq!(
+            out["text"],
+            "user: the Courier \u{fffd} ships \u{1f680} and \\ud800 stays\n\nuser: tail \u{fffd}\n\nuser: fine"
+        );
+        assert_eq!(out["repaired_lines"], 2);
+        assert_eq!(out["skipped_lines"], 0);
+        let mut out = Vec::new();
+        assert!(!replace_lone_surrogates(
+            br#"{"a": "\ud83d\ude80 \\ud800"}"#,
+            &mut out
+        ));
+        assert!(out.is_empty());
     }
 
     #[test]
