@@ -195,6 +195,10 @@ struct RunArgs {
     /// Inputs as a JSON object from a file, or - for stdin (unknown keys are ignored).
     #[arg(long, value_name = "FILE|-")]
     inputs_json: Option<String>,
+    /// Check the inputs, then go on in the background, in a session of its own, and exit 0 at
+    /// once: for a hook whose host ends (and kills what it started) before the run would.
+    #[arg(long)]
+    detach: bool,
     #[command(flatten)]
     exec: ExecArgs,
 }
@@ -529,6 +533,7 @@ impl App {
                     name,
                     inputs,
                     inputs_json,
+                    detach: false,
                     exec,
                 };
                 self.run(args)
@@ -814,6 +819,19 @@ impl App {
             }
             Err(failure) => return Err(failure),
         };
+        if args.detach {
+            return match detach(&inputs) {
+                Ok(()) => Ok(exit::SUCCESS),
+                Err(error) if always_zero => {
+                    errln!("error: cannot start the run in the background: {error}");
+                    Ok(exit::SUCCESS)
+                }
+                Err(error) => Err(Failure {
+                    code: exit::FAILED,
+                    message: format!("cannot start the run in the background: {error}"),
+                }),
+            };
+        }
         match self.execute(&workflow, inputs, &args.exec, None) {
             Ok(code) => Ok(zero_if(code)),
             // A hook must not block its host: say what went wrong, exit 0.
@@ -1349,6 +1367,52 @@ impl App {
         }
         Ok(exit::SUCCESS)
     }
+}
+
+/// Starts this same command again without `--detach`, in a new session (so the caller's end, and
+/// the signals it sends its process group, do not reach it), with the checked inputs on its
+/// stdin in place of every `--input` and `--inputs-json`, and returns without waiting for it.
+/// Its stdout and stderr go nowhere: the run record tells what it did.
+fn detach(inputs: &Map<String, Value>) -> std::io::Result<()> {
+    use std::os::unix::process::CommandExt;
+    let mut args = std::env::args_os().skip(1);
+    let mut kept: Vec<std::ffi::OsString> = Vec::new();
+    while let Some(arg) = args.next() {
+        let text = arg.to_string_lossy();
+        match text.as_ref() {
+            "--detach" => {}
+            "--input" | "-i" | "--inputs-json" => {
+                args.next();
+            }
+            _ if text.starts_with("--input=")
+                || text.starts_with("--inputs-json=")
+                || (text.starts_with("-i") && text.len() > 2) => {}
+            _ => kept.push(arg),
+        }
+    }
+    kept.push("--inputs-json".into());
+    kept.push("-".into());
+    let mut command = std::process::Command::new(std::env::current_exe()?);
+    command
+        .args(&kept)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setsid() == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn()?;
+    if let Some(mut stdin) = child.stdin.take() {
+        use std::io::Write as _;
+        stdin.write_all(Value::Object(inputs.clone()).to_string().as_bytes())?;
+    }
+    Ok(())
 }
 
 fn write_new(path: &Path, text: &str) -> std::io::Result<()> {

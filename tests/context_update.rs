@@ -1168,3 +1168,717 @@ fn two_runs_started_together_one_writes_the_other_ends_on_the_lock() {
         "the lock is released"
     );
 }
+
+/// Waits until the project has `count` finished runs, and returns the newest.
+fn wait_for_runs(project: &Project, count: usize) -> Value {
+    let finished = || {
+        project
+            .run_ids()
+            .iter()
+            .map(|id| project.record(id))
+            .filter(|record| record["status"] != "running")
+            .count()
+    };
+    support::wait_for("the runs to finish", Duration::from_secs(60), || {
+        finished() >= count
+    });
+    let ids = project.run_ids();
+    project.record(ids.last().expect("a run"))
+}
+
+#[test]
+fn sigterm_ends_the_hook_with_exit_zero_and_an_interrupted_record() {
+    let project = Project::new();
+    // A writer that takes its time: the run is inside a model call when the host gives up.
+    let script = fs::read_to_string(project.path("models/writer.sh")).expect("writer script");
+    project.write(
+        "models/writer.sh",
+        &format!("touch \"$(dirname \"$0\")/writer.started\"\nsleep 30\n{script}"),
+    );
+    let payload = project.payload().to_string();
+    let mut child = project
+        .command(
+            T0,
+            &["run", "context-update", "--inputs-json", "-", "--quiet"],
+        )
+        .stdin(&payload)
+        .spawn();
+    support::wait_for("the writer to start", Duration::from_secs(30), || {
+        project.path("models/writer.started").exists()
+    });
+    // SAFETY: kill has no memory-safety preconditions.
+    let sent = unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert_eq!(sent, 0, "send SIGTERM");
+    let status = child.wait().expect("the hook ends");
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "an always-exit-zero hook exits 0 on SIGTERM"
+    );
+    let record = project.record(project.run_ids().last().expect("a run"));
+    assert_eq!(record["status"], "interrupted", "{record:#}");
+    assert_eq!(project.cursor(), None, "an interruption judges nothing");
+    assert_eq!(project.lexicon(), None);
+    assert!(!project.path(".roc/rocket/lexicon.md.lock.d").exists());
+}
+
+#[test]
+fn detach_returns_at_once_and_the_run_goes_on_in_its_own_session() {
+    let project = Project::new();
+    let payload = project.payload().to_string();
+    let started = std::time::Instant::now();
+    let out = project
+        .command(
+            T0,
+            &[
+                "run",
+                "context-update",
+                "--inputs-json",
+                "-",
+                "--quiet",
+                "--detach",
+            ],
+        )
+        .stdin(&payload)
+        .output();
+    out.code(0);
+    assert!(out.stdout.is_empty(), "{}", out.stdout);
+    let record = wait_for_runs(&project, 1);
+    assert_eq!(record["status"], "completed", "{record:#}");
+    assert_eq!(record["inputs"]["hook_event_name"], "Stop");
+    assert!(project.lexicon().is_some());
+    assert_eq!(project.cursor_line(), Some(SESSION_LINES));
+    assert!(started.elapsed() < Duration::from_secs(60));
+}
+
+#[test]
+fn nothing_but_the_lexicon_and_its_cursor_is_written_in_the_project() {
+    let project = Project::new();
+    fs::create_dir_all(project.path("sub")).expect("a subfolder");
+    let before: Vec<PathBuf> = tree(project.root());
+    project.hook(T0).assert_completed();
+    let after: Vec<PathBuf> = tree(project.root())
+        .into_iter()
+        .filter(|path| !before.contains(path))
+        .filter(|path| !path.starts_with(project.path("models")))
+        .filter(|path| !path.starts_with(project.path("state-home")))
+        .collect();
+    assert_eq!(
+        after,
+        [
+            project.path(".roc"),
+            project.path(".roc/rocket"),
+            project.path(".roc/rocket/context-gate-state.json"),
+            project.path(".roc/rocket/lexicon.md"),
+        ]
+    );
+    // The records hold conversation text: owner-only, out of the project tree.
+    use std::os::unix::fs::PermissionsExt;
+    for path in tree(&project.state_dir()) {
+        let mode = fs::metadata(&path).expect("metadata").permissions().mode() & 0o777;
+        let want = if path.is_dir() { 0o700 } else { 0o600 };
+        assert_eq!(mode, want, "{}", path.display());
+    }
+    let show = project
+        .command(T0, &["runs", "show", "last", "--json"])
+        .output();
+    show.code(0);
+    assert!(show.stdout.contains("\"workflow\": \"context-update\""));
+}
+
+/// Every path under `root`, sorted.
+fn tree(root: &Path) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = walkdir::WalkDir::new(root)
+        .min_depth(1)
+        .into_iter()
+        .flatten()
+        .map(|entry| entry.path().to_path_buf())
+        .collect();
+    paths.sort();
+    paths
+}
+
+/// The transcript cut before line `end` (0-based), as it stands when a Stop hook fires.
+fn cut_transcript(project: &Project, name: &str, end: usize) {
+    let text = fs::read_to_string(fixture(name)).expect("a transcript fixture");
+    let lines: Vec<&str> = text.lines().take(end).collect();
+    project.write("transcript.jsonl", &(lines.join("\n") + "\n"));
+}
+
+/// Where each turn of a fixture ends: the lines before each `stop_hook_summary` (the hook fires
+/// after the assistant's line, before Claude Code records that it ran).
+fn turn_ends(name: &str) -> Vec<usize> {
+    let text = fs::read_to_string(fixture(name)).expect("a transcript fixture");
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| line.contains("\"subtype\": \"stop_hook_summary\""))
+        .map(|(index, _)| index)
+        .collect()
+}
+
+#[test]
+fn in_a_real_session_the_words_of_short_turns_accumulate_until_the_gate_fires() {
+    // Four turns of `claude -p` / `claude -p -c` (2.1.x): each is a queue-operation pair, one
+    // user line, attachments, bookkeeping and one assistant line; a Stop hook after each.
+    let project = Project::new();
+    project.write(
+        "CLAUDE.md",
+        "# Greenhouse\n\n- Background context: enabled\n",
+    );
+    project.gate_replies(GATE_NO);
+    let ends = turn_ends("cli-2.1-turns.jsonl");
+    assert_eq!(ends.len(), 4);
+    cut_transcript(&project, "cli-2.1-turns.jsonl", ends[0]);
+    let first = project.hook(T0);
+    first.assert_exited_at("heuristic_no");
+    assert!(
+        first
+            .exit_message()
+            .contains("36 words said in lines 1-10, fewer than 40"),
+        "{}",
+        first.exit_message()
+    );
+    assert_eq!(project.calls("gate"), 0);
+    assert_eq!(
+        project.cursor(),
+        None,
+        "a thin delta is not judged: the cursor stays"
+    );
+
+    cut_transcript(&project, "cli-2.1-turns.jsonl", ends[1]);
+    let second = project.hook(&at(30));
+    second.assert_exited_at("gate_no");
+    let gate = project.prompt("gate");
+    for said in [
+        "user: We call the seed tray rack the Propagation Bench; the Grower owns it.",
+        "assistant: Understood: the Propagation Bench is the seed tray rack",
+        "user: The Misting Cycle runs every ten minutes on the Propagation Bench.",
+    ] {
+        assert!(gate.contains(said), "{said:?} in {gate}");
+    }
+    assert_eq!(
+        gate.matches("user: ").count(),
+        2,
+        "each message once: {gate}"
+    );
+    assert!(!gate.contains("system-reminder"), "{gate}");
+    assert!(!gate.contains("stagegraph run context-update"), "{gate}");
+    let judged = ends[1] as u64;
+    assert_eq!(project.cursor_line(), Some(judged));
+
+    // The third turn alone is thin again; with the fourth, the gate sees both.
+    cut_transcript(&project, "cli-2.1-turns.jsonl", ends[2]);
+    project.hook(&at(60)).assert_exited_at("heuristic_no");
+    assert_eq!(project.cursor_line(), Some(judged));
+    project.gate_replies(r#"{"update": true, "candidates": ["Misting Cycle", "Grower"]}"#);
+    project.writer_replies(r#"{"entries": [
+      {"area": "Domain", "concept": "Misting Cycle", "definition": "The ten-minute watering of the Propagation Bench; only the Grower changes it.", "aliases": [], "relations": ["Grower"], "source": "conversation 2026-11-30"},
+      {"area": "Roles", "concept": "Grower", "definition": "The role that owns the Propagation Bench and its Misting Cycle.", "aliases": [], "relations": [], "source": "conversation 2026-11-30"}
+    ]}"#);
+    cut_transcript(&project, "cli-2.1-turns.jsonl", ends[3]);
+    project.hook(&at(90)).assert_completed();
+    let gate = project.prompt("gate");
+    assert!(
+        gate.contains("user: Only the Grower may change the Misting Cycle."),
+        "{gate}"
+    );
+    assert!(
+        gate.contains("user: From now on, log every Misting Cycle"),
+        "{gate}"
+    );
+    assert!(
+        !gate.contains("Propagation Bench; the Grower owns it."),
+        "judged before: {gate}"
+    );
+    let lexicon = project.lexicon().expect("written");
+    assert_lexicon_invariants(&lexicon);
+    assert!(lexicon.contains("### Misting Cycle"), "{lexicon}");
+    assert_eq!(project.cursor_line(), Some(ends[3] as u64));
+}
+
+#[test]
+fn queued_messages_and_answers_reach_the_gate_as_the_users_words() {
+    let project = Project::new();
+    project.use_transcript("mid-turn.jsonl");
+    project.gate_replies(GATE_NO);
+    project.hook(T0).assert_exited_at("gate_no");
+    let gate = project.prompt("gate");
+    for said in [
+        "user: Add the humidity probe to the Propagation Bench.",
+        "user: And the Dew Sensor reports to the Grower.",
+        "user: (answering \"Where should the Dew Sensor readings be stored?\") Bench journal",
+        "user: Call the probe the Dew Sensor, please.",
+        "user: Next, rename the old probe module to dew_sensor.",
+    ] {
+        assert!(gate.contains(said), "{said:?} in {gate}");
+    }
+    assert_eq!(
+        gate.matches("Dew Sensor reports to the Grower").count(),
+        1,
+        "{gate}"
+    );
+    assert!(
+        !gate.contains("pub struct Bench"),
+        "tool output stays out: {gate}"
+    );
+
+    // In manual mode the writer sees them too.
+    project.manual(T0).assert_completed();
+    assert!(project
+        .prompt("writer")
+        .contains("(answering \"Where should the Dew Sensor"));
+}
+
+#[test]
+fn claude_codes_own_lines_are_not_the_users_words_and_no_control_character_reaches_a_model() {
+    let project = Project::new();
+    project.use_transcript("noise.jsonl");
+    project
+        .hook_with(T0, &["--input", "min_words=5"], |i| i)
+        .assert_completed();
+    let gate = project.prompt("gate");
+    for noise in [
+        "/cost",
+        "Total cost",
+        "Request interrupted",
+        "opened src/bench.rs",
+        "Caveat:",
+        "Find every file",
+    ] {
+        assert!(!gate.contains(noise), "{noise:?} in {gate}");
+    }
+    assert!(gate.contains("user: the Dew Sensor wiring"), "{gate}");
+    // The line with a lone surrogate is kept, the character replaced.
+    assert!(
+        gate.contains("user: The Dew Sensor \u{fffd} alarm fires below 40% humidity."),
+        "{gate}"
+    );
+    // The compaction summary is context, labelled, never the user's words.
+    assert!(gate.contains("for context only"), "{gate}");
+    assert!(
+        gate.contains("<summary>\nThis session is being continued"),
+        "{gate}"
+    );
+    assert!(
+        !gate.contains("user: This session is being continued"),
+        "{gate}"
+    );
+    // Escapes and control characters are stripped, from the lexicon and CLAUDE.md too.
+    project.write(
+        "CLAUDE.md",
+        &format!("{ENABLED}\u{1b}[31mred\u{1b}[0m and a bell\u{7}\n"),
+    );
+    project.write(
+        ".roc/rocket/lexicon.md",
+        &format!("{HEADER}\n\n## Domain\n\n### Dew\u{1b}[1m Sensor\n- **Definition**: The humidity probe.\u{7}\n- **Aliases**: none\n- **Relations**: none\n- **Source**: user 2026-11-01\n"),
+    );
+    project.manual(T0).assert_completed();
+    for prompt in [project.prompt("gate"), project.prompt("writer")] {
+        let bad: Vec<char> = prompt
+            .chars()
+            .filter(|c| c.is_control() && *c != '\n' && *c != '\t')
+            .collect();
+        assert!(bad.is_empty(), "{bad:?} in {prompt}");
+    }
+    assert!(project.prompt("writer").contains("red and a bell"));
+}
+
+#[test]
+fn every_write_applies_every_rule_and_an_unchanged_lexicon_is_not_rewritten() {
+    let project = Project::new();
+    // A hand-edited lexicon: a prose line outside any entry, an entry missing a key, a dangling
+    // relation, and far over the 300-line budget with old unreferenced entries.
+    let mut text = format!("{HEADER}\n\nNotes from the kickoff: keep names short.\n\n## Domain\n\n### Broken\n- **Definition**: No aliases line.\n- **Relations**: none\n- **Source**: user 2026-11-01\n\n### Dangling\n- **Definition**: Points nowhere.\n- **Aliases**: none\n- **Relations**: Nowhere\n- **Source**: user 2026-11-01\n");
+    for i in 0..70 {
+        text.push_str(&format!("\n### Old {i:02}\n- **Definition**: An old concept.\n- **Aliases**: none\n- **Relations**: none\n- **Source**: user 2020-01-01\n"));
+    }
+    project.write(".roc/rocket/lexicon.md", &text);
+    project.writer_replies(r#"{"entries": []}"#);
+    let run = project.hook(T0);
+    run.assert_completed();
+    let lexicon = project.lexicon().expect("rewritten");
+    assert!(lexicon.lines().count() <= 300, "pruned to the budget");
+    assert!(lexicon.contains("<!-- TODO: invariant lines outside any entry -->\nNotes from the kickoff: keep names short."), "{lexicon}");
+    assert!(
+        lexicon.contains("### Broken <!-- TODO: invariant missing Aliases -->")
+            || lexicon.contains(
+                "- **Definition**: No aliases line. <!-- TODO: invariant missing Aliases -->"
+            ),
+        "{lexicon}"
+    );
+    assert!(
+        lexicon.contains("<!-- TODO: invariant dangling relation Nowhere -->"),
+        "{lexicon}"
+    );
+    assert!(
+        run.stdout
+            .starts_with("Lexicon updated: 0 added, 0 merged, 3 flagged."),
+        "{}",
+        run.stdout
+    );
+    let written_at = modified(&project.path(".roc/rocket/lexicon.md"));
+
+    // The file now keeps every rule: the same empty answer writes nothing.
+    std::thread::sleep(Duration::from_millis(20));
+    let again = project.manual(&at(3600));
+    again.assert_completed();
+    assert_eq!(again.stdout.trim(), "No update needed.");
+    assert_eq!(again.stage("write"), "skipped");
+    assert_eq!(project.lexicon().as_deref(), Some(lexicon.as_str()));
+    assert_eq!(
+        modified(&project.path(".roc/rocket/lexicon.md")),
+        written_at
+    );
+}
+
+#[test]
+fn restating_a_known_concept_on_a_later_day_changes_nothing() {
+    let project = Project::new();
+    project.hook(T0).assert_completed();
+    let lexicon = project.lexicon().expect("written");
+    // A week later the conversation says the same; the writer dates its entries today.
+    project.writer_replies(
+        &WRITER_ENTRIES.replace("conversation 2026-11-30", "conversation 2026-12-07"),
+    );
+    let later = project.manual(&at(7 * 24 * 3600));
+    later.assert_completed();
+    assert_eq!(later.stdout.trim(), "No update needed.");
+    assert_eq!(project.lexicon().as_deref(), Some(lexicon.as_str()));
+}
+
+#[test]
+fn manual_mode_on_an_empty_or_wordless_transcript_calls_no_model() {
+    for transcript in [
+        String::new(),
+        format!("{}\n{}\n", tool_call("toolu_1"), tool_result("toolu_1")),
+    ] {
+        let project = Project::new();
+        project.write("transcript.jsonl", &transcript);
+        let run = project.manual(T0);
+        run.assert_exited_at("nothing_said");
+        assert_eq!(run.stdout.trim(), "No update needed.");
+        assert_eq!(project.calls("gate"), 0);
+        assert_eq!(project.calls("writer"), 0);
+        assert_eq!(project.lexicon(), None);
+    }
+}
+
+#[test]
+fn two_sessions_of_a_project_keep_their_own_cursors() {
+    let project = Project::new();
+    project.gate_replies(GATE_NO);
+    let other = project.path("other.jsonl");
+    fs::copy(fixture("cli-2.1-turns.jsonl"), &other).expect("a second session");
+    let payload_for = |path: &Path| {
+        let mut payload = project.payload();
+        payload["transcript_path"] = json!(path);
+        payload.to_string()
+    };
+    let main = project.path("transcript.jsonl");
+    for round in 0..2 {
+        for path in [&main, &other] {
+            let run = project.run(&at(round), &[], Some(&payload_for(path)), |i| i);
+            assert_eq!(run.code, 0);
+        }
+    }
+    // Each session was read once from its first line, then had nothing new: one gate call each.
+    assert_eq!(project.calls("gate"), 2);
+    let cursor = project.cursor().expect("cursors");
+    assert_eq!(
+        cursor["transcripts"][main.to_str().expect("utf-8")]["last_processed_line"],
+        SESSION_LINES
+    );
+    assert_eq!(
+        cursor["transcripts"][other.to_str().expect("utf-8")]["last_processed_line"],
+        41
+    );
+    // The top-level fields stay readable in the original format: the newest cursor.
+    assert_eq!(cursor["last_processed_line"], 41);
+    assert_eq!(cursor["transcript_path"], json!(other));
+}
+
+#[test]
+fn the_toggle_is_matched_in_any_case() {
+    for line in [
+        "- background context: Enabled",
+        "- BACKGROUND CONTEXT: ENABLED",
+        "- Background Context: enabled.",
+    ] {
+        let project = Project::new();
+        project.write("CLAUDE.md", &format!("# Repo\n\n{line}\n"));
+        let run = project.hook(T0);
+        run.assert_completed();
+    }
+    let project = Project::new();
+    project.write("CLAUDE.md", "# Repo\n\n- Background context: DISABLED\n");
+    let run = project.hook(T0);
+    run.assert_exited_at("toggle");
+    assert!(
+        run.exit_message().contains("disabled in CLAUDE.md"),
+        "{}",
+        run.exit_message()
+    );
+}
+
+#[test]
+fn a_lexicon_changed_under_the_lock_is_not_overwritten() {
+    // Another run took the lock over (it looked stale) and wrote the lexicon while this run's
+    // writer was thinking: this run's write must not lose that update.
+    let project = Project::new();
+    let theirs = format!("{HEADER}\n\n## Domain\n\n### Courier\n- **Definition**: Carries uploads.\n- **Aliases**: none\n- **Relations**: none\n- **Source**: user 2026-11-29\n");
+    project.write("theirs.md", &theirs);
+    let script = fs::read_to_string(project.path("models/writer.sh")).expect("writer script");
+    project.write(
+        "models/writer.sh",
+        &format!("cp \"$(dirname \"$0\")/../theirs.md\" \"$(dirname \"$0\")/../.roc/rocket/lexicon.md\"\n{script}"),
+    );
+    let run = project.hook(T0);
+    assert_eq!(run.code, 0);
+    assert_eq!(run.status(), "failed");
+    assert_eq!(run.stage("write"), "failed");
+    let error = support::stage(run.record(), "write")["error"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert!(error.contains("changed since it was read"), "{error}");
+    assert_eq!(
+        project.lexicon().as_deref(),
+        Some(theirs.as_str()),
+        "their update stands"
+    );
+    assert_eq!(
+        project.cursor(),
+        None,
+        "the delta is judged again on the next fire"
+    );
+    assert!(!project.path(".roc/rocket/lexicon.md.lock.d").exists());
+}
+
+// The loopback Messages API of the Claude Code tests, compiled here too (its module there is
+// private to them).
+#[allow(dead_code, clippy::duplicate_mod)]
+#[path = "claude_code/messages_stub.rs"]
+mod messages_stub;
+
+/// The text of every message of a Messages API request, joined.
+fn request_text(request: &Value) -> String {
+    request["messages"].to_string()
+}
+
+#[test]
+fn the_real_claude_cli_fires_the_hook_after_each_turn_and_the_lexicon_is_written() {
+    let Some(claude) = crate::claude_code::claude_cli() else {
+        eprintln!("skipped: the Claude Code CLI is not installed (set STAGEGRAPH_TEST_CLAUDE or put claude on PATH)");
+        return;
+    };
+    use messages_stub::{MessagesStub, Reply};
+    let gate_reply =
+        json!({"update": true, "candidates": ["Propagation Bench", "Misting Cycle", "Grower"]});
+    let writer_reply = json!({"entries": [
+        {"area": "Domain", "concept": "Propagation Bench", "definition": "The seed tray rack.", "aliases": ["seed tray rack"], "relations": ["Grower"], "source": "conversation 2026-12-01"},
+        {"area": "Domain", "concept": "Misting Cycle", "definition": "Watering of the Propagation Bench every ten minutes, logged to the bench journal.", "aliases": [], "relations": ["Propagation Bench", "Grower"], "source": "conversation 2026-12-01"},
+        {"area": "Roles", "concept": "Grower", "definition": "Owns the Propagation Bench; the only one who may change the Misting Cycle.", "aliases": [], "relations": [], "source": "conversation 2026-12-01"}
+    ]});
+    // The session's turns get a short text; the gate and the writer (the default aliases call
+    // the same CLI) get their answer: as a call of the StructuredOutput tool when the CLI offers
+    // the stage's schema as one (then a text once its result came back), else as the text.
+    let stub = MessagesStub::start(move |request| {
+        let text = request_text(request);
+        let structured = request["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|tool| tool["name"] == "StructuredOutput");
+        let answered = text.contains("\"tool_result\"");
+        let answer = if text.contains("You are the gate of a project lexicon") {
+            Some(gate_reply.clone())
+        } else if text.contains("Integrate these candidate concepts") {
+            Some(writer_reply.clone())
+        } else {
+            None
+        };
+        match answer {
+            Some(input) if structured && !answered => Reply::ToolUse {
+                name: "StructuredOutput".into(),
+                input,
+            },
+            Some(_) if structured => Reply::Text("done".into()),
+            Some(json) => Reply::Text(json.to_string()),
+            None => Reply::Text("Noted.".into()),
+        }
+    });
+    let test = Test::new();
+    let project = test.path("greenhouse");
+    test.write(
+        "greenhouse/CLAUDE.md",
+        "# Greenhouse\n\n- Background context: enabled\n",
+    );
+    // The README's hook snippet.
+    test.write(
+        "greenhouse/.claude/settings.json",
+        &json!({ "hooks": { "Stop": [ { "hooks": [ {
+            "type": "command",
+            "command": "stagegraph run context-update --inputs-json - --quiet --detach"
+        } ] } ] } })
+        .to_string(),
+    );
+    let bin_dir = Path::new(support::BIN)
+        .parent()
+        .expect("the binary's folder");
+    let claude_dir = claude.parent().expect("the CLI's folder");
+    let path = format!(
+        "{}:{}:{}",
+        bin_dir.display(),
+        claude_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let state_dir = test
+        .path("state-home/stagegraph")
+        .join(stagegraph::run::record::project_key(&project));
+    let hook_runs = |session: &str| -> Vec<Value> {
+        let mut runs: Vec<(String, Value)> = fs::read_dir(state_dir.join("runs"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|entry| {
+                let text = fs::read_to_string(entry.path().join("run.json")).ok()?;
+                let record: Value = serde_json::from_str(&text).ok()?;
+                (record["inputs"]["session_id"] == session && record["status"] != "running")
+                    .then(|| (entry.file_name().to_string_lossy().into_owned(), record))
+            })
+            .collect();
+        runs.sort_by(|a, b| a.0.cmp(&b.0));
+        runs.into_iter().map(|(_, record)| record).collect()
+    };
+    let turns = [
+        "We call the seed tray rack the Propagation Bench; the Grower owns it.",
+        "The Misting Cycle runs every ten minutes on the Propagation Bench.",
+        "Only the Grower may change the Misting Cycle.",
+        "From now on, log every Misting Cycle to the bench journal.",
+    ];
+    let mut session = String::new();
+    for (turn, said) in turns.iter().enumerate() {
+        let mut command = std::process::Command::new(&claude);
+        if turn > 0 {
+            command.arg("-c");
+        }
+        let out = command
+            .args(["-p", said, "--output-format", "json"])
+            .current_dir(&project)
+            .env("HOME", test.root())
+            .env("PATH", &path)
+            .env("XDG_CONFIG_HOME", test.path("config"))
+            .env("XDG_STATE_HOME", test.path("state-home"))
+            .env("ANTHROPIC_BASE_URL", &stub.url)
+            .env("ANTHROPIC_API_KEY", "sk-ant-test-key")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .env("DISABLE_AUTOUPDATER", "1")
+            .env_remove("CLAUDE_PROJECT_DIR")
+            .env_remove("ROCKET_CONTEXT_UPDATE_INVOKED")
+            .env_remove("STAGEGRAPH_CONFIG")
+            .env_remove("STAGEGRAPH_PATH")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run claude");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "claude failed: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let result: Value = serde_json::from_str(stdout.trim()).expect("claude's JSON result");
+        let id = result["session_id"]
+            .as_str()
+            .expect("a session id")
+            .to_string();
+        if turn == 0 {
+            session = id;
+        } else {
+            assert_eq!(id, session, "-c continues the session");
+        }
+        // The hook went on in the background: wait for its run.
+        support::wait_for("the Stop hook's run", Duration::from_secs(180), || {
+            hook_runs(&session).len() > turn
+        });
+    }
+    let runs = hook_runs(&session);
+    let ends: Vec<(String, String)> = runs
+        .iter()
+        .map(|r| {
+            (
+                r["status"].as_str().unwrap_or("").to_string(),
+                r["exit"]["stage"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(runs.len(), 4, "{ends:?}");
+    // Short turns: their words wait until there are enough, then the gate and the writer run.
+    assert_eq!(
+        ends[..3],
+        [
+            ("exited".to_string(), "heuristic_no".to_string()),
+            ("exited".to_string(), "heuristic_no".to_string()),
+            ("exited".to_string(), "heuristic_no".to_string())
+        ],
+        "{:#}",
+        runs[2]
+    );
+    assert_eq!(
+        ends[3],
+        ("completed".to_string(), String::new()),
+        "{:#}",
+        runs[3]
+    );
+    let requests = stub.requests();
+    let gate = requests
+        .iter()
+        .map(request_text)
+        .find(|text| text.contains("You are the gate of a project lexicon"))
+        .expect("the gate was asked");
+    for said in turns {
+        assert!(gate.contains(said), "{said:?} in {gate}");
+    }
+    let lexicon = fs::read_to_string(project.join(".roc/rocket/lexicon.md")).expect("the lexicon");
+    assert_lexicon_invariants(&lexicon);
+    for concept in ["### Grower", "### Misting Cycle", "### Propagation Bench"] {
+        assert!(lexicon.contains(concept), "{concept} in {lexicon}");
+    }
+    // The cursor names the session's real transcript, and nothing but the lexicon, its cursor
+    // and Claude Code's own settings is in the project.
+    let cursor: Value = serde_json::from_str(
+        &fs::read_to_string(project.join(".roc/rocket/context-gate-state.json")).expect("a cursor"),
+    )
+    .expect("JSON");
+    let transcript = cursor["transcript_path"].as_str().expect("a transcript");
+    assert!(
+        transcript.starts_with(test.path(".claude/projects").to_str().expect("utf-8")),
+        "{transcript}"
+    );
+    // The run is recorded as finished just before its lock is let go.
+    let lock = project.join(".roc/rocket/lexicon.md.lock.d");
+    support::wait_for("the lock to be released", Duration::from_secs(30), || {
+        !lock.exists()
+    });
+    let mut left: Vec<String> = tree(&project)
+        .iter()
+        .map(|p| {
+            p.strip_prefix(&project)
+                .expect("inside")
+                .display()
+                .to_string()
+        })
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        [
+            ".claude",
+            ".claude/settings.json",
+            ".roc",
+            ".roc/rocket",
+            ".roc/rocket/context-gate-state.json",
+            ".roc/rocket/lexicon.md",
+            "CLAUDE.md"
+        ]
+    );
+}
