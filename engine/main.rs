@@ -86,13 +86,17 @@ enum Color {
 #[derive(Subcommand)]
 enum Command {
     /// List the workflows on the search path.
-    #[command(after_help = "Examples:\n  stagegraph list\n  stagegraph list --format json\n  stagegraph -L ./my-library list")]
+    #[command(
+        after_help = "Examples:\n  stagegraph list\n  stagegraph list --format json\n  stagegraph -L ./my-library list"
+    )]
     List {
         #[arg(long, value_enum, default_value_t = TextOrJson::Text)]
         format: TextOrJson,
     },
     /// Print a workflow's TOML.
-    #[command(after_help = "Examples:\n  stagegraph show refresh\n  stagegraph show refresh --effective\n  stagegraph show .stagegraph/workflows/refresh.toml --effective --format json")]
+    #[command(
+        after_help = "Examples:\n  stagegraph show refresh\n  stagegraph show refresh --effective\n  stagegraph show .stagegraph/workflows/refresh.toml --effective --format json"
+    )]
     Show {
         /// A workflow name or a path to a .toml file.
         name: String,
@@ -104,7 +108,9 @@ enum Command {
         format: ShowFormat,
     },
     /// Check workflows statically: syntax, keys, references, cycles, templates, schemas.
-    #[command(after_help = "Examples:\n  stagegraph check\n  stagegraph check my.toml --deny-warnings\n  stagegraph check --format github          # annotations on a pull request\n  stagegraph check refresh --format json")]
+    #[command(
+        after_help = "Examples:\n  stagegraph check\n  stagegraph check my.toml --deny-warnings\n  stagegraph check --format github          # annotations on a pull request\n  stagegraph check refresh --format json"
+    )]
     Check {
         /// Workflow names or .toml paths; none checks every workflow on the search path.
         names: Vec<String>,
@@ -115,7 +121,9 @@ enum Command {
         deny_warnings: bool,
     },
     /// Show the graph in execution order.
-    #[command(after_help = "Examples:\n  stagegraph plan context-update\n  stagegraph plan refresh --format mermaid\n  stagegraph plan my.toml --format dot | dot -Tsvg > plan.svg\n  stagegraph plan refresh --explain --input name=vite")]
+    #[command(
+        after_help = "Examples:\n  stagegraph plan context-update\n  stagegraph plan refresh --format mermaid\n  stagegraph plan my.toml --format dot | dot -Tsvg > plan.svg\n  stagegraph plan refresh --explain --input name=vite"
+    )]
     Plan {
         name: String,
         #[arg(long, value_enum, default_value_t = PlanFormat::Text)]
@@ -132,10 +140,14 @@ enum Command {
         inputs_json: Option<String>,
     },
     /// Run a workflow.
-    #[command(after_help = "Examples:\n  stagegraph run my.toml --input name=world\n  stagegraph run context-update --inputs-json payload.json\n  stagegraph run refresh --input name=vite --dry-run --explain\n  stagegraph run compound --input context=\"the retry fix\" --record rec/\n  stagegraph run compound --dry-run --replay rec/\n  stagegraph run discard --answer confirm=y\n  stagegraph run my.toml --format json | jq .outputs")]
+    #[command(
+        after_help = "Examples:\n  stagegraph run my.toml --input name=world\n  stagegraph run context-update --inputs-json payload.json\n  stagegraph run refresh --input name=vite --dry-run --explain\n  stagegraph run compound --input context=\"the retry fix\" --record rec/\n  stagegraph run compound --dry-run --replay rec/\n  stagegraph run discard --answer confirm=y\n  stagegraph run my.toml --format json | jq .outputs"
+    )]
     Run(RunArgs),
     /// Run a recorded run again with its inputs, reusing every stage whose fingerprint is unchanged.
-    #[command(after_help = "Examples:\n  stagegraph resume last\n  stagegraph resume 20261130T0015 --explain\n  stagegraph resume last --no-cache --jobs 1")]
+    #[command(
+        after_help = "Examples:\n  stagegraph resume last\n  stagegraph resume 20261130T0015 --explain\n  stagegraph resume last --no-cache --jobs 1"
+    )]
     Resume {
         /// A run id, a unique prefix of one, or `last`.
         run_id: String,
@@ -143,7 +155,9 @@ enum Command {
         exec: ExecArgs,
     },
     /// The run history.
-    #[command(after_help = "Examples:\n  stagegraph runs\n  stagegraph runs --format json\n  stagegraph runs show last\n  stagegraph runs show last --stage writer\n  stagegraph runs prune --keep 10")]
+    #[command(
+        after_help = "Examples:\n  stagegraph runs\n  stagegraph runs --format json\n  stagegraph runs show last\n  stagegraph runs show last --stage writer\n  stagegraph runs prune --keep 10"
+    )]
     Runs {
         #[command(subcommand)]
         action: Option<RunsAction>,
@@ -151,22 +165,30 @@ enum Command {
         format: TextOrJson,
     },
     /// Print the JSON Schema of the workflow or config format.
-    #[command(after_help = "Examples:\n  stagegraph schema workflow > workflow.schema.json\n  stagegraph schema config")]
+    #[command(
+        after_help = "Examples:\n  stagegraph schema workflow > workflow.schema.json\n  stagegraph schema config"
+    )]
     Schema {
         #[arg(value_enum, default_value_t = SchemaKind::Workflow)]
         kind: SchemaKind,
     },
     /// Copy a workflow with its templates and schemas into .stagegraph/ to own it.
-    #[command(after_help = "Examples:\n  stagegraph eject refresh\n  stagegraph -L ./shared eject compound")]
+    #[command(
+        after_help = "Examples:\n  stagegraph eject refresh\n  stagegraph -L ./shared eject compound"
+    )]
     Eject { name: String },
     /// Print a shell completion script.
-    #[command(after_help = "Examples:\n  stagegraph completions bash > ~/.local/share/bash-completion/completions/stagegraph\n  stagegraph completions zsh > ~/.zfunc/_stagegraph\n  stagegraph completions fish > ~/.config/fish/completions/stagegraph.fish")]
+    #[command(
+        after_help = "Examples:\n  stagegraph completions bash > ~/.local/share/bash-completion/completions/stagegraph\n  stagegraph completions zsh > ~/.zfunc/_stagegraph\n  stagegraph completions fish > ~/.config/fish/completions/stagegraph.fish"
+    )]
     Completions {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
     /// Print the manual page (roff).
-    #[command(after_help = "Examples:\n  stagegraph man > ~/.local/share/man/man1/stagegraph.1\n  stagegraph man | man -l -")]
+    #[command(
+        after_help = "Examples:\n  stagegraph man > ~/.local/share/man/man1/stagegraph.1\n  stagegraph man | man -l -"
+    )]
     Man,
     /// Serve the workflows as tools over the Model Context Protocol, on stdio.
     #[command(
@@ -285,7 +307,9 @@ enum HookScope {
 #[derive(Subcommand)]
 enum RunsAction {
     /// Print one run.
-    #[command(after_help = "Examples:\n  stagegraph runs show last\n  stagegraph runs show last --format json\n  stagegraph runs show 20261130T0015 --stage writer")]
+    #[command(
+        after_help = "Examples:\n  stagegraph runs show last\n  stagegraph runs show last --format json\n  stagegraph runs show 20261130T0015 --stage writer"
+    )]
     Show {
         /// A run id, a unique prefix, or `last` (the newest run that was not a dry-run).
         run_id: String,
@@ -971,9 +995,10 @@ impl App {
                     .stages
                     .iter()
                     .map(|(id, stage)| {
-                        let verdict = stage.explain.clone().unwrap_or_else(|| {
-                            format!("not reached ({})", stage.status.as_str())
-                        });
+                        let verdict = stage
+                            .explain
+                            .clone()
+                            .unwrap_or_else(|| format!("not reached ({})", stage.status.as_str()));
                         (id.clone(), Value::String(verdict))
                     })
                     .collect::<Map<String, Value>>()
@@ -1205,8 +1230,9 @@ impl App {
                             "exit": r.exit,
                             "error": r.error,
                         })),
-                        Err(error) if format == TextOrJson::Json => listed
-                            .push(serde_json::json!({ "run_id": id, "unreadable": error })),
+                        Err(error) if format == TextOrJson::Json => {
+                            listed.push(serde_json::json!({ "run_id": id, "unreadable": error }))
+                        }
                         Ok(r) => {
                             let detail = match (&r.exit, &r.error) {
                                 (Some(exit), _) => exit.message.clone(),

@@ -64,8 +64,10 @@ fn the_help_of_every_subcommand_ends_with_examples() {
             out.stdout
         );
         assert!(
-            examples.iter().any(|l| l.trim_start().starts_with("stagegraph ")
-                && l.contains(path.last().map(String::as_str).unwrap_or(""))),
+            examples
+                .iter()
+                .any(|l| l.trim_start().starts_with("stagegraph ")
+                    && l.contains(path.last().map(String::as_str).unwrap_or(""))),
             "`{}`: examples of itself:\n{}",
             args.join(" "),
             out.stdout
@@ -100,10 +102,17 @@ fn completions_load_in_bash_and_every_shell_gets_a_script() {
         return;
     };
     let stdout = String::from_utf8_lossy(&bash.stdout);
-    assert!(bash.status.success(), "{stdout}{}", String::from_utf8_lossy(&bash.stderr));
+    assert!(
+        bash.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&bash.stderr)
+    );
     assert!(stdout.contains("-F _stagegraph stagegraph"), "{stdout}");
     let words: Vec<&str> = stdout.lines().collect();
-    assert!(words.contains(&"run") && words.contains(&"runs"), "{stdout}");
+    assert!(
+        words.contains(&"run") && words.contains(&"runs"),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -111,7 +120,11 @@ fn the_manual_page_renders() {
     let t = Test::new();
     let out = t.run(["man"]);
     out.code(0);
-    assert!(out.stdout.starts_with(".ie") || out.stdout.contains(".TH stagegraph"), "{}", &out.stdout[..200.min(out.stdout.len())]);
+    assert!(
+        out.stdout.starts_with(".ie") || out.stdout.contains(".TH stagegraph"),
+        "{}",
+        &out.stdout[..200.min(out.stdout.len())]
+    );
     t.write("stagegraph.1", &out.stdout);
     let groff = Command::new("groff")
         .args(["-man", "-Tutf8", "-P-cbou", "stagegraph.1"])
@@ -124,8 +137,15 @@ fn the_manual_page_renders() {
         return;
     };
     let text = String::from_utf8_lossy(&groff.stdout);
-    assert!(groff.status.success(), "{}", String::from_utf8_lossy(&groff.stderr));
-    assert!(text.contains("NAME") && text.contains("SUBCOMMANDS"), "{text}");
+    assert!(
+        groff.status.success(),
+        "{}",
+        String::from_utf8_lossy(&groff.stderr)
+    );
+    assert!(
+        text.contains("NAME") && text.contains("SUBCOMMANDS"),
+        "{text}"
+    );
     assert!(text.contains("stagegraph-run"), "{text}");
 }
 
@@ -155,8 +175,13 @@ fn off_a_terminal_a_line_says_when_a_stage_starts() {
 
 fn json(out: &crate::support::Output) -> Value {
     out.code(0);
-    serde_json::from_str(&out.stdout)
-        .unwrap_or_else(|e| panic!("`{}` is not JSON ({e}):\n{}", out.args.join(" "), out.stdout))
+    serde_json::from_str(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "`{}` is not JSON ({e}):\n{}",
+            out.args.join(" "),
+            out.stdout
+        )
+    })
 }
 
 #[test]
@@ -167,7 +192,10 @@ fn format_json_is_one_spelling_with_a_version_everywhere() {
         "[workflow]\ndescription = \"say hi\"\n\n[stages.hi]\ncommand = [\"echo\", \"hi\"]\n\n[outputs]\ngreeting = \"{{ stages.hi.output | trim }}\"\n",
     );
     std::fs::create_dir_all(t.path(".stagegraph/workflows")).expect("a library");
-    t.write(".stagegraph/workflows/local.toml", "[stages.a]\ncommand = [\"true\"]\n");
+    t.write(
+        ".stagegraph/workflows/local.toml",
+        "[stages.a]\ncommand = [\"true\"]\n",
+    );
 
     // run: text is the single string output; --format json one document.
     let out = t.run(["run", "flow.toml"]);

@@ -1264,6 +1264,17 @@ fn a_vocabulary_failure_leaves_nothing_published() {
     }
     assert!(!project.path(DOC).exists(), "the learning was published");
     assert!(!project.path("repo/CONCEPTS.md").exists());
+    let report = project.test.stage_output("report");
+    assert!(
+        report.contains("the run failed before anything was written"),
+        "{report}"
+    );
+    assert!(
+        report
+            .trim_end()
+            .ends_with("Nothing was written.\n\nDocumentation skipped"),
+        "{report}"
+    );
 }
 
 /// A folder inside the repository given as the target: the learning goes to the root's
@@ -1648,4 +1659,47 @@ fn the_state_folder_is_owner_only() {
         .permissions()
         .mode();
     assert_eq!(mode & 0o777, 0o700, "{mode:o}");
+}
+
+/// A write inside the boundary fails after CONCEPTS.md landed (the category folder is a link
+/// out of the repository, which the write roots refuse): the output names exactly what was
+/// written and what was not, and gives no completion signal.
+#[test]
+fn a_failure_inside_the_boundary_is_reported_as_partial_publication() {
+    let project = Project::new();
+    fs::create_dir_all(project.path("elsewhere")).expect("a folder outside");
+    fs::create_dir_all(project.path("repo/docs/solutions")).expect("docs/solutions");
+    std::os::unix::fs::symlink(
+        project.path("elsewhere"),
+        project.path("repo/docs/solutions/runtime-errors"),
+    )
+    .expect("a link");
+    let out = project.run(&[]);
+    out.code(1);
+    let record = project.record();
+    assert_eq!(record["status"], "failed", "{record:#}");
+    assert_eq!(
+        status(&record, "publish_concepts"),
+        "succeeded",
+        "{record:#}"
+    );
+    assert_eq!(status(&record, "publish"), "failed");
+    assert!(project.path("repo/CONCEPTS.md").is_file());
+    // A failed run prints no outputs; its report is in the record (`runs show --stage report`).
+    assert!(
+        !out.stdout.contains("Documentation complete"),
+        "{}",
+        out.stdout
+    );
+    let report = project.test.stage_output("report");
+    assert!(
+        report.contains(
+            "Partial publication: CONCEPTS.md written; docs/solutions/runtime-errors/upload-retry-empty-body.md not written: "
+        ),
+        "{report}"
+    );
+    assert!(
+        report.trim_end().ends_with("\nDocumentation incomplete"),
+        "{report}"
+    );
 }

@@ -1202,8 +1202,12 @@ fn a_reference_citing_a_drifted_source_is_rewritten_checked_and_superseded_clone
         &format!("{LIVE}/research/.discover-cache.json"),
         &json!({ "schema_version": 1, "sources": { "upstream-lib": { "sha": old, "ran_at": "2026-10-01" } } }).to_string(),
     );
-    home.test.write(&format!("{CACHE}/git-managed/upstream-lib-{old}/.git/HEAD"), "ref: refs/heads/main\n");
-    home.test.write("work/API.md", "# API\n\nconnect() now takes a timeout.\n");
+    home.test.write(
+        &format!("{CACHE}/git-managed/upstream-lib-{old}/.git/HEAD"),
+        "ref: refs/heads/main\n",
+    );
+    home.test
+        .write("work/API.md", "# API\n\nconnect() now takes a timeout.\n");
     git(&home.test.path("work"), &["add", "API.md"]);
     let new = home.push_commit("connect takes a timeout");
     let rewritten = format!(
@@ -1218,11 +1222,20 @@ fn a_reference_citing_a_drifted_source_is_rewritten_checked_and_superseded_clone
     assert_eq!(home.tree(LIVE), live_before);
     // The model saw the old reference and the upstream change, as data.
     let prompt = home.test.read("models/rewrite.prompt");
-    assert!(prompt.contains("Cites upstream-lib at a pinned SHA."), "{prompt}");
-    assert!(prompt.contains("connect() now takes a timeout."), "{prompt}");
+    assert!(
+        prompt.contains("Cites upstream-lib at a pinned SHA."),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains("connect() now takes a timeout."),
+        "{prompt}"
+    );
     assert!(prompt.contains(&format!("commit {new}")), "{prompt}");
     // Staged, listed in the manifest as modified, and the live one untouched.
-    assert_eq!(home.test.read(&format!("{PROPOSED}/references/lib.md")), rewritten);
+    assert_eq!(
+        home.test.read(&format!("{PROPOSED}/references/lib.md")),
+        rewritten
+    );
     let manifest = home.json(&format!("{PROPOSED}/.review/manifest.json"));
     let entry = manifest["entries"]
         .as_array()
@@ -1232,31 +1245,61 @@ fn a_reference_citing_a_drifted_source_is_rewritten_checked_and_superseded_clone
     assert_eq!(entry["status"], "modified");
     let checked: Value =
         serde_json::from_str(&home.test.stage_output("rewrite_check")).expect("JSON");
-    assert_eq!(checked["passed"][0]["path"], "references/lib.md", "{checked}");
+    assert_eq!(
+        checked["passed"][0]["path"], "references/lib.md",
+        "{checked}"
+    );
     let facts: Value = serde_json::from_str(&home.test.stage_output("facts")).expect("JSON");
     assert_eq!(facts["facts"]["rewritten"], json!(["references/lib.md"]));
-    assert!(facts["paragraph"].as_str().unwrap_or("").contains("Rewrote 1 references from their sources' upstream changes: references/lib.md."));
+    assert!(facts["paragraph"]
+        .as_str()
+        .unwrap_or("")
+        .contains("Rewrote 1 references from their sources' upstream changes: references/lib.md."));
     // The new clone is there; the superseded one is gone, and narrated.
-    assert!(home.test.exists(&format!("{CACHE}/git-managed/upstream-lib-{new}/.git/HEAD")));
-    assert!(!home.test.exists(&format!("{CACHE}/git-managed/upstream-lib-{old}")));
+    assert!(home
+        .test
+        .exists(&format!("{CACHE}/git-managed/upstream-lib-{new}/.git/HEAD")));
+    assert!(!home
+        .test
+        .exists(&format!("{CACHE}/git-managed/upstream-lib-{old}")));
     assert!(
-        out.stdout.contains(&format!("Superseded 1 stale source-SHA cache directories: upstream-lib@{} → {}.", &old[..8], &new[..8])),
+        out.stdout.contains(&format!(
+            "Superseded 1 stale source-SHA cache directories: upstream-lib@{} → {}.",
+            &old[..8],
+            &new[..8]
+        )),
         "{}",
         out.stdout
     );
 
     // A rewrite that cites a branch, or is hard-wrapped, is not staged and says why.
     for (reply, why) in [
-        (format!("# lib\n\nSee {}/blob/main/API.md for connect().\n", home.git_url()), "a citation pins `main`, not a commit SHA"),
-        ("# lib\n\nconnect() now takes\na timeout, wrapped at a fixed width.\n".to_string(), "it is hard-wrapped (line 4 continues a paragraph)"),
-        (format!("# lib\n\n{}", "- item\n".repeat(120)), "it is 123 lines long and has no TOC marker within its first 30 lines"),
+        (
+            format!(
+                "# lib\n\nSee {}/blob/main/API.md for connect().\n",
+                home.git_url()
+            ),
+            "a citation pins `main`, not a commit SHA",
+        ),
+        (
+            "# lib\n\nconnect() now takes\na timeout, wrapped at a fixed width.\n".to_string(),
+            "it is hard-wrapped (line 4 continues a paragraph)",
+        ),
+        (
+            format!("# lib\n\n{}", "- item\n".repeat(120)),
+            "it is 123 lines long and has no TOC marker within its first 30 lines",
+        ),
     ] {
         std::fs::remove_dir_all(home.test.path(PROPOSED)).expect("discard");
         home.test.write("models/rewrite.reply", &reply);
         let out = home.refresh(&[]);
         out.code(0);
-        assert!(!home.test.exists(&format!("{PROPOSED}/references/lib.md")), "{why}");
-        let facts: Value = serde_json::from_str(&home.test.stage_output("rewrite_check")).expect("JSON");
+        assert!(
+            !home.test.exists(&format!("{PROPOSED}/references/lib.md")),
+            "{why}"
+        );
+        let facts: Value =
+            serde_json::from_str(&home.test.stage_output("rewrite_check")).expect("JSON");
         assert_eq!(facts["failed"][0]["reason"], why, "{facts}");
         assert!(home.test.read("models/sonnet.prompt").contains(why));
     }
