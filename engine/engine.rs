@@ -6,10 +6,10 @@ use serde_json::{Map, Value};
 
 use crate::check::{self, Workflow};
 use crate::diag::{did_you_mean, Diagnostic};
-use crate::documents::Documents;
 use crate::format::InputType;
 use crate::library::SearchPath;
 use crate::load;
+use crate::load::documents::Documents;
 
 /// A search path and a working directory: everything needed to find and check workflows.
 pub struct Engine {

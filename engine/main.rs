@@ -10,9 +10,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::{Map, Value};
 
 use stagegraph::diag::{has_errors, Diagnostic, Severity};
-use stagegraph::documents::Documents;
 use stagegraph::exit;
 use stagegraph::library::{Library, Shelf};
+use stagegraph::load::documents::Documents;
 use stagegraph::models::Models;
 use stagegraph::plan::Plan;
 use stagegraph::run::{self, record, RunOptions, RunStatus, Runtime};
@@ -969,7 +969,7 @@ impl App {
             resume => resume,
         };
         let _ = ctrlc::set_handler(|| {
-            std::thread::spawn(|| run::process::Interrupt::global().trigger());
+            std::thread::spawn(|| stagegraph::floor::process::Interrupt::global().trigger());
         });
         // Like the workflow (`App::load`), the record of thousands of stages is left to the
         // process's exit rather than freed piece by piece.

@@ -3,8 +3,8 @@
 
 use serde_json::{Map, Value};
 
-pub use crate::builtins::paths::sha256_hex;
 use crate::diag::{did_you_mean, Diagnostic, SourceFile};
+pub use crate::floor::hash::sha256_hex;
 
 /// A compiled JSON Schema.
 pub struct Schema {
@@ -52,7 +52,7 @@ impl Schema {
     }
 
     fn with_validator(value: Value, name: &str, validator: jsonschema::Validator) -> Schema {
-        let sha256 = crate::builtins::paths::sha256_json(&value);
+        let sha256 = crate::floor::hash::sha256_json(&value);
         Schema {
             name: name.to_string(),
             value,

@@ -7,12 +7,9 @@
 //! link found there (a write or a move replaces the link, a remove removes the link itself), so a
 //! link inside a root may be replaced or removed even when it points outside.
 
-use std::fs::{self, File, Permissions};
-use std::io::{self, Read, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::fs;
+use std::io;
 use std::path::{Component, Path, PathBuf};
-
-use sha2::{Digest, Sha256};
 
 use super::BuiltinError;
 
@@ -129,128 +126,16 @@ fn resolve_existing(absolute: &Path) -> io::Result<PathBuf> {
     Ok(resolved)
 }
 
-/// What [`write_atomic`] did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WriteOutcome {
-    /// SHA-256 hex of the bytes now at the path.
-    pub sha256: String,
-    /// False when the file already held exactly these bytes and was left alone.
-    pub changed: bool,
-}
-
-/// Write `bytes` to `path` atomically: a temporary file in the same folder, fsync, then a rename
-/// over the target, so a crash at any point leaves either the old file or the new one, never a
-/// mix. Missing parent folders are created. A file that already holds exactly these bytes is not
-/// rewritten (its mtime stays). A symbolic link at `path` is replaced, never followed. The caller
-/// checks `path` against the write roots first.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<WriteOutcome> {
-    let sha256 = sha256_hex(bytes);
-    let existing = fs::symlink_metadata(path).ok();
-    if let Some(meta) = &existing {
-        if meta.is_file() && meta.len() == bytes.len() as u64 && file_equals(path, bytes)? {
-            return Ok(WriteOutcome {
-                sha256,
-                changed: false,
-            });
-        }
-    }
-    let (parent, name) = split_parent(path)?;
-    fs::create_dir_all(parent)?;
-    // A new file gets the usual 0o666 less the umask; a replaced file keeps its mode.
-    let mode = match &existing {
-        Some(meta) if meta.is_file() => meta.permissions().mode() & 0o7777,
-        _ => 0o666,
-    };
-    let mut temp = tempfile::Builder::new()
-        .prefix(&temp_prefix(name))
-        .suffix(".tmp")
-        .permissions(Permissions::from_mode(mode))
-        .tempfile_in(parent)?;
-    if let Some(meta) = existing.as_ref().filter(|meta| meta.is_file()) {
-        // The umask may have narrowed the mode given at creation.
-        temp.as_file().set_permissions(meta.permissions())?;
-    }
-    temp.write_all(bytes)?;
-    temp.as_file().sync_all()?;
-    // On failure the temporary file is removed when the error drops it.
-    temp.persist(path).map_err(|err| err.error)?;
-    sync_dir(parent);
-    Ok(WriteOutcome {
-        sha256,
-        changed: true,
-    })
-}
-
-/// SHA-256 of `bytes`, lowercase hex.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
-}
-
-/// SHA-256 of a value's compact JSON (what `to_string` gives), hashed as it is written.
-pub fn sha256_json(value: &impl serde::Serialize) -> String {
-    let mut hasher = Sha256::new();
-    // Writing JSON into a hasher cannot fail.
-    let _ = serde_json::to_writer(&mut hasher, value);
-    hex(&hasher.finalize())
-}
-
-pub(crate) fn hex(digest: &[u8]) -> String {
-    // By table rather than `write!("{:02x}")`: a run hashes every stage's fingerprint and output,
-    // and the formatting machinery cost as much as the hashing.
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(digest.len() * 2);
-    for &byte in digest {
-        out.push(DIGITS[usize::from(byte >> 4)] as char);
-        out.push(DIGITS[usize::from(byte & 0xf)] as char);
-    }
-    out
-}
-
-/// The prefix of a temporary sibling of `name`: hidden, and recognisable as a leftover should a
-/// crash strand it.
-pub(crate) fn temp_prefix(name: &std::ffi::OsStr) -> String {
-    format!(".{}.", name.to_string_lossy())
-}
-
-pub(crate) fn split_parent(path: &Path) -> io::Result<(&Path, &std::ffi::OsStr)> {
-    match (path.parent(), path.file_name()) {
-        (Some(parent), Some(name)) => Ok((parent, name)),
-        _ => Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "the path names no file",
-        )),
-    }
-}
-
-/// Make a rename durable. Best effort: some filesystems refuse to fsync a folder.
-pub(crate) fn sync_dir(dir: &Path) {
-    if let Ok(handle) = File::open(dir) {
-        let _ = handle.sync_all();
-    }
-}
-
-/// True when the file at `path` holds exactly `bytes`, compared in chunks.
-fn file_equals(path: &Path, bytes: &[u8]) -> io::Result<bool> {
-    let mut file = File::open(path)?;
-    let mut buffer = vec![0u8; 64 * 1024];
-    let mut offset = 0;
-    loop {
-        let read = file.read(&mut buffer)?;
-        if read == 0 {
-            return Ok(offset == bytes.len());
-        }
-        let end = offset + read;
-        if end > bytes.len() || buffer[..read] != bytes[offset..end] {
-            return Ok(false);
-        }
-        offset = end;
-    }
-}
+pub(crate) use crate::floor::atomic::{split_parent, sync_dir, temp_prefix};
+pub use crate::floor::atomic::{write_atomic, WriteOutcome};
+pub(crate) use crate::floor::hash::hex;
+pub use crate::floor::hash::{sha256_hex, sha256_json};
 
 #[cfg(test)]
 mod tests {
     use std::fs;
-    use std::os::unix::fs::symlink;
+    use std::fs::Permissions;
+    use std::os::unix::fs::{symlink, PermissionsExt};
 
     use super::*;
 

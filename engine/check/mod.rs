@@ -42,7 +42,7 @@ use crate::diag::Diagnostic;
 use crate::format::WorkflowFile;
 use crate::library::SearchPath;
 use crate::load::{pointer_segment, RawWorkflow};
-use crate::schema::{self, Schema};
+use crate::schema::Schema;
 
 use assemble::Parts;
 use gather::Pending;
@@ -136,7 +136,7 @@ fn check_inner(
                 .map(|s| {
                     (
                         s.path.display().to_string(),
-                        schema::sha256_hex(s.text.as_bytes()),
+                        crate::floor::hash::sha256_hex(s.text.as_bytes()),
                     )
                 })
                 .collect();
@@ -185,7 +185,7 @@ fn check_inner(
 fn definition_hashes(file: &WorkflowFile) -> Vec<String> {
     file.stages
         .values()
-        .map(crate::builtins::paths::sha256_json)
+        .map(crate::floor::hash::sha256_json)
         .collect()
 }
 

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::error::ModelError;
 use super::{Answer, ModelRequest, Usage};
-use crate::run::process::{run, ProcessError, ProcessSpec};
+use crate::floor::process::{run, ProcessError, ProcessSpec};
 
 /// Settings layered over the user's: no hook of any settings file runs.
 const SETTINGS: &str = r#"{"disableAllHooks":true}"#;

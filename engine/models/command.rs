@@ -4,7 +4,7 @@
 
 use super::error::ModelError;
 use super::{Answer, ModelRequest};
-use crate::run::process::{run, ProcessError, ProcessSpec};
+use crate::floor::process::{run, ProcessError, ProcessSpec};
 
 pub(crate) fn complete(
     argv: &[String],

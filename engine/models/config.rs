@@ -560,17 +560,7 @@ fn check_url(url: &str) -> Result<(), String> {
 
 /// `"500ms"`, `"120s"`, `"5m"`, `"2h"`.
 pub(crate) fn parse_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit())?;
-    let (number, unit) = text.split_at(split);
-    let number: u64 = number.parse().ok()?;
-    match unit {
-        "ms" => Some(Duration::from_millis(number)),
-        "s" => Some(Duration::from_secs(number)),
-        "m" => number.checked_mul(60).map(Duration::from_secs),
-        "h" => number.checked_mul(3600).map(Duration::from_secs),
-        _ => None,
-    }
+    crate::floor::duration::parse(text.trim()).ok()
 }
 
 /// 1-based line and column (in characters) of a byte offset.

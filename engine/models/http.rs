@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::error::{is_retryable_status, ModelError};
 use super::limits::Limiter;
-use crate::run::process::Interrupt;
+use crate::floor::process::Interrupt;
 
 /// No wait between attempts is longer than this, whatever a server asks for.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);

@@ -5,7 +5,7 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::error::ModelError;
-use crate::run::process::Interrupt;
+use crate::floor::process::Interrupt;
 
 /// How often a waiting call looks at the interrupt flag.
 const POLL: Duration = Duration::from_millis(50);

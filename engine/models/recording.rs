@@ -233,13 +233,9 @@ pub(crate) fn save(
         .map_err(|error| fail(format!("cannot serialize: {error}")))?;
     json.push('\n');
     fs::create_dir_all(dir).map_err(|error| fail(format!("cannot create the folder: {error}")))?;
-    let mut temp = tempfile::NamedTempFile::new_in(dir)
-        .map_err(|error| fail(format!("cannot create a temporary file: {error}")))?;
-    std::io::Write::write_all(&mut temp, json.as_bytes())
-        .map_err(|error| fail(format!("cannot write: {error}")))?;
-    temp.persist(&path)
-        .map_err(|error| fail(format!("cannot rename into place: {}", error.error)))?;
-    Ok(())
+    // Owner-only, as a temporary file is made.
+    crate::floor::atomic::replace(&path, ".tmp", 0o600, |out| out.write_all(json.as_bytes()))
+        .map_err(|error| fail(format!("cannot write: {error}")))
 }
 
 /// Answer a request from `dir/<hash>.json`, else from a first-format recording of the same

@@ -15,8 +15,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::builtins::paths::sha256_json;
-use crate::schema::sha256_hex;
+use crate::floor::hash::{sha256_hex, sha256_json};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Entry {

@@ -22,7 +22,8 @@ use crate::template::{Scope, StageSlot, StageTable};
 
 pub mod cache;
 pub mod locks;
-pub mod process;
+/// Child processes live on the ground floor; the old path stays for the code that names it.
+pub use crate::floor::process;
 mod progress;
 pub mod record;
 mod recorder;
@@ -825,7 +826,7 @@ impl<'w, 'r> Executor<'w, 'r> {
         // A reused output comes with its hash; anything else is hashed once, here.
         let output_sha = match (outcome.output_sha256.take(), &outcome.output) {
             (Some(sha), Some(_)) => Some(sha),
-            (_, Some(output)) => Some(crate::builtins::paths::sha256_json(output)),
+            (_, Some(output)) => Some(crate::floor::hash::sha256_json(output)),
             (_, None) => None,
         };
         let mut stage_usage = None;

@@ -510,20 +510,12 @@ impl RunFiles {
 /// (`fsync`, 4 ms for the 5 MB record of 10,000 stages): like the cache and the logs beside it,
 /// the newest record is the system's to write back.
 fn replace_file(path: &Path, record: &RunRecord) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let temp = tempfile::Builder::new()
-        .prefix(".run.json.")
-        .suffix(".tmp")
-        // The usual 0o666 less the umask, like any file the run writes.
-        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
-        .tempfile_in(dir)?;
-    // Serialized straight into the file: a record of thousands of stages is megabytes.
-    let mut out = BufWriter::with_capacity(64 * 1024, temp);
-    serde_json::to_writer(&mut out, record).map_err(std::io::Error::other)?;
-    out.write_all(b"\n")?;
-    let temp = out.into_inner().map_err(|error| error.into_error())?;
-    temp.persist(path).map_err(|error| error.error)?;
-    Ok(())
+    // The usual 0o666 less the umask, like any file the run writes; serialized straight into
+    // the file: a record of thousands of stages is megabytes.
+    crate::floor::atomic::replace(path, ".run.json.", 0o666, |out| {
+        serde_json::to_writer(&mut *out, record).map_err(std::io::Error::other)?;
+        out.write_all(b"\n")
+    })
 }
 
 /// The runs folder of a state folder.
@@ -699,8 +691,7 @@ pub fn project_key(project: &Path) -> String {
         })
         .take(40)
         .collect();
-    let digest =
-        crate::builtins::paths::hex(&Sha256::digest(canonical.as_os_str().as_encoded_bytes()));
+    let digest = crate::floor::hash::hex(&Sha256::digest(canonical.as_os_str().as_encoded_bytes()));
     let name = name.trim_start_matches('.');
     if name.is_empty() {
         digest[..16].to_string()

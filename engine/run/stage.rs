@@ -12,15 +12,14 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{json, Map, Value};
 
 use super::cache::Cache;
-use super::process::{self, Interrupt, ProcessSpec};
 use super::record::{FingerprintDocument, ModelCall, OutputLine, StageStatus};
 use super::{Reporter, RunOptions, RunStatus, Runtime};
-use crate::builtins::paths::sha256_json;
 use crate::builtins::{ask, BuiltinCtx, WriteRoots};
 use crate::check::{Action, ProcessAction, Stage, WithTree, Workflow};
+use crate::floor::hash::{sha256_hex, sha256_json};
+use crate::floor::process::{self, Interrupt, ProcessSpec};
 use crate::format::{OnItemError, OutputFormat};
 use crate::models::{extract_json, ModelRequest};
-use crate::schema::sha256_hex;
 use crate::template::{Scope, Tmpl};
 
 /// One unit's result, its attempts, its model calls and the stderr of its last attempt's

@@ -5,6 +5,8 @@
 //! (`extends`) are merged here: the result is one document whose keys each remember the file
 //! they came from.
 
+pub mod documents;
+
 use std::collections::HashMap;
 use std::ops::Range;
 use std::path::Path;
@@ -14,9 +16,9 @@ use serde_json::{Map, Value};
 use toml::de::{DeTable, DeValue};
 
 use crate::diag::{did_you_mean, Diagnostic, Location, SourceFile};
-use crate::documents::{Documents, Kept};
 use crate::format::{WorkflowFile, ACTION_KEYS};
 use crate::library::{Found, Library, SearchPath};
+use documents::{Documents, Kept};
 
 /// Where a key of the merged document was written. Kept compact (20 bytes): a workflow of
 /// thousands of stages has an origin for every key.

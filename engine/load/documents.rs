@@ -14,15 +14,14 @@
 //! read straight as the typed workflow ([`Documents::read`]); the JSON document is made
 //! from the text again only when a diagnostic needs it.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::builtins::paths::hex;
 use crate::diag::{Diagnostic, SourceFile};
+use crate::floor::hash::hex;
 use crate::load;
 
 /// Bump when the document made of a TOML file changes for the same text.
@@ -81,18 +80,13 @@ impl Documents {
     /// The key line, then the document, renamed into place whole.
     fn write(&self, entry: &Path, key: &str, doc: &Value) -> std::io::Result<()> {
         std::fs::create_dir_all(&self.dir)?;
-        let mut temp = tempfile::Builder::new()
-            .prefix(".document.")
-            .tempfile_in(&self.dir)?;
-        {
-            let mut out = std::io::BufWriter::new(temp.as_file_mut());
+        // Owner-only, as the temporary file it is written to.
+        crate::floor::atomic::replace(entry, ".document.", 0o600, |out| {
             out.write_all(key.as_bytes())?;
             out.write_all(b"\n")?;
-            serde_json::to_writer(&mut out, doc)?;
-            out.flush()?;
-        }
-        temp.persist(entry).map_err(|error| error.error)?;
-        Ok(())
+            serde_json::to_writer(&mut *out, doc)?;
+            Ok(())
+        })
     }
 }
 

@@ -1,0 +1,27 @@
+//! Hashing: SHA-256 as lowercase hex, of bytes or of a value's compact JSON. Fingerprints,
+//! cache keys, definition hashes and file hashes are all made here, so they agree byte for byte.
+
+use sha2::{Digest, Sha256};
+
+/// SHA-256 of `bytes`, lowercase hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+/// SHA-256 of a value's compact JSON (what `to_string` gives), hashed as it is written.
+pub fn sha256_json(value: &impl serde::Serialize) -> String {
+    let mut hasher = Sha256::new();
+    // Writing JSON into a hasher cannot fail.
+    let _ = serde_json::to_writer(&mut hasher, value);
+    hex(&hasher.finalize())
+}
+
+/// Lowercase hex of a digest.
+pub fn hex(digest: &[u8]) -> String {
+    // Into a buffer rather than char by char: a run hashes every stage's fingerprint and
+    // output, and formatting cost as much as the hashing.
+    let mut out = vec![0u8; digest.len() * 2];
+    // The buffer is exactly twice the input's length, which is all `encode_to_slice` needs.
+    let _ = hex::encode_to_slice(digest, &mut out);
+    String::from_utf8(out).unwrap_or_default()
+}

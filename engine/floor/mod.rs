@@ -1,0 +1,8 @@
+//! The ground floor: what every phase may use and what uses none of them. Hashing, child
+//! processes, atomic file writes and durations live here once; nothing in this folder imports
+//! a phase (`load`, `check`, `plan`, `run`) or the built-ins.
+
+pub mod atomic;
+pub mod duration;
+pub mod hash;
+pub mod process;
