@@ -13,12 +13,13 @@
 //! - `tool-only`: the lines after the cursor are tool traffic only (no model call);
 //! - `full fire`: the last turn after the cursor, the gate and the writer answering at once
 //!   (command aliases printing a canned reply), the lexicon merged and written;
-//! - `first fire`: no cursor yet, the whole file read (then judged thin, no model call).
+//! - `first fire`: no cursor yet: the whole file read, then a full fire on its newest words.
 //!
 //! Then, for the bytes sent to models per fire, it replays `tests/fixtures/context-update/
 //! cli-2.1-turns.jsonl` turn by turn (a hook after each turn, as Claude Code fires it) and the
 //! generated transcripts, and prints what the gate and the writer were sent beside what v1 sent:
-//! its writer prompt plus the last 500 lines of the transcript, on every fire.
+//! its writer prompt plus the last 500 lines of the transcript, on every fire. `--session PATH`
+//! replays another session transcript the same way (a real one, for instance).
 //!
 //! The binary is `STAGEGRAPH_BIN` when set; otherwise the bench builds it with
 //! `cargo build --release --bin stagegraph`. It asserts nothing about time.
@@ -40,6 +41,8 @@ const WRITER_REPLY: &str = r#"{"entries": [{"area": "Domain", "concept": "Propag
 fn main() {
     let mut runs = 5usize;
     let mut sizes: Vec<usize> = vec![1, 80];
+    let mut sessions: Vec<PathBuf> = vec![PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/context-update/cli-2.1-turns.jsonl")];
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -50,6 +53,8 @@ fn main() {
                     .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
                     .unwrap_or(sizes)
             }
+            // Another session transcript to replay turn by turn (a real one, for instance).
+            "--session" => sessions.extend(args.next().map(PathBuf::from)),
             _ => {}
         }
     }
@@ -88,22 +93,29 @@ fn main() {
     );
     println!("| transcript, fire | gate | writer | total | v1 | saved |");
     println!("|---|---|---|---|---|---|");
-    let turns = Bench::replay_turns(&bin, work.path());
-    let (mut total_new, mut total_v1) = (0usize, 0usize);
-    for (label, gate, writer, v1) in &turns {
-        total_new += gate + writer;
-        total_v1 += v1;
+    for session in &sessions {
+        let turns = Bench::replay_turns(&bin, work.path(), session);
+        let name = session
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let (mut total_new, mut total_v1) = (0usize, 0usize);
+        for (turn, (gate, writer, v1)) in turns.iter().enumerate() {
+            total_new += gate + writer;
+            total_v1 += v1;
+            println!(
+                "| {name}, fire {} | {gate} | {writer} | {} | {v1} | {} |",
+                turn + 1,
+                gate + writer,
+                saved(gate + writer, *v1)
+            );
+        }
         println!(
-            "| {label} | {gate} | {writer} | {} | {v1} | {} |",
-            gate + writer,
-            saved(gate + writer, *v1)
+            "| {name}, all {} fires | | | {total_new} | {total_v1} | {} |",
+            turns.len(),
+            saved(total_new, total_v1)
         );
     }
-    println!(
-        "| cli-2.1-turns.jsonl, all {} fires | | | {total_new} | {total_v1} | {} |",
-        turns.len(),
-        saved(total_new, total_v1)
-    );
     for mb in &sizes {
         let bench = Bench::new(&bin, work.path(), *mb);
         let (gate, writer) = bench.full_fire_bytes();
@@ -371,12 +383,10 @@ impl Bench {
         v1_bytes_of(&fs::read_to_string(&self.transcript).expect("the transcript"))
     }
 
-    /// Each turn of the 2.1 fixture fired as a hook: (label, gate bytes, writer bytes, v1 bytes).
-    fn replay_turns(bin: &Path, work: &Path) -> Vec<(String, usize, usize, usize)> {
+    /// Each turn of a session fired as a hook: (gate bytes, writer bytes, v1 bytes).
+    fn replay_turns(bin: &Path, work: &Path, session: &Path) -> Vec<(usize, usize, usize)> {
         let bench = Bench::new(bin, work, 0);
-        let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/context-update/cli-2.1-turns.jsonl");
-        let text = fs::read_to_string(fixture).expect("the fixture");
+        let text = fs::read_to_string(session).expect("the session transcript");
         let all: Vec<&str> = text.lines().collect();
         let ends: Vec<usize> = all
             .iter()
@@ -386,7 +396,7 @@ impl Bench {
             .collect();
         bench.prepare(Scenario::FirstFire);
         let mut out = Vec::new();
-        for (turn, end) in ends.iter().enumerate() {
+        for end in &ends {
             let cut = all[..*end].join("\n") + "\n";
             fs::write(&bench.transcript, &cut).expect("the transcript so far");
             for name in ["gate.prompt", "writer.prompt"] {
@@ -399,7 +409,6 @@ impl Bench {
                     .unwrap_or(0)
             };
             out.push((
-                format!("cli-2.1-turns.jsonl, fire {}", turn + 1),
                 size("gate.prompt"),
                 size("writer.prompt"),
                 v1_bytes_of(&cut),
