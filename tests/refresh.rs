@@ -850,6 +850,7 @@ fn an_invalid_registry_stops_the_run_before_any_probe_naming_the_field() {
         (json!({ "schema_version": 1, "sources": [ok(json!({ "kind": "external-doc", "url": null }))] }), "sources[0] (x).path: required on an external-doc source"),
         (json!({ "schema_version": 1, "sources": [ok(json!({ "kind": "local-path", "path": "src" }))] }), "sources[0] (x).url: not allowed on a local-path source (it has a path)"),
         (json!({ "schema_version": 1, "sources": [web_doc(json!({ "url": null }))] }), "sources[0] (w).url: required on a web-doc source"),
+        (json!({ "schema_version": 1, "sources": [web_doc(json!({ "lifecycle": { "state": "reachable", "last_crawl_id": "../../etc" } }))] }), "sources[0] (w).lifecycle.last_crawl_id: must be letters, digits"),
     ];
     let before = home.outside();
     for (registry, message) in cases {
@@ -945,6 +946,15 @@ fn decay_is_days_weeks_months_or_years_and_anything_else_names_the_source() {
             );
         }
     }
+    // A snapshot installed as a symbolic link is not followed.
+    let home = Home::new();
+    let snapshot = home.test.path(&format!("{CACHE}/web-doc/api-docs-c1"));
+    std::fs::rename(&snapshot, home.test.path("elsewhere-snapshot")).expect("move");
+    std::os::unix::fs::symlink(home.test.path("elsewhere-snapshot"), &snapshot).expect("link");
+    home.refresh(&[]).code(0);
+    let out: Value = serde_json::from_str(&home.test.stage_output("decay_expiry")).expect("JSON");
+    assert_eq!(out["expired"], json!([]), "{out}");
+    assert!(out["skipped"].to_string().contains("is a symbolic link, not followed"), "{out}");
     for bad in ["3x", "0d", "30", "1 m", "10min"] {
         let home = Home::new();
         let page = format!("{CACHE}/web-doc/api-docs-c1/api-intro.md");
