@@ -1013,7 +1013,11 @@ impl App {
                 );
             } else if outputs.len() == 1 {
                 if let Some(Value::String(text)) = outputs.values().next() {
-                    outln!("{}", text.trim_end());
+                    // An empty text (a run that ended early saying why on stderr) prints nothing,
+                    // not a blank line.
+                    if !text.trim().is_empty() {
+                        outln!("{}", text.trim_end());
+                    }
                 } else {
                     outln!(
                         "{}",

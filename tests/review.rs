@@ -211,6 +211,10 @@ fn no_proposal_or_several_end_the_run_saying_so() {
         let out = home.run(workflow, &[]);
         out.code(0)
             .stderr_has("No proposed staging dir found under any of ~/.claude/skills/, ~/.claude/local/skills/ or .claude/skills/.");
+        assert_eq!(
+            out.stdout, "",
+            "the reason is on stderr, and stdout holds no blank line"
+        );
     }
     let out = home.run("review", &["--input", "slug=vite"]);
     out.code(0)
