@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -106,12 +107,15 @@ def run_stagegraph(binary, stub, items, concurrency, retries):
             )
         env = dict(os.environ, HOME=work, XDG_CONFIG_HOME=os.path.join(work, "config"))
         env.pop("STAGEGRAPH_CONFIG", None)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         done = subprocess.run(
             [binary, "--state-dir", os.path.join(work, "state"), "run", "bench.toml", "--quiet"],
             cwd=work, env=env, capture_output=True, text=True,
         )
         wall = time.perf_counter() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         shown = subprocess.run(
             [binary, "--state-dir", os.path.join(work, "state"), "runs", "show", "last", "--json"],
             cwd=work, env=env, capture_output=True, text=True,
@@ -123,6 +127,7 @@ def run_stagegraph(binary, stub, items, concurrency, retries):
             print(done.stderr, file=sys.stderr)
         return {
             "wall": wall,
+            "cpu": cpu,
             "failed": failed if done.returncode == 0 else max(failed, 1),
             "calls": record["usage"]["model_calls"],
             "retries": record["usage"].get("retries", 0),
@@ -159,11 +164,25 @@ async def sdk_script(url, items, concurrency):
 
 
 def run_sdk(stub, items, concurrency):
+    """The script in a process of its own, as a user would run it (not sharing the stub's
+    interpreter lock)."""
     try:
         import openai  # noqa: F401
     except ImportError:
         return None
-    return asyncio.run(sdk_script(stub.url, items, concurrency))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--sdk-client", stub.url,
+         "--items", str(items), "--concurrency", str(concurrency)],
+        capture_output=True, text=True,
+    )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        print(done.stderr, file=sys.stderr)
+        return {"wall": float("nan"), "cpu": float("nan"), "failed": items}
+    result = json.loads(done.stdout)
+    result["cpu"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return result
 
 
 def main():
@@ -172,7 +191,11 @@ def main():
     parser.add_argument("--delay", type=float, default=0.1)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--bin", default=os.path.join(ROOT, "target", "release", "stagegraph"))
+    parser.add_argument("--sdk-client", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.sdk_client:
+        print(json.dumps(asyncio.run(sdk_script(args.sdk_client, args.items, args.concurrency))))
+        return
     args.bin = os.path.abspath(args.bin)
     if not os.path.exists(args.bin):
         sys.exit("no %s: run `cargo build --release` first" % args.bin)
@@ -213,11 +236,14 @@ def main():
 
     print("%d prompt stages, stub answering after %d ms; floor %d x %.2f s / %d = %.2f s\n"
           % (args.items, args.delay * 1000, args.items, args.delay, args.concurrency, floor))
-    print("| run | wall | x floor | requests | 429s | failed |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| run | wall | x floor | client CPU | requests | 429s | failed |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name, result, requests, limited in rows:
-        print("| %s | %.2f s | %.2fx | %d | %d | %d |"
-              % (name, result["wall"], result["wall"] / floor, requests, limited, result["failed"]))
+        print("| %s | %.2f s | %.2fx | %.2f s | %d | %d | %d |"
+              % (name, result["wall"], result["wall"] / floor, result["cpu"], requests, limited,
+                 result["failed"]))
+    print("\nload average while measuring: %.1f (%d cores)"
+          % (os.getloadavg()[0], os.cpu_count() or 0))
 
 
 if __name__ == "__main__":
