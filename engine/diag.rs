@@ -202,8 +202,10 @@ impl Diagnostic {
         })
     }
 
-    /// A GitHub Actions workflow command (`::error file=…,line=…,col=…::message`).
-    pub fn to_github(&self) -> String {
+    /// A GitHub Actions workflow command (`::error file=…,line=…,col=…::message`), escaped as
+    /// the runner parses it, with `file` relative to `cwd` (the repository root in CI) so the
+    /// annotation lands on the pull request's diff.
+    pub fn to_github(&self, cwd: &Path) -> String {
         let kind = match self.severity {
             Severity::Error => "error",
             Severity::Warning => "warning",
@@ -212,20 +214,30 @@ impl Diagnostic {
         if let Some(help) = &self.help {
             message.push_str(&format!(" (help: {help})"));
         }
-        let message = message
-            .replace('%', "%25")
-            .replace('\r', "%0D")
-            .replace('\n', "%0A");
+        let data = github_data(&message);
         match (self.file(), self.line_col()) {
             (Some(file), Some((line, col))) => {
+                let file = file.strip_prefix(cwd).unwrap_or(file);
                 format!(
-                    "::{kind} file={},line={line},col={col}::{message}",
-                    file.display()
+                    "::{kind} file={},line={line},col={col}::{data}",
+                    github_property(&file.display().to_string())
                 )
             }
-            _ => format!("::{kind}::{message}"),
+            _ => format!("::{kind}::{data}"),
         }
     }
+}
+
+/// The message of a workflow command: `%`, CR and LF escaped.
+fn github_data(text: &str) -> String {
+    text.replace('%', "%25")
+        .replace('\r', "%0D")
+        .replace('\n', "%0A")
+}
+
+/// A property value of a workflow command: as data, and `:` and `,` too.
+fn github_property(text: &str) -> String {
+    github_data(text).replace(':', "%3A").replace(',', "%2C")
 }
 
 fn clamp_span(text: &str, span: Range<usize>) -> miette::SourceSpan {

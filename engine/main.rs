@@ -599,6 +599,15 @@ impl App {
         }
     }
 
+    /// No workflow of that name: with the nearest name on the search path, as `run` says it.
+    fn no_workflow(&self, name: &str) -> Failure {
+        let names = self.engine.search.workflow_names();
+        match stagegraph::diag::did_you_mean(name, names.iter().map(String::as_str)) {
+            Some(help) => invalid(format!("no workflow named `{name}`; {help}")),
+            None => invalid(format!("no workflow named `{name}`")),
+        }
+    }
+
     fn print_diagnostics(&self, diagnostics: &[Diagnostic]) {
         for diagnostic in diagnostics {
             err!("{}", diagnostic.render(self.color));
@@ -685,7 +694,7 @@ impl App {
                 .engine
                 .search
                 .find_workflow(name, &self.engine.cwd)
-                .ok_or_else(|| invalid(format!("no workflow named `{name}`")))?;
+                .ok_or_else(|| self.no_workflow(name))?;
             out!("{}", found.source.text);
             return Ok(exit::SUCCESS);
         }
@@ -761,9 +770,22 @@ impl App {
         match format {
             CheckFormat::Text => {
                 self.print_diagnostics(&all);
+                // The summary never contradicts the exit code: warnings denied fail, and an
+                // error outside every workflow (the model configuration) is counted on its own.
                 for (name, errors, warnings) in &summary {
-                    let verdict = if *errors > 0 { "invalid" } else { "ok" };
+                    let verdict = match (*errors, *warnings) {
+                        (e, _) if e > 0 => "invalid",
+                        (_, w) if w > 0 && deny_warnings => "failed (warnings denied)",
+                        _ => "ok",
+                    };
                     errln!("{name}: {verdict} ({errors} error(s), {warnings} warning(s))");
+                }
+                let outside = all
+                    .iter()
+                    .filter(|d| d.is_error() && d.workflow.is_none())
+                    .count();
+                if outside > 0 {
+                    errln!("check failed: {outside} error(s) outside the workflows");
                 }
             }
             CheckFormat::Json => {
@@ -776,7 +798,7 @@ impl App {
             }
             CheckFormat::Github => {
                 for d in &all {
-                    outln!("{}", d.to_github());
+                    outln!("{}", d.to_github(&self.engine.cwd));
                 }
             }
         }
@@ -1355,7 +1377,7 @@ impl App {
             .engine
             .search
             .find_workflow(name, &self.engine.cwd)
-            .ok_or_else(|| invalid(format!("no workflow named `{name}`")))?;
+            .ok_or_else(|| self.no_workflow(name))?;
         let target = self.engine.cwd.join(".stagegraph");
         let library = found.library.clone();
         let mut copies: Vec<(PathBuf, String)> = vec![(

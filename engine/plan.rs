@@ -203,17 +203,18 @@ impl<'w> Plan<'w> {
             let stage = &self.workflow.stages[i];
             let label =
                 format!("{}<br/>{}", stage.id, self.action_summary(i)).replace('"', "#quot;");
+            let id = mermaid_id(&stage.id);
             if stage.exit_if.is_some() {
-                let _ = writeln!(out, "  {}{{\"{label}\"}}", stage.id);
+                let _ = writeln!(out, "  {id}{{\"{label}\"}}");
             } else {
-                let _ = writeln!(out, "  {}[\"{label}\"]", stage.id);
+                let _ = writeln!(out, "  {id}[\"{label}\"]");
             }
         }
-        let finally: Vec<&str> = self
+        let finally: Vec<String> = self
             .finally
             .iter()
             .flatten()
-            .map(|&i| self.workflow.stages[i].id.as_str())
+            .map(|&i| mermaid_id(&self.workflow.stages[i].id))
             .collect();
         if !finally.is_empty() {
             let _ = writeln!(out, "  classDef finally stroke-dasharray: 5 5");
@@ -224,7 +225,8 @@ impl<'w> Plan<'w> {
                 let _ = writeln!(
                     out,
                     "  {} --> {}",
-                    self.workflow.stages[d].id, self.workflow.stages[i].id
+                    mermaid_id(&self.workflow.stages[d].id),
+                    mermaid_id(&self.workflow.stages[i].id)
                 );
             }
         }
@@ -233,6 +235,37 @@ impl<'w> Plan<'w> {
 }
 
 /// A line of at most 60 characters.
+/// Words Mermaid's flowchart grammar reads as keywords wherever a node id may stand (`end`
+/// closes a subgraph, `class` styles nodes, ...): such an id gets a prefix no stage id can have
+/// (stage ids are lowercase), and its label still shows the stage's own id.
+const MERMAID_KEYWORDS: &[&str] = &[
+    "end",
+    "graph",
+    "subgraph",
+    "flowchart",
+    "style",
+    "class",
+    "classdef",
+    "linkstyle",
+    "click",
+    "call",
+    "callback",
+    "href",
+    "interpolate",
+    "direction",
+    "default",
+    "acctitle",
+    "accdescr",
+];
+
+fn mermaid_id(id: &str) -> String {
+    if MERMAID_KEYWORDS.contains(&id) {
+        format!("S_{id}")
+    } else {
+        id.to_string()
+    }
+}
+
 fn shortened(line: &str) -> String {
     if line.chars().count() > 60 {
         format!("{}…", line.chars().take(60).collect::<String>())

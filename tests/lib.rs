@@ -4,6 +4,7 @@ mod support;
 mod action;
 mod ask;
 mod check;
+mod ci_output;
 mod claude_code;
 mod cli;
 mod compound;

@@ -300,16 +300,32 @@ pub fn parse_document(
     with_origins: bool,
 ) -> Result<(Value, Origins), Vec<Diagnostic>> {
     let (table, errors) = DeTable::parse_recoverable(&source.text);
-    if !errors.is_empty() {
-        return Err(errors
-            .into_iter()
-            .map(|error| {
-                let span = error.span().unwrap_or(0..0);
-                let message = error.message().trim().to_string();
-                let message = lowercase_first(&message);
-                Diagnostic::error(format!("invalid TOML: {message}")).at(source, span)
-            })
-            .collect());
+    // One syntax error is one diagnostic: what the parser reports after its first error is
+    // mostly the same mistake seen again (an unclosed array swallows the tables after it).
+    if let Some(error) = errors
+        .into_iter()
+        .min_by_key(|error| error.span().map_or(0, |span| span.start))
+    {
+        let span = error.span().unwrap_or(0..0);
+        let message = lowercase_first(error.message().trim());
+        let (line, column) = source.line_col(span.start);
+        let diagnostic = match unclosed_bracket(&source.text, span.start) {
+            // The mistake is where the bracket opened, not where the parser noticed.
+            Some((at, bracket)) => {
+                let closing = if bracket == '[' { ']' } else { '}' };
+                let mut diagnostic = Diagnostic::error(format!(
+                    "invalid TOML: this `{bracket}` is never closed"
+                ))
+                .at(source, at..at + 1);
+                diagnostic.label = Some(format!("opened here; add `{closing}`"));
+                diagnostic.help = Some(format!(
+                    "the parser noticed at line {line}, column {column}: {message}"
+                ));
+                diagnostic
+            }
+            None => Diagnostic::error(format!("invalid TOML: {message}")).at(source, span),
+        };
+        return Err(vec![diagnostic]);
     }
     if !with_origins {
         let doc = convert_table(table.get_ref(), "", source_index, &mut None);
@@ -324,6 +340,60 @@ pub fn parse_document(
     let mut recording = Some(origins);
     let doc = convert_table(table.get_ref(), "", source_index, &mut recording);
     Ok((doc, recording.unwrap_or_default()))
+}
+
+/// The first `[` or `{` opened on a line before the one holding `upto` and never closed in the
+/// whole file (outside strings and comments): the likely cause of a syntax error found at
+/// `upto`.
+fn unclosed_bracket(text: &str, upto: usize) -> Option<(usize, char)> {
+    let line_start = text[..upto.min(text.len())]
+        .rfind('\n')
+        .map_or(0, |i| i + 1);
+    let upto = text.len();
+    let bytes = text.as_bytes();
+    let mut open: Vec<(usize, char)> = Vec::new();
+    let mut i = 0;
+    while i < upto {
+        let rest = &bytes[i..];
+        match bytes[i] {
+            b'#' => {
+                while i < upto && bytes[i] != b'\n' {
+                    i += 1;
+                }
+                continue;
+            }
+            b'"' | b'\'' => {
+                let quote = bytes[i];
+                let triple = rest.len() >= 3 && rest[1] == quote && rest[2] == quote;
+                i += if triple { 3 } else { 1 };
+                while i < upto {
+                    if bytes[i] == b'\\' && quote == b'"' {
+                        i += 2;
+                        continue;
+                    }
+                    if !triple && bytes[i] == b'\n' {
+                        break;
+                    }
+                    if bytes[i] == quote
+                        && (!triple || bytes[i..].starts_with(&[quote, quote, quote]))
+                    {
+                        i += if triple { 3 } else { 1 };
+                        break;
+                    }
+                    i += 1;
+                }
+                continue;
+            }
+            b'[' => open.push((i, '[')),
+            b'{' => open.push((i, '{')),
+            b']' | b'}' => {
+                open.pop();
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    open.into_iter().find(|&(at, _)| at < line_start)
 }
 
 /// How many keys and array elements a table holds, at every depth: one origin each.
