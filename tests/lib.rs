@@ -13,6 +13,7 @@ mod contract;
 mod diagnostics;
 mod explain;
 mod finally;
+mod first_workflow;
 mod models;
 mod overlay;
 mod plan;

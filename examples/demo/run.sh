@@ -9,7 +9,8 @@ root="$(cd "$here/../.." && pwd)"
 if [ -n "${STAGEGRAPH_BIN:-}" ]; then
   bin="$STAGEGRAPH_BIN"
 else
-  cargo build --quiet --release --manifest-path "$root/Cargo.toml"
+  echo "== building stagegraph (release; the first build takes several minutes, cargo shows its progress)"
+  cargo build --release --manifest-path "$root/Cargo.toml"
   bin="$root/target/release/stagegraph"
 fi
 project="$(mktemp -d "${TMPDIR:-/tmp}/stagegraph-demo.XXXXXX")"
