@@ -6,6 +6,60 @@ use serde_json::{Map, Value};
 use crate::diag::{did_you_mean, Diagnostic, SourceFile};
 pub use crate::floor::hash::sha256_hex;
 
+/// How many characters and elements an instance built from a schema may hold in all.
+pub const EXAMPLE_BUDGET: u64 = 1 << 20;
+
+/// The largest `minLength`, `minItems` or `minProperties` a schema may ask for: an instance
+/// that large could not be held in memory.
+pub const LARGEST_BOUND: f64 = (1u64 << 32) as f64;
+
+/// A count a schema states (`minItems: 3`, or `3.0`, or `1e11`), saturating.
+fn as_count(value: &Value) -> Option<u64> {
+    value
+        .as_u64()
+        .or_else(|| value.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64))
+}
+
+/// The first lower bound in a schema that no instance in memory can meet: the pointer of the
+/// object holding it, the key and the bound.
+fn impossible_bound(node: &Value, at: &mut String) -> Option<(String, &'static str, String)> {
+    match node {
+        Value::Object(map) => {
+            for key in ["minLength", "minItems", "minProperties", "minContains"] {
+                if let Some(bound) = map.get(key).and_then(Value::as_f64) {
+                    if bound > LARGEST_BOUND {
+                        return Some((at.clone(), key, map[key].to_string()));
+                    }
+                }
+            }
+            for (key, child) in map {
+                let len = at.len();
+                at.push('/');
+                at.push_str(&key.replace('~', "~0").replace('/', "~1"));
+                let found = impossible_bound(child, at);
+                at.truncate(len);
+                if found.is_some() {
+                    return found;
+                }
+            }
+            None
+        }
+        Value::Array(items) => {
+            for (i, child) in items.iter().enumerate() {
+                let len = at.len();
+                at.push_str(&format!("/{i}"));
+                let found = impossible_bound(child, at);
+                at.truncate(len);
+                if found.is_some() {
+                    return found;
+                }
+            }
+            None
+        }
+        _ => None,
+    }
+}
+
 /// A compiled JSON Schema.
 pub struct Schema {
     pub name: String,
@@ -31,6 +85,16 @@ impl Schema {
             )
         })?;
         let name = file.path.display().to_string();
+        if let Some((at, key, bound)) = impossible_bound(&value, &mut String::new()) {
+            let span = locate_json_pointer(&file.text, &format!("{at}/{key}"));
+            return Err(Box::new(
+                Diagnostic::error(format!(
+                    "schema asks for `{key}: {bound}` at {}: no instance that large fits in memory",
+                    if at.is_empty() { "/" } else { &at }
+                ))
+                .at(file, span),
+            ));
+        }
         match jsonschema::validator_for(&value) {
             Ok(validator) => Ok(Schema::with_validator(value, &name, validator)),
             Err(error) => {
@@ -176,11 +240,17 @@ impl Schema {
 
     /// An instance a dry-run can assume: the schema's `examples`, `default`, or a minimal
     /// valid instance.
+    ///
+    /// The instance is bounded: past [`EXAMPLE_BUDGET`] characters and elements in all, strings
+    /// and arrays stop growing (such an instance may fall short of its schema's minimums, which
+    /// a dry-run then reports rather than running out of memory).
     pub fn synthesize(&self) -> Value {
-        self.synthesize_node(&self.value, 0)
+        let mut budget = EXAMPLE_BUDGET;
+        self.synthesize_node(&self.value, 0, &mut budget)
     }
 
-    fn synthesize_node(&self, node: &Value, depth: usize) -> Value {
+    fn synthesize_node(&self, node: &Value, depth: usize, budget: &mut u64) -> Value {
+        *budget = budget.saturating_sub(1);
         let node = self.resolve(node);
         if let Some(example) = node
             .get("examples")
@@ -211,7 +281,7 @@ impl Schema {
                 .and_then(Value::as_array)
                 .and_then(|a| a.first())
             {
-                return self.synthesize_node(first, depth + 1);
+                return self.synthesize_node(first, depth + 1, budget);
             }
         }
         let kind = match node.get("type") {
@@ -236,24 +306,29 @@ impl Schema {
                 if let Some(properties) = node.get("properties").and_then(Value::as_object) {
                     for (key, property) in properties {
                         if required.contains(&key.as_str()) {
-                            out.insert(key.clone(), self.synthesize_node(property, depth + 1));
+                            out.insert(
+                                key.clone(),
+                                self.synthesize_node(property, depth + 1, budget),
+                            );
                         }
                     }
                 }
                 Value::Object(out)
             }
             "array" => {
-                let min = node.get("minItems").and_then(Value::as_u64).unwrap_or(0);
+                let min = node.get("minItems").and_then(as_count).unwrap_or(0);
                 let item = node.get("items").cloned().unwrap_or(Value::Null);
-                Value::Array(
-                    (0..min)
-                        .map(|_| self.synthesize_node(&item, depth + 1))
-                        .collect(),
-                )
+                let mut out = Vec::new();
+                while (out.len() as u64) < min && *budget > 0 {
+                    out.push(self.synthesize_node(&item, depth + 1, budget));
+                }
+                Value::Array(out)
             }
             "string" => {
-                let min = node.get("minLength").and_then(Value::as_u64).unwrap_or(0) as usize;
-                Value::String("x".repeat(min))
+                let min = node.get("minLength").and_then(as_count).unwrap_or(0);
+                let length = min.min(*budget);
+                *budget -= length;
+                Value::String("x".repeat(length as usize))
             }
             "integer" | "number" => {
                 let min = node.get("minimum").and_then(Value::as_i64).unwrap_or(0);

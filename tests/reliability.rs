@@ -176,3 +176,70 @@ fn malformed_expressions_are_diagnostics_not_panics() {
         }
     }
 }
+
+/// A schema's lower bounds no instance in memory can meet are a `check` error, and the
+/// instance a dry-run assumes is bounded however large the schema's minimums multiply.
+#[test]
+fn example_instances_are_bounded() {
+    let t = Test::new();
+    t.write(
+        "schemas/huge.json",
+        r#"{"type":"string","minLength":9223372036854775807}"#,
+    );
+    t.write("schemas/many.json", r#"{"type":"array","minItems":1e11}"#);
+    t.write(
+        "schemas/nested.json",
+        r#"{"type":"array","minItems":100000,"items":{"type":"array","minItems":100000,
+            "items":{"type":"string","minLength":100000}}}"#,
+    );
+    let workflow = |schema: &str| {
+        format!(
+            "[workflow]\ndescription = \"d\"\n\n[stages.a]\nshell = \"echo\"\n\
+             output = {{ format = \"json\", schema = \"{schema}\" }}\n"
+        )
+    };
+    for (schema, key) in [("huge.json", "minLength"), ("many.json", "minItems")] {
+        t.write("w.toml", &workflow(schema));
+        t.run(["-L", ".", "check", "w.toml"])
+            .code(2)
+            .stderr_has(&format!("schema asks for `{key}"))
+            .stderr_has("no instance that large fits in memory");
+        t.run(["-L", ".", "run", "w.toml", "--dry-run"]).code(2);
+    }
+    t.write("w.toml", &workflow("nested.json"));
+    t.run(["-L", ".", "run", "w.toml", "--dry-run"]).code(0);
+    assert_eq!(t.last_run()["status"], "completed");
+}
+
+/// A run killed mid-append leaves a torn last line in the cache: the next entry still starts
+/// on a line of its own (so it is found), and the fragment is reported once, then dropped.
+#[test]
+fn a_torn_cache_line_swallows_nothing_and_is_reported_once() {
+    let t = Test::new();
+    t.write(
+        "w.toml",
+        "[workflow]\ndescription = \"d\"\n\n[inputs.n]\ntype = \"string\"\n\n\
+         [stages.a]\nshell = \"echo {{ inputs.n }} >> ran.txt; echo {{ inputs.n }}\"\ncache = true\n",
+    );
+    t.run(["run", "w.toml", "--input", "n=1"]).code(0);
+    let path = t.state_dir().join("cache").join("w.jsonl");
+    let text = std::fs::read(&path).expect("a cache file");
+    // What a kill during the append leaves: the line without its end.
+    std::fs::write(&path, &text[..text.len() - 7]).unwrap();
+
+    let second = t.run(["run", "w.toml", "--input", "n=2"]);
+    second.code(0).stderr_has("ignoring corrupt cache entry");
+    let third = t.run(["run", "w.toml", "--input", "n=2"]);
+    third.code(0);
+    assert!(
+        !third.stderr.contains("corrupt cache entry"),
+        "the fragment is reported again:\n{}",
+        third.stderr
+    );
+    assert_eq!(t.last_run()["stages"]["a"]["status"], "cached");
+    assert_eq!(
+        t.count("ran.txt"),
+        2,
+        "the entry after the fragment was lost"
+    );
+}

@@ -4,6 +4,11 @@
 //! of cached stages reads one file instead of thousands. Lines are appended (buffered, flushed
 //! whenever the run waits and at its end) after the output passed validation; a line that does
 //! not parse or whose hash does not match its output is ignored with a warning.
+//!
+//! A run killed mid-append leaves a torn last line. Every append therefore starts on a fresh
+//! line whatever the file ends with, so the fragment never swallows the next entry; the fragment
+//! is reported once, by the run that reads it, which then compacts the file (rewrites it with
+//! its whole lines only) as it closes the cache.
 
 use foldhash::{HashMap, HashMapExt};
 use std::fs::OpenOptions;
@@ -98,8 +103,33 @@ pub struct Cache {
     path: PathBuf,
     entries: Mutex<Option<HashMap<String, Box<Stored>>>>,
     warnings: Mutex<Vec<String>>,
-    /// The file, opened for appending at the first `put` and kept open for the run.
-    appender: Mutex<Option<std::io::BufWriter<std::fs::File>>>,
+    /// The file, opened for appending at the first `put` and kept open for the run, and the
+    /// whole lines not yet appended.
+    appender: Mutex<Option<(std::fs::File, Vec<u8>)>>,
+    /// A line that did not parse was read: the file is compacted when the cache closes.
+    torn: std::sync::atomic::AtomicBool,
+}
+
+/// Lines buffered before an append.
+const APPEND_BUFFER: usize = 64 * 1024;
+
+/// Appends whole lines to a file, on a fresh line if the file does not end with one.
+fn append_lines(file: &mut std::fs::File, lines: &[u8]) -> std::io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    let length = file.metadata()?.len();
+    let mut out = Vec::with_capacity(lines.len() + 1);
+    if length > 0 {
+        let mut last = [0u8; 1];
+        // The file is opened for appending and reading: reading moves the cursor, writing
+        // appends at the end regardless.
+        file.seek(SeekFrom::Start(length - 1))?;
+        file.read_exact(&mut last)?;
+        if last[0] != b'\n' {
+            out.push(b'\n');
+        }
+    }
+    out.extend_from_slice(lines);
+    file.write_all(&out)
 }
 
 impl Cache {
@@ -109,6 +139,7 @@ impl Cache {
             entries: Mutex::new(None),
             warnings: Mutex::new(Vec::new()),
             appender: Mutex::new(None),
+            torn: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -132,11 +163,42 @@ impl Cache {
             Some(Ok(read)) => read,
             _ => read_entries(&self.path),
         };
+        if !warnings.is_empty() {
+            self.torn.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         self.warnings
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .extend(warnings);
         entries
+    }
+
+    /// Compacts the file if a line of it did not parse (see [`Cache::compact`]), after
+    /// appending what is buffered.
+    pub fn close(&self) -> std::io::Result<()> {
+        self.flush()?;
+        if self.torn.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            self.compact()?;
+        }
+        Ok(())
+    }
+
+    /// Rewrites the file with the lines that parse, dropping torn and corrupt ones (atomically:
+    /// a complete new file is renamed over it).
+    fn compact(&self) -> std::io::Result<()> {
+        let text = std::fs::read(&self.path)?;
+        let mut kept = Vec::with_capacity(text.len());
+        for line in text.split(|&b| b == b'\n') {
+            if !line.is_empty() && serde_json::from_slice::<Entry>(line).is_ok() {
+                kept.extend_from_slice(line);
+                kept.push(b'\n');
+            }
+        }
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        let mut file = tempfile::NamedTempFile::new_in(dir)?;
+        file.write_all(&kept)?;
+        file.persist(&self.path).map_err(|e| e.error)?;
+        Ok(())
     }
 
     fn corrupt(&self, line: usize) -> String {
@@ -183,8 +245,8 @@ impl Cache {
         line.push(b'\n');
         {
             let mut appender = self.appender.lock().unwrap_or_else(|p| p.into_inner());
-            let file = match appender.as_mut() {
-                Some(file) => file,
+            let (file, buffer) = match appender.as_mut() {
+                Some(open) => open,
                 None => {
                     if let Some(parent) = self.path.parent() {
                         std::fs::create_dir_all(parent)?;
@@ -192,13 +254,17 @@ impl Cache {
                     let file = OpenOptions::new()
                         .create(true)
                         .append(true)
+                        .read(true)
                         .open(&self.path)?;
-                    appender.insert(std::io::BufWriter::with_capacity(64 * 1024, file))
+                    appender.insert((file, Vec::with_capacity(APPEND_BUFFER)))
                 }
             };
-            // Buffered whole lines: a flush appends complete lines only (`BufWriter` flushes
-            // before a line that does not fit), so a concurrent run never sees half a line.
-            file.write_all(&line)?;
+            // Whole lines only, appended in one write: a concurrent run never sees half a line.
+            if !buffer.is_empty() && buffer.len() + line.len() > APPEND_BUFFER {
+                append_lines(file, buffer)?;
+                buffer.clear();
+            }
+            buffer.extend_from_slice(&line);
         }
         let mut guard = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(entries) = guard.as_mut() {
@@ -217,13 +283,23 @@ impl Cache {
     pub fn flush(&self) -> std::io::Result<()> {
         let mut appender = self.appender.lock().unwrap_or_else(|p| p.into_inner());
         match appender.as_mut() {
-            Some(file) => file.flush(),
-            None => Ok(()),
+            Some((file, buffer)) if !buffer.is_empty() => {
+                let appended = append_lines(file, buffer);
+                buffer.clear();
+                appended
+            }
+            _ => Ok(()),
         }
     }
 
     pub fn take_warnings(&self) -> Vec<String> {
         std::mem::take(&mut *self.warnings.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+impl Drop for Cache {
+    fn drop(&mut self) {
+        let _ = self.flush();
     }
 }
 

@@ -574,7 +574,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             self.finally_phase = false;
             cache = runner.cache;
         }
-        if let Err(error) = cache.flush() {
+        if let Err(error) = cache.close() {
             self.reporter
                 .line(&format!("warning: cannot store cache entries: {error}"));
         }
