@@ -243,3 +243,105 @@ fn a_torn_cache_line_swallows_nothing_and_is_reported_once() {
         "the entry after the fragment was lost"
     );
 }
+
+/// A workflow whose stage `b` says it started, then waits for the file `go`.
+fn crash_workflow() -> String {
+    "[workflow]\ndescription = \"d\"\n\n\
+     [stages.a]\nshell = \"echo a >> a.count; echo A\"\n\n\
+     [stages.b]\nafter = [\"a\"]\n\
+     shell = \"echo b >> b.count; echo $$ > b.pid; while [ ! -e go ]; do sleep 0.02; done; echo B\"\n"
+        .to_string()
+}
+
+/// Whether the newest `run.json` on disk has stage `b` running.
+fn record_says_b_runs(t: &Test) -> bool {
+    let runs = t.state_dir().join("runs");
+    let Some(id) = t.run_ids().pop() else {
+        return false;
+    };
+    std::fs::read_to_string(runs.join(id).join("run.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+        .is_some_and(|r| r["stages"]["b"]["status"] == "running")
+}
+
+/// Start a run of `w.toml` and kill the engine with SIGKILL once stage `b` is running.
+fn kill_during_b(t: &Test) {
+    let mut child = t.command(["run", "w.toml"]).spawn();
+    crate::support::wait_for(
+        "stage b to start",
+        std::time::Duration::from_secs(20),
+        || t.read_opt("b.pid").is_some_and(|p| p.ends_with('\n')) && record_says_b_runs(t),
+    );
+    child.kill().expect("kill -9 the engine");
+    child.wait().expect("reap the engine");
+}
+
+/// A run whose engine was killed reads as `interrupted` wherever it is shown, and a resume
+/// builds on it.
+#[test]
+fn a_killed_run_is_shown_listed_and_resumed_as_interrupted() {
+    let t = Test::new();
+    t.write("w.toml", &crash_workflow());
+    kill_during_b(&t);
+    let record = t.last_run();
+    assert_eq!(record["status"], "interrupted", "{record:#}");
+    assert_eq!(record["stages"]["a"]["status"], "succeeded");
+    assert_ne!(record["stages"]["b"]["status"], "running");
+    let listed = t.run(["runs"]);
+    assert!(listed.stdout.contains("interrupted"), "{}", listed.stdout);
+    let on_disk = std::fs::read_to_string(
+        t.state_dir()
+            .join("runs")
+            .join(record["run_id"].as_str().unwrap())
+            .join("run.json"),
+    )
+    .unwrap();
+    assert!(
+        on_disk.contains("\"interrupted\""),
+        "the record is rewritten as read"
+    );
+
+    t.write("go", "");
+    t.run(["resume", "last"]).code(0);
+    assert_eq!(t.last_run()["stages"]["a"]["status"], "cached");
+    assert_eq!(t.count("a.count"), 1, "a finished stage ran again");
+}
+
+/// The `[workflow] lock` folder is a write like any other: outside `writes` the run fails
+/// before creating it.
+#[test]
+fn the_workflow_lock_stays_inside_writes() {
+    for (writes, lock) in [
+        ("[\"out\"]", "../escaped.lock.d"),
+        ("[\"out\"]", "elsewhere.lock.d"),
+        ("[]", "x.lock.d"),
+    ] {
+        let t = Test::new();
+        std::fs::create_dir_all(t.path("work/out")).unwrap();
+        t.write(
+            "work/w.toml",
+            &format!(
+                "[workflow]\ndescription = \"d\"\nwrites = {writes}\nlock = {{ path = \"{lock}\" }}\n\n\
+                 [stages.a]\ncommand = [\"true\"]\n"
+            ),
+        );
+        let out = t.command(["run", "work/w.toml"]).output();
+        out.code(1);
+        assert!(
+            out.stderr.contains("outside the workflow's writes"),
+            "{lock}: {}",
+            out.stderr
+        );
+        assert!(
+            !t.exists("escaped.lock.d") && !t.exists("elsewhere.lock.d") && !t.exists("x.lock.d")
+        );
+    }
+    let t = Test::new();
+    t.write(
+        "w.toml",
+        "[workflow]\ndescription = \"d\"\nwrites = [\"locks\"]\nlock = { path = \"locks/w.lock.d\" }\n\n\
+         [stages.a]\ncommand = [\"true\"]\n",
+    );
+    t.run(["run", "w.toml"]).code(0);
+}

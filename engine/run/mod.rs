@@ -21,6 +21,7 @@ use crate::models::Models;
 use crate::template::{Scope, StageSlot, StageTable};
 
 pub mod cache;
+pub mod holder;
 pub mod locks;
 /// Child processes live on the ground floor; the old path stays for the code that names it.
 pub use crate::floor::process;
@@ -307,6 +308,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             stages,
             outputs: None,
             usage: UsageTotals::default(),
+            holder: Some(holder::Holder::current()),
         };
         let table = Arc::new(StageTable::new(
             workflow.stages.iter().map(|s| s.id.clone()).collect(),
@@ -480,6 +482,15 @@ impl<'w, 'r> Executor<'w, 'r> {
                     Ok(path) => self.runtime.cwd.join(path),
                     Err(error) => {
                         self.record.error = Some(format!("lock path: {error}"));
+                        self.finish(RunStatus::Failed);
+                        return;
+                    }
+                };
+                // The lock folder is a write like any other: it stays inside `writes`.
+                let path = match prepared.writes.check(&path) {
+                    Ok(path) => path,
+                    Err(error) => {
+                        self.record.error = Some(format!("`[workflow] lock`: {error}"));
                         self.finish(RunStatus::Failed);
                         return;
                     }

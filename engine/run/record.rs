@@ -298,6 +298,10 @@ pub struct RunRecord {
     pub outputs: Option<Value>,
     #[serde(default)]
     pub usage: UsageTotals,
+    /// The process writing the record while it runs: a record still `running` whose process
+    /// is gone was killed or crashed, and reads as `interrupted`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<super::holder::Holder>,
 }
 
 /// What a stage's fingerprint covers, each part hashed, as the record keeps it (so a miss can
@@ -581,11 +585,35 @@ pub fn is_dry_run(state_dir: &Path, id: &str) -> bool {
         .is_some_and(|head| head.dry_run)
 }
 
+/// A run record. One still `running` whose process is gone (killed, crashed, the machine
+/// restarted) is the record of an interrupted run: it is read, and rewritten, as such.
 pub fn read_record(state_dir: &Path, id: &str) -> Result<RunRecord, String> {
     let path = runs_dir(state_dir).join(id).join("run.json");
     let text = std::fs::read_to_string(&path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    serde_json::from_str(&text).map_err(|e| format!("{} is not a run record: {e}", path.display()))
+    let mut record: RunRecord = serde_json::from_str(&text)
+        .map_err(|e| format!("{} is not a run record: {e}", path.display()))?;
+    let gone = record
+        .holder
+        .as_ref()
+        .is_some_and(|h| h.liveness() == super::holder::Liveness::Gone);
+    if record.status == RunStatus::Running && gone {
+        record.status = RunStatus::Interrupted;
+        if record.error.is_none() {
+            record.error = Some(
+                "the run's process ended without finishing its record (killed or crashed)".into(),
+            );
+        }
+        for stage in record.stages.values_mut() {
+            if stage.status == StageStatus::Running {
+                stage.status = StageStatus::Failed;
+                stage.error.get_or_insert_with(|| "interrupted".into());
+            }
+        }
+        // Best effort: a reader without write access still sees the record as it is.
+        let _ = replace_file(&path, &record);
+    }
+    Ok(record)
 }
 
 /// The outputs a run produced, by stage (the last line of a stage wins).

@@ -310,6 +310,7 @@ mod tests {
                 .collect(),
             outputs: None,
             usage: Default::default(),
+            holder: None,
         }
     }
 
