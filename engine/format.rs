@@ -109,7 +109,8 @@ pub struct LockDef {
     /// What to do when another run holds it.
     #[serde(default)]
     pub busy: Busy,
-    /// A lock older than this is stale and taken over (e.g. `"600s"`).
+    /// A lock whose holder's heartbeat is older than this is stale and taken over (e.g.
+    /// `"600s"`); a lock whose holder is gone is stale at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stale_after: Option<String>,
     /// The reason recorded when the run ends on a held lock (a template).

@@ -345,3 +345,60 @@ fn the_workflow_lock_stays_inside_writes() {
     );
     t.run(["run", "w.toml"]).code(0);
 }
+
+/// Sets a folder's modification time ten minutes and more into the past.
+fn age(path: &std::path::Path) {
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(700);
+    std::fs::File::open(path)
+        .and_then(|dir| dir.set_modified(old))
+        .expect("age the lock folder");
+}
+
+/// A lock whose holder is alive is not stale, however old its folder: neither the
+/// `[workflow] lock` nor `lock.acquire` is taken from a live run, and the holder's release
+/// then removes its own lock only.
+#[test]
+fn a_live_lock_older_than_stale_after_is_not_taken() {
+    let wait = "while [ ! -e go ]; do sleep 0.02; done";
+    for (name, header, stages) in [
+        (
+            "workflow-lock",
+            "writes = [\".\"]\nlock = { path = \"w.lock.d\", stale_after = \"600s\", busy = \"exit\" }\n",
+            format!("[stages.hold]\nshell = \"touch holding; {wait}\"\n"),
+        ),
+        (
+            "lock-acquire",
+            "writes = [\".\"]\n",
+            format!(
+                "[stages.lock]\nuses = \"lock.acquire\"\nwith = {{ path = \"w.lock.d\", stale_after = \"600s\" }}\n\n\
+                 [stages.hold]\nafter = [\"lock\"]\nif = \"stages.lock.output.acquired\"\n\
+                 shell = \"touch holding; {wait}\"\n"
+            ),
+        ),
+    ] {
+        let t = Test::new();
+        t.write(
+            "w.toml",
+            &format!("[workflow]\ndescription = \"d\"\n{header}\n{stages}"),
+        );
+        let mut first = t.command(["run", "w.toml"]).spawn();
+        crate::support::wait_for("the first run to hold the lock", std::time::Duration::from_secs(20), || {
+            t.exists("holding")
+        });
+        age(&t.path("w.lock.d"));
+        std::fs::remove_file(t.path("holding")).unwrap();
+        let second = t.run(["run", "w.toml"]);
+        second.code(0);
+        assert!(!t.exists("holding"), "{name}: the second run took a live lock");
+        if name == "lock-acquire" {
+            let output: serde_json::Value = serde_json::from_str(&t.stage_output("lock")).unwrap();
+            assert_eq!(output["acquired"], false, "{name}: {output}");
+            assert_eq!(t.last_run()["stages"]["hold"]["status"], "skipped");
+        } else {
+            assert_eq!(t.last_run()["status"], "exited");
+        }
+        t.write("go", "");
+        assert!(first.wait().unwrap().success(), "{name}: the first run failed");
+        assert!(!t.exists("w.lock.d"), "{name}: the holder's lock is left behind");
+    }
+}

@@ -118,6 +118,7 @@ mod tests {
         let ctx = BuiltinCtx {
             cwd: dir.path(),
             writes: &writes,
+            locks: &Default::default(),
         };
         let builtin = lookup("try").expect("`try` is registered");
         (builtin.run)(&with, &ctx).map_err(|e| e.to_string())

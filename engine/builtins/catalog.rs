@@ -1472,6 +1472,7 @@ mod tests {
         let ctx = BuiltinCtx {
             cwd: std::path::Path::new("."),
             writes: &roots,
+            locks: &Default::default(),
         };
         let out = run(&lexicon_format(with), &ctx).expect("catalog.merge");
         let validator = jsonschema::validator_for(&output_schema()).expect("schema");
@@ -2084,6 +2085,7 @@ mod tests {
         let ctx = BuiltinCtx {
             cwd: std::path::Path::new("."),
             writes: &roots,
+            locks: &Default::default(),
         };
         let refuse = |with: Value| run(&lexicon_format(with), &ctx).expect_err("refused").0;
         let list_first = refuse(

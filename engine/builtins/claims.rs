@@ -514,6 +514,7 @@ mod tests {
         let ctx = BuiltinCtx {
             cwd: root,
             writes: &writes,
+            locks: &Default::default(),
         };
         let with_schema = jsonschema::validator_for(&(builtin.with_schema)()).expect("compiles");
         assert!(with_schema.is_valid(&with), "{with}");

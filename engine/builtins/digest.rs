@@ -333,6 +333,7 @@ mod tests {
             &BuiltinCtx {
                 cwd,
                 writes: &writes,
+                locks: &Default::default(),
             },
         )?;
         let validator = jsonschema::validator_for(&(builtin.output_schema)()).expect("schema");

@@ -828,6 +828,7 @@ pub(super) mod testing {
         pub(crate) cwd: PathBuf,
         pub(crate) outside: PathBuf,
         writes: WriteRoots,
+        locks: crate::run::locks::HeldLocks,
     }
 
     impl Sandbox {
@@ -849,6 +850,7 @@ pub(super) mod testing {
                 cwd,
                 outside,
                 writes,
+                locks: Default::default(),
             }
         }
 
@@ -860,6 +862,7 @@ pub(super) mod testing {
             BuiltinCtx {
                 cwd: &self.cwd,
                 writes: &self.writes,
+                locks: &self.locks,
             }
         }
 

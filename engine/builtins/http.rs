@@ -308,6 +308,7 @@ mod tests {
         let ctx = BuiltinCtx {
             cwd,
             writes: &writes,
+            locks: &Default::default(),
         };
         (builtin.run)(&with, &ctx)
     }

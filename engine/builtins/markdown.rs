@@ -897,6 +897,7 @@ mod tests {
         let ctx = BuiltinCtx {
             cwd: Path::new("."),
             writes: &writes,
+            locks: &Default::default(),
         };
         let output = (builtin.run)(&json!({ "text": text, "require": require }), &ctx).unwrap();
         let schema = jsonschema::validator_for(&(builtin.output_schema)()).unwrap();
@@ -1308,6 +1309,7 @@ mod tests {
         let ctx = BuiltinCtx {
             cwd: Path::new("."),
             writes: &writes,
+            locks: &Default::default(),
         };
         let err = (builtin.run)(&json!({ "text": 3 }), &ctx).unwrap_err();
         assert_eq!(err.0, "markdown.frontmatter: `text` must be a string");

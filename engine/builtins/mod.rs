@@ -16,6 +16,7 @@ mod dirs;
 mod fs;
 mod http;
 mod json;
+mod lock;
 mod markdown;
 pub mod paths;
 mod promote;
@@ -32,6 +33,8 @@ pub struct BuiltinCtx<'a> {
     pub cwd: &'a Path,
     /// The `[workflow] writes` roots; every write must land inside one of them.
     pub writes: &'a WriteRoots,
+    /// The locks this run holds (`lock.acquire`), released when the run ends.
+    pub locks: &'a crate::run::locks::HeldLocks,
 }
 
 impl BuiltinCtx<'_> {
@@ -79,6 +82,7 @@ pub fn lookup(name: &str) -> Option<&'static Builtin> {
 
 static REGISTRY: std::sync::LazyLock<Vec<Builtin>> = std::sync::LazyLock::new(|| {
     let mut all: Vec<Builtin> = [
+        lock::builtins(),
         fs::builtins(),
         json::builtins(),
         http::builtins(),
@@ -126,8 +130,7 @@ mod tests {
             }
         }
         let mut missing = Vec::new();
-        let lock = crate::run::locks::lookup(crate::run::locks::LOCK_ACQUIRE);
-        for builtin in all().iter().chain(lock) {
+        for builtin in all() {
             check(
                 &(builtin.with_schema)(),
                 &format!("{}.with", builtin.name),

@@ -1095,6 +1095,7 @@ mod tests {
             let ctx = BuiltinCtx {
                 cwd: self.dir.path(),
                 writes: &roots,
+                locks: &Default::default(),
             };
             run(&with, &ctx).expect("transcript.delta")
         }
@@ -1369,6 +1370,7 @@ mod tests {
         let ctx = BuiltinCtx {
             cwd: dir.path(),
             writes: &roots,
+            locks: &Default::default(),
         };
         let after = lines - 8;
         let out = run(&json!({ "path": "t.jsonl", "after_line": after }), &ctx).expect("delta");
@@ -1407,6 +1409,7 @@ mod tests {
         let ctx = BuiltinCtx {
             cwd: dir.path(),
             writes: &roots,
+            locks: &Default::default(),
         };
         let missing = run(&json!({ "path": "none.jsonl" }), &ctx).expect_err("missing file");
         assert!(

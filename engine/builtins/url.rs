@@ -76,6 +76,7 @@ mod tests {
         let ctx = BuiltinCtx {
             cwd: std::path::Path::new("."),
             writes: &writes,
+            locks: &Default::default(),
         };
         resolve(&json!({ "base": base, "reference": reference }), &ctx).expect("resolves")
     }

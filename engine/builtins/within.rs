@@ -174,6 +174,7 @@ mod tests {
             &BuiltinCtx {
                 cwd: base,
                 writes: &writes,
+                locks: &Default::default(),
             },
         )
     }

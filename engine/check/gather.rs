@@ -532,11 +532,8 @@ impl Checker<'_> {
             }
             Some("uses") => {
                 let name = def.uses.clone().unwrap_or_default();
-                let Some(builtin) =
-                    builtins::lookup(&name).or_else(|| crate::run::locks::lookup(&name))
-                else {
-                    let mut names: Vec<&str> = builtins::all().iter().map(|b| b.name).collect();
-                    names.push(crate::run::locks::LOCK_ACQUIRE);
+                let Some(builtin) = builtins::lookup(&name) else {
+                    let names: Vec<&str> = builtins::all().iter().map(|b| b.name).collect();
                     let help = did_you_mean(&name, names.iter().copied())
                         .unwrap_or_else(|| format!("built-ins: {}", names.join(", ")));
                     self.error(format!("unknown built-in `{name}`"), &p("uses"))

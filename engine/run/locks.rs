@@ -1,24 +1,48 @@
 //! `mkdir` locks: the workflow's `[workflow] lock`, held for the whole run, and the
 //! `lock.acquire` built-in, held from its stage to the end of the run.
 //!
-//! `mkdir` is atomic on every POSIX file system, so two runs can never both hold a lock. The
-//! lock folder holds an `owner` file (pid and time) for humans; staleness is judged by the
-//! folder's modification time.
+//! `mkdir` is atomic on every POSIX file system, so two runs can never both create a lock.
+//! The lock folder holds `owner.json`: the holder (pid, start time, host) and a random token.
+//! While the lock is held a heartbeat thread rewrites it, so its modification time says the
+//! holder is still there. A lock is stale only when its holder is gone (a process on this
+//! host that no longer exists) or its heartbeat is older than `stale_after`; a live holder
+//! whose lock is older than `stale_after` keeps it. A stale lock is taken over by renaming it
+//! aside (one taker wins the rename) and checking that what was renamed is the lock judged
+//! stale. A release removes the folder only while its token is still the holder's own, so a
+//! run that lost its lock never removes the next holder's.
 
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 
-use crate::builtins::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
+use super::holder::{self, Holder, Liveness};
 
-pub const LOCK_ACQUIRE: &str = "lock.acquire";
+/// The heartbeat of a lock held with no `stale_after` of its own.
+const HEARTBEAT: Duration = Duration::from_secs(10);
 
-/// A held lock; released (the folder removed) when dropped.
+/// How long a lock folder without a readable `owner.json` (being created, or left by a
+/// crash between `mkdir` and the write) is given before it counts as stale.
+const UNOWNED_GRACE: Duration = Duration::from_secs(5);
+
+/// What `owner.json` holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    #[serde(flatten)]
+    pub holder: Holder,
+    pub token: String,
+    pub since: String,
+}
+
+/// A held lock; released (the folder removed, if still ours) when dropped.
 #[derive(Debug)]
 pub struct DirLock {
     path: PathBuf,
+    token: String,
+    /// Dropping it stops the heartbeat.
+    heartbeat: Option<(mpsc::Sender<()>, std::thread::JoinHandle<()>)>,
 }
 
 impl DirLock {
@@ -29,8 +53,13 @@ impl DirLock {
 
 impl Drop for DirLock {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(self.path.join("owner"));
-        let _ = std::fs::remove_dir(&self.path);
+        if let Some((stop, thread)) = self.heartbeat.take() {
+            drop(stop);
+            let _ = thread.join();
+        }
+        if read_owner(&self.path).is_some_and(|owner| owner.token == self.token) {
+            remove_lock(&self.path);
+        }
     }
 }
 
@@ -46,7 +75,71 @@ pub enum Attempt {
     },
 }
 
-/// Try once to take the lock; a lock older than `stale_after` is taken over.
+fn owner_path(lock: &Path) -> PathBuf {
+    lock.join("owner.json")
+}
+
+fn read_owner(lock: &Path) -> Option<Owner> {
+    let text = std::fs::read_to_string(owner_path(lock)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// Writes `owner.json` whole (a temporary file renamed over it), which also refreshes its
+/// modification time: the heartbeat.
+fn write_owner(lock: &Path, owner: &Owner) -> std::io::Result<()> {
+    let mut temp = tempfile::Builder::new()
+        .prefix(".owner.")
+        .tempfile_in(lock)?;
+    serde_json::to_writer(&mut temp, owner).map_err(std::io::Error::other)?;
+    temp.persist(owner_path(lock)).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// How long ago a file or folder was last modified.
+fn age_of(path: &Path) -> Option<Duration> {
+    let modified = std::fs::symlink_metadata(path)
+        .and_then(|m| m.modified())
+        .ok()?;
+    Some(
+        SystemTime::now()
+            .duration_since(modified)
+            .unwrap_or(Duration::ZERO),
+    )
+}
+
+/// Whether the lock at `path` may be taken over, and the token it holds (to check that what a
+/// takeover renames aside is the lock judged stale).
+fn judge(path: &Path, stale_after: Option<Duration>) -> (bool, Option<String>, Option<Duration>) {
+    let older = |age: Option<Duration>, limit: Duration| age.is_some_and(|age| age > limit);
+    match read_owner(path) {
+        Some(owner) => {
+            let heartbeat = age_of(&owner_path(path));
+            let stale = match owner.holder.liveness() {
+                Liveness::Gone => true,
+                Liveness::Alive | Liveness::Unknown => {
+                    stale_after.is_some_and(|limit| older(heartbeat, limit))
+                }
+            };
+            (stale, Some(owner.token), heartbeat)
+        }
+        None => {
+            let age = age_of(path);
+            let limit = stale_after.unwrap_or(UNOWNED_GRACE).max(UNOWNED_GRACE);
+            (older(age, limit), None, age)
+        }
+    }
+}
+
+/// Removes a lock folder: renamed aside first, so a folder being removed is never mistaken for
+/// the lock.
+fn remove_lock(path: &Path) {
+    let aside = path.with_extension(format!("released-{}", holder::token()));
+    if std::fs::rename(path, &aside).is_ok() {
+        let _ = std::fs::remove_dir_all(&aside);
+    }
+}
+
+/// Try once to take the lock; a stale one (see the module docs) is taken over.
 pub fn try_acquire(path: &Path, stale_after: Option<Duration>) -> std::io::Result<Attempt> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
@@ -55,31 +148,43 @@ pub fn try_acquire(path: &Path, stale_after: Option<Duration>) -> std::io::Resul
     for _ in 0..2 {
         match std::fs::create_dir(path) {
             Ok(()) => {
-                let owner = format!(
-                    "pid {}\nsince {}\n",
-                    std::process::id(),
-                    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-                );
-                let _ = std::fs::write(path.join("owner"), owner);
+                let token = holder::token();
+                let owner = Owner {
+                    holder: Holder::current(),
+                    token: token.clone(),
+                    since: super::record::now_rfc3339(),
+                };
+                if let Err(error) = write_owner(path, &owner) {
+                    let _ = std::fs::remove_dir_all(path);
+                    return Err(error);
+                }
+                let heartbeat = start_heartbeat(path, owner, stale_after);
                 return Ok(Attempt::Acquired {
                     lock: DirLock {
                         path: path.to_path_buf(),
+                        token,
+                        heartbeat,
                     },
                     took_over_stale,
                 });
             }
             Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
-                let age = std::fs::symlink_metadata(path)
-                    .and_then(|m| m.modified())
-                    .ok()
-                    .and_then(|modified| SystemTime::now().duration_since(modified).ok());
-                let stale = matches!((stale_after, age), (Some(limit), Some(age)) if age > limit);
+                let (stale, token, age) = judge(path, stale_after);
                 if !stale || took_over_stale {
                     return Ok(Attempt::Busy { age });
                 }
-                // Take the stale lock over: remove it, then race for it like anyone else.
-                let _ = std::fs::remove_file(path.join("owner"));
-                let _ = std::fs::remove_dir(path);
+                // Rename the stale lock aside; of several takers one wins. What was renamed
+                // must be the lock judged stale: if a new holder got in between, put it back.
+                let aside = path.with_extension(format!("stale-{}", holder::token()));
+                if std::fs::rename(path, &aside).is_err() {
+                    return Ok(Attempt::Busy { age });
+                }
+                let renamed = read_owner(&aside).map(|owner| owner.token);
+                if renamed != token {
+                    let _ = std::fs::rename(&aside, path);
+                    return Ok(Attempt::Busy { age: None });
+                }
+                let _ = std::fs::remove_dir_all(&aside);
                 took_over_stale = true;
             }
             Err(error) => return Err(error),
@@ -88,81 +193,47 @@ pub fn try_acquire(path: &Path, stale_after: Option<Duration>) -> std::io::Resul
     Ok(Attempt::Busy { age: None })
 }
 
-/// Locks taken by `lock.acquire`, released when the run ends.
-static HELD: Mutex<Vec<DirLock>> = Mutex::new(Vec::new());
-
-/// Release every lock `lock.acquire` took.
-pub fn release_all() {
-    let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
-    held.clear();
+/// Rewrites `owner.json` every quarter of `stale_after` (or every [`HEARTBEAT`]) while the
+/// lock is ours, until the returned sender is dropped.
+fn start_heartbeat(
+    path: &Path,
+    owner: Owner,
+    stale_after: Option<Duration>,
+) -> Option<(mpsc::Sender<()>, std::thread::JoinHandle<()>)> {
+    let every = stale_after
+        .map(|limit| (limit / 4).max(Duration::from_millis(50)))
+        .unwrap_or(HEARTBEAT)
+        .min(HEARTBEAT);
+    let (stop, stopped) = mpsc::channel::<()>();
+    let path = path.to_path_buf();
+    let thread = std::thread::Builder::new()
+        .name("lock-heartbeat".into())
+        .spawn(move || {
+            while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
+                if read_owner(&path).is_none_or(|now| now.token != owner.token) {
+                    return;
+                }
+                let _ = write_owner(&path, &owner);
+            }
+        })
+        .ok()?;
+    Some((stop, thread))
 }
 
-/// The `lock.acquire` built-in.
-pub fn lookup(name: &str) -> Option<&'static Builtin> {
-    static BUILTIN: Builtin = Builtin {
-        name: LOCK_ACQUIRE,
-        description: "take a mkdir lock, held until the run ends; never waits",
-        writes: true,
-        with_schema,
-        output_schema,
-        run,
-    };
-    (name == LOCK_ACQUIRE).then_some(&BUILTIN)
-}
+/// The locks `lock.acquire` took in one run: released when the run ends (when this is
+/// dropped), never shared with another run in the same process.
+#[derive(Debug, Default)]
+pub struct HeldLocks(Mutex<Vec<DirLock>>);
 
-fn with_schema() -> Value {
-    json!({
-        "type": "object",
-        "additionalProperties": false,
-        "required": ["path"],
-        "properties": {
-            "path": { "type": "string", "description": "the lock folder" },
-            "stale_after": { "type": "string", "description": "a lock older than this is taken over, e.g. \"600s\"" }
-        }
-    })
-}
+impl HeldLocks {
+    pub fn hold(&self, lock: DirLock) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(lock);
+    }
 
-fn output_schema() -> Value {
-    json!({
-        "type": "object",
-        "additionalProperties": false,
-        "required": ["acquired", "path", "took_over_stale"],
-        "properties": {
-            "acquired": { "type": "boolean", "description": "false when another run holds the lock" },
-            "path": { "type": "string", "description": "The lock folder, absolute" },
-            "took_over_stale": { "type": "boolean", "description": "true when a stale lock was removed and taken" }
-        },
-        "examples": [{ "acquired": true, "path": "lock.d", "took_over_stale": false }]
-    })
-}
-
-fn run(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
-    let path = with
-        .get("path")
-        .and_then(Value::as_str)
-        .ok_or_else(|| BuiltinError::new("`path` is required"))?;
-    let stale_after = match with.get("stale_after").and_then(Value::as_str) {
-        Some(text) => {
-            Some(crate::template::functions::parse_duration(text).map_err(BuiltinError::new)?)
-        }
-        None => None,
-    };
-    let target = ctx.writes.check(&ctx.resolve(path))?;
-    let attempt = try_acquire(&target, stale_after).map_err(|e| {
-        BuiltinError::new(format!("cannot create lock `{}`: {e}", target.display()))
-    })?;
-    Ok(match attempt {
-        Attempt::Acquired {
-            lock,
-            took_over_stale,
-        } => {
-            HELD.lock().unwrap_or_else(|p| p.into_inner()).push(lock);
-            json!({ "acquired": true, "path": target.display().to_string(), "took_over_stale": took_over_stale })
-        }
-        Attempt::Busy { .. } => {
-            json!({ "acquired": false, "path": target.display().to_string(), "took_over_stale": false })
-        }
-    })
+    /// Releases every lock held.
+    pub fn release_all(&self) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
 }
 
 #[cfg(test)]
@@ -188,17 +259,87 @@ mod tests {
         ));
     }
 
+    fn write_foreign(path: &Path, holder: Holder) {
+        std::fs::create_dir(path).unwrap();
+        let owner = Owner {
+            holder,
+            token: holder::token(),
+            since: String::new(),
+        };
+        write_owner(path, &owner).unwrap();
+    }
+
     #[test]
-    fn stale_lock_is_taken_over() {
+    fn a_lock_whose_holder_is_gone_is_taken_over() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.lock.d");
-        std::fs::create_dir(&path).unwrap();
-        std::thread::sleep(Duration::from_millis(30));
-        match try_acquire(&path, Some(Duration::from_millis(10))).unwrap() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        write_foreign(
+            &path,
+            Holder {
+                pid,
+                started: 1,
+                host: holder::hostname(),
+            },
+        );
+        match try_acquire(&path, None).unwrap() {
             Attempt::Acquired {
                 took_over_stale, ..
             } => assert!(took_over_stale),
             other => panic!("expected a takeover, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_live_holder_keeps_its_lock_past_stale_after_and_a_lost_lock_is_not_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.lock.d");
+        let limit = Duration::from_millis(200);
+        let Attempt::Acquired { lock, .. } = try_acquire(&path, Some(limit)).unwrap() else {
+            panic!("first attempt must acquire");
+        };
+        // Older than `stale_after`, but the heartbeat keeps it fresh.
+        std::thread::sleep(limit * 3);
+        assert!(matches!(
+            try_acquire(&path, Some(limit)).unwrap(),
+            Attempt::Busy { .. }
+        ));
+        // Someone else's lock in its place: the release leaves it.
+        remove_lock(&path);
+        write_foreign(&path, Holder::current());
+        drop(lock);
+        assert!(path.exists(), "a release removed another holder's lock");
+    }
+
+    #[test]
+    fn a_live_holder_on_another_host_without_heartbeat_is_stale() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.lock.d");
+        write_foreign(
+            &path,
+            Holder {
+                host: format!("{}-elsewhere", holder::hostname()),
+                ..Holder::current()
+            },
+        );
+        let old = SystemTime::now() - Duration::from_secs(60);
+        let file = std::fs::File::options()
+            .write(true)
+            .open(owner_path(&path))
+            .unwrap();
+        file.set_modified(old).unwrap();
+        assert!(matches!(
+            try_acquire(&path, None).unwrap(),
+            Attempt::Busy { .. }
+        ));
+        assert!(matches!(
+            try_acquire(&path, Some(Duration::from_secs(30))).unwrap(),
+            Attempt::Acquired {
+                took_over_stale: true,
+                ..
+            }
+        ));
     }
 }

@@ -151,7 +151,6 @@ pub fn run(
     executor.execute(resume.map(|r| r.outputs).unwrap_or_default());
     executor.reporter.done();
     let record = executor.record;
-    locks::release_all();
     if private {
         // The folder is 0700 from the start; the files in it are made 0600 once written.
         record::restrict_tree(&runtime.state_dir);

@@ -36,6 +36,8 @@ const CACHE_VERSION: &str = "stagegraph-cache-1";
 pub(crate) struct Prepared {
     pub writes: WriteRoots,
     pub child_env: Vec<(String, String)>,
+    /// The locks `lock.acquire` took in this run, released when the run is done with them.
+    pub locks: super::locks::HeldLocks,
 }
 
 impl Prepared {
@@ -52,7 +54,11 @@ impl Prepared {
                 .map_err(|e| format!("`child_env.{name}`: {}", describe(&e)))?;
             child_env.push((name.clone(), value));
         }
-        Ok(Prepared { writes, child_env })
+        Ok(Prepared {
+            writes,
+            child_env,
+            locks: Default::default(),
+        })
     }
 }
 
@@ -985,6 +991,7 @@ impl StageRunner<'_> {
                 let ctx = BuiltinCtx {
                     cwd: &self.runtime.cwd,
                     writes: &self.prepared.writes,
+                    locks: &self.prepared.locks,
                 };
                 let value = (builtin.run)(args, &ctx).map_err(|e| e.to_string())?;
                 let value = match (stage.format, value) {
