@@ -402,3 +402,32 @@ fn a_live_lock_older_than_stale_after_is_not_taken() {
         assert!(!t.exists("w.lock.d"), "{name}: the holder's lock is left behind");
     }
 }
+
+/// Whether a process is running (not gone, not a zombie).
+fn running(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        let state = stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().next());
+        !matches!(state, Some("Z" | "X"))
+    })
+}
+
+/// When the engine is killed outright, the stage process it was running dies with it.
+#[test]
+fn a_stage_process_dies_with_a_killed_engine() {
+    if !std::path::Path::new("/proc/self/stat").exists() {
+        eprintln!("skipped: no /proc (the parent-death signal is Linux's)");
+        return;
+    }
+    let t = Test::new();
+    t.write("w.toml", &crash_workflow());
+    kill_during_b(&t);
+    let pid = t.read("b.pid").trim().to_string();
+    crate::support::wait_for(
+        "the stage process to die",
+        std::time::Duration::from_secs(20),
+        || !running(&pid),
+    );
+}

@@ -91,6 +91,26 @@ pub fn run(spec: &ProcessSpec) -> Result<ProcessOutput, ProcessError> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    // The stage's process dies with the engine (a kill -9 runs no cleanup): a resume must not
+    // find the killed run's stage still running beside its own.
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt;
+        let engine = std::process::id();
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The engine died before the signal was asked for: die now.
+                if libc::getppid() as u32 != engine {
+                    libc::_exit(137);
+                }
+                Ok(())
+            });
+        }
+    }
     if let Some(cwd) = &spec.cwd {
         command.current_dir(cwd);
     }
