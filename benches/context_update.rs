@@ -51,7 +51,7 @@ fn main() {
                 sizes = args
                     .next()
                     .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
-                    .unwrap_or(sizes)
+                    .unwrap_or(sizes);
             }
             // Another session transcript to replay turn by turn (a real one, for instance).
             "--session" => sessions.extend(args.next().map(PathBuf::from)),
@@ -217,7 +217,7 @@ impl Bench {
         .expect("models");
         let (lines, before_last_turn, before_tools);
         if !transcript.exists()
-            || fs::metadata(&transcript).map(|m| m.len()).unwrap_or(0) < (mb as u64) << 20
+            || fs::metadata(&transcript).map_or(0, |m| m.len()) < (mb as u64) << 20
         {
             let mut file =
                 std::io::BufWriter::new(fs::File::create(&transcript).expect("a transcript"));
@@ -371,9 +371,7 @@ impl Bench {
         let _ = fs::remove_file(self.project.join("models/writer.prompt"));
         self.fire(&["--input", "min_words=10"]);
         let size = |name: &str| {
-            fs::metadata(self.project.join("models").join(name))
-                .map(|m| m.len() as usize)
-                .unwrap_or(0)
+            fs::metadata(self.project.join("models").join(name)).map_or(0, |m| m.len() as usize)
         };
         (size("gate.prompt"), size("writer.prompt"))
     }
@@ -405,8 +403,7 @@ impl Bench {
             bench.fire(&["--input", "debounce_seconds=0"]);
             let size = |name: &str| {
                 fs::metadata(bench.project.join("models").join(name))
-                    .map(|m| m.len() as usize)
-                    .unwrap_or(0)
+                    .map_or(0, |m| m.len() as usize)
             };
             out.push((
                 size("gate.prompt"),

@@ -68,7 +68,7 @@ impl Shape {
                         let mut deps: Vec<usize> = (0..4.min(width))
                             .map(|k| (layer - 1) * width + (position + k) % width)
                             .collect();
-                        deps.sort();
+                        deps.sort_unstable();
                         deps.dedup();
                         deps
                     })
@@ -208,7 +208,7 @@ fn measure(command: &mut Command, dir: &Path) -> Result<Sample, String> {
     // SAFETY: an all-zero rusage is a valid value for wait4 to fill in.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: `pid` is our own child, not yet reaped (the Child is never waited on).
-    let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    let reaped = unsafe { libc::wait4(pid, &raw mut status, 0, &raw mut usage) };
     let time = started.elapsed();
     drop(child);
     if reaped != pid {
@@ -462,7 +462,10 @@ fn print_table(rows: &[Row]) {
         "make no-op",
         "peak MB",
     ];
-    let mut lines: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
+    let mut lines: Vec<Vec<String>> = vec![header
+        .iter()
+        .map(std::string::ToString::to_string)
+        .collect()];
     for row in rows {
         lines.push(vec![
             row.shape.to_string(),
@@ -491,7 +494,7 @@ fn print_table(rows: &[Row]) {
         "no-op / ninja no-op",
     ]
     .iter()
-    .map(|s| s.to_string())
+    .map(std::string::ToString::to_string)
     .collect()];
     for row in rows {
         ratios.push(vec![

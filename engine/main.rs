@@ -402,8 +402,7 @@ fn main() -> ExitCode {
     let state_dir = cli
         .state_dir
         .clone()
-        .map(|d| cwd.join(d))
-        .unwrap_or_else(|| cwd.join(".stagegraph"));
+        .map_or_else(|| cwd.join(".stagegraph"), |d| cwd.join(d));
     let state_explicit = cli.state_dir.is_some();
     match &cli.command {
         Command::Mcp => return mcp(&cli, &cwd),
@@ -954,7 +953,9 @@ impl App {
             record: !exec.no_record,
             jobs: exec
                 .jobs
-                .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+                .unwrap_or_else(|| {
+                    std::thread::available_parallelism().map_or(2, std::num::NonZero::get)
+                })
                 .max(1),
             dry_run: exec.dry_run || exec.explain,
             explain: exec.explain,
@@ -1074,11 +1075,7 @@ impl App {
                     .and_then(|e| e.stage.as_ref())
                     .map(|s| format!(" at `{s}`"))
                     .unwrap_or_default(),
-                record
-                    .exit
-                    .as_ref()
-                    .map(|e| e.message.as_str())
-                    .unwrap_or("")
+                record.exit.as_ref().map_or("", |e| e.message.as_str())
             ),
             RunStatus::Failed => format!("failed: {}", record.error.as_deref().unwrap_or("")),
             RunStatus::Interrupted => "interrupted".to_string(),
@@ -1257,7 +1254,7 @@ impl App {
                             "error": r.error,
                         })),
                         Err(error) if format == TextOrJson::Json => {
-                            listed.push(serde_json::json!({ "run_id": id, "unreadable": error }))
+                            listed.push(serde_json::json!({ "run_id": id, "unreadable": error }));
                         }
                         Ok(r) => {
                             let detail = match (&r.exit, &r.error) {
@@ -1573,7 +1570,7 @@ fn undefined_models(
                 out.push(diagnostic);
             }
             stagegraph::check::Action::Workflow { workflow: sub, .. } => {
-                out.extend(undefined_models(sub, models, severity))
+                out.extend(undefined_models(sub, models, severity));
             }
             _ => {}
         }
@@ -1597,7 +1594,7 @@ fn ask_answers(
                     let with = with.literal_entries();
                     let schema = stagegraph::builtins::ask::output_schema_for(Some(&with));
                     let choices = schema.get("enum").and_then(Value::as_array).cloned();
-                    out.push((stage.id.clone(), choices))
+                    out.push((stage.id.clone(), choices));
                 }
                 stagegraph::check::Action::Workflow { workflow: sub, .. } => ask_stages(sub, out),
                 _ => {}
@@ -1617,11 +1614,13 @@ fn ask_answers(
         let stage = stage.trim();
         if !known.iter().any(|k| k == stage) {
             let help = stagegraph::diag::did_you_mean(stage, known.iter().map(String::as_str))
-                .map(|h| format!("; {h}"))
-                .unwrap_or_else(|| match known.is_empty() {
-                    true => format!("; workflow `{}` asks nothing", workflow.name),
-                    false => format!("; its `ask` stages: {}", known.join(", ")),
-                });
+                .map_or_else(
+                    || match known.is_empty() {
+                        true => format!("; workflow `{}` asks nothing", workflow.name),
+                        false => format!("; its `ask` stages: {}", known.join(", ")),
+                    },
+                    |h| format!("; {h}"),
+                );
             return Err(invalid(format!(
                 "--answer {stage}=...: `{stage}` is not an `ask` stage of workflow `{}`{help}",
                 workflow.name

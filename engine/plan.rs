@@ -41,7 +41,7 @@ impl<'w> Plan<'w> {
                 waves[level[i]].push(i);
             }
             for wave in &mut waves {
-                wave.sort();
+                wave.sort_unstable();
             }
             waves
         };

@@ -29,7 +29,10 @@ fn subcommands(t: &Test, parent: &[&str]) -> Vec<Vec<String>> {
             if name.is_empty() || name == "help" || line.starts_with("   ") {
                 continue;
             }
-            let mut path: Vec<String> = parent.iter().map(|s| s.to_string()).collect();
+            let mut path: Vec<String> = parent
+                .iter()
+                .map(std::string::ToString::to_string)
+                .collect();
             path.push(name.to_string());
             found.push(path);
         }
@@ -42,7 +45,8 @@ fn the_help_of_every_subcommand_ends_with_examples() {
     let t = Test::new();
     let mut all = subcommands(&t, &[]);
     assert!(all.len() >= 10, "{all:?}");
-    for nested in ["runs"] {
+    {
+        let nested = "runs";
         all.extend(subcommands(&t, &[nested]));
     }
     assert!(all.iter().any(|p| p == &["runs", "show"]), "{all:?}");
@@ -67,7 +71,7 @@ fn the_help_of_every_subcommand_ends_with_examples() {
             examples
                 .iter()
                 .any(|l| l.trim_start().starts_with("stagegraph ")
-                    && l.contains(path.last().map(String::as_str).unwrap_or(""))),
+                    && l.contains(path.last().map_or("", String::as_str))),
             "`{}`: examples of itself:\n{}",
             args.join(" "),
             out.stdout

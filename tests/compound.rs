@@ -145,7 +145,7 @@ impl Project {
             "--input".into(),
             "context=the upload retry fix".into(),
         ];
-        args.extend(extra.iter().map(|a| a.to_string()));
+        args.extend(extra.iter().map(std::string::ToString::to_string));
         self.test
             .command(args)
             .env("PATH", &self.search_path())

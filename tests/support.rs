@@ -93,9 +93,7 @@ impl Test {
 
     /// How many lines a counter file has (0 when it does not exist).
     pub(crate) fn count(&self, relative: &str) -> usize {
-        std::fs::read_to_string(self.path(relative))
-            .map(|text| text.lines().count())
-            .unwrap_or(0)
+        std::fs::read_to_string(self.path(relative)).map_or(0, |text| text.lines().count())
     }
 
     /// A `stagegraph` invocation with the given arguments.

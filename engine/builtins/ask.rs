@@ -216,7 +216,9 @@ pub fn answer(
         },
         Source::Default => default,
         Source::Terminal => {
-            let _one = PROMPT.lock().unwrap_or_else(|p| p.into_inner());
+            let _one = PROMPT
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let mut prompt = format!(
                 "{} [{}] (default: {default}): ",
                 args.question.trim_end(),

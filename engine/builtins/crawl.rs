@@ -185,15 +185,11 @@ impl Client {
                 at = next;
                 continue;
             }
-            let html = response
-                .headers()
-                .get("content-type")
-                .map(|value| {
-                    String::from_utf8_lossy(value.as_bytes())
-                        .to_ascii_lowercase()
-                        .contains("html")
-                })
-                .unwrap_or(false);
+            let html = response.headers().get("content-type").is_some_and(|value| {
+                String::from_utf8_lossy(value.as_bytes())
+                    .to_ascii_lowercase()
+                    .contains("html")
+            });
             let bytes = response
                 .body_mut()
                 .with_config()
@@ -287,7 +283,7 @@ impl Robots {
                 };
             }
         }
-        best.map(|(_, allow)| allow).unwrap_or(true)
+        best.is_none_or(|(_, allow)| allow)
     }
 }
 
@@ -307,9 +303,7 @@ fn robots_match(pattern: &str, path: &str) -> bool {
     if anchored {
         regex.push('$');
     }
-    Regex::new(&regex)
-        .map(|re| re.is_match(path))
-        .unwrap_or(false)
+    Regex::new(&regex).is_ok_and(|re| re.is_match(path))
 }
 
 fn glob_set(patterns: &[String]) -> Result<globset::GlobSet, BuiltinError> {
@@ -498,7 +492,7 @@ fn crawl(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
             match site.join(page) {
                 Ok(url) => candidates.push(url),
                 Err(err) => {
-                    failures.push(json!({ "url": page, "reason": format!("not a url: {err}") }))
+                    failures.push(json!({ "url": page, "reason": format!("not a url: {err}") }));
                 }
             }
         }

@@ -843,7 +843,7 @@ pub(super) mod testing {
             let outside = base.join("outside");
             std::fs::create_dir_all(&cwd).expect("work dir");
             std::fs::create_dir_all(&outside).expect("outside dir");
-            let roots: Vec<String> = roots.iter().map(|root| root.to_string()).collect();
+            let roots: Vec<String> = roots.iter().map(std::string::ToString::to_string).collect();
             let writes = WriteRoots::new(&cwd, &roots);
             Sandbox {
                 _dir: dir,

@@ -80,7 +80,7 @@ pub(crate) fn lexical_absolute(path: &Path) -> PathBuf {
     for component in absolute.components() {
         match component {
             Component::Prefix(_) | Component::RootDir | Component::Normal(_) => {
-                out.push(component.as_os_str())
+                out.push(component.as_os_str());
             }
             Component::CurDir => {}
             Component::ParentDir => {

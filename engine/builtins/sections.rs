@@ -93,7 +93,7 @@ fn parse(text: &str) -> Vec<Section> {
                                 && run >= length
                                 && indented[run..].trim().is_empty() =>
                         {
-                            fence = None
+                            fence = None;
                         }
                         Some(_) => {}
                     }
@@ -113,8 +113,7 @@ fn parse(text: &str) -> Vec<Section> {
         let body_end = headings[at + 1..]
             .iter()
             .find(|next| next.0 <= *level)
-            .map(|next| next.3)
-            .unwrap_or(text.len());
+            .map_or(text.len(), |next| next.3);
         sections.push(Section {
             heading: heading.clone(),
             level: *level,

@@ -1234,7 +1234,7 @@ mod tests {
     fn broken_lines_in_the_middle_are_counted_and_skipped() {
         let mut lines = example();
         lines.insert(3, "{\"type\": \"assistant\", \"mess".into());
-        lines.insert(4, "".into());
+        lines.insert(4, String::new());
         let out = Fixture::lines(&lines).delta(json!({}));
         assert_eq!(out["total_lines"], 9);
         assert_eq!(out["skipped_lines"], 1);

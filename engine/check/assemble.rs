@@ -176,14 +176,13 @@ pub(crate) fn assemble(
                 .and_then(|o| o.schema.as_ref())
                 .is_some()
         });
-        let format = def
-            .output
-            .as_ref()
-            .map(|o| o.format)
-            .unwrap_or(match &action {
+        let format = def.output.as_ref().map_or(
+            match &action {
                 Action::Uses { .. } | Action::Workflow { .. } => OutputFormat::Json,
                 _ => OutputFormat::Text,
-            });
+            },
+            |o| o.format,
+        );
         let mut asserts = Vec::new();
         for a in 0..def.assert.len() {
             if let Some(that) = t.stage(i, Field::AssertThat(a)) {

@@ -421,7 +421,7 @@ impl Checker<'_> {
 
         let pending = match action {
             None => PendingAction::None,
-            Some("command") | Some("shell") => {
+            Some("command" | "shell") => {
                 let shell = action == Some("shell");
                 let mut argc = 0;
                 if shell {

@@ -139,7 +139,7 @@ impl Checker<'_> {
         let (context, at, source) = (pending.context, &pending.at, pending.source.as_str());
         let parts: Vec<&str> = reference.split('.').collect();
         let root = parts[0];
-        let stage_name = own.map(|i| ids[i].as_str()).unwrap_or("");
+        let stage_name = own.map_or("", |i| ids[i].as_str());
         match root {
             "inputs" => {
                 if let Some(input) = parts.get(1) {
@@ -193,7 +193,7 @@ impl Checker<'_> {
                     return None;
                 };
                 match parts.get(2) {
-                    None | Some(&"status") | Some(&"error") => {}
+                    None | Some(&"status" | &"error") => {}
                     Some(&"output") => {
                         self.check_output_path(
                             &schemas[target_index],

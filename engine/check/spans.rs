@@ -57,8 +57,7 @@ pub(crate) fn template_error(
 ) -> Diagnostic {
     let detail = error
         .detail()
-        .map(str::to_string)
-        .unwrap_or_else(|| error.kind().to_string());
+        .map_or_else(|| error.kind().to_string(), str::to_string);
     let message = format!("template does not compile: {detail}");
     let line = error.line();
     match at {

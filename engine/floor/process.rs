@@ -157,7 +157,9 @@ pub fn run(spec: &ProcessSpec) -> Result<ProcessOutput, ProcessError> {
         let done = Arc::clone(&done);
         thread::spawn(move || {
             if rx.recv_timeout(after) == Err(mpsc::RecvTimeoutError::Timeout) {
-                let done = done.lock().unwrap_or_else(|poison| poison.into_inner());
+                let done = done
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 if !*done {
                     timed_out.store(true, Ordering::SeqCst);
                     kill_group(pgid, libc::SIGKILL);
@@ -168,7 +170,9 @@ pub fn run(spec: &ProcessSpec) -> Result<ProcessOutput, ProcessError> {
     });
 
     let waited = child.wait_with_output();
-    *done.lock().unwrap_or_else(|poison| poison.into_inner()) = true;
+    *done
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
     drop(watchdog);
     interrupt.unregister(pgid);
     if let Some(feeder) = feeder {
@@ -216,7 +220,9 @@ fn resolve(program: &str, spec: &ProcessSpec) -> Option<PathBuf> {
     }
     let key = (path, program.to_string());
     let found = FOUND.get_or_init(Mutex::default);
-    let mut found = found.lock().unwrap_or_else(|poison| poison.into_inner());
+    let mut found = found
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(hit) = found.get(&key) {
         return Some(hit.clone());
     }
@@ -283,7 +289,7 @@ impl Interrupt {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<i32>> {
         self.groups
             .lock()
-            .unwrap_or_else(|poison| poison.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn register(&self, pgid: i32) {
@@ -301,7 +307,7 @@ mod tests {
 
     fn spec(argv: &[&str]) -> ProcessSpec {
         ProcessSpec {
-            argv: argv.iter().map(|s| s.to_string()).collect(),
+            argv: argv.iter().map(std::string::ToString::to_string).collect(),
             ..ProcessSpec::default()
         }
     }

@@ -424,7 +424,7 @@ fn convert_table(
     origins: &mut Option<Origins>,
 ) -> Value {
     let mut map = Map::with_capacity(table.len());
-    for (key, value) in table.iter() {
+    for (key, value) in table {
         let converted = match origins {
             None => convert_value(value.get_ref(), "", source, origins),
             Some(_) => {
@@ -459,7 +459,7 @@ fn convert_value(
                 10 => text.parse::<i64>().ok(),
                 radix => i64::from_str_radix(&text[2..], radix).ok(),
             };
-            parsed.map(Value::from).unwrap_or(Value::Null)
+            parsed.map_or(Value::Null, Value::from)
         }
         DeValue::Float(f) => f
             .as_str()
@@ -467,8 +467,7 @@ fn convert_value(
             .parse::<f64>()
             .ok()
             .and_then(serde_json::Number::from_f64)
-            .map(Value::Number)
-            .unwrap_or(Value::Null),
+            .map_or(Value::Null, Value::Number),
         DeValue::Boolean(b) => Value::Bool(*b),
         DeValue::Datetime(d) => Value::String(d.to_string()),
         DeValue::Array(items) => Value::Array(
@@ -569,7 +568,7 @@ fn overlay(top: &mut RawWorkflow, base: RawWorkflow) -> Result<(), Vec<Diagnosti
                         let origin = top
                             .origins()
                             .get(&format!("{pointer}/disabled"))
-                            .cloned()
+                            .copied()
                             .unwrap_or(Origin::new(0, 0..0, 0..0));
                         if !exists {
                             diagnostics.push(

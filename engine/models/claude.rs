@@ -46,7 +46,7 @@ impl Claude<'_> {
             "--strict-mcp-config",
             "--disable-slash-commands",
         ];
-        argv.extend(fixed.iter().map(|word| word.to_string()));
+        argv.extend(fixed.iter().map(std::string::ToString::to_string));
         // `--tools` takes several values: `=` keeps it to exactly one.
         argv.push(format!("--tools={}", self.tools.join(",")));
         argv.push(format!(

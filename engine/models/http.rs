@@ -242,5 +242,8 @@ pub(crate) fn missing(alias: &str, url: &str, what: &str) -> ModelError {
 
 /// A token count from a response's `usage` object; a provider that leaves one out reports 0.
 pub(crate) fn count(usage: &serde_json::Value, field: &str) -> u64 {
-    usage.get(field).and_then(|n| n.as_u64()).unwrap_or(0)
+    usage
+        .get(field)
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0)
 }

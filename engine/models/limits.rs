@@ -41,7 +41,7 @@ impl Limiter {
     fn lock(&self) -> MutexGuard<'_, QueueState> {
         self.state
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Wait for a free place and for the end of any pause, then take the place.
@@ -61,7 +61,7 @@ impl Limiter {
                     state = self
                         .changed
                         .wait_timeout(state, wait.min(POLL))
-                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
                         .0;
                 }
                 None if state.active < self.max => {
@@ -72,7 +72,7 @@ impl Limiter {
                     state = self
                         .changed
                         .wait_timeout(state, POLL)
-                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
                         .0;
                 }
             }
@@ -117,7 +117,7 @@ impl Budget {
     fn lock(&self) -> MutexGuard<'_, BudgetState> {
         self.state
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub(crate) fn limit(&self, usd: f64, source: &str) {

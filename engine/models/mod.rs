@@ -218,9 +218,7 @@ impl ConfigPaths {
         let cwd = if cwd.is_absolute() {
             cwd.to_path_buf()
         } else {
-            std::env::current_dir()
-                .map(|dir| dir.join(cwd))
-                .unwrap_or_else(|_| cwd.to_path_buf())
+            std::env::current_dir().map_or_else(|_| cwd.to_path_buf(), |dir| dir.join(cwd))
         };
         ConfigPaths {
             user: config_home.map(|home| home.join("stagegraph").join("config.toml")),

@@ -283,7 +283,7 @@ fn note_first_format(dir: &Path) {
     static NOTED: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
     let mut noted = NOTED
         .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if noted.insert(dir.to_path_buf()) {
         eprintln!(
             "note: {} holds recordings of the first format, keyed by alias and transport; \

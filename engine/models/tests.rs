@@ -822,9 +822,7 @@ fn counting_models(counter: &Path) -> Models {
 }
 
 fn runs(counter: &Path) -> usize {
-    std::fs::read_to_string(counter)
-        .map(|text| text.lines().count())
-        .unwrap_or(0)
+    std::fs::read_to_string(counter).map_or(0, |text| text.lines().count())
 }
 
 #[test]

@@ -62,7 +62,7 @@ pub struct RunOptions {
 impl Default for RunOptions {
     fn default() -> Self {
         RunOptions {
-            jobs: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            jobs: std::thread::available_parallelism().map_or(2, std::num::NonZero::get),
             dry_run: false,
             no_cache: false,
             show_prompts: false,

@@ -92,7 +92,10 @@ impl Reporter {
         match &self.live {
             Some(live) => live.bar.println(text),
             None => {
-                let mut batch = self.batch.lock().unwrap_or_else(|p| p.into_inner());
+                let mut batch = self
+                    .batch
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 batch.push_str(text);
                 batch.push('\n');
                 if now || batch.len() >= BATCH_BYTES {
@@ -114,7 +117,12 @@ impl Reporter {
 
     /// Write the held-back lines.
     pub(crate) fn flush(&self) {
-        write_stderr(&mut self.batch.lock().unwrap_or_else(|p| p.into_inner()));
+        write_stderr(
+            &mut self
+                .batch
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
     }
 
     pub(crate) fn event(&self, event: &super::record::Stamped) {
@@ -129,7 +137,10 @@ impl Reporter {
 
     pub(crate) fn started(&self, id: &str) {
         if let Some(live) = &self.live {
-            let mut running = live.running.lock().unwrap_or_else(|p| p.into_inner());
+            let mut running = live
+                .running
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             running.insert(format!("{}{id}", self.prefix));
             live.bar.set_message(running_message(&running));
         }
@@ -146,7 +157,10 @@ impl Reporter {
 
     pub(crate) fn finished(&self, id: &str) {
         if let Some(live) = &self.live {
-            let mut running = live.running.lock().unwrap_or_else(|p| p.into_inner());
+            let mut running = live
+                .running
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             running.remove(&format!("{}{id}", self.prefix));
             if self.prefix.is_empty() {
                 live.bar.inc(1);

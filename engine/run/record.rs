@@ -500,7 +500,7 @@ impl RunFiles {
             return None;
         }
         let spacing = self.spacing();
-        let since = self.last_write.map(|at| at.elapsed()).unwrap_or(spacing);
+        let since = self.last_write.map_or(spacing, |at| at.elapsed());
         Some(spacing.saturating_sub(since))
     }
 

@@ -578,8 +578,7 @@ impl StageRunner<'_> {
             (Some(schema), _) => schema.synthesize(),
             (None, Action::Uses { builtin, .. }) => {
                 crate::schema::Schema::from_value((builtin.output_schema)(), builtin.name)
-                    .map(|s| s.synthesize())
-                    .unwrap_or(Value::Null)
+                    .map_or(Value::Null, |s| s.synthesize())
             }
             _ => match stage.format {
                 OutputFormat::Text => Value::String(String::new()),
@@ -875,11 +874,15 @@ impl StageRunner<'_> {
                     if result.0.is_err() && !keep_going {
                         failed.store(true, Ordering::SeqCst);
                     }
-                    results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(result);
+                    results
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)[i] = Some(result);
                 });
             }
         });
-        let results = results.into_inner().unwrap_or_else(|p| p.into_inner());
+        let results = results
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut outputs = Vec::with_capacity(results.len());
         for (i, result) in results.into_iter().enumerate() {
             let Some((result, attempts, calls, stderr)) = result else {
@@ -1204,8 +1207,7 @@ fn artifact_bytes(value: &Value, format: OutputFormat) -> Vec<u8> {
 pub(crate) fn describe(error: &minijinja::Error) -> String {
     let mut text = error
         .detail()
-        .map(str::to_string)
-        .unwrap_or_else(|| error.kind().to_string());
+        .map_or_else(|| error.kind().to_string(), str::to_string);
     if let (Some(name), Some(line)) = (error.name(), error.line()) {
         let name = name.strip_prefix("value:").unwrap_or(name);
         text.push_str(&format!(" (in {name}, line {line})"));

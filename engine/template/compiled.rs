@@ -369,7 +369,10 @@ impl StageTable {
     }
 
     pub fn set(&self, index: usize, slot: StageSlot) {
-        let mut slots = self.slots.write().unwrap_or_else(|p| p.into_inner());
+        let mut slots = self
+            .slots
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         slots[index] = Some(slot);
     }
 
@@ -380,7 +383,9 @@ impl StageTable {
     /// Every slot, read in place (a fingerprint reads several stages' hashes without copying
     /// them).
     pub fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<Option<StageSlot>>> {
-        self.slots.read().unwrap_or_else(|p| p.into_inner())
+        self.slots
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

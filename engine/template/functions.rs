@@ -244,7 +244,7 @@ const REGEX_CACHE_CAP: usize = 256;
 fn regex(filter: &str, pattern: &str) -> Result<Regex, Error> {
     let mut cache = REGEX_CACHE
         .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(compiled) = cache.get(pattern) {
         return Ok(compiled.clone());
     }
@@ -311,7 +311,7 @@ fn basename_filter(path: &str) -> String {
 
 fn dirname_filter(path: &str) -> String {
     let head = match path.rfind('/') {
-        Some(at) => &path[..at + 1],
+        Some(at) => &path[..=at],
         None => "",
     };
     if !head.is_empty() && head.bytes().any(|byte| byte != b'/') {
@@ -333,8 +333,9 @@ fn find_up_fn(path: &str, name: &str) -> Result<Value, Error> {
     Ok(start
         .ancestors()
         .find(|folder| std::fs::symlink_metadata(folder.join(name)).is_ok())
-        .map(|folder| Value::from(folder.to_string_lossy().into_owned()))
-        .unwrap_or(Value::from(())))
+        .map_or(Value::from(()), |folder| {
+            Value::from(folder.to_string_lossy().into_owned())
+        }))
 }
 
 /// Parts joined with `/`; an absolute part discards what came before it.

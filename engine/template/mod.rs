@@ -72,7 +72,7 @@ pub fn guarded<T>(f: impl FnOnce() -> Result<T, minijinja::Error>) -> Result<T, 
     result.unwrap_or_else(|payload| {
         let why = payload
             .downcast_ref::<&str>()
-            .map(|s| s.to_string())
+            .map(std::string::ToString::to_string)
             .or_else(|| payload.downcast_ref::<String>().cloned())
             .unwrap_or_default();
         Err(minijinja::Error::new(

@@ -500,7 +500,13 @@ mod tests {
     use super::*;
 
     fn bound(text: &str, values: &[&str]) -> Result<Script, Error> {
-        bind(text, values.iter().map(|v| v.to_string()).collect())
+        bind(
+            text,
+            values
+                .iter()
+                .map(std::string::ToString::to_string)
+                .collect(),
+        )
     }
 
     fn m(n: usize) -> String {
