@@ -27,12 +27,28 @@ fn one_toml_syntax_error_is_one_diagnostic_at_the_open_bracket() {
     let diagnostics = json["diagnostics"].as_array().expect("diagnostics");
     assert_eq!(diagnostics.len(), 1, "{json:#}");
     let d = &diagnostics[0];
-    assert_eq!((d["line"].as_u64(), d["column"].as_u64()), (Some(2), Some(11)), "{d:#}");
-    assert!(d["message"].as_str().unwrap_or_default().contains("never closed"), "{d:#}");
-    assert!(d["label"].as_str().unwrap_or_default().contains("add `]`"), "{d:#}");
+    assert_eq!(
+        (d["line"].as_u64(), d["column"].as_u64()),
+        (Some(2), Some(11)),
+        "{d:#}"
+    );
+    assert!(
+        d["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("never closed"),
+        "{d:#}"
+    );
+    assert!(
+        d["label"].as_str().unwrap_or_default().contains("add `]`"),
+        "{d:#}"
+    );
 
     // A mistake inside an array that is closed is reported where it is.
-    t.write("inside.toml", "[stages.a]\ncommand = [\n  \"a\"\n  \"b\",\n]\n");
+    t.write(
+        "inside.toml",
+        "[stages.a]\ncommand = [\n  \"a\"\n  \"b\",\n]\n",
+    );
     let (_, json) = check_json(&t, "inside.toml");
     let diagnostics = json["diagnostics"].as_array().expect("diagnostics");
     assert_eq!(diagnostics.len(), 1, "{json:#}");
@@ -42,7 +58,10 @@ fn one_toml_syntax_error_is_one_diagnostic_at_the_open_bracket() {
 #[test]
 fn github_annotations_are_escaped_and_relative() {
     let t = Test::new();
-    t.write("odd,name:1.toml", "[stages.\"a%b\"]\ncommand = [\"true\"]\n");
+    t.write(
+        "odd,name:1.toml",
+        "[stages.\"a%b\"]\ncommand = [\"true\"]\n",
+    );
     let out = t.run(["check", "odd,name:1.toml", "--format", "github"]);
     out.code(2);
     let line = out
@@ -103,8 +122,7 @@ command = ["true"]
 "#;
 
 fn node_modules() -> Option<PathBuf> {
-    let Some(modules) = std::env::var_os("STAGEGRAPH_TEST_NODE_MODULES").map(PathBuf::from)
-    else {
+    let Some(modules) = std::env::var_os("STAGEGRAPH_TEST_NODE_MODULES").map(PathBuf::from) else {
         eprintln!("skipped: STAGEGRAPH_TEST_NODE_MODULES is not set (npm i mermaid)");
         return None;
     };
@@ -118,7 +136,7 @@ fn node_modules() -> Option<PathBuf> {
 /// Mermaid's own flowchart grammar, under node: the flowchart parser of the `mermaid` package,
 /// with a database that accepts every call (so only the grammar decides, and no browser is
 /// needed).
-const PARSE: &str = r#"
+const PARSE: &str = r"
 const { readFileSync, readdirSync } = await import('node:fs');
 const dir = process.argv[2] + '/mermaid/dist/chunks/mermaid.core';
 const file = readdirSync(dir).find((f) => /^flowDiagram-.*\.mjs$/.test(f));
@@ -141,7 +159,7 @@ try {
   console.log('error ' + error.message);
   process.exit(1);
 }
-"#;
+";
 
 #[test]
 fn mermaid_output_parses_for_keyword_ids() {
@@ -173,7 +191,11 @@ fn mermaid_output_parses_for_keyword_ids() {
     assert!(good.status.success(), "{said}\n{}", out.stdout);
     assert!(said.starts_with("parsed flowchart"), "{said}");
     let bad = parse("raw.mmd").expect("node");
-    assert!(!bad.status.success(), "{}", String::from_utf8_lossy(&bad.stdout));
+    assert!(
+        !bad.status.success(),
+        "{}",
+        String::from_utf8_lossy(&bad.stdout)
+    );
 }
 
 #[test]
@@ -191,7 +213,11 @@ fn dot_output_is_read_by_graphviz_for_keyword_ids() {
         eprintln!("skipped: graphviz `dot` is not installed");
         return;
     };
-    assert!(dot.status.success(), "{}", String::from_utf8_lossy(&dot.stderr));
+    assert!(
+        dot.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dot.stderr)
+    );
     let plain = String::from_utf8_lossy(&dot.stdout);
     for id in ["end", "graph", "subgraph", "node", "digraph", "strict"] {
         assert!(

@@ -12,7 +12,10 @@ fn files_of(section: &str) -> Vec<(String, String)> {
         if !line.starts_with("```") || line.len() == 3 {
             continue;
         }
-        let block: Vec<&str> = lines.by_ref().take_while(|l| !l.starts_with("```")).collect();
+        let block: Vec<&str> = lines
+            .by_ref()
+            .take_while(|l| !l.starts_with("```"))
+            .collect();
         if let Some(name) = block.first().and_then(|l| l.strip_prefix("# file: ")) {
             files.push((name.to_string(), block[1..].join("\n") + "\n"));
         }
@@ -28,7 +31,9 @@ fn readme() -> String {
 fn the_first_workflow_of_the_readme_runs_as_written() {
     let readme = readme();
     let start = readme.find("## Your first workflow").expect("the section");
-    let end = readme[start + 3..].find("\n## ").map_or(readme.len(), |e| start + 3 + e);
+    let end = readme[start + 3..]
+        .find("\n## ")
+        .map_or(readme.len(), |e| start + 3 + e);
     let section = &readme[start..end];
     let files = files_of(section);
     let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
@@ -58,11 +63,17 @@ fn the_readme_says_how_to_install_and_the_demo_shows_its_build() {
         .find("cargo install --path . --locked")
         .expect("the install line");
     let tour = readme.find("## A tour").expect("the tour");
-    assert!(install < tour, "installed before the tour uses `stagegraph`");
+    assert!(
+        install < tour,
+        "installed before the tour uses `stagegraph`"
+    );
     let demo = std::fs::read_to_string(repo_root().join("examples/demo/run.sh")).expect("demo");
     let build = demo
         .lines()
         .find(|l| l.trim_start().starts_with("cargo build"))
         .expect("the demo builds");
-    assert!(!build.contains("--quiet"), "the build shows progress: {build}");
+    assert!(
+        !build.contains("--quiet"),
+        "the build shows progress: {build}"
+    );
 }

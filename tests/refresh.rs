@@ -954,7 +954,12 @@ fn decay_is_days_weeks_months_or_years_and_anything_else_names_the_source() {
     home.refresh(&[]).code(0);
     let out: Value = serde_json::from_str(&home.test.stage_output("decay_expiry")).expect("JSON");
     assert_eq!(out["expired"], json!([]), "{out}");
-    assert!(out["skipped"].to_string().contains("is a symbolic link, not followed"), "{out}");
+    assert!(
+        out["skipped"]
+            .to_string()
+            .contains("is a symbolic link, not followed"),
+        "{out}"
+    );
     for bad in ["3x", "0d", "30", "1 m", "10min"] {
         let home = Home::new();
         let page = format!("{CACHE}/web-doc/api-docs-c1/api-intro.md");

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
 use crate::run::locks::{try_acquire, Attempt};
 
-pub fn builtins() -> Vec<Builtin> {
+pub(super) fn builtins() -> Vec<Builtin> {
     vec![Builtin {
         name: "lock.acquire",
         description: "take a mkdir lock, held until the run ends; never waits",

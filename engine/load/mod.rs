@@ -313,10 +313,9 @@ pub fn parse_document(
             // The mistake is where the bracket opened, not where the parser noticed.
             Some((at, bracket)) => {
                 let closing = if bracket == '[' { ']' } else { '}' };
-                let mut diagnostic = Diagnostic::error(format!(
-                    "invalid TOML: this `{bracket}` is never closed"
-                ))
-                .at(source, at..at + 1);
+                let mut diagnostic =
+                    Diagnostic::error(format!("invalid TOML: this `{bracket}` is never closed"))
+                        .at(source, at..at + 1);
                 diagnostic.label = Some(format!("opened here; add `{closing}`"));
                 diagnostic.help = Some(format!(
                     "the parser noticed at line {line}, column {column}: {message}"

@@ -58,7 +58,9 @@ pub fn read_ahead(state_dir: &Path, workflow: &str) {
             .spawn(move || read_entries(&path))
     };
     if let Ok(reading) = reading {
-        *READ_AHEAD.lock().unwrap_or_else(|p| p.into_inner()) = Some((path, reading));
+        *READ_AHEAD
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((path, reading));
     }
 }
 
@@ -154,7 +156,9 @@ impl Cache {
     /// Every entry of the file: read ahead if [`read_ahead`] started it, else read now.
     fn load(&self) -> HashMap<String, Box<Stored>> {
         let ahead = {
-            let mut ahead = READ_AHEAD.lock().unwrap_or_else(|p| p.into_inner());
+            let mut ahead = READ_AHEAD
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             ahead
                 .take_if(|(path, _)| *path == self.path)
                 .map(|(_, reading)| reading)
@@ -168,7 +172,7 @@ impl Cache {
         }
         self.warnings
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .extend(warnings);
         entries
     }
@@ -207,7 +211,10 @@ impl Cache {
 
     /// A stored output and its SHA-256, unless older than `ttl` or corrupt.
     pub fn get(&self, id: &str, ttl: Option<Duration>) -> Option<(Value, String)> {
-        let mut guard = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let entries = guard.get_or_insert_with(|| self.load());
         let stored = entries.get_mut(id)?;
         if !stored.verified {
@@ -217,7 +224,7 @@ impl Cache {
                 entries.remove(id);
                 self.warnings
                     .lock()
-                    .unwrap_or_else(|p| p.into_inner())
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .push(warning);
                 return None;
             }
@@ -244,7 +251,10 @@ impl Cache {
         let mut line = serde_json::to_vec(&entry).map_err(std::io::Error::other)?;
         line.push(b'\n');
         {
-            let mut appender = self.appender.lock().unwrap_or_else(|p| p.into_inner());
+            let mut appender = self
+                .appender
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let (file, buffer) = match appender.as_mut() {
                 Some(open) => open,
                 None => {
@@ -266,7 +276,10 @@ impl Cache {
             }
             buffer.extend_from_slice(&line);
         }
-        let mut guard = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(entries) = guard.as_mut() {
             let stored = Stored {
                 entry,
@@ -281,7 +294,10 @@ impl Cache {
     /// Append what `put` has buffered. Also done when the cache is dropped; a run calls it
     /// whenever it waits, so a crash loses at most the entries of the last moments.
     pub fn flush(&self) -> std::io::Result<()> {
-        let mut appender = self.appender.lock().unwrap_or_else(|p| p.into_inner());
+        let mut appender = self
+            .appender
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         match appender.as_mut() {
             Some((file, buffer)) if !buffer.is_empty() => {
                 let appended = append_lines(file, buffer);
@@ -293,7 +309,12 @@ impl Cache {
     }
 
     pub fn take_warnings(&self) -> Vec<String> {
-        std::mem::take(&mut *self.warnings.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(
+            &mut *self
+                .warnings
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 }
 

@@ -201,8 +201,9 @@ fn start_heartbeat(
     stale_after: Option<Duration>,
 ) -> Option<(mpsc::Sender<()>, std::thread::JoinHandle<()>)> {
     let every = stale_after
-        .map(|limit| (limit / 4).max(Duration::from_millis(50)))
-        .unwrap_or(HEARTBEAT)
+        .map_or(HEARTBEAT, |limit| {
+            (limit / 4).max(Duration::from_millis(50))
+        })
         .min(HEARTBEAT);
     let (stop, stopped) = mpsc::channel::<()>();
     let path = path.to_path_buf();
@@ -227,12 +228,18 @@ pub struct HeldLocks(Mutex<Vec<DirLock>>);
 
 impl HeldLocks {
     pub fn hold(&self, lock: DirLock) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(lock);
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(lock);
     }
 
     /// Releases every lock held.
     pub fn release_all(&self) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
     }
 }
 
