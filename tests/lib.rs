@@ -15,6 +15,7 @@ mod explain;
 mod finally;
 mod first_workflow;
 mod models;
+mod names;
 mod overlay;
 mod plan;
 mod providers;

@@ -1012,7 +1012,8 @@ fn template_stages_ready_together_render_as_they_would_alone() {
 
     t.write(
         "flow.toml",
-        &flow.replace("{{ 40 * 2 }}", "{{ 40 | no_such_filter }}"),
+        // A filter that exists but fails on this value: an unknown one is a check error now.
+        &flow.replace("{{ 40 * 2 }}", "{{ 'not json' | from_json }}"),
     );
     t.run(["run", "flow.toml", "--jobs", "2"]).code(1);
     let record = t.last_run();

@@ -43,6 +43,7 @@ impl Checker<'_> {
             }
         }
         self.globals = env.globals().map(|(name, _)| name.to_string()).collect();
+        self.check_names(&env, pendings, &failed);
         let env = Arc::new(env);
         let mut templates = Vec::with_capacity(pendings.len());
         for ((pending, plain), failed) in pendings.iter().zip(&mut interpolated).zip(failed) {

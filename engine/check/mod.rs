@@ -25,6 +25,7 @@ mod format_errors;
 mod gather;
 mod graph;
 mod key;
+mod names;
 mod references;
 mod schemas;
 mod spans;

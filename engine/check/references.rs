@@ -252,6 +252,19 @@ impl Checker<'_> {
             // Bound inside the template itself (a `set` or `for` the analysis did not follow,
             // such as a `set` inside an `if`).
             other if bound_locally(source, other) => None,
+            other if called(source, other) => {
+                // A call of a name the environment does not define: a function, misspelt.
+                let help = did_you_mean(other, self.globals.iter().map(String::as_str))
+                    .unwrap_or_else(|| {
+                        let mut names: Vec<&str> =
+                            self.globals.iter().map(String::as_str).collect();
+                        names.sort_unstable();
+                        format!("the functions are {}", names.join(", "))
+                    });
+                self.diag_at(at, source, other, format!("unknown function `{other}`"));
+                self.diags.last_mut().expect("pushed").help = Some(help);
+                None
+            }
             other => {
                 let roots = compiled::known_roots();
                 let help = did_you_mean(other, roots.iter().copied()).unwrap_or_else(|| {
@@ -263,6 +276,12 @@ impl Checker<'_> {
             }
         }
     }
+}
+
+/// Whether a template calls `name` as a function (`name(` not after a `.`).
+fn called(source: &str, name: &str) -> bool {
+    let pattern = format!(r"(?:^|[^\w.]){}\s*\(", regex::escape(name));
+    Regex::new(&pattern).is_ok_and(|re| re.is_match(source))
 }
 
 /// Whether a template binds `name` itself with `{% set %}`, `{% for %}` or `{% macro %}`.

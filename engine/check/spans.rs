@@ -59,7 +59,18 @@ pub(crate) fn template_error(
         .detail()
         .map_or_else(|| error.kind().to_string(), str::to_string);
     let message = format!("template does not compile: {detail}");
-    let line = error.line();
+    template_problem(raw, at, source, error.line(), message)
+}
+
+/// An error at a line of a template: the line in its file, or the line's text inside the TOML
+/// string it was written in.
+pub(crate) fn template_problem(
+    raw: &RawWorkflow,
+    at: &At,
+    source: &str,
+    line: Option<usize>,
+    message: String,
+) -> Diagnostic {
     match at {
         At::File(file) => {
             let span = line_span(&file.text, line.unwrap_or(1));
