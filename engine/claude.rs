@@ -10,11 +10,16 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value};
 
-/// What the hook runs, after the program: the payload arrives on stdin.
-pub const HOOK_ARGS: &str = "run context-update --inputs-json - --quiet";
+/// What the hook runs, after the program: the payload arrives on stdin, and `--detach` checks it
+/// and goes on in a session of its own, so the hook returns at once and the run outlives the
+/// session that fired it (Claude Code kills what a hook started when it exits).
+pub const HOOK_ARGS: &str = "run context-update --inputs-json - --quiet --detach";
 
-/// Seconds Claude Code gives the hook: a gate call, a writer call and its repairs.
-pub const HOOK_TIMEOUT_SECS: u64 = 600;
+/// The same hook as written before `--detach`; recognised so `uninstall-hook` removes it too.
+const OLD_HOOK_ARGS: &str = "run context-update --inputs-json - --quiet";
+
+/// Seconds Claude Code gives the hook: it only checks the payload and starts the run.
+pub const HOOK_TIMEOUT_SECS: u64 = 30;
 
 /// Which settings file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,6 +207,7 @@ pub fn hook_command() -> String {
 fn is_ours(command: &str) -> bool {
     command
         .strip_suffix(HOOK_ARGS)
+        .or_else(|| command.strip_suffix(OLD_HOOK_ARGS))
         .and_then(|program| program.strip_suffix(' '))
         .is_some_and(|program| {
             let program = program.trim_matches(|c| c == '\'' || c == '"');
@@ -213,7 +219,6 @@ fn hook_entry(command: &str) -> Value {
     json!({
         "type": "command",
         "command": command,
-        "async": true,
         "timeout": HOOK_TIMEOUT_SECS,
     })
 }
@@ -298,6 +303,7 @@ mod tests {
             "/home/me/.cargo/bin/stagegraph {HOOK_ARGS}"
         )));
         assert!(is_ours(&format!("'/opt/my tools/stagegraph' {HOOK_ARGS}")));
+        assert!(is_ours(&format!("stagegraph {OLD_HOOK_ARGS}")));
         assert!(!is_ours("stagegraph run other --quiet"));
         assert!(!is_ours(&format!("notstagegraph {HOOK_ARGS}")));
     }

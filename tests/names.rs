@@ -33,11 +33,19 @@ shell = "echo {% filter uppr %}{{ inputs.v }}{% endfilter %}"
         .stderr_has("the functions are debug, dict, duration")
         .stderr_has("unknown filter `uppr`")
         .stderr_has("did you mean `upper`?");
-    assert!(!out.stderr.contains("undefined variable `nwo`"), "one diagnostic a mistake:\n{}", out.stderr);
+    assert!(
+        !out.stderr.contains("undefined variable `nwo`"),
+        "one diagnostic a mistake:\n{}",
+        out.stderr
+    );
     // Nothing ran: check alone found them.
     let run = test.run(["run", "names.toml"]);
     run.code(2);
-    assert!(test.run_ids().is_empty() || run.stderr.contains("unknown filter"), "{}", run.stderr);
+    assert!(
+        test.run_ids().is_empty() || run.stderr.contains("unknown filter"),
+        "{}",
+        run.stderr
+    );
 }
 
 #[test]
