@@ -248,21 +248,8 @@ fn prune(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
 mod tests {
     use std::os::unix::fs::symlink;
 
-    use super::super::fs::testing::{assert_valid, write, Sandbox};
+    use super::super::fs::testing::{write, Sandbox};
     use super::*;
-
-    fn call(sandbox: &Sandbox, name: &str, with: Value) -> BuiltinResult {
-        let builtin = builtins()
-            .into_iter()
-            .find(|b| b.name == name)
-            .expect("built-in");
-        assert_valid(&(builtin.with_schema)(), &with, name);
-        let out = (builtin.run)(&with, &sandbox.ctx());
-        if let Ok(value) = &out {
-            assert_valid(&(builtin.output_schema)(), value, name);
-        }
-        out
-    }
 
     #[test]
     fn dirs_lists_matching_folders_by_root_then_name() {
@@ -277,12 +264,12 @@ mod tests {
             sandbox.path("c/y-context.proposed"),
         )
         .unwrap();
-        let out = call(
-            &sandbox,
-            "fs.dirs",
-            json!({ "roots": ["c", "missing", "a"], "pattern": "*-context.proposed" }),
-        )
-        .expect("dirs");
+        let out = sandbox
+            .call(
+                "fs.dirs",
+                json!({ "roots": ["c", "missing", "a"], "pattern": "*-context.proposed" }),
+            )
+            .expect("dirs");
         let names: Vec<&str> = out
             .as_array()
             .unwrap()
@@ -307,23 +294,31 @@ mod tests {
         let sandbox = Sandbox::new();
         fs::create_dir_all(sandbox.path("out/t/a/b")).unwrap();
         fs::create_dir_all(sandbox.path("out/t/c")).unwrap();
-        let out = call(&sandbox, "fs.prune", json!({ "path": "out/t" })).expect("prune");
+        let out = sandbox
+            .call("fs.prune", json!({ "path": "out/t" }))
+            .expect("prune");
         assert_eq!(out["folders"], 4);
         assert!(!sandbox.path("out/t").exists());
-        let again = call(&sandbox, "fs.prune", json!({ "path": "out/t" })).expect("again");
+        let again = sandbox
+            .call("fs.prune", json!({ "path": "out/t" }))
+            .expect("again");
         assert_eq!(again["removed"], false);
 
         fs::create_dir_all(sandbox.path("out/u/empty")).unwrap();
         write(&sandbox.path("out/u/x/left.md"), "left");
         symlink(sandbox.outside.clone(), sandbox.path("out/u/link")).unwrap();
-        let err = call(&sandbox, "fs.prune", json!({ "path": "out/u" })).expect_err("leftovers");
+        let err = sandbox
+            .call("fs.prune", json!({ "path": "out/u" }))
+            .expect_err("leftovers");
         assert!(
             err.0.contains("2 file(s)") && err.0.contains("link, x/left.md"),
             "{err}"
         );
         assert!(sandbox.path("out/u/empty").is_dir(), "nothing removed");
         assert!(sandbox.outside.exists());
-        let err = call(&sandbox, "fs.prune", json!({ "path": "elsewhere" })).expect_err("outside");
+        let err = sandbox
+            .call("fs.prune", json!({ "path": "elsewhere" }))
+            .expect_err("outside");
         assert!(err.0.contains("outside the workflow's writes"), "{err}");
     }
 }

@@ -651,22 +651,9 @@ mod tests {
 
     use serde_json::json;
 
-    use super::super::fs::testing::{assert_valid, write, Sandbox};
+    use super::super::fs::testing::{write, Sandbox};
     use super::super::paths::sha256_hex;
     use super::*;
-
-    fn call(sandbox: &Sandbox, name: &str, with: Value) -> BuiltinResult {
-        let builtin = builtins()
-            .into_iter()
-            .find(|b| b.name == name)
-            .expect("built-in");
-        assert_valid(&(builtin.with_schema)(), &with, name);
-        let out = (builtin.run)(&with, &sandbox.ctx());
-        if let Ok(value) = &out {
-            assert_valid(&(builtin.output_schema)(), value, name);
-        }
-        out
-    }
 
     fn h(text: &str) -> String {
         sha256_hex(text.as_bytes())[..7].to_string()
@@ -695,11 +682,13 @@ mod tests {
     fn verify_then_promote_then_promote_again() {
         let sandbox = Sandbox::new();
         let entries = trees(&sandbox);
-        let report = call(&sandbox, "tree.verify", with(&entries)).expect("verify");
+        let report = sandbox.call("tree.verify", with(&entries)).expect("verify");
         assert_eq!(report["pending"], 3);
         assert_eq!(report["stale"], json!([]));
         assert_eq!(report["counts"]["unchanged"], 1);
-        let done = call(&sandbox, "tree.promote", with(&entries)).expect("promote");
+        let done = sandbox
+            .call("tree.promote", with(&entries))
+            .expect("promote");
         assert_eq!(done["moved"], json!(["a.md", "b/new.md"]));
         assert_eq!(done["deleted"], json!(["gone.md"]));
         assert_eq!(
@@ -713,10 +702,10 @@ mod tests {
         assert!(!sandbox.path("out/live/gone.md").exists());
         assert!(!sandbox.path("out/staged/a.md").exists());
         // A second pass finds everything done and changes nothing.
-        let again = call(&sandbox, "tree.promote", with(&entries)).expect("again");
+        let again = sandbox.call("tree.promote", with(&entries)).expect("again");
         assert_eq!(again["moved"], json!([]));
         assert_eq!(again["skipped"], json!(["a.md", "b/new.md", "gone.md"]));
-        let report = call(&sandbox, "tree.verify", with(&entries)).expect("verify");
+        let report = sandbox.call("tree.verify", with(&entries)).expect("verify");
         assert_eq!(report["pending"], 0);
     }
 
@@ -725,9 +714,11 @@ mod tests {
         let sandbox = Sandbox::new();
         let entries = trees(&sandbox);
         write(&sandbox.path("out/live/gone.md"), "edited by hand");
-        let report = call(&sandbox, "tree.verify", with(&entries)).expect("verify");
+        let report = sandbox.call("tree.verify", with(&entries)).expect("verify");
         assert_eq!(report["stale"][0]["path"], "gone.md");
-        let err = call(&sandbox, "tree.promote", with(&entries)).expect_err("stale");
+        let err = sandbox
+            .call("tree.promote", with(&entries))
+            .expect_err("stale");
         assert!(err.0.contains("`gone.md` changed since"), "{err}");
         assert_eq!(
             fs::read_to_string(sandbox.path("out/live/a.md")).unwrap(),
@@ -750,7 +741,9 @@ mod tests {
         ] {
             let mut entries = good.clone();
             entries[0]["path"] = json!(path);
-            let err = call(&sandbox, "tree.promote", with(&entries)).expect_err(path);
+            let err = sandbox
+                .call("tree.promote", with(&entries))
+                .expect_err(path);
             assert!(err.0.contains("not a plain relative path"), "{path}: {err}");
         }
         fs::create_dir_all(sandbox.outside.join("refs")).unwrap();
@@ -764,7 +757,9 @@ mod tests {
         entries.as_array_mut().unwrap().push(
             json!({ "path": "refs/x.md", "status": "added", "sha_before": null, "sha_after": h("x") }),
         );
-        let err = call(&sandbox, "tree.promote", with(&entries)).expect_err("link");
+        let err = sandbox
+            .call("tree.promote", with(&entries))
+            .expect_err("link");
         assert!(err.0.contains("symbolic link"), "{err}");
         assert_eq!(
             fs::read_to_string(sandbox.path("out/live/a.md")).unwrap(),
@@ -772,7 +767,9 @@ mod tests {
         );
         let mut twice = good.clone();
         twice.as_array_mut().unwrap().push(good[0].clone());
-        let err = call(&sandbox, "tree.verify", with(&twice)).expect_err("twice");
+        let err = sandbox
+            .call("tree.verify", with(&twice))
+            .expect_err("twice");
         assert!(err.0.contains("listed twice"), "{err}");
     }
 
@@ -780,7 +777,9 @@ mod tests {
     fn writes_outside_the_roots_are_refused_before_the_first_rename() {
         let sandbox = Sandbox::with_roots(&["out/staged"]);
         let entries = trees(&sandbox);
-        let err = call(&sandbox, "tree.promote", with(&entries)).expect_err("outside");
+        let err = sandbox
+            .call("tree.promote", with(&entries))
+            .expect_err("outside");
         assert!(err.0.contains("outside the workflow's writes"), "{err}");
         assert!(sandbox.path("out/staged/a.md").exists());
     }
@@ -790,10 +789,14 @@ mod tests {
         let sandbox = Sandbox::new();
         let entries = trees(&sandbox);
         write(&sandbox.path("out/staged/a.md"), "tampered");
-        let err = call(&sandbox, "tree.verify", with(&entries)).expect_err("tampered");
+        let err = sandbox
+            .call("tree.verify", with(&entries))
+            .expect_err("tampered");
         assert!(err.0.contains("no longer matches"), "{err}");
         fs::remove_file(sandbox.path("out/staged/a.md")).unwrap();
-        let err = call(&sandbox, "tree.verify", with(&entries)).expect_err("missing");
+        let err = sandbox
+            .call("tree.verify", with(&entries))
+            .expect_err("missing");
         assert!(err.0.contains("is missing"), "{err}");
     }
 
@@ -803,7 +806,7 @@ mod tests {
         let entries = trees(&sandbox);
         let mut args = with(&entries);
         args["journal"] = json!("out/live/.review/journal.jsonl");
-        call(&sandbox, "tree.promote", args).expect("promote");
+        sandbox.call("tree.promote", args).expect("promote");
         let journal = fs::read_to_string(sandbox.path("out/live/.review/journal.jsonl")).unwrap();
         let lines: Vec<Value> = journal
             .lines()
@@ -822,7 +825,9 @@ mod tests {
         let sandbox = Sandbox::new();
         write(&sandbox.path("out/staged/SKILL.md"), "nav");
         let entries = json!([{ "path": "SKILL.md", "status": "added", "sha_before": null, "sha_after": h("nav") }]);
-        call(&sandbox, "tree.promote", with(&entries)).expect("promote");
+        sandbox
+            .call("tree.promote", with(&entries))
+            .expect("promote");
         assert_eq!(
             fs::read_to_string(sandbox.path("out/live/SKILL.md")).unwrap(),
             "nav"

@@ -1,14 +1,13 @@
-//! Names: every filter, test and function a template or expression uses exists.
+//! Names: every filter and test a template or expression uses exists.
 //!
 //! minijinja looks filters and tests up only when a template runs, so a misspelt `| tojsn`
 //! compiles and fails at run time. This pass reads the tags of each compiled template (string
-//! literals skipped), collects the names used after `|`, after `is` / `is not`, in `{% filter %}`
-//! blocks and as called functions, and asks the environment about each one: a filter or test is
-//! known when rendering it does not fail as unknown; a function is known when it is a global of the
-//! environment or defined by the template itself (`macro`, `set`, loop variables, imports).
-//! Unknown names are errors with the nearest known name as a suggestion.
+//! literals, comments and `{% raw %}` skipped), collects the names used after `|`, after `is` /
+//! `is not` and in `{% filter %}` blocks, and asks the environment about each one: a name is known
+//! when rendering it does not fail as unknown. Unknown names are errors with the nearest known name
+//! as a suggestion. (A misspelt function is an undefined name, which the reference pass reports.)
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use minijinja::{Environment, ErrorKind};
 
@@ -123,49 +122,10 @@ const TEST_NAMES: &[&str] = &[
     "upper",
 ];
 
-/// Words that may stand before `(` without being a call of a function.
-const KEYWORDS: &[&str] = &[
-    "and",
-    "or",
-    "not",
-    "in",
-    "is",
-    "if",
-    "else",
-    "elif",
-    "for",
-    "recursive",
-    "set",
-    "with",
-    "call",
-    "macro",
-    "filter",
-    "import",
-    "from",
-    "as",
-    "include",
-    "extends",
-    "block",
-    "return",
-    "true",
-    "false",
-    "none",
-    "True",
-    "False",
-    "None",
-    "loop",
-    "caller",
-    "super",
-    "self",
-    "varargs",
-    "kwargs",
-];
-
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum Kind {
     Filter,
     Test,
-    Function,
 }
 
 impl Kind {
@@ -173,7 +133,6 @@ impl Kind {
         match self {
             Kind::Filter => "filter",
             Kind::Test => "test",
-            Kind::Function => "function",
         }
     }
 }
@@ -203,13 +162,7 @@ impl Checker<'_> {
             {
                 continue;
             }
-            let (uses, _defined) = scan(&pending.source, pending.native);
-            for found in uses {
-                // A function the environment lacks is an undefined name, which the reference
-                // pass reports (with the functions as suggestions).
-                if found.kind == Kind::Function {
-                    continue;
-                }
+            for found in scan(&pending.source, pending.native) {
                 let found_known = *known
                     .entry((found.kind, found.name.clone()))
                     .or_insert_with(|| exists(env, found.kind, &found.name));
@@ -235,7 +188,6 @@ impl Checker<'_> {
                                 .or_insert_with(|| exists(env, Kind::Test, name))
                         })
                         .collect(),
-                    Kind::Function => Vec::new(),
                 };
                 let line = pending.source[..found.offset].matches('\n').count() + 1;
                 let message = format!("unknown {} `{}`", found.kind.noun(), found.name);
@@ -248,16 +200,11 @@ impl Checker<'_> {
     }
 }
 
-/// Whether the environment has a filter or test of this name (functions are globals).
+/// Whether the environment has a filter or test of this name.
 fn exists(env: &Environment<'_>, kind: Kind, name: &str) -> bool {
-    let probe = match kind {
-        Kind::Filter => format!("{{{{ none | {name} }}}}"),
-        Kind::Test => format!("{{{{ none is {name} }}}}"),
-        Kind::Function => return env.globals().any(|(global, _)| global == name),
-    };
-    let unknown = match kind {
-        Kind::Filter => ErrorKind::UnknownFilter,
-        _ => ErrorKind::UnknownTest,
+    let (probe, unknown) = match kind {
+        Kind::Filter => (format!("{{{{ none | {name} }}}}"), ErrorKind::UnknownFilter),
+        Kind::Test => (format!("{{{{ none is {name} }}}}"), ErrorKind::UnknownTest),
     };
     match crate::template::guarded(|| env.render_str(&probe, ())) {
         Ok(_) => true,
@@ -265,13 +212,12 @@ fn exists(env: &Environment<'_>, kind: Kind, name: &str) -> bool {
     }
 }
 
-/// The names a template uses, and the names it defines itself.
-fn scan(source: &str, native: bool) -> (Vec<Use>, HashSet<String>) {
+/// The filters and tests a template (or, `native`, a bare expression) uses.
+fn scan(source: &str, native: bool) -> Vec<Use> {
     let mut uses = Vec::new();
-    let mut defined = HashSet::new();
     if native {
-        scan_tag(source, 0, false, &mut uses, &mut defined);
-        return (uses, defined);
+        scan_tag(source, 0, false, &mut uses);
+        return uses;
     }
     let bytes = source.as_bytes();
     let mut at = 0;
@@ -302,11 +248,11 @@ fn scan(source: &str, native: bool) -> (Vec<Use>, HashSet<String>) {
                 }
                 continue;
             }
-            scan_tag(body, start, next == b'%', &mut uses, &mut defined);
+            scan_tag(body, start, next == b'%', &mut uses);
         }
         at = end + 2;
     }
-    (uses, defined)
+    uses
 }
 
 /// Where a tag closes, skipping string literals.
@@ -373,13 +319,7 @@ fn tokens(body: &str, base: usize) -> Vec<Token<'_>> {
     out
 }
 
-fn scan_tag(
-    body: &str,
-    base: usize,
-    statement: bool,
-    uses: &mut Vec<Use>,
-    defined: &mut HashSet<String>,
-) {
+fn scan_tag(body: &str, base: usize, statement: bool, uses: &mut Vec<Use>) {
     let tokens = tokens(body, base);
     let ident = |k: usize| match tokens.get(k) {
         Some(Token::Ident(name, _)) => Some(*name),
@@ -389,69 +329,20 @@ fn scan_tag(
         Some(Token::Punct(b)) => Some(*b),
         _ => None,
     };
-    if statement {
-        match ident(0) {
-            Some("macro") => {
-                if let Some(name) = ident(1) {
-                    defined.insert(name.to_string());
-                }
-                // The macro's parameters are names inside it.
-                for token in &tokens[1..] {
-                    if let Token::Ident(name, _) = token {
-                        defined.insert((*name).to_string());
-                    }
-                }
-            }
-            Some("set" | "for" | "with") => {
-                // Everything before `=` / `in` is a name being bound.
-                for token in &tokens[1..] {
-                    match token {
-                        Token::Ident("in", _) | Token::Punct(b'=') => break,
-                        Token::Ident(name, _) => {
-                            defined.insert((*name).to_string());
-                        }
-                        Token::Punct(_) => {}
-                    }
-                }
-            }
-            Some("import" | "from") => {
-                for token in &tokens[1..] {
-                    if let Token::Ident(name, _) = token {
-                        defined.insert((*name).to_string());
-                    }
-                }
-            }
-            Some("filter") => {
-                if let Some(Token::Ident(name, offset)) = tokens.get(1) {
-                    uses.push(Use {
-                        kind: Kind::Filter,
-                        name: (*name).to_string(),
-                        offset: *offset,
-                    });
-                }
-            }
-            _ => {}
-        }
-    }
     for (k, token) in tokens.iter().enumerate() {
         let Token::Ident(name, offset) = token else {
             continue;
         };
         let before = k.checked_sub(1);
+        let filter_block = statement && k == 1 && ident(0) == Some("filter");
         let after_pipe = before.and_then(punct) == Some(b'|');
         let after_is = before.and_then(ident) == Some("is")
             || (before.and_then(ident) == Some("not")
                 && k.checked_sub(2).and_then(ident) == Some("is"));
-        let after_dot = before.and_then(punct) == Some(b'.');
-        let kind = if after_pipe {
+        let kind = if after_pipe || filter_block {
             Kind::Filter
         } else if after_is && *name != "not" {
             Kind::Test
-        } else if punct(k + 1) == Some(b'(') && !after_dot && !KEYWORDS.contains(name) {
-            if statement && k == 1 && matches!(ident(0), Some("macro" | "filter")) {
-                continue;
-            }
-            Kind::Function
         } else {
             continue;
         };
@@ -469,14 +360,13 @@ mod tests {
 
     fn names(source: &str) -> Vec<(&'static str, String)> {
         scan(source, false)
-            .0
             .into_iter()
             .map(|u| (u.kind.noun(), u.name))
             .collect()
     }
 
     #[test]
-    fn finds_filters_tests_and_calls_outside_strings() {
+    fn finds_filters_and_tests_outside_strings() {
         let found = names(
             "{{ x | tojsn }} {% if y is not definedd %}{{ now() | trim }}{% endif %} {{ \"a | b(\" }} {{ loop.cycle(1) }}",
         );
@@ -485,20 +375,17 @@ mod tests {
             vec![
                 ("filter", "tojsn".to_string()),
                 ("test", "definedd".to_string()),
-                ("function", "now".to_string()),
                 ("filter", "trim".to_string()),
             ]
         );
     }
 
     #[test]
-    fn names_a_template_defines_are_its_own() {
-        let (uses, defined) = scan(
-            "{% macro greet(who) %}hi {{ who }}{% endmacro %}{{ greet('x') }}",
-            false,
+    fn a_filter_block_names_its_filter_and_macro_calls_name_none() {
+        let found = names(
+            "{% macro greet(who) %}hi {{ who }}{% endmacro %}{% filter uppr %}{{ greet('x') }}{% endfilter %}",
         );
-        assert!(defined.contains("greet"));
-        assert_eq!(uses.iter().filter(|u| u.kind == Kind::Function).count(), 1);
+        assert_eq!(found, vec![("filter", "uppr".to_string())]);
     }
 
     #[test]
@@ -509,7 +396,6 @@ mod tests {
     #[test]
     fn expressions_are_read_whole() {
         let found: Vec<String> = scan("not output.update | boool", true)
-            .0
             .into_iter()
             .map(|u| u.name)
             .collect();
