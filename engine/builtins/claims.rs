@@ -618,9 +618,9 @@ mod tests {
         git(dir.path(), &["add", "-A"]).expect("add");
         git(dir.path(), &["commit", "-q", "-m", "one"]).expect("commit");
         let head = git(dir.path(), &["rev-parse", "HEAD"]).expect("head");
-        let short = &head[..9];
+        // The whole SHA: a 9-digit prefix of a random hash is all digits about once in 70 runs.
         let text = format!(
-            "# T\n\nFixed in {short}; not in deadbeef12; uuid 7c0de000-0000-4000 is no sha; 20261130 has no letter.\n"
+            "# T\n\nFixed in {head}; not in deadbeef12; uuid 7c0de000-0000-4000 is no sha; 20261130 has no letter.\n"
         );
         let out = claims(
             dir.path(),

@@ -58,6 +58,8 @@ struct DeltaArgs {
     max_part_bytes: usize,
     #[serde(default = "default_max_bytes")]
     max_bytes: usize,
+    #[serde(default)]
+    optional: bool,
 }
 
 fn default_fallback_lines() -> u64 {
@@ -75,10 +77,22 @@ fn default_max_bytes() -> usize {
 fn run(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     let args: DeltaArgs = serde_json::from_value(with.clone())
         .map_err(|err| BuiltinError::new(format!("invalid transcript.delta arguments: {err}")))?;
-    let delta = read_delta(&ctx.resolve(&args.path), &args).map_err(|err| {
-        BuiltinError::new(format!("cannot read transcript `{}`: {err}", args.path))
-    })?;
-    Ok(delta.into_json(&args.path))
+    let (delta, missing) = match read_delta(&ctx.resolve(&args.path), &args) {
+        Ok(delta) => (delta, false),
+        // Claude Code may fire a hook before it has written a session's first lines.
+        Err(err) if err.kind() == io::ErrorKind::NotFound && args.optional => {
+            (Delta::new(&args), true)
+        }
+        Err(err) => {
+            return Err(BuiltinError::new(format!(
+                "cannot read transcript `{}`: {err}",
+                args.path
+            )))
+        }
+    };
+    let mut out = delta.into_json(&args.path);
+    out["missing"] = json!(missing);
+    Ok(out)
 }
 
 /// Who said a piece of prose.
@@ -937,6 +951,11 @@ fn with_schema() -> Value {
                 "minimum": 1,
                 "default": 16384,
                 "description": "Cap in bytes on the whole text; when over, the oldest messages are left out first."
+            },
+            "optional": {
+                "type": "boolean",
+                "default": false,
+                "description": "When true, a missing file gives an empty delta with `missing` true instead of an error."
             }
         }
     })
@@ -953,7 +972,7 @@ fn output_schema() -> Value {
             "path", "total_lines", "from_line", "rotated", "text", "summary", "words",
             "user_words", "assistant_words", "content_lines", "user_prose", "assistant_prose",
             "queued_parts", "answer_parts", "noise_parts", "tool_lines", "skipped_lines",
-            "repaired_lines", "only_tools", "dropped_parts", "dropped_blocks"
+            "repaired_lines", "only_tools", "dropped_parts", "dropped_blocks", "missing"
         ],
         "properties": {
             "path": { "type": "string", "description": "The transcript path, as given." },
@@ -976,6 +995,7 @@ fn output_schema() -> Value {
             "repaired_lines": count("Lines read after replacing a lone UTF-16 surrogate escape with U+FFFD."),
             "only_tools": { "type": "boolean", "description": "True when the delta has lines but none of them carried prose." },
             "dropped_parts": count("Messages with prose left out of text because of max_bytes (the oldest ones)."),
+            "missing": { "type": "boolean", "description": "True when the file does not exist and `optional` is true: the delta is empty." },
             "dropped_blocks": {
                 "type": "object",
                 "description": "Content blocks of the delta that were read but not kept.",
@@ -1416,6 +1436,21 @@ mod tests {
             missing.0.starts_with("cannot read transcript `none.jsonl`"),
             "{missing}"
         );
+        let optional = run(&json!({ "path": "none.jsonl", "optional": true }), &ctx)
+            .expect("a missing optional transcript is an empty delta");
+        assert_eq!(
+            (
+                &optional["missing"],
+                &optional["total_lines"],
+                &optional["words"]
+            ),
+            (&json!(true), &json!(0), &json!(0))
+        );
+        validate(&output_schema(), &optional);
+        std::fs::write(dir.path().join("present.jsonl"), "").expect("write");
+        let present =
+            run(&json!({ "path": "present.jsonl", "optional": true }), &ctx).expect("read");
+        assert_eq!(present["missing"], json!(false));
         let unknown = run(&json!({ "path": "x", "cursor": 1 }), &ctx).expect_err("unknown key");
         assert!(unknown.0.contains("cursor"), "{unknown}");
         let schema = with_schema();
