@@ -24,3 +24,4 @@ mod refresh;
 mod reliability;
 mod review;
 mod run;
+mod static_checks;

@@ -80,6 +80,20 @@ pub fn lookup(name: &str) -> Option<&'static Builtin> {
     REGISTRY.iter().find(|builtin| builtin.name == name)
 }
 
+/// The `with` arguments of a writing built-in that name what it writes, moves or removes: each
+/// is checked against the write roots when it runs, and by `check` when it is written without a
+/// template.
+pub fn written_arguments(name: &str) -> &'static [&'static str] {
+    match name {
+        "fs.write" | "fs.remove" | "fs.prune" | "json.write" | "lock.acquire"
+        | "fs.remove_within" => &["path"],
+        "fs.copy" | "web.crawl" => &["to"],
+        "fs.move" | "fs.move_within" => &["from", "to"],
+        "tree.promote" => &["from", "to", "journal"],
+        _ => &[],
+    }
+}
+
 static REGISTRY: std::sync::LazyLock<Vec<Builtin>> = std::sync::LazyLock::new(|| {
     let mut all: Vec<Builtin> = [
         lock::builtins(),
@@ -110,6 +124,33 @@ static REGISTRY: std::sync::LazyLock<Vec<Builtin>> = std::sync::LazyLock::new(||
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every built-in that writes says which arguments name what it writes, and each of them is
+    /// a string argument of its `with`.
+    #[test]
+    fn every_writing_builtin_names_its_written_arguments() {
+        for builtin in all() {
+            let written = written_arguments(builtin.name);
+            assert_eq!(
+                builtin.writes,
+                !written.is_empty(),
+                "{}: writes and its written arguments disagree",
+                builtin.name
+            );
+            let schema = (builtin.with_schema)();
+            for argument in written {
+                let kind = &schema["properties"][*argument]["type"];
+                assert!(
+                    kind == "string"
+                        || kind
+                            .as_array()
+                            .is_some_and(|k| k.contains(&"string".into())),
+                    "{}.{argument} is not a string argument: {schema}",
+                    builtin.name
+                );
+            }
+        }
+    }
 
     /// Every property of every built-in's `with` and output schema says what it is, since
     /// `check` messages and the README's reference are built from them.

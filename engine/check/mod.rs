@@ -13,6 +13,7 @@
 //! - `gather`: every template source queued under its typed [`key::TemplateKey`], and the rules
 //!   of a stage that need no template (`with_args` checks a built-in's arguments, `schemas`
 //!   finds output schemas);
+//! - `write_paths`: paths written without a template against the `[workflow] writes` roots;
 //! - `compile`: the queued sources into templates and expressions;
 //! - `references`: every name a template reads, and the edges they add;
 //! - `graph`: the order the stages run in, or the cycles;
@@ -31,6 +32,7 @@ mod schemas;
 mod spans;
 mod with_args;
 mod workflow;
+mod write_paths;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -250,6 +252,7 @@ impl Checker<'_> {
         }
 
         let actions = self.gather(visiting);
+        self.check_write_paths();
         let pendings = std::mem::take(&mut self.sources);
         let templates = self.compile(&pendings);
         let schemas: Vec<SchemaOf> = actions
