@@ -25,28 +25,33 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Printing that ignores a closed stdout or stderr (`stagegraph runs | head -1`) instead of
 /// panicking the way `println!` does.
+/// Every secret the configuration names is redacted first (`floor::secrets`).
 macro_rules! outln {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stdout(), $($arg)*);
+        let text = stagegraph::floor::secrets::redact_string(format!($($arg)*));
+        let _ = writeln!(std::io::stdout(), "{text}");
     }};
 }
 macro_rules! out {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = write!(std::io::stdout(), $($arg)*);
+        let text = stagegraph::floor::secrets::redact_string(format!($($arg)*));
+        let _ = write!(std::io::stdout(), "{text}");
     }};
 }
 macro_rules! errln {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
+        let text = stagegraph::floor::secrets::redact_string(format!($($arg)*));
+        let _ = writeln!(std::io::stderr(), "{text}");
     }};
 }
 macro_rules! err {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = write!(std::io::stderr(), $($arg)*);
+        let text = stagegraph::floor::secrets::redact_string(format!($($arg)*));
+        let _ = write!(std::io::stderr(), "{text}");
     }};
 }
 
@@ -404,6 +409,8 @@ fn main() -> ExitCode {
         .clone()
         .map_or_else(|| cwd.join(".stagegraph"), |d| cwd.join(d));
     let state_explicit = cli.state_dir.is_some();
+    // Before anything is printed or written: the keys the configuration names never are.
+    stagegraph::models::register_secrets(&cwd);
     match &cli.command {
         Command::Mcp => return mcp(&cli, &cwd),
         Command::InstallHook(args) => return hook(args, &cwd, true),

@@ -24,4 +24,5 @@ mod refresh;
 mod reliability;
 mod review;
 mod run;
+mod secrets;
 mod static_checks;

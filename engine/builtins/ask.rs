@@ -271,7 +271,7 @@ fn choose(choices: &[String], reply: &str, prefix: bool) -> Option<String> {
 /// Prompt on stderr and read one line of stdin.
 pub fn ask_on_terminal(prompt: &str) -> Option<String> {
     let mut stderr = std::io::stderr().lock();
-    let _ = stderr.write_all(prompt.as_bytes());
+    let _ = stderr.write_all(crate::floor::secrets::redact(prompt).as_bytes());
     let _ = stderr.flush();
     drop(stderr);
     let mut line = String::new();

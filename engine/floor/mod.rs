@@ -6,3 +6,4 @@ pub mod atomic;
 pub mod duration;
 pub mod hash;
 pub mod process;
+pub mod secrets;

@@ -246,8 +246,10 @@ fn kill_group(pgid: i32, signal: i32) {
     }
 }
 
-/// The last `max` bytes of a byte buffer as lossy UTF-8, trimmed.
+/// The last `max` bytes of a byte buffer as lossy UTF-8, trimmed; secrets are redacted from the
+/// whole buffer before it is cut, so none leaves a part of itself at the cut.
 pub fn tail(bytes: &[u8], max: usize) -> String {
+    let bytes = super::secrets::redact_bytes(bytes);
     let start = bytes.len().saturating_sub(max);
     let text = String::from_utf8_lossy(&bytes[start..]);
     text.trim().to_string()

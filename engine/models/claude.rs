@@ -131,7 +131,7 @@ impl Claude<'_> {
                 alias: alias.clone(),
                 message: format!(
                     "claude printed no JSON result: {}",
-                    stdout.trim().chars().take(200).collect::<String>()
+                    crate::floor::secrets::excerpt(stdout.trim(), 200)
                 ),
                 retryable: false,
             }),

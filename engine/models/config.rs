@@ -192,6 +192,15 @@ pub(crate) enum Provider {
 }
 
 impl Provider {
+    /// The variable holding the alias's API key, when its provider takes one.
+    pub(crate) fn key_variable(&self) -> Option<&str> {
+        match self {
+            Provider::Anthropic { api_key_env, .. } => Some(api_key_env),
+            Provider::OpenAi { api_key_env, .. } => api_key_env.as_deref(),
+            _ => None,
+        }
+    }
+
     /// What produces the replies, without secrets, stable across runs and machines.
     pub(crate) fn identity(&self) -> String {
         match self {

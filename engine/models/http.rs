@@ -127,11 +127,13 @@ impl JsonPost<'_> {
             .read_to_string()
             .map_err(|error| self.transport_error(error))?;
         if !(200..300).contains(&status) {
+            // Redacted before it is shortened: a key straddling the cut would leave its
+            // beginning behind.
             return Err(ModelError::Status {
                 alias: self.alias.to_string(),
                 url: self.url.clone(),
                 status,
-                body: self.redact(&error_summary(&body)),
+                body: error_summary(&self.redact(&body)),
                 retry_after,
                 attempts: 1,
             });
@@ -139,10 +141,10 @@ impl JsonPost<'_> {
         serde_json::from_str(&body).map_err(|error| ModelError::Response {
             alias: self.alias.to_string(),
             url: self.url.clone(),
-            message: self.redact(&format!(
+            message: format!(
                 "the body is not JSON ({error}): {}",
-                excerpt(&body, 200)
-            )),
+                excerpt(&self.redact(&body), 200)
+            ),
         })
     }
 
@@ -165,10 +167,14 @@ impl JsonPost<'_> {
         }
     }
 
+    /// The request's own key (whatever its length) and every registered secret.
     fn redact(&self, text: &str) -> String {
+        let text = crate::floor::secrets::redact(text);
         match &self.secret {
-            Some(secret) if !secret.is_empty() => text.replace(secret.as_str(), "[redacted]"),
-            _ => text.to_string(),
+            Some(secret) if !secret.is_empty() => {
+                text.replace(secret.as_str(), crate::floor::secrets::MARK)
+            }
+            _ => text.into_owned(),
         }
     }
 }

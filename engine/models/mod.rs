@@ -228,6 +228,60 @@ impl ConfigPaths {
     }
 }
 
+/// The variables the Claude Code CLI authenticates with: the built-in aliases run it, and it
+/// reads them from the environment the engine passes on.
+const CLI_SECRET_VARIABLES: [&str; 3] = [
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+];
+
+/// The variables whose values are secrets: every `api_key_env` the configuration files name
+/// (the Anthropic provider's default when it names none), and the variables the Claude Code CLI
+/// authenticates with. The files are read leniently, so a configuration with a mistake
+/// elsewhere still has its keys kept out of what the engine writes.
+pub fn secret_variables(cwd: &Path) -> std::collections::BTreeSet<String> {
+    let paths = ConfigPaths::from_env(cwd);
+    let mut names: std::collections::BTreeSet<String> = CLI_SECRET_VARIABLES
+        .iter()
+        .map(|name| (*name).to_string())
+        .collect();
+    let files = [&paths.user, &paths.project, &paths.explicit];
+    for path in files.into_iter().flatten() {
+        let Ok(text) = std::fs::read_to_string(path) else {
+            continue;
+        };
+        let Ok(document) = text.parse::<toml::Table>() else {
+            continue;
+        };
+        let Some(toml::Value::Table(aliases)) = document.get("models") else {
+            continue;
+        };
+        for alias in aliases.values() {
+            let toml::Value::Table(alias) = alias else {
+                continue;
+            };
+            match alias.get("api_key_env") {
+                Some(toml::Value::String(name)) => {
+                    names.insert(name.clone());
+                }
+                _ if alias.get("provider").and_then(toml::Value::as_str) == Some("anthropic") => {
+                    names.insert(config::DEFAULT_ANTHROPIC_KEY_ENV.to_string());
+                }
+                _ => {}
+            }
+        }
+    }
+    names
+}
+
+/// Keep the values of [`secret_variables`] out of everything the engine writes or prints from
+/// now on (see [`crate::floor::secrets`]).
+pub fn register_secrets(cwd: &Path) {
+    let names = secret_variables(cwd);
+    crate::floor::secrets::register_variables(names.iter().map(String::as_str));
+}
+
 /// `stagegraph.toml` in `cwd` or the nearest ancestor that has one.
 pub(crate) fn find_project_config(cwd: &Path) -> Option<PathBuf> {
     cwd.ancestors()
@@ -307,6 +361,11 @@ impl Models {
         }
         if !problems.is_empty() {
             return Err(ModelError::Config { problems });
+        }
+        for alias in aliases.values() {
+            if let Some(variable) = alias.provider.key_variable() {
+                crate::floor::secrets::register_variables([variable]);
+            }
         }
         let limiters = aliases
             .iter()
@@ -406,7 +465,9 @@ impl Models {
             self.budget.spend(&request.alias, cost);
         }
         let reply = ModelReply {
-            text: answer.text,
+            // A reply that echoes a key goes no further than this: not into the stage's output,
+            // its record, the cache or a recording.
+            text: crate::floor::secrets::redact_string(answer.text),
             usage: answer.usage,
             latency_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             cost_usd,

@@ -229,8 +229,9 @@ pub(crate) fn save(
             cost_usd: reply.cost_usd,
         },
     };
-    let mut json = serde_json::to_string_pretty(&recording)
+    let json = serde_json::to_string_pretty(&recording)
         .map_err(|error| fail(format!("cannot serialize: {error}")))?;
+    let mut json = crate::floor::secrets::redact_string(json);
     json.push('\n');
     fs::create_dir_all(dir).map_err(|error| fail(format!("cannot create the folder: {error}")))?;
     // Owner-only, as a temporary file is made.
@@ -432,10 +433,5 @@ fn prompt_diff(recorded: &str, requested: &str) -> String {
 }
 
 fn shorten(line: &str, max: usize) -> String {
-    if line.chars().count() <= max {
-        line.to_string()
-    } else {
-        let kept: String = line.chars().take(max).collect();
-        format!("{kept}...")
-    }
+    crate::floor::secrets::excerpt(line, max)
 }

@@ -242,6 +242,9 @@ impl Cache {
 
     /// Store an output (already validated).
     pub fn put(&self, id: &str, output: &Value) -> std::io::Result<()> {
+        // Redacted before it is hashed: the entry read back must match its own hash.
+        let redacted = crate::floor::secrets::redact_value(output);
+        let output = redacted.as_ref().unwrap_or(output);
         let entry = Entry {
             id: id.to_string(),
             created_at: chrono::Utc::now().timestamp(),

@@ -89,6 +89,7 @@ impl Reporter {
         if self.quiet {
             return;
         }
+        let text = crate::floor::secrets::redact(text);
         match &self.live {
             Some(live) => live.bar.println(text),
             None => {
@@ -96,7 +97,7 @@ impl Reporter {
                     .batch
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
-                batch.push_str(text);
+                batch.push_str(&text);
                 batch.push('\n');
                 if now || batch.len() >= BATCH_BYTES {
                     write_stderr(&mut batch);
@@ -127,9 +128,10 @@ impl Reporter {
 
     pub(crate) fn event(&self, event: &super::record::Stamped) {
         if self.json {
-            let Ok(mut line) = serde_json::to_string(event) else {
+            let Ok(line) = serde_json::to_string(event) else {
                 return;
             };
+            let mut line = crate::floor::secrets::redact_string(line);
             line.push('\n');
             let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), line.as_bytes());
         }

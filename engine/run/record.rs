@@ -452,18 +452,19 @@ impl RunFiles {
 
     /// Append an event; it reaches the file at the latest with the next `run.json` rewrite.
     pub fn event(&mut self, event: &Stamped) -> std::io::Result<()> {
-        serde_json::to_writer(&mut self.events, event)?;
+        write_json(&mut self.events, event)?;
         self.events.write_all(b"\n")
     }
 
     /// Append an event already written as its line.
     pub fn event_line(&mut self, line: &[u8]) -> std::io::Result<()> {
-        self.events.write_all(line)
+        self.events
+            .write_all(&crate::floor::secrets::redact_bytes(line))
     }
 
     /// Append a stage's output; it reaches the file before `run.json` says the stage finished.
     pub fn output(&mut self, line: &OutputLineRef) -> std::io::Result<()> {
-        serde_json::to_writer(&mut self.outputs, line)?;
+        write_json(&mut self.outputs, line)?;
         self.outputs.write_all(b"\n")
     }
 
@@ -509,6 +510,21 @@ impl RunFiles {
     }
 }
 
+/// Serialize `value` into `out`, with every registered secret redacted (see
+/// [`crate::floor::secrets`]): straight into the writer when there is none, else through a
+/// buffer, since a secret may straddle the pieces the serializer writes.
+pub(crate) fn write_json<T: Serialize + ?Sized, W: Write + ?Sized>(
+    out: &mut W,
+    value: &T,
+) -> std::io::Result<()> {
+    if crate::floor::secrets::active() {
+        let text = serde_json::to_vec(value).map_err(std::io::Error::other)?;
+        out.write_all(&crate::floor::secrets::redact_bytes(&text))
+    } else {
+        serde_json::to_writer(out, value).map_err(std::io::Error::other)
+    }
+}
+
 /// Replace `run.json` by renaming a complete new one over it, so a reader, a Ctrl-C or a crash of
 /// the process sees the old record or the new one, never a mix. No rewrite waits for the disk
 /// (`fsync`, 4 ms for the 5 MB record of 10,000 stages): like the cache and the logs beside it,
@@ -517,7 +533,7 @@ fn replace_file(path: &Path, record: &RunRecord) -> std::io::Result<()> {
     // The usual 0o666 less the umask, like any file the run writes; serialized straight into
     // the file: a record of thousands of stages is megabytes.
     crate::floor::atomic::replace(path, ".run.json.", 0o666, |out| {
-        serde_json::to_writer(&mut *out, record).map_err(std::io::Error::other)?;
+        write_json(&mut *out, record)?;
         out.write_all(b"\n")
     })
 }

@@ -1116,7 +1116,10 @@ impl StageRunner<'_> {
                 serde_json::from_str::<Value>(candidate.trim()).map_err(|e| {
                     vec![format!(
                         "the output is not valid JSON ({e}); it begins {:?}",
-                        text.chars().take(80).collect::<String>()
+                        crate::floor::secrets::redact(text)
+                            .chars()
+                            .take(80)
+                            .collect::<String>()
                     )]
                 })?
             }
@@ -1242,7 +1245,8 @@ pub(crate) fn save_state(
         }
     }
     let path = state_dir.join("state").join(format!("{workflow}.json"));
-    let mut bytes = serde_json::to_vec_pretty(&state).map_err(std::io::Error::other)?;
+    let bytes = serde_json::to_vec_pretty(&state).map_err(std::io::Error::other)?;
+    let mut bytes = crate::floor::secrets::redact_bytes(&bytes).into_owned();
     bytes.push(b'\n');
     crate::builtins::paths::write_atomic(&path, &bytes).map(|_| ())
 }
