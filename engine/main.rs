@@ -1,7 +1,7 @@
 //! The command line: parses arguments, calls the library, prints, and maps outcomes to the
 //! documented exit codes.
 
-use std::io::{IsTerminal, Read};
+use std::io::IsTerminal;
 use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -9,13 +9,14 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::{Map, Value};
 
-use stagegraph::diag::{has_errors, Diagnostic, Severity};
+use stagegraph::diag::Diagnostic;
+use stagegraph::engine::{read_inputs, RunRequest, StateDir};
 use stagegraph::exit;
-use stagegraph::library::{Library, Shelf};
+use stagegraph::library::Library;
 use stagegraph::load::documents::Documents;
 use stagegraph::models::Models;
 use stagegraph::plan::Plan;
-use stagegraph::run::{self, record, RunOptions, RunStatus, Runtime};
+use stagegraph::run::{self, record, RunStatus, JSON_VERSION};
 use stagegraph::Engine;
 
 /// A run of many small stages allocates and frees many small values: with mimalloc a no-op
@@ -279,15 +280,28 @@ struct ExecArgs {
     /// first).
     #[arg(long, short = 'y')]
     yes: bool,
-    /// Write no run record (`plan --explain`).
-    #[arg(skip)]
-    no_record: bool,
 }
 
 impl ExecArgs {
-    /// Events as JSON lines on stdout (`--format events`, or the older `--json`).
-    fn events(&self) -> bool {
-        self.json || self.format == RunFormat::Events
+    /// The run the options ask for.
+    fn request(&self) -> RunRequest {
+        RunRequest {
+            dry_run: self.dry_run,
+            show_prompts: self.show_prompts,
+            explain: self.explain,
+            jobs: self.jobs,
+            no_cache: self.no_cache,
+            record: self.record.clone(),
+            replay: self.replay.clone(),
+            quiet: self.quiet,
+            // Events as JSON lines on stdout (`--format events`, or the older `--json`).
+            json_events: self.json || self.format == RunFormat::Events,
+            keep_runs: self.keep_runs,
+            max_cost: self.max_cost,
+            answers: self.answers.clone(),
+            yes: self.yes,
+            no_record: false,
+        }
     }
 }
 
@@ -352,9 +366,6 @@ enum RunFormat {
     /// Events as JSON lines while the run goes on, then an `outputs` event.
     Events,
 }
-
-/// The version of every JSON document the command line prints (`--format json`).
-const JSON_VERSION: u32 = 1;
 
 #[derive(Clone, Copy, ValueEnum)]
 enum ShowFormat {
@@ -428,8 +439,10 @@ fn main() -> ExitCode {
     }
     let app = App {
         engine,
-        state_dir,
-        state_explicit,
+        state: StateDir {
+            dir: state_dir,
+            explicit: state_explicit,
+        },
         color,
     };
     let code = match app.dispatch(cli.command) {
@@ -503,25 +516,21 @@ fn hook(args: &HookArgs, cwd: &Path, install: bool) -> ExitCode {
     }
 }
 
+/// The workflow and inputs a run is given, and whether it goes on in the background.
+struct Given {
+    name: String,
+    inputs: Vec<String>,
+    inputs_json: Option<String>,
+    detach: bool,
+}
+
 struct App {
     engine: Engine,
-    state_dir: PathBuf,
-    /// `--state-dir` was given: it is the only state folder.
-    state_explicit: bool,
+    state: StateDir,
     color: bool,
 }
 
 impl App {
-    /// Where recorded runs are looked for: the state folder, then (without `--state-dir`) the
-    /// user state folders of this folder and its ancestors, for workflows recording there.
-    fn state_dirs(&self) -> Vec<PathBuf> {
-        let mut dirs = vec![self.state_dir.clone()];
-        if !self.state_explicit {
-            dirs.extend(record::user_state_dirs_above(&self.engine.cwd));
-        }
-        dirs
-    }
-
     fn dispatch(&self, command: Command) -> Result<i32, Failure> {
         match command {
             Command::List { format } => self.list(format),
@@ -542,31 +551,22 @@ impl App {
                 inputs_json,
                 ..
             } => {
-                let exec = ExecArgs {
+                // A dry-run that records nothing.
+                let request = RunRequest {
                     dry_run: true,
-                    show_prompts: false,
                     explain: true,
-                    jobs: None,
-                    no_cache: false,
-                    record: None,
-                    replay: None,
-                    json: false,
-                    format: RunFormat::Text,
                     quiet: true,
                     keep_runs: 0,
-                    max_cost: None,
-                    answers: Vec::new(),
-                    yes: false,
                     no_record: true,
+                    ..RunRequest::default()
                 };
-                let args = RunArgs {
+                let given = Given {
                     name,
                     inputs,
                     inputs_json,
                     detach: false,
-                    exec,
                 };
-                self.run(args)
+                self.run_with(&given, &request, RunFormat::Text)
             }
             Command::Plan { name, format, .. } => self.plan(&name, format),
             Command::Run(args) => self.run(args),
@@ -607,11 +607,7 @@ impl App {
 
     /// No workflow of that name: with the nearest name on the search path, as `run` says it.
     fn no_workflow(&self, name: &str) -> Failure {
-        let names = self.engine.search.workflow_names();
-        match stagegraph::diag::did_you_mean(name, names.iter().map(String::as_str)) {
-            Some(help) => invalid(format!("no workflow named `{name}`; {help}")),
-            None => invalid(format!("no workflow named `{name}`")),
-        }
+        invalid(self.engine.no_workflow(name))
     }
 
     fn print_diagnostics(&self, diagnostics: &[Diagnostic]) {
@@ -647,49 +643,30 @@ impl App {
     }
 
     fn list(&self, format: TextOrJson) -> Result<i32, Failure> {
-        let workflows = self.engine.search.workflows();
-        if workflows.is_empty() && format == TextOrJson::Text {
-            errln!("no workflows on the search path");
-        }
-        let width = workflows.iter().map(|(n, _, _)| n.len()).max().unwrap_or(0);
-        let mut listed = Vec::new();
-        for (name, library, shadowed) in workflows {
-            let description = library
-                .read(Shelf::Workflows, &format!("{name}.toml"))
-                .and_then(|source| {
-                    let doc: toml::Table = toml::from_str(&source.text).ok()?;
-                    doc.get("workflow")?
-                        .get("description")?
-                        .as_str()
-                        .map(str::to_string)
-                })
-                .unwrap_or_default();
-            let mut origin = format!("{} ({})", library.display(), library.origin);
-            if !shadowed.is_empty() {
-                origin.push_str(&format!(
-                    ", overlays {}",
-                    shadowed
-                        .iter()
-                        .map(Library::display)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ));
-            }
-            if format == TextOrJson::Json {
-                listed.push(serde_json::json!({
-                    "name": name,
-                    "description": description,
-                    "library": library.display(),
-                    "origin": library.origin.to_string(),
-                    "overlays": shadowed.iter().map(Library::display).collect::<Vec<_>>(),
-                }));
-                continue;
-            }
-            outln!("{name:width$}  {description}  [{origin}]");
-        }
+        let workflows = self.engine.list();
         if format == TextOrJson::Json {
+            let listed: Vec<Value> = workflows
+                .iter()
+                .map(|w| {
+                    serde_json::json!({
+                        "name": w.name,
+                        "description": w.description,
+                        "library": w.library.display(),
+                        "origin": w.library.origin.to_string(),
+                        "overlays": w.overlays.iter().map(Library::display).collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
             let doc = serde_json::json!({ "version": JSON_VERSION, "workflows": listed });
             outln!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+            return Ok(exit::SUCCESS);
+        }
+        if workflows.is_empty() {
+            errln!("no workflows on the search path");
+        }
+        let width = workflows.iter().map(|w| w.name.len()).max().unwrap_or(0);
+        for w in &workflows {
+            outln!("{:width$}  {}  [{}]", w.name, w.description, w.origin());
         }
         Ok(exit::SUCCESS)
     }
@@ -704,26 +681,18 @@ impl App {
             out!("{}", found.source.text);
             return Ok(exit::SUCCESS);
         }
-        let raw =
-            stagegraph::load::load(&self.engine.search, name, &self.engine.cwd).map_err(|d| {
-                self.print_diagnostics(&d);
-                invalid(format!("workflow `{name}` is invalid"))
-            })?;
+        let raw = self.engine.load_raw(name).map_err(|d| {
+            self.print_diagnostics(&d);
+            invalid(format!("workflow `{name}` is invalid"))
+        })?;
         match format {
             ShowFormat::Json => {
-                let mut origins = Map::new();
-                let mut pointers: Vec<&String> = raw.origins().keys().collect();
-                pointers.sort();
-                for pointer in pointers {
-                    let origin = &raw.origins()[pointer];
-                    let source = &raw.sources[origin.source()];
-                    let (line, column) = source.line_col(origin.key().start);
-                    origins.insert(pointer.clone(), serde_json::json!({ "file": source.path.display().to_string(), "line": line, "column": column }));
-                }
-                let out = serde_json::json!({ "version": JSON_VERSION, "workflow": raw.name, "document": raw.doc, "origins": origins, "files": raw.sources.iter().map(|s| s.path.display().to_string()).collect::<Vec<_>>() });
-                outln!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+                let mut doc = Map::new();
+                doc.insert("version".into(), JSON_VERSION.into());
+                doc.extend(raw.effective_json());
+                outln!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
             }
-            ShowFormat::Toml => out!("{}", effective_toml(&raw)),
+            ShowFormat::Toml => out!("{}", raw.effective_toml()),
         }
         Ok(exit::SUCCESS)
     }
@@ -734,51 +703,15 @@ impl App {
         format: CheckFormat,
         deny_warnings: bool,
     ) -> Result<i32, Failure> {
-        let names: Vec<String> = if names.is_empty() {
-            self.engine.search.workflow_names()
-        } else {
-            names.to_vec()
-        };
-        let mut all = Vec::new();
-        let mut summary = Vec::new();
-        let models = match Models::load(&self.engine.cwd) {
-            Ok(models) => Some(models),
-            Err(error) => {
-                all.push(Diagnostic::error(format!("model configuration: {error}")));
-                None
-            }
-        };
-        for name in &names {
-            let diagnostics = match self.engine.load(name) {
-                Ok(workflow) => {
-                    let mut diagnostics = workflow.warnings.clone();
-                    if let Some(models) = &models {
-                        diagnostics.extend(undefined_models(&workflow, models, Severity::Warning));
-                    }
-                    // Not freed, as in `load`.
-                    std::mem::forget(workflow);
-                    diagnostics
-                }
-                Err(diagnostics) => diagnostics,
-            };
-            let diagnostics: Vec<Diagnostic> = diagnostics
-                .into_iter()
-                .map(|mut d| {
-                    d.workflow.get_or_insert_with(|| name.clone());
-                    d
-                })
-                .collect();
-            let errors = diagnostics.iter().filter(|d| d.is_error()).count();
-            let warnings = diagnostics.len() - errors;
-            summary.push((name.clone(), errors, warnings));
-            all.extend(diagnostics);
-        }
+        let report = self.engine.check_all(names);
+        let all = &report.diagnostics;
+        let summary = &report.summary;
         match format {
             CheckFormat::Text => {
-                self.print_diagnostics(&all);
+                self.print_diagnostics(all);
                 // The summary never contradicts the exit code: warnings denied fail, and an
                 // error outside every workflow (the model configuration) is counted on its own.
-                for (name, errors, warnings) in &summary {
+                for (name, errors, warnings) in summary {
                     let verdict = match (*errors, *warnings) {
                         (e, _) if e > 0 => "invalid",
                         (_, w) if w > 0 && deny_warnings => "failed (warnings denied)",
@@ -786,10 +719,7 @@ impl App {
                     };
                     errln!("{name}: {verdict} ({errors} error(s), {warnings} warning(s))");
                 }
-                let outside = all
-                    .iter()
-                    .filter(|d| d.is_error() && d.workflow.is_none())
-                    .count();
+                let outside = report.errors_outside();
                 if outside > 0 {
                     errln!("check failed: {outside} error(s) outside the workflows");
                 }
@@ -803,14 +733,16 @@ impl App {
                 outln!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
             }
             CheckFormat::Github => {
-                for d in &all {
+                for d in all {
                     outln!("{}", d.to_github(&self.engine.cwd));
                 }
             }
         }
-        let failed = has_errors(&all)
-            || (deny_warnings && all.iter().any(|d| d.severity == Severity::Warning));
-        Ok(if failed { exit::INVALID } else { exit::SUCCESS })
+        Ok(if report.failed(deny_warnings) {
+            exit::INVALID
+        } else {
+            exit::SUCCESS
+        })
     }
 
     fn plan(&self, name: &str, format: PlanFormat) -> Result<i32, Failure> {
@@ -828,281 +760,91 @@ impl App {
         Ok(exit::SUCCESS)
     }
 
-    fn models(&self, exec: &ExecArgs) -> Result<Models, Failure> {
-        let mut models = Models::load(&self.engine.cwd).map_err(|e| invalid(e.to_string()))?;
-        if let Some(dir) = &exec.record {
-            models.set_record(self.engine.cwd.join(dir));
-        }
-        if let Some(dir) = &exec.replay {
-            models.set_replay(self.engine.cwd.join(dir));
-        }
-        Ok(models)
+    fn run(&self, args: RunArgs) -> Result<i32, Failure> {
+        let given = Given {
+            name: args.name,
+            inputs: args.inputs,
+            inputs_json: args.inputs_json,
+            detach: args.detach,
+        };
+        self.run_with(&given, &args.exec.request(), args.exec.format)
     }
 
-    fn run(&self, args: RunArgs) -> Result<i32, Failure> {
-        let read_ahead = !args.exec.no_cache;
+    fn run_with(
+        &self,
+        args: &Given,
+        request: &RunRequest,
+        format: RunFormat,
+    ) -> Result<i32, Failure> {
+        let read_ahead = !request.no_cache;
         let workflow = self.load_then(&args.name, |workflow| {
             if read_ahead {
-                run::cache::read_ahead(&self.state_dir, workflow);
+                run::cache::read_ahead(&self.state.dir, workflow);
             }
         })?;
         let always_zero = workflow.always_exit_zero;
         // A hook's host reads any other code as a verdict (2 blocks a Claude Code session): a
-        // failure and an interruption (SIGINT, SIGTERM) exit 0 too; the record says which.
-        let zero_if = |code: i32| {
-            if always_zero && (code == exit::FAILED || code == exit::INTERRUPTED) {
-                exit::SUCCESS
-            } else {
-                code
+        // failure and an interruption (SIGINT, SIGTERM) exit 0 too; the record says which, and
+        // stderr what went wrong.
+        let zero_if = |outcome: Result<i32, Failure>| match outcome {
+            Ok(code) if always_zero && (code == exit::FAILED || code == exit::INTERRUPTED) => {
+                Ok(exit::SUCCESS)
             }
-        };
-        let inputs = match self.collect_inputs(&workflow, &args) {
-            Ok(inputs) => Ok(inputs),
-            Err(failure) => {
-                self.record_early_failure(&workflow, Map::new(), &args.exec, &failure);
-                Err(failure)
-            }
-        };
-        let inputs = match inputs {
-            Ok(inputs) => inputs,
-            Err(failure) if always_zero => {
-                errln!("error: {}", failure.message);
-                return Ok(exit::SUCCESS);
-            }
-            Err(failure) => return Err(failure),
-        };
-        if args.detach {
-            return match detach(&inputs) {
-                Ok(()) => Ok(exit::SUCCESS),
-                Err(error) if always_zero => {
-                    errln!("error: cannot start the run in the background: {error}");
-                    Ok(exit::SUCCESS)
-                }
-                Err(error) => Err(Failure {
-                    code: exit::FAILED,
-                    message: format!("cannot start the run in the background: {error}"),
-                }),
-            };
-        }
-        match self.execute(&workflow, inputs, &args.exec, None) {
-            Ok(code) => Ok(zero_if(code)),
-            // A hook must not block its host: say what went wrong, exit 0.
             Err(failure) if always_zero => {
                 errln!("error: {}", failure.message);
                 Ok(exit::SUCCESS)
             }
-            Err(failure) => Err(failure),
-        }
-    }
-
-    fn collect_inputs(
-        &self,
-        workflow: &stagegraph::check::Workflow,
-        args: &RunArgs,
-    ) -> Result<Map<String, Value>, Failure> {
-        let json = match &args.inputs_json {
-            None => Map::new(),
-            Some(source) => {
-                let text = if source == "-" {
-                    let mut text = String::new();
-                    std::io::stdin()
-                        .read_to_string(&mut text)
-                        .map_err(|e| invalid(format!("cannot read inputs from stdin: {e}")))?;
-                    text
-                } else {
-                    std::fs::read_to_string(self.engine.cwd.join(source))
-                        .map_err(|e| invalid(format!("cannot read {source}: {e}")))?
-                };
-                match serde_json::from_str::<Value>(&text) {
-                    Ok(Value::Object(map)) => map,
-                    Ok(other) => {
-                        return Err(invalid(format!(
-                            "--inputs-json must be a JSON object, not {other}"
-                        )))
-                    }
-                    Err(e) => return Err(invalid(format!("--inputs-json is not valid JSON: {e}"))),
-                }
+            outcome => outcome,
+        };
+        let cwd = &self.engine.cwd;
+        let inputs = match read_inputs(&workflow, args.inputs_json.as_deref(), &args.inputs, cwd) {
+            Ok(inputs) => inputs,
+            Err(error) => {
+                let failure = invalid(error.message);
+                let recorded = self.engine.record_early_failure(
+                    &workflow,
+                    Map::new(),
+                    request,
+                    &self.state,
+                    &failure.message,
+                );
+                warn_unrecorded(recorded.err());
+                return zero_if(Err(failure));
             }
         };
-        let mut pairs = Map::new();
-        for pair in &args.inputs {
-            let Some((key, value)) = pair.split_once('=') else {
-                return Err(invalid(format!("--input expects K=V, got `{pair}`")));
-            };
-            pairs.insert(key.trim().to_string(), Value::String(value.to_string()));
+        if args.detach {
+            let started = detach(&inputs).map_err(|error| Failure {
+                code: exit::FAILED,
+                message: format!("cannot start the run in the background: {error}"),
+            });
+            return zero_if(started.map(|()| exit::SUCCESS));
         }
-        stagegraph::engine::resolve_inputs(workflow, json, &pairs).map_err(|e| invalid(e.message))
+        zero_if(self.execute(&workflow, inputs, request, format, None))
     }
 
     fn execute(
         &self,
         workflow: &stagegraph::check::Workflow,
         inputs: Map<String, Value>,
-        exec: &ExecArgs,
+        request: &RunRequest,
+        format: RunFormat,
         resume: Option<run::ResumeFrom>,
     ) -> Result<i32, Failure> {
-        // An --answer for no `ask` stage is a wrong command line: rejected before any record.
-        let answers = ask_answers(workflow, exec)?;
-        let (models, state_dir) = match self.prepare(workflow, &inputs, exec) {
-            Ok(prepared) => prepared,
-            Err(failure) => {
-                self.record_early_failure(workflow, inputs, exec, &failure);
-                return Err(failure);
-            }
-        };
-        let keep_runs = workflow
-            .records
-            .as_ref()
-            .and_then(|records| records.keep)
-            .unwrap_or(exec.keep_runs);
-        let options = RunOptions {
-            answers,
-            record: !exec.no_record,
-            jobs: exec
-                .jobs
-                .unwrap_or_else(|| {
-                    std::thread::available_parallelism().map_or(2, std::num::NonZero::get)
-                })
-                .max(1),
-            dry_run: exec.dry_run || exec.explain,
-            explain: exec.explain,
-            no_cache: exec.no_cache,
-            show_prompts: exec.show_prompts,
-            replay: exec.replay.is_some(),
-            quiet: exec.quiet,
-            json_events: exec.events(),
-            keep_runs,
-        };
-        let runtime = Runtime {
-            models: &models,
-            search: &self.engine.search,
-            cwd: self.engine.cwd.clone(),
-            state_dir: state_dir.clone(),
-            previous: if exec.explain {
-                latest_real_run(&state_dir, &workflow.name)
-            } else {
-                None
-            },
-        };
-        // A dry-run rehearses the real path: stages with work take the last real run's outputs
-        // where their fingerprints are unchanged.
-        let resume = match resume {
-            None if options.dry_run => runtime
-                .previous
-                .clone()
-                .or_else(|| latest_real_run(&state_dir, &workflow.name))
-                .map(|previous| run::ResumeFrom {
-                    outputs: record::read_outputs(&state_dir, &previous.run_id),
-                    run_id: previous.run_id,
-                    rehearsal: true,
-                }),
-            resume => resume,
-        };
         let _ = ctrlc::set_handler(|| {
             std::thread::spawn(|| stagegraph::floor::process::Interrupt::global().trigger());
         });
-        // Like the workflow (`App::load`), the record of thousands of stages is left to the
-        // process's exit rather than freed piece by piece.
-        let record = ManuallyDrop::new(
-            run::run(workflow, &runtime, &options, inputs, resume).map_err(|e| Failure {
-                code: exit::FAILED,
-                message: e.to_string(),
-            })?,
-        );
-        if exec.format == RunFormat::Json {
-            let mut doc = serde_json::json!({
-                "version": JSON_VERSION,
-                "run_id": record.run_id,
-                "workflow": record.workflow,
-                "status": record.status.as_str(),
-                "dry_run": record.dry_run,
-                "exit": record.exit,
-                "error": record.error,
-                "outputs": record.outputs,
-            });
-            if exec.explain {
-                doc["explain"] = record
-                    .stages
-                    .iter()
-                    .map(|(id, stage)| {
-                        let verdict = stage
-                            .explain
-                            .clone()
-                            .unwrap_or_else(|| format!("not reached ({})", stage.status.as_str()));
-                        (id.clone(), Value::String(verdict))
-                    })
-                    .collect::<Map<String, Value>>()
-                    .into();
-            }
-            outln!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
-        } else if let Some(Value::Object(outputs)) = &record.outputs {
-            if exec.events() {
-                outln!(
-                    "{}",
-                    serde_json::json!({ "event": "outputs", "outputs": outputs })
-                );
-            } else if outputs.len() == 1 {
-                if let Some(Value::String(text)) = outputs.values().next() {
-                    // An empty text (a run that ended early saying why on stderr) prints nothing,
-                    // not a blank line.
-                    if !text.trim().is_empty() {
-                        outln!("{}", text.trim_end());
-                    }
-                } else {
-                    outln!(
-                        "{}",
-                        serde_json::to_string_pretty(outputs).unwrap_or_default()
-                    );
+        let record = self
+            .engine
+            .run(workflow, inputs, request, &self.state, resume)
+            .map_err(|failure| {
+                self.print_diagnostics(&failure.diagnostics);
+                warn_unrecorded(failure.unrecorded);
+                Failure {
+                    code: failure.code,
+                    message: failure.message,
                 }
-            } else if !outputs.is_empty() {
-                outln!(
-                    "{}",
-                    serde_json::to_string_pretty(outputs).unwrap_or_default()
-                );
-            }
-        }
-        if exec.explain && exec.format != RunFormat::Json {
-            let width = record.stages.keys().map(String::len).max().unwrap_or(0);
-            for (id, stage) in &record.stages {
-                let verdict = stage
-                    .explain
-                    .clone()
-                    .unwrap_or_else(|| format!("not reached ({})", stage.status.as_str()));
-                outln!("{id:width$}  {verdict}");
-            }
-        }
-        let seconds = record.duration_ms as f64 / 1000.0;
-        let summary = match record.status {
-            RunStatus::Completed => format!("completed in {seconds:.2}s"),
-            RunStatus::Exited => format!(
-                "exited early{}: {}",
-                record
-                    .exit
-                    .as_ref()
-                    .and_then(|e| e.stage.as_ref())
-                    .map(|s| format!(" at `{s}`"))
-                    .unwrap_or_default(),
-                record.exit.as_ref().map_or("", |e| e.message.as_str())
-            ),
-            RunStatus::Failed => format!("failed: {}", record.error.as_deref().unwrap_or("")),
-            RunStatus::Interrupted => "interrupted".to_string(),
-            RunStatus::Running => "running".to_string(),
-        };
-        if !exec.quiet || record.status == RunStatus::Failed {
-            errln!("run {} {summary}", record.run_id);
-        }
-        if !exec.quiet {
-            let usage = &record.usage;
-            if let Some(cost) = usage.cost_usd {
-                errln!("model calls cost ${cost:.4}");
-            }
-            if let Some(cost) = usage.estimated_cost_usd {
-                errln!(
-                    "a real run would cost about ${cost:.4} (as recorded, over {} model call(s))",
-                    usage.model_calls
-                );
-            }
-        }
+            })?;
+        print_run(&record, request, format);
         Ok(match record.status {
             RunStatus::Completed | RunStatus::Exited => exit::SUCCESS,
             RunStatus::Interrupted => exit::INTERRUPTED,
@@ -1110,108 +852,20 @@ impl App {
         })
     }
 
-    /// What a run needs before it starts: its models and its state folder.
-    fn prepare(
-        &self,
-        workflow: &stagegraph::check::Workflow,
-        inputs: &Map<String, Value>,
-        exec: &ExecArgs,
-    ) -> Result<(Models, PathBuf), Failure> {
-        let models = self.models(exec)?;
-        if let Some(usd) = workflow.budget_usd {
-            models.set_budget(usd, "budget_usd in [workflow]");
-        }
-        if let Some(usd) = exec.max_cost {
-            if !usd.is_finite() || usd < 0.0 {
-                return Err(invalid(format!(
-                    "--max-cost expects an amount of USD, at least 0, not {usd}"
-                )));
-            }
-            models.set_budget(usd, "--max-cost");
-        }
-        let missing = undefined_models(workflow, &models, Severity::Error);
-        if !missing.is_empty() && exec.replay.is_none() {
-            self.print_diagnostics(&missing);
-            return Err(invalid(format!(
-                "workflow `{}` needs model aliases that no configuration defines",
-                workflow.name
-            )));
-        }
-        let state_dir = run::state_dir_for(
-            workflow,
-            inputs,
-            &self.engine.cwd,
-            &self.state_dir,
-            self.state_explicit,
-        )
-        .map_err(invalid)?;
-        Ok((models, state_dir))
-    }
-
-    /// A run that fails before its first stage still leaves a record saying why (a hook's call
-    /// is read afterwards with `runs show last`); `plan --explain` records nothing.
-    fn record_early_failure(
-        &self,
-        workflow: &stagegraph::check::Workflow,
-        inputs: Map<String, Value>,
-        exec: &ExecArgs,
-        failure: &Failure,
-    ) {
-        if exec.no_record {
-            return;
-        }
-        let state_dir = run::state_dir_for(
-            workflow,
-            &inputs,
-            &self.engine.cwd,
-            &self.state_dir,
-            self.state_explicit,
-        )
-        .unwrap_or_else(|_| self.state_dir.clone());
-        // No stage runs, so no model is needed: a configuration that does not load is no reason
-        // to leave the failure unrecorded.
-        let Ok(models) =
-            Models::load(&self.engine.cwd).or_else(|_| Models::from_layers(Vec::new()))
-        else {
-            return;
-        };
-        let runtime = Runtime {
-            models: &models,
-            search: &self.engine.search,
-            cwd: self.engine.cwd.clone(),
-            state_dir,
-            previous: None,
-        };
-        let options = RunOptions {
-            dry_run: exec.dry_run || exec.explain,
-            quiet: true,
-            ..RunOptions::default()
-        };
-        let message = match failure.message.as_str() {
-            "" => "the run did not start".to_string(),
-            text => text.to_string(),
-        };
-        if let Err(error) = run::record_failure(workflow, &runtime, &options, inputs, message) {
-            errln!("warning: cannot write the run record: {error}");
-        }
-    }
-
     fn resume(&self, run_id: &str, exec: ExecArgs) -> Result<i32, Failure> {
-        let (id, dir) = record::locate_run(&self.state_dirs(), run_id).map_err(invalid)?;
-        let previous = record::read_record(&dir, &id).map_err(invalid)?;
-        let workflow = self.load(&self.resume_reference(&previous))?;
-        let outputs = record::read_outputs(&dir, &id);
-        let always_zero = workflow.always_exit_zero;
+        let (previous, reference, from) = self
+            .engine
+            .recorded_run(&self.state, run_id)
+            .map_err(invalid)?;
+        let workflow = self.load(&reference)?;
         let code = self.execute(
             &workflow,
-            previous.inputs.clone(),
-            &exec,
-            Some(run::ResumeFrom {
-                run_id: id,
-                outputs,
-                rehearsal: false,
-            }),
+            previous.inputs,
+            &exec.request(),
+            exec.format,
+            Some(from),
         )?;
+        let always_zero = workflow.always_exit_zero;
         Ok(
             if always_zero && (code == exit::FAILED || code == exit::INTERRUPTED) {
                 exit::SUCCESS
@@ -1221,66 +875,22 @@ impl App {
         )
     }
 
-    /// How to find a recorded run's workflow again: by name when the search path still leads to
-    /// the file the run used, else by that file's path (a run of `stagegraph run flow.toml`).
-    fn resume_reference(&self, previous: &record::RunRecord) -> String {
-        let Some(top) = previous.files.first().map(|f| f.path.as_str()) else {
-            return previous.workflow.clone();
-        };
-        let by_name = self
-            .engine
-            .search
-            .find_workflow(&previous.workflow, &self.engine.cwd);
-        match by_name {
-            Some(found) if found.source.path.display().to_string() == top => {
-                previous.workflow.clone()
-            }
-            _ if top.ends_with(".toml") && Path::new(top).is_file() => top.to_string(),
-            _ => previous.workflow.clone(),
-        }
-    }
-
     fn runs(&self, action: Option<RunsAction>, format: TextOrJson) -> Result<i32, Failure> {
+        let dirs = self.state.search(&self.engine.cwd);
         match action {
             None => {
-                let ids = record::list_runs_in(&self.state_dirs());
+                let ids = record::list_runs_in(&dirs);
                 if ids.is_empty() && format == TextOrJson::Text {
-                    errln!("no runs in {}", record::runs_dir(&self.state_dir).display());
+                    errln!("no runs in {}", record::runs_dir(&self.state.dir).display());
                 }
                 let mut listed = Vec::new();
                 for (id, dir) in ids {
                     match record::read_record(&dir, &id) {
-                        Ok(r) if format == TextOrJson::Json => listed.push(serde_json::json!({
-                            "run_id": r.run_id,
-                            "workflow": r.workflow,
-                            "status": r.status.as_str(),
-                            "dry_run": r.dry_run,
-                            "started_at": r.started_at,
-                            "duration_ms": r.duration_ms,
-                            "exit": r.exit,
-                            "error": r.error,
-                        })),
+                        Ok(r) if format == TextOrJson::Json => listed.push(r.listing_json()),
                         Err(error) if format == TextOrJson::Json => {
                             listed.push(serde_json::json!({ "run_id": id, "unreadable": error }));
                         }
-                        Ok(r) => {
-                            let detail = match (&r.exit, &r.error) {
-                                (Some(exit), _) => exit.message.clone(),
-                                (_, Some(error)) => error.clone(),
-                                _ => String::new(),
-                            };
-                            let status = match r.dry_run {
-                                true => format!("{} (dry-run)", r.status.as_str()),
-                                false => r.status.as_str().to_string(),
-                            };
-                            outln!(
-                                "{id}  {:<16} {:<11} {:>8}ms  {}",
-                                r.workflow,
-                                status,
-                                r.duration_ms,
-                                first_line(&detail)
-                            );
-                        }
+                        Ok(r) => outln!("{}", r.listing_line(&id)),
                         Err(error) => outln!("{id}  (unreadable: {error})"),
                     }
                 }
@@ -1297,7 +907,7 @@ impl App {
                 stage,
             }) => {
                 let json = json || show_format == TextOrJson::Json || format == TextOrJson::Json;
-                let (id, dir) = record::locate_run(&self.state_dirs(), &run_id).map_err(invalid)?;
+                let (id, dir) = record::locate_run(&dirs, &run_id).map_err(invalid)?;
                 let r = record::read_record(&dir, &id).map_err(invalid)?;
                 if let Some(stage) = stage {
                     let outputs = record::read_outputs(&dir, &id);
@@ -1306,67 +916,17 @@ impl App {
                     })?;
                     match &line.output {
                         Value::String(text) => out!("{text}"),
-                        other => outln!(
-                            "{}",
-                            serde_json::to_string_pretty(other).unwrap_or_default()
-                        ),
+                        other => outln!("{}", pretty(other)),
                     }
-                    return Ok(exit::SUCCESS);
-                }
-                if json {
-                    // run.json as it is, with the version of the document in front.
-                    let mut doc = Map::new();
-                    doc.insert("version".into(), JSON_VERSION.into());
-                    if let Ok(Value::Object(fields)) = serde_json::to_value(&r) {
-                        doc.extend(fields);
-                    }
-                    outln!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
-                    return Ok(exit::SUCCESS);
-                }
-                outln!(
-                    "run {} ({}) {}{}",
-                    r.run_id,
-                    r.workflow,
-                    r.status.as_str(),
-                    if r.dry_run { " (dry-run)" } else { "" }
-                );
-                outln!("started {}  duration {}ms", r.started_at, r.duration_ms);
-                if let Some(exit) = &r.exit {
-                    outln!(
-                        "exit: {}{}",
-                        exit.stage
-                            .as_ref()
-                            .map(|s| format!("{s}: "))
-                            .unwrap_or_default(),
-                        exit.message
-                    );
-                }
-                if let Some(error) = &r.error {
-                    outln!("error: {error}");
-                }
-                for (id, s) in &r.stages {
-                    let extra = s.error.clone().or(s.reason.clone()).unwrap_or_default();
-                    outln!(
-                        "  {:<24} {:<9} {:>7}ms  {}",
-                        id,
-                        s.status.as_str(),
-                        s.duration_ms,
-                        first_line(&extra)
-                    );
-                    // What a stage that succeeded said on stderr (warnings, progress).
-                    for line in s.stderr.as_deref().unwrap_or("").lines() {
-                        outln!("      stderr: {line}");
-                    }
-                }
-                let u = &r.usage;
-                if u.model_calls > 0 {
-                    outln!("{}", usage_line(u));
+                } else if json {
+                    outln!("{}", pretty(&r.versioned_json()));
+                } else {
+                    out!("{}", r.to_text());
                 }
                 Ok(exit::SUCCESS)
             }
             Some(RunsAction::Prune { keep }) => {
-                let removed: Vec<String> = self
-                    .state_dirs()
+                let removed: Vec<String> = dirs
                     .iter()
                     .flat_map(|dir| record::prune(dir, keep))
                     .collect();
@@ -1377,50 +937,18 @@ impl App {
     }
 
     fn eject(&self, name: &str) -> Result<i32, Failure> {
-        let found = self
-            .engine
-            .search
-            .find_workflow(name, &self.engine.cwd)
-            .ok_or_else(|| self.no_workflow(name))?;
-        let target = self.engine.cwd.join(".stagegraph");
-        let library = found.library.clone();
-        let mut copies: Vec<(PathBuf, String)> = vec![(
-            target.join("workflows").join(format!("{name}.toml")),
-            found.source.text.to_string(),
-        )];
-        for shelf in [Shelf::Templates, Shelf::Schemas] {
-            for relative in library.files(shelf, &format!("{name}/")) {
-                if let Some(source) = library.read(shelf, &relative) {
-                    copies.push((
-                        target.join(shelf.folder()).join(&relative),
-                        source.text.to_string(),
-                    ));
-                }
-            }
-        }
-        let existing: Vec<String> = copies
-            .iter()
-            .filter(|(p, _)| p.exists())
-            .map(|(p, _)| p.display().to_string())
-            .collect();
-        if !existing.is_empty() {
-            return Err(invalid(format!(
-                "refusing to overwrite existing files: {}",
-                existing.join(", ")
-            )));
-        }
-        for (path, text) in &copies {
-            write_new(path, text).map_err(|e| Failure {
-                code: exit::FAILED,
-                message: format!("cannot write {}: {e}", path.display()),
+        let cwd = &self.engine.cwd;
+        self.engine
+            .eject(name, |path| {
+                errln!("wrote {}", path.strip_prefix(cwd).unwrap_or(path).display());
+            })
+            .map_err(|error| match error {
+                stagegraph::engine::EjectError::Write { .. } => Failure {
+                    code: exit::FAILED,
+                    message: error.to_string(),
+                },
+                _ => invalid(error.to_string()),
             })?;
-            errln!(
-                "wrote {}",
-                path.strip_prefix(&self.engine.cwd)
-                    .unwrap_or(path)
-                    .display()
-            );
-        }
         Ok(exit::SUCCESS)
     }
 }
@@ -1471,221 +999,61 @@ fn detach(inputs: &Map<String, Value>) -> std::io::Result<()> {
     Ok(())
 }
 
-fn write_new(path: &Path, text: &str) -> std::io::Result<()> {
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
+fn pretty(value: &impl serde::Serialize) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_default()
+}
+
+fn warn_unrecorded(error: Option<String>) {
+    if let Some(error) = error {
+        errln!("warning: cannot write the run record: {error}");
     }
-    std::fs::write(path, text)
 }
 
-fn first_line(text: &str) -> &str {
-    text.lines().next().unwrap_or("")
-}
-
-/// The merged document as TOML, each key annotated with where it came from.
-fn effective_toml(raw: &stagegraph::load::RawWorkflow) -> String {
-    use stagegraph::load::pointer_segment;
-    let mut out = format!(
-        "# effective workflow `{}`\n# files: {}\n",
-        raw.name,
-        raw.sources
-            .iter()
-            .map(|s| s.path.display().to_string())
-            .collect::<Vec<_>>()
-            .join(" <- ")
-    );
-    let origin = |pointer: &str| -> String {
-        raw.origins()
-            .get(pointer)
-            .map(|o| {
-                let source = &raw.sources[o.source()];
-                let (line, _) = source.line_col(o.key().start);
-                format!("  # {}:{line}", source.path.display())
-            })
-            .unwrap_or_default()
-    };
-    let Value::Object(sections) = &raw.doc else {
-        return out;
-    };
-    for (section, value) in sections {
-        let Value::Object(entries) = value else {
-            continue;
-        };
-        let nested = matches!(section.as_str(), "inputs" | "stages");
-        if nested {
-            for (name, table) in entries {
-                let Value::Object(keys) = table else { continue };
-                let pointer = format!("/{section}/{}", pointer_segment(name));
-                out.push_str(&format!("\n[{section}.{name}]{}\n", origin(&pointer)));
-                for (key, value) in keys {
-                    let key_pointer = format!("{pointer}/{}", pointer_segment(key));
-                    out.push_str(&format!(
-                        "{key} = {}{}\n",
-                        toml_value(value),
-                        origin(&key_pointer)
-                    ));
+/// What stdout and stderr get at the end of a run: the outputs (or the JSON document, or the
+/// `outputs` event), the explain verdicts, the summary line and the cost.
+fn print_run(record: &record::RunRecord, request: &RunRequest, format: RunFormat) {
+    if format == RunFormat::Json {
+        outln!("{}", pretty(&record.result_json(request.explain)));
+    } else if let Some(Value::Object(outputs)) = &record.outputs {
+        if request.json_events {
+            outln!(
+                "{}",
+                serde_json::json!({ "event": "outputs", "outputs": outputs })
+            );
+        } else if outputs.len() == 1 {
+            if let Some(Value::String(text)) = outputs.values().next() {
+                // An empty text (a run that ended early saying why on stderr) prints nothing,
+                // not a blank line.
+                if !text.trim().is_empty() {
+                    outln!("{}", text.trim_end());
                 }
+            } else {
+                outln!("{}", pretty(outputs));
             }
-        } else {
-            out.push_str(&format!("\n[{section}]\n"));
-            for (key, value) in entries {
-                let key_pointer = format!("/{section}/{}", pointer_segment(key));
-                out.push_str(&format!(
-                    "{key} = {}{}\n",
-                    toml_value(value),
-                    origin(&key_pointer)
-                ));
-            }
+        } else if !outputs.is_empty() {
+            outln!("{}", pretty(outputs));
         }
     }
-    out
-}
-
-fn toml_value(value: &Value) -> String {
-    match toml::Value::try_from(value) {
-        Ok(toml::Value::String(s)) if s.contains('\n') => format!("'''\n{s}'''"),
-        Ok(v) => v.to_string(),
-        Err(_) => value.to_string(),
-    }
-}
-
-/// Prompt stages whose model alias no configuration defines (sub-workflows included).
-fn undefined_models(
-    workflow: &stagegraph::check::Workflow,
-    models: &Models,
-    severity: Severity,
-) -> Vec<Diagnostic> {
-    let mut out = Vec::new();
-    for stage in &workflow.stages {
-        match &stage.action {
-            stagegraph::check::Action::Prompt { model, .. } if !models.defines(model) => {
-                let location = workflow.raw.locate(&format!("/stages/{}/model", stage.id));
-                let known: Vec<String> = models
-                    .aliases()
-                    .into_iter()
-                    .map(|(alias, _)| alias)
-                    .collect();
-                let help = stagegraph::diag::did_you_mean(model, known.iter().map(String::as_str))
-                    .unwrap_or_else(|| format!("define it in stagegraph.toml: [models.{model}] provider = \"command\" command = [...]"));
-                let mut diagnostic = Diagnostic::error(format!(
-                    "stage `{}` uses model `{model}`, which no configuration defines",
-                    stage.id
-                ))
-                .at_opt(location)
-                .with_help(help);
-                diagnostic.severity = severity;
-                out.push(diagnostic);
-            }
-            stagegraph::check::Action::Workflow { workflow: sub, .. } => {
-                out.extend(undefined_models(sub, models, severity));
-            }
-            _ => {}
+    if request.explain && format != RunFormat::Json {
+        let verdicts = record.verdicts();
+        let width = verdicts.iter().map(|(id, _)| id.len()).max().unwrap_or(0);
+        for (id, verdict) in verdicts {
+            outln!("{id:width$}  {verdict}");
         }
     }
-    out
-}
-
-/// How `ask` stages are answered: `--answer STAGE=VALUE` pairs (each STAGE an `ask` stage of the
-/// workflow or of a sub-workflow), `--yes`, and whether a person can be asked.
-fn ask_answers(
-    workflow: &stagegraph::check::Workflow,
-    exec: &ExecArgs,
-) -> Result<stagegraph::builtins::ask::Answers, Failure> {
-    type AskStage = (String, Option<Vec<Value>>);
-    fn ask_stages(workflow: &stagegraph::check::Workflow, out: &mut Vec<AskStage>) {
-        for stage in &workflow.stages {
-            match &stage.action {
-                stagegraph::check::Action::Uses { builtin, with }
-                    if builtin.name == stagegraph::builtins::ask::NAME =>
-                {
-                    let with = with.literal_entries();
-                    let schema = stagegraph::builtins::ask::output_schema_for(Some(&with));
-                    let choices = schema.get("enum").and_then(Value::as_array).cloned();
-                    out.push((stage.id.clone(), choices));
-                }
-                stagegraph::check::Action::Workflow { workflow: sub, .. } => ask_stages(sub, out),
-                _ => {}
-            }
+    if !request.quiet || record.status == RunStatus::Failed {
+        errln!("run {} {}", record.run_id, record.summary());
+    }
+    if !request.quiet {
+        let usage = &record.usage;
+        if let Some(cost) = usage.cost_usd {
+            errln!("model calls cost ${cost:.4}");
+        }
+        if let Some(cost) = usage.estimated_cost_usd {
+            errln!(
+                "a real run would cost about ${cost:.4} (as recorded, over {} model call(s))",
+                usage.model_calls
+            );
         }
     }
-    let mut stages = Vec::new();
-    ask_stages(workflow, &mut stages);
-    let known: Vec<String> = stages.iter().map(|(id, _)| id.clone()).collect();
-    let mut given = std::collections::BTreeMap::new();
-    for pair in &exec.answers {
-        let Some((stage, value)) = pair.split_once('=') else {
-            return Err(invalid(format!(
-                "--answer expects STAGE=VALUE, got `{pair}`"
-            )));
-        };
-        let stage = stage.trim();
-        if !known.iter().any(|k| k == stage) {
-            let help = stagegraph::diag::did_you_mean(stage, known.iter().map(String::as_str))
-                .map_or_else(
-                    || match known.is_empty() {
-                        true => format!("; workflow `{}` asks nothing", workflow.name),
-                        false => format!("; its `ask` stages: {}", known.join(", ")),
-                    },
-                    |h| format!("; {h}"),
-                );
-            return Err(invalid(format!(
-                "--answer {stage}=...: `{stage}` is not an `ask` stage of workflow `{}`{help}",
-                workflow.name
-            )));
-        }
-        // Choices written out are known now: a wrong answer is a wrong command line.
-        let choices = stages
-            .iter()
-            .find(|(id, _)| id == stage)
-            .and_then(|(_, choices)| choices.as_ref());
-        if let Some(choices) = choices {
-            let names: Vec<&str> = choices.iter().filter_map(Value::as_str).collect();
-            if !names.iter().any(|c| c.eq_ignore_ascii_case(value)) {
-                return Err(invalid(format!(
-                    "--answer {stage}={value}: `{value}` is not one of the choices of `{stage}` ({})",
-                    names.join(", ")
-                )));
-            }
-        }
-        given.insert(stage.to_string(), value.to_string());
-    }
-    Ok(stagegraph::builtins::ask::Answers {
-        given,
-        yes: exec.yes,
-        terminal: std::io::stdin().is_terminal() && std::io::stderr().is_terminal(),
-    })
-}
-
-/// The newest run of a workflow that was not a dry-run.
-fn latest_real_run(state_dir: &Path, workflow: &str) -> Option<record::RunRecord> {
-    record::list_runs(state_dir)
-        .iter()
-        .rev()
-        .filter_map(|id| record::read_record(state_dir, id).ok())
-        .find(|r| r.workflow == workflow && !r.dry_run)
-}
-
-/// One line of model usage: calls, tokens, latency, retries and cost.
-fn usage_line(u: &stagegraph::run::record::UsageTotals) -> String {
-    let mut line = format!(
-        "model calls: {}  tokens in: {}  out: {}",
-        u.model_calls, u.input_tokens, u.output_tokens
-    );
-    if u.cache_read_tokens > 0 || u.cache_write_tokens > 0 {
-        line.push_str(&format!(
-            "  cache read: {}  cache write: {}",
-            u.cache_read_tokens, u.cache_write_tokens
-        ));
-    }
-    line.push_str(&format!("  latency: {}ms", u.latency_ms));
-    if u.retries > 0 {
-        line.push_str(&format!("  retries: {}", u.retries));
-    }
-    if let Some(cost) = u.cost_usd {
-        line.push_str(&format!("  cost: ${cost:.4}"));
-    }
-    if let Some(cost) = u.estimated_cost_usd {
-        line.push_str(&format!("  recorded cost: ${cost:.4}"));
-    }
-    line
 }

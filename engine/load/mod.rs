@@ -6,6 +6,7 @@
 //! they came from.
 
 pub mod documents;
+mod effective;
 
 use std::collections::HashMap;
 use std::ops::Range;

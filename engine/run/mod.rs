@@ -27,10 +27,12 @@ pub mod locks;
 pub use crate::floor::process;
 mod progress;
 pub mod record;
+mod record_text;
 mod recorder;
 mod stage;
 
 pub use record::{ExitInfo, RunRecord, RunStatus, StageRecord, StageStatus};
+pub use record_text::JSON_VERSION;
 
 use progress::Reporter;
 use record::{Event, FileHash, OutputLine, RunFiles, Stamped, UsageTotals};

@@ -556,6 +556,15 @@ pub fn list_runs(state_dir: &Path) -> Vec<String> {
     ids
 }
 
+/// The newest run of a workflow that was not a dry-run.
+pub fn latest_real_run(state_dir: &Path, workflow: &str) -> Option<RunRecord> {
+    list_runs(state_dir)
+        .iter()
+        .rev()
+        .filter_map(|id| read_record(state_dir, id).ok())
+        .find(|r| r.workflow == workflow && !r.dry_run)
+}
+
 /// Resolve `last` or a unique prefix to a run id.
 pub fn resolve_run_id(state_dir: &Path, id: &str) -> Result<String, String> {
     let ids = list_runs(state_dir);

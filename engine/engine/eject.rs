@@ -1,0 +1,76 @@
+//! `eject`: copy a workflow with its templates and schemas into the project's `.stagegraph/`
+//! library, to own it. Nothing is overwritten.
+
+use std::path::{Path, PathBuf};
+
+use super::Engine;
+use crate::library::Shelf;
+
+/// Why an eject wrote nothing, or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum EjectError {
+    /// No workflow of that name (the message names the nearest).
+    #[error("{0}")]
+    NotFound(String),
+    /// Files that would be overwritten; nothing was written.
+    #[error("refusing to overwrite existing files: {}", .0.join(", "))]
+    Exists(Vec<String>),
+    /// A file could not be written (those before it were).
+    #[error("cannot write {}: {source}", .path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+impl Engine {
+    /// Copy workflow `name`, and the templates and schemas of its library under `<name>/`,
+    /// into `<cwd>/.stagegraph/`, telling `wrote` each file written.
+    pub fn eject(&self, name: &str, mut wrote: impl FnMut(&Path)) -> Result<(), EjectError> {
+        let found = self
+            .search
+            .find_workflow(name, &self.cwd)
+            .ok_or_else(|| EjectError::NotFound(self.no_workflow(name)))?;
+        let target = self.cwd.join(".stagegraph");
+        let library = found.library.clone();
+        let mut copies: Vec<(PathBuf, String)> = vec![(
+            target.join("workflows").join(format!("{name}.toml")),
+            found.source.text.to_string(),
+        )];
+        for shelf in [Shelf::Templates, Shelf::Schemas] {
+            for relative in library.files(shelf, &format!("{name}/")) {
+                if let Some(source) = library.read(shelf, &relative) {
+                    copies.push((
+                        target.join(shelf.folder()).join(&relative),
+                        source.text.to_string(),
+                    ));
+                }
+            }
+        }
+        let existing: Vec<String> = copies
+            .iter()
+            .filter(|(p, _)| p.exists())
+            .map(|(p, _)| p.display().to_string())
+            .collect();
+        if !existing.is_empty() {
+            return Err(EjectError::Exists(existing));
+        }
+        for (path, text) in &copies {
+            write_new(path, text).map_err(|source| EjectError::Write {
+                path: path.clone(),
+                source,
+            })?;
+            wrote(path);
+        }
+        Ok(())
+    }
+}
+
+fn write_new(path: &Path, text: &str) -> std::io::Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(path, text)
+}

@@ -1,0 +1,306 @@
+//! `run`, `resume` and `plan --explain` as the command line asks for them: the models (with
+//! recordings and budgets), the state folder, the options of the executor, the last real run
+//! to compare with or rehearse, and a record even for a run that fails before its first stage.
+
+use std::mem::ManuallyDrop;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use super::{resolve_answers, undefined_models, Engine};
+use crate::check::Workflow;
+use crate::diag::{Diagnostic, Severity};
+use crate::exit;
+use crate::models::Models;
+use crate::run::record::{self, RunRecord};
+use crate::run::{self, ResumeFrom, RunOptions, Runtime};
+
+/// What a run is asked to do: the command line's run options, in the library's terms.
+#[derive(Debug, Clone, Default)]
+pub struct RunRequest {
+    /// Walk the graph with no side effects.
+    pub dry_run: bool,
+    /// With `dry_run`: print every rendered prompt.
+    pub show_prompts: bool,
+    /// A dry-run that says for each stage whether it would be reused (implies `dry_run`).
+    pub explain: bool,
+    /// Stages at once (default: the number of cores).
+    pub jobs: Option<usize>,
+    /// Ignore the cache.
+    pub no_cache: bool,
+    /// Save every model exchange in this folder (relative to the working directory).
+    pub record: Option<PathBuf>,
+    /// Answer model requests from recordings in this folder.
+    pub replay: Option<PathBuf>,
+    /// Only errors on stderr.
+    pub quiet: bool,
+    /// Events as JSON lines on stdout.
+    pub json_events: bool,
+    /// Keep the newest N runs of the workflow (0 keeps all) unless `[workflow] records` says.
+    pub keep_runs: usize,
+    /// Spend at most this many USD on model calls.
+    pub max_cost: Option<f64>,
+    /// `--answer STAGE=VALUE` pairs.
+    pub answers: Vec<String>,
+    /// Answer every `ask` stage not answered with its `yes` choice.
+    pub yes: bool,
+    /// Write no run record (`plan --explain`).
+    pub no_record: bool,
+}
+
+/// Why a run did not give a record.
+#[derive(Debug)]
+pub struct RunFailure {
+    /// The exit code it means ([`exit::INVALID`] or [`exit::FAILED`]).
+    pub code: i32,
+    /// What went wrong; empty when `diagnostics` said it all.
+    pub message: String,
+    /// Diagnostics to show before the message.
+    pub diagnostics: Vec<Diagnostic>,
+    /// The record of the failure could not be written: why.
+    pub unrecorded: Option<String>,
+}
+
+impl RunFailure {
+    /// A wrong command line, workflow or configuration.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        RunFailure {
+            code: exit::INVALID,
+            message: message.into(),
+            diagnostics: Vec::new(),
+            unrecorded: None,
+        }
+    }
+}
+
+/// Where a command's runs live: the state folder and whether it was given (`--state-dir`).
+#[derive(Debug, Clone)]
+pub struct StateDir {
+    /// The state folder.
+    pub dir: PathBuf,
+    /// `--state-dir` was given: it is the only state folder.
+    pub explicit: bool,
+}
+
+impl StateDir {
+    /// Where recorded runs are looked for: the state folder, then (unless it was given) the
+    /// user state folders of `cwd` and its ancestors, for workflows recording there.
+    pub fn search(&self, cwd: &Path) -> Vec<PathBuf> {
+        let mut dirs = vec![self.dir.clone()];
+        if !self.explicit {
+            dirs.extend(record::user_state_dirs_above(cwd));
+        }
+        dirs
+    }
+}
+
+impl Engine {
+    /// Run a checked workflow with resolved inputs, from a recorded run when `resume` is given.
+    /// A dry-run with no `resume` rehearses the last real run. The record is not freed (the
+    /// process's exit reclaims the record of thousands of stages at once).
+    pub fn run(
+        &self,
+        workflow: &Workflow,
+        inputs: Map<String, Value>,
+        request: &RunRequest,
+        state: &StateDir,
+        resume: Option<ResumeFrom>,
+    ) -> Result<ManuallyDrop<RunRecord>, RunFailure> {
+        // An --answer for no `ask` stage is a wrong command line: rejected before any record.
+        let answers = resolve_answers(workflow, &request.answers, request.yes)
+            .map_err(|e| RunFailure::invalid(e.message))?;
+        let (models, state_dir) = match self.prepare(workflow, &inputs, request, state) {
+            Ok(prepared) => prepared,
+            Err(mut failure) => {
+                failure.unrecorded = self
+                    .record_early_failure(workflow, inputs, request, state, &failure.message)
+                    .err();
+                return Err(failure);
+            }
+        };
+        let keep_runs = workflow
+            .records
+            .as_ref()
+            .and_then(|records| records.keep)
+            .unwrap_or(request.keep_runs);
+        let options = RunOptions {
+            answers,
+            record: !request.no_record,
+            jobs: request
+                .jobs
+                .unwrap_or_else(|| {
+                    std::thread::available_parallelism().map_or(2, std::num::NonZero::get)
+                })
+                .max(1),
+            dry_run: request.dry_run || request.explain,
+            explain: request.explain,
+            no_cache: request.no_cache,
+            show_prompts: request.show_prompts,
+            replay: request.replay.is_some(),
+            quiet: request.quiet,
+            json_events: request.json_events,
+            keep_runs,
+        };
+        let runtime = Runtime {
+            models: &models,
+            search: &self.search,
+            cwd: self.cwd.clone(),
+            state_dir: state_dir.clone(),
+            previous: if request.explain {
+                record::latest_real_run(&state_dir, &workflow.name)
+            } else {
+                None
+            },
+        };
+        // A dry-run rehearses the real path: stages with work take the last real run's outputs
+        // where their fingerprints are unchanged.
+        let resume = match resume {
+            None if options.dry_run => runtime
+                .previous
+                .clone()
+                .or_else(|| record::latest_real_run(&state_dir, &workflow.name))
+                .map(|previous| ResumeFrom {
+                    outputs: record::read_outputs(&state_dir, &previous.run_id),
+                    run_id: previous.run_id,
+                    rehearsal: true,
+                }),
+            resume => resume,
+        };
+        run::run(workflow, &runtime, &options, inputs, resume)
+            .map(ManuallyDrop::new)
+            .map_err(|e| RunFailure {
+                code: exit::FAILED,
+                message: e.to_string(),
+                diagnostics: Vec::new(),
+                unrecorded: None,
+            })
+    }
+
+    /// The models of a run: the configuration, recording or replaying, with its budgets.
+    pub fn models(&self, request: &RunRequest) -> Result<Models, RunFailure> {
+        let mut models = Models::load(&self.cwd).map_err(|e| RunFailure::invalid(e.to_string()))?;
+        if let Some(dir) = &request.record {
+            models.set_record(self.cwd.join(dir));
+        }
+        if let Some(dir) = &request.replay {
+            models.set_replay(self.cwd.join(dir));
+        }
+        Ok(models)
+    }
+
+    /// What a run needs before it starts: its models and its state folder.
+    fn prepare(
+        &self,
+        workflow: &Workflow,
+        inputs: &Map<String, Value>,
+        request: &RunRequest,
+        state: &StateDir,
+    ) -> Result<(Models, PathBuf), RunFailure> {
+        let models = self.models(request)?;
+        if let Some(usd) = workflow.budget_usd {
+            models.set_budget(usd, "budget_usd in [workflow]");
+        }
+        if let Some(usd) = request.max_cost {
+            if !usd.is_finite() || usd < 0.0 {
+                return Err(RunFailure::invalid(format!(
+                    "--max-cost expects an amount of USD, at least 0, not {usd}"
+                )));
+            }
+            models.set_budget(usd, "--max-cost");
+        }
+        let missing = undefined_models(workflow, &models, Severity::Error);
+        if !missing.is_empty() && request.replay.is_none() {
+            let mut failure = RunFailure::invalid(format!(
+                "workflow `{}` needs model aliases that no configuration defines",
+                workflow.name
+            ));
+            failure.diagnostics = missing;
+            return Err(failure);
+        }
+        let state_dir = run::state_dir_for(workflow, inputs, &self.cwd, &state.dir, state.explicit)
+            .map_err(RunFailure::invalid)?;
+        Ok((models, state_dir))
+    }
+
+    /// A run that fails before its first stage still leaves a record saying why (a hook's call
+    /// is read afterwards with `runs show last`); `plan --explain` records nothing. The error
+    /// is why the record could not be written.
+    pub fn record_early_failure(
+        &self,
+        workflow: &Workflow,
+        inputs: Map<String, Value>,
+        request: &RunRequest,
+        state: &StateDir,
+        message: &str,
+    ) -> Result<(), String> {
+        if request.no_record {
+            return Ok(());
+        }
+        let state_dir =
+            run::state_dir_for(workflow, &inputs, &self.cwd, &state.dir, state.explicit)
+                .unwrap_or_else(|_| state.dir.clone());
+        // No stage runs, so no model is needed: a configuration that does not load is no reason
+        // to leave the failure unrecorded.
+        let Ok(models) = Models::load(&self.cwd).or_else(|_| Models::from_layers(Vec::new()))
+        else {
+            return Ok(());
+        };
+        let runtime = Runtime {
+            models: &models,
+            search: &self.search,
+            cwd: self.cwd.clone(),
+            state_dir,
+            previous: None,
+        };
+        let options = RunOptions {
+            dry_run: request.dry_run || request.explain,
+            quiet: true,
+            ..RunOptions::default()
+        };
+        let message = match message {
+            "" => "the run did not start".to_string(),
+            text => text.to_string(),
+        };
+        run::record_failure(workflow, &runtime, &options, inputs, message)
+            .map(|_| ())
+            .map_err(|error| error.to_string())
+    }
+
+    /// A recorded run to resume: its record, and the reference (a name, or the file's path)
+    /// that finds its workflow again.
+    pub fn recorded_run(
+        &self,
+        state: &StateDir,
+        run_id: &str,
+    ) -> Result<(RunRecord, String, ResumeFrom), String> {
+        let (id, dir) = record::locate_run(&state.search(&self.cwd), run_id)?;
+        let previous = record::read_record(&dir, &id)?;
+        let reference = self.resume_reference(&previous);
+        let outputs = record::read_outputs(&dir, &id);
+        Ok((
+            previous,
+            reference,
+            ResumeFrom {
+                run_id: id,
+                outputs,
+                rehearsal: false,
+            },
+        ))
+    }
+
+    /// How to find a recorded run's workflow again: by name when the search path still leads to
+    /// the file the run used, else by that file's path (a run of `stagegraph run flow.toml`).
+    fn resume_reference(&self, previous: &RunRecord) -> String {
+        let Some(top) = previous.files.first().map(|f| f.path.as_str()) else {
+            return previous.workflow.clone();
+        };
+        let by_name = self.search.find_workflow(&previous.workflow, &self.cwd);
+        match by_name {
+            Some(found) if found.source.path.display().to_string() == top => {
+                previous.workflow.clone()
+            }
+            _ if top.ends_with(".toml") && Path::new(top).is_file() => top.to_string(),
+            _ => previous.workflow.clone(),
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! `list` and `check` over the search path: what each workflow is and where it comes from, and
+//! the diagnostics of many workflows at once with a count per workflow.
+
+use serde::Deserialize;
+
+use super::{undefined_models, Engine};
+use crate::diag::{has_errors, Diagnostic, Severity};
+use crate::library::{Library, Shelf};
+use crate::models::Models;
+
+/// One workflow on the search path.
+#[derive(Debug, Clone)]
+pub struct Listing {
+    /// Its name.
+    pub name: String,
+    /// `[workflow] description`, or empty.
+    pub description: String,
+    /// The library it resolves to.
+    pub library: Library,
+    /// Libraries lower on the path with a workflow of the same name, which it overlays.
+    pub overlays: Vec<Library>,
+}
+
+impl Listing {
+    /// Where it comes from: "<library> (<origin>)", then ", overlays <libraries>" if any.
+    pub fn origin(&self) -> String {
+        let mut origin = format!("{} ({})", self.library.display(), self.library.origin);
+        if !self.overlays.is_empty() {
+            origin.push_str(&format!(
+                ", overlays {}",
+                self.overlays
+                    .iter()
+                    .map(Library::display)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        origin
+    }
+}
+
+/// The diagnostics of `check` over some workflows, each tagged with its workflow, and the
+/// count of errors and warnings of each.
+#[derive(Debug, Default)]
+pub struct CheckReport {
+    /// (workflow, errors, warnings), in the order checked.
+    pub summary: Vec<(String, usize, usize)>,
+    /// Every diagnostic, those outside any workflow (the model configuration) first.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl CheckReport {
+    /// Whether the check failed: an error, or a warning when warnings are denied.
+    pub fn failed(&self, deny_warnings: bool) -> bool {
+        has_errors(&self.diagnostics)
+            || (deny_warnings
+                && self
+                    .diagnostics
+                    .iter()
+                    .any(|d| d.severity == Severity::Warning))
+    }
+
+    /// Errors that belong to no workflow.
+    pub fn errors_outside(&self) -> usize {
+        self.diagnostics
+            .iter()
+            .filter(|d| d.is_error() && d.workflow.is_none())
+            .count()
+    }
+}
+
+impl Engine {
+    /// Every workflow on the search path, by name, with its description.
+    pub fn list(&self) -> Vec<Listing> {
+        self.search
+            .workflows()
+            .into_iter()
+            .map(|(name, library, overlays)| Listing {
+                description: description(&library, &name),
+                name,
+                library,
+                overlays,
+            })
+            .collect()
+    }
+
+    /// Check workflows by name or path (none: every workflow on the search path), with the
+    /// model aliases they use checked against the configuration as warnings.
+    pub fn check_all(&self, names: &[String]) -> CheckReport {
+        let names: Vec<String> = if names.is_empty() {
+            self.search.workflow_names()
+        } else {
+            names.to_vec()
+        };
+        let mut report = CheckReport::default();
+        let models = match Models::load(&self.cwd) {
+            Ok(models) => Some(models),
+            Err(error) => {
+                report
+                    .diagnostics
+                    .push(Diagnostic::error(format!("model configuration: {error}")));
+                None
+            }
+        };
+        for name in &names {
+            let diagnostics = match self.load(name) {
+                Ok(workflow) => {
+                    let mut diagnostics = workflow.warnings.clone();
+                    if let Some(models) = &models {
+                        diagnostics.extend(undefined_models(&workflow, models, Severity::Warning));
+                    }
+                    // Not freed: the process ends soon after, and freeing the stages of a
+                    // large workflow one by one takes longer than the exit that reclaims them.
+                    std::mem::forget(workflow);
+                    diagnostics
+                }
+                Err(diagnostics) => diagnostics,
+            };
+            let diagnostics: Vec<Diagnostic> = diagnostics
+                .into_iter()
+                .map(|mut d| {
+                    d.workflow.get_or_insert_with(|| name.clone());
+                    d
+                })
+                .collect();
+            let errors = diagnostics.iter().filter(|d| d.is_error()).count();
+            let warnings = diagnostics.len() - errors;
+            report.summary.push((name.clone(), errors, warnings));
+            report.diagnostics.extend(diagnostics);
+        }
+        report
+    }
+}
+
+/// `[workflow] description` of a workflow file, read without checking it.
+fn description(library: &Library, name: &str) -> String {
+    #[derive(Deserialize)]
+    struct File {
+        workflow: Option<Head>,
+    }
+    #[derive(Deserialize)]
+    struct Head {
+        description: Option<String>,
+    }
+    library
+        .read(Shelf::Workflows, &format!("{name}.toml"))
+        .and_then(|source| toml::from_str::<File>(&source.text).ok())
+        .and_then(|file| file.workflow?.description)
+        .unwrap_or_default()
+}

@@ -1,0 +1,113 @@
+//! The library's face: find, list, load, check, plan, run and eject workflows.
+//!
+//! The command line (engine/main.rs) parses arguments, calls these methods, prints what they
+//! return and maps it to exit codes; everything else a command does happens here.
+
+mod eject;
+mod execute;
+mod inputs;
+mod listing;
+
+use std::path::{Path, PathBuf};
+
+use crate::check::{self, Action, Workflow};
+use crate::diag::{did_you_mean, Diagnostic, Severity};
+use crate::library::SearchPath;
+use crate::load::documents::Documents;
+use crate::load::{self, RawWorkflow};
+use crate::models::Models;
+
+pub use eject::EjectError;
+pub use execute::{RunFailure, RunRequest, StateDir};
+pub use inputs::{parse_input_value, read_inputs, resolve_answers, resolve_inputs, InputError};
+pub use listing::{CheckReport, Listing};
+
+/// A search path and a working directory: everything needed to find and check workflows.
+pub struct Engine {
+    /// Where workflows, templates and schemas are looked up.
+    pub search: SearchPath,
+    /// The working directory: paths of the command line are relative to it.
+    pub cwd: PathBuf,
+    /// Where parsed documents are kept between loads, if anywhere.
+    pub documents: Option<Documents>,
+}
+
+impl Engine {
+    /// The search path of `--library` folders, the environment and `cwd`.
+    pub fn new(libraries: &[PathBuf], cwd: &Path) -> Self {
+        Engine {
+            search: SearchPath::from_env(libraries, cwd),
+            cwd: cwd.to_path_buf(),
+            documents: None,
+        }
+    }
+
+    /// Load and check one workflow (by name or path).
+    pub fn load(&self, reference: &str) -> Result<Workflow, Vec<Diagnostic>> {
+        self.load_then(reference, |_| {})
+    }
+
+    /// Load and check one workflow, telling `loaded` its name before it is checked (a run
+    /// starts reading its cache then).
+    pub fn load_then(
+        &self,
+        reference: &str,
+        loaded: impl FnOnce(&str),
+    ) -> Result<Workflow, Vec<Diagnostic>> {
+        let raw = load::load_with(&self.search, reference, &self.cwd, self.documents.as_ref())?;
+        loaded(&raw.name);
+        check::check(raw, &self.search, &self.cwd)
+    }
+
+    /// Load one workflow without checking it: the merged document, overlays applied
+    /// (`show --effective`).
+    pub fn load_raw(&self, reference: &str) -> Result<RawWorkflow, Vec<Diagnostic>> {
+        load::load(&self.search, reference, &self.cwd)
+    }
+
+    /// "no workflow named `x`", with the nearest name on the search path.
+    pub fn no_workflow(&self, name: &str) -> String {
+        let names = self.search.workflow_names();
+        match did_you_mean(name, names.iter().map(String::as_str)) {
+            Some(help) => format!("no workflow named `{name}`; {help}"),
+            None => format!("no workflow named `{name}`"),
+        }
+    }
+}
+
+/// Prompt stages whose model alias no configuration defines (sub-workflows included), as
+/// diagnostics of the given severity: a warning for `check`, an error before a run.
+pub fn undefined_models(
+    workflow: &Workflow,
+    models: &Models,
+    severity: Severity,
+) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    for stage in &workflow.stages {
+        match &stage.action {
+            Action::Prompt { model, .. } if !models.defines(model) => {
+                let location = workflow.raw.locate(&format!("/stages/{}/model", stage.id));
+                let known: Vec<String> = models
+                    .aliases()
+                    .into_iter()
+                    .map(|(alias, _)| alias)
+                    .collect();
+                let help = did_you_mean(model, known.iter().map(String::as_str))
+                    .unwrap_or_else(|| format!("define it in stagegraph.toml: [models.{model}] provider = \"command\" command = [...]"));
+                let mut diagnostic = Diagnostic::error(format!(
+                    "stage `{}` uses model `{model}`, which no configuration defines",
+                    stage.id
+                ))
+                .at_opt(location)
+                .with_help(help);
+                diagnostic.severity = severity;
+                out.push(diagnostic);
+            }
+            Action::Workflow { workflow: sub, .. } => {
+                out.extend(undefined_models(sub, models, severity));
+            }
+            _ => {}
+        }
+    }
+    out
+}

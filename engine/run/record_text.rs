@@ -1,0 +1,197 @@
+//! How a run record reads: the one-line summary a run ends with, the explain verdicts, the
+//! text of `runs show` and its line in `runs`, and the JSON document of `run --format json`.
+
+use serde_json::{Map, Value};
+
+use super::record::{RunRecord, UsageTotals};
+use super::RunStatus;
+
+/// The version of every JSON document the command line prints (`--format json`).
+pub const JSON_VERSION: u32 = 1;
+
+impl UsageTotals {
+    /// One line of model usage: calls, tokens, latency, retries and cost (`runs show`).
+    pub fn summary_line(&self) -> String {
+        let mut line = format!(
+            "model calls: {}  tokens in: {}  out: {}",
+            self.model_calls, self.input_tokens, self.output_tokens
+        );
+        if self.cache_read_tokens > 0 || self.cache_write_tokens > 0 {
+            line.push_str(&format!(
+                "  cache read: {}  cache write: {}",
+                self.cache_read_tokens, self.cache_write_tokens
+            ));
+        }
+        line.push_str(&format!("  latency: {}ms", self.latency_ms));
+        if self.retries > 0 {
+            line.push_str(&format!("  retries: {}", self.retries));
+        }
+        if let Some(cost) = self.cost_usd {
+            line.push_str(&format!("  cost: ${cost:.4}"));
+        }
+        if let Some(cost) = self.estimated_cost_usd {
+            line.push_str(&format!("  recorded cost: ${cost:.4}"));
+        }
+        line
+    }
+}
+
+impl RunRecord {
+    /// How the run ended, after "run <id> ": "completed in 0.12s", "exited early at `x`: ...",
+    /// "failed: ...".
+    pub fn summary(&self) -> String {
+        let seconds = self.duration_ms as f64 / 1000.0;
+        match self.status {
+            RunStatus::Completed => format!("completed in {seconds:.2}s"),
+            RunStatus::Exited => format!(
+                "exited early{}: {}",
+                self.exit
+                    .as_ref()
+                    .and_then(|e| e.stage.as_ref())
+                    .map(|s| format!(" at `{s}`"))
+                    .unwrap_or_default(),
+                self.exit.as_ref().map_or("", |e| e.message.as_str())
+            ),
+            RunStatus::Failed => format!("failed: {}", self.error.as_deref().unwrap_or("")),
+            RunStatus::Interrupted => "interrupted".to_string(),
+            RunStatus::Running => "running".to_string(),
+        }
+    }
+
+    /// Each stage's explain verdict (`--explain`), "not reached (<status>)" for a stage that
+    /// has none.
+    pub fn verdicts(&self) -> Vec<(&str, String)> {
+        self.stages
+            .iter()
+            .map(|(id, stage)| {
+                let verdict = stage
+                    .explain
+                    .clone()
+                    .unwrap_or_else(|| format!("not reached ({})", stage.status.as_str()));
+                (id.as_str(), verdict)
+            })
+            .collect()
+    }
+
+    /// The document of `run --format json`: version, run id, workflow, status, dry-run, exit,
+    /// error, outputs, and with `explain` the verdicts.
+    pub fn result_json(&self, explain: bool) -> Value {
+        let mut doc = serde_json::json!({
+            "version": JSON_VERSION,
+            "run_id": self.run_id,
+            "workflow": self.workflow,
+            "status": self.status.as_str(),
+            "dry_run": self.dry_run,
+            "exit": self.exit,
+            "error": self.error,
+            "outputs": self.outputs,
+        });
+        if explain {
+            doc["explain"] = self
+                .verdicts()
+                .into_iter()
+                .map(|(id, verdict)| (id.to_string(), Value::String(verdict)))
+                .collect::<Map<String, Value>>()
+                .into();
+        }
+        doc
+    }
+
+    /// run.json as it is, with the version of the document in front (`runs show --format
+    /// json`).
+    pub fn versioned_json(&self) -> Value {
+        let mut doc = Map::new();
+        doc.insert("version".into(), JSON_VERSION.into());
+        if let Ok(Value::Object(fields)) = serde_json::to_value(self) {
+            doc.extend(fields);
+        }
+        Value::Object(doc)
+    }
+
+    /// A run's line in `runs --format json`.
+    pub fn listing_json(&self) -> Value {
+        serde_json::json!({
+            "run_id": self.run_id,
+            "workflow": self.workflow,
+            "status": self.status.as_str(),
+            "dry_run": self.dry_run,
+            "started_at": self.started_at,
+            "duration_ms": self.duration_ms,
+            "exit": self.exit,
+            "error": self.error,
+        })
+    }
+
+    /// A run's line in `runs`: id, workflow, status, duration and the first line of how it
+    /// ended.
+    pub fn listing_line(&self, id: &str) -> String {
+        let detail = match (&self.exit, &self.error) {
+            (Some(exit), _) => exit.message.clone(),
+            (_, Some(error)) => error.clone(),
+            _ => String::new(),
+        };
+        let status = match self.dry_run {
+            true => format!("{} (dry-run)", self.status.as_str()),
+            false => self.status.as_str().to_string(),
+        };
+        format!(
+            "{id}  {:<16} {:<11} {:>8}ms  {}",
+            self.workflow,
+            status,
+            self.duration_ms,
+            first_line(&detail)
+        )
+    }
+
+    /// `runs show` as text: the run, how it ended, a line per stage with what it said on
+    /// stderr, then model usage. Each line ends with a newline.
+    pub fn to_text(&self) -> String {
+        let mut out = format!(
+            "run {} ({}) {}{}\n",
+            self.run_id,
+            self.workflow,
+            self.status.as_str(),
+            if self.dry_run { " (dry-run)" } else { "" }
+        );
+        out.push_str(&format!(
+            "started {}  duration {}ms\n",
+            self.started_at, self.duration_ms
+        ));
+        if let Some(exit) = &self.exit {
+            out.push_str(&format!(
+                "exit: {}{}\n",
+                exit.stage
+                    .as_ref()
+                    .map(|s| format!("{s}: "))
+                    .unwrap_or_default(),
+                exit.message
+            ));
+        }
+        if let Some(error) = &self.error {
+            out.push_str(&format!("error: {error}\n"));
+        }
+        for (id, s) in &self.stages {
+            let extra = s.error.clone().or(s.reason.clone()).unwrap_or_default();
+            out.push_str(&format!(
+                "  {:<24} {:<9} {:>7}ms  {}\n",
+                id,
+                s.status.as_str(),
+                s.duration_ms,
+                first_line(&extra)
+            ));
+            // What a stage that succeeded said on stderr (warnings, progress).
+            for line in s.stderr.as_deref().unwrap_or("").lines() {
+                out.push_str(&format!("      stderr: {line}\n"));
+            }
+        }
+        if self.usage.model_calls > 0 {
+            out.push_str(&self.usage.summary_line());
+            out.push('\n');
+        }
+        out
+    }
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or("")
+}
