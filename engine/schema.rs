@@ -149,7 +149,23 @@ impl Schema {
 
     /// Whether a property path can be produced by this schema.
     pub fn check_path(&self, path: &[&str]) -> Result<(), (String, Option<String>)> {
-        let mut node = self.resolve(&self.value);
+        self.check_path_in(&self.value, path, &self.short_name(), true)
+            .map_err(|(message, help, _)| (message, help))
+    }
+
+    /// Whether a property path can be produced from `start`, a node of this schema; `subject`
+    /// names what the path is read from in messages. With `listed_closes`, an object that lists
+    /// its properties and says nothing of others is taken to mean the ones listed; without it,
+    /// such an object is open, and a name outside it is reported only when it is a near miss of
+    /// a listed one (the third value is then false: likely a typo, not certainly wrong).
+    pub fn check_path_in(
+        &self,
+        start: &Value,
+        path: &[&str],
+        subject: &str,
+        listed_closes: bool,
+    ) -> Result<(), (String, Option<String>, bool)> {
+        let mut node = self.resolve(start);
         let mut walked: Vec<&str> = Vec::new();
         for segment in path {
             if segment.parse::<usize>().is_ok() {
@@ -183,6 +199,24 @@ impl Schema {
                     let names: Vec<&str> = properties
                         .map(|p| p.keys().map(String::as_str).collect())
                         .unwrap_or_default();
+                    let listed_only = properties.is_some()
+                        && node.get("additionalProperties").is_none()
+                        && !is_scalar(node);
+                    if listed_only && !listed_closes {
+                        let Some(near) = did_you_mean(segment, names.iter().copied()) else {
+                            return Ok(());
+                        };
+                        let within = if walked.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" under `{}`", walked.join("."))
+                        };
+                        return Err((
+                            format!("{subject} has no declared property `{segment}`{within} (the schema leaves others open)"),
+                            Some(near),
+                            false,
+                        ));
+                    }
                     let within = if walked.is_empty() {
                         String::new()
                     } else {
@@ -190,17 +224,16 @@ impl Schema {
                     };
                     let message = if is_scalar(node) {
                         format!(
-                            "{} gives a {} here{within}; it has no field `{segment}`",
-                            self.short_name(),
+                            "{subject} gives a {} here{within}; it has no field `{segment}`",
                             node.get("type").and_then(Value::as_str).unwrap_or("scalar")
                         )
                     } else {
-                        format!("{} has no property `{segment}`{within}", self.short_name())
+                        format!("{subject} has no property `{segment}`{within}")
                     };
                     let help = did_you_mean(segment, names.iter().copied()).or_else(|| {
                         (!names.is_empty()).then(|| format!("properties: {}", names.join(", ")))
                     });
-                    return Err((message, help));
+                    return Err((message, help, true));
                 }
             }
             walked.push(segment);
@@ -208,7 +241,81 @@ impl Schema {
         Ok(())
     }
 
-    fn short_name(&self) -> String {
+    /// The node a property path leads to (`$ref`s followed), when the schema says what it is.
+    pub fn node_at(&self, path: &[&str]) -> Option<&Value> {
+        let mut node = self.resolve(&self.value);
+        for segment in path {
+            let next = if segment.parse::<usize>().is_ok() {
+                node.get("items")
+            } else {
+                node.get("properties")
+                    .and_then(|p| p.get(*segment))
+                    .or_else(|| node.get("additionalProperties").filter(|a| a.is_object()))
+            };
+            node = self.resolve(next?);
+        }
+        Some(node)
+    }
+
+    /// The JSON types a node of this schema declares (`type`, or the type of a `const` or of
+    /// every `enum` value); empty when it declares none.
+    pub fn types_of(node: &Value) -> Vec<String> {
+        match node.get("type") {
+            Some(Value::String(kind)) => vec![kind.clone()],
+            Some(Value::Array(kinds)) => kinds
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect(),
+            _ => {
+                let values: Vec<&Value> = match (node.get("const"), node.get("enum")) {
+                    (Some(value), _) => vec![value],
+                    (None, Some(Value::Array(values))) => values.iter().collect(),
+                    _ => Vec::new(),
+                };
+                let mut kinds: Vec<String> = Vec::new();
+                for value in values {
+                    let kind = match value {
+                        Value::Null => "null",
+                        Value::Bool(_) => "boolean",
+                        Value::Number(_) => "number",
+                        Value::String(_) => "string",
+                        Value::Array(_) => "array",
+                        Value::Object(_) => "object",
+                    };
+                    if !kinds.iter().any(|k| k == kind) {
+                        kinds.push(kind.to_string());
+                    }
+                }
+                kinds
+            }
+        }
+    }
+
+    /// The properties of an object node whose declared type is an array.
+    pub fn array_properties(&self, node: &Value) -> Vec<String> {
+        node.get("properties")
+            .and_then(Value::as_object)
+            .map(|properties| {
+                properties
+                    .iter()
+                    .filter(|(_, p)| {
+                        Schema::types_of(self.resolve(p))
+                            .iter()
+                            .any(|t| t == "array")
+                    })
+                    .map(|(name, _)| name.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// A node with its `$ref`s followed.
+    pub fn resolved<'a>(&'a self, node: &'a Value) -> &'a Value {
+        self.resolve(node)
+    }
+
+    pub(crate) fn short_name(&self) -> String {
         let name = self.name.strip_prefix("<built-in>/").unwrap_or(&self.name);
         if name.contains('/') || name.ends_with(".json") {
             // `.../lib/schemas/gate/response.schema.json` -> `schemas/gate/response.schema.json`

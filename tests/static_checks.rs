@@ -66,3 +66,135 @@ with = { path = "real/x.txt", content = "x" }
     );
     t.run(["check", "ok.toml"]).code(0);
 }
+
+#[test]
+fn a_foreach_over_what_is_not_a_list_is_a_check_error_and_its_suggestion_runs() {
+    let t = Test::new();
+    t.write(
+        "schemas/scan.schema.json",
+        r#"{"type": "object", "additionalProperties": false,
+            "properties": {"sources": {"type": "array", "items": {"type": "object",
+              "additionalProperties": false, "properties": {"name": {"type": "string"}}}},
+              "counts": {"type": "object"}}}"#,
+    );
+    let flow = |whole: &str, names: &str, lines: &str, field: &str| {
+        format!(
+            r#"[inputs.names]
+type = "string"
+default = "a,b,c"
+
+[stages.scan]
+command = ["echo", '{{"sources": [{{"name": "x"}}, {{"name": "y"}}], "counts": {{"a": 1, "b": 2}}}}']
+output = {{ format = "json", schema = "scan.schema.json" }}
+
+[stages.listing]
+command = ["printf", "one\ntwo\n"]{lines}
+
+[stages.by_source]
+foreach = "{whole}"
+command = ["echo", "{{{{ item }}}}"]
+
+[stages.by_name]
+foreach = "{names}"
+command = ["echo", "{{{{ item }}}}"]
+
+[stages.by_line]
+foreach = "stages.listing.output"
+command = ["echo", "{{{{ item }}}}"]
+
+[stages.named]
+foreach = "stages.scan.output.sources"
+command = ["echo", "{{{{ item.{field} }}}}"]
+"#
+        )
+    };
+    t.write(
+        "w.toml",
+        &flow("stages.scan.output", "inputs.names", "", "nmae"),
+    );
+    t.run(["check", "w.toml"])
+        .code(2)
+        .stderr_has("w.toml:13:11: `foreach` needs a list, but `stages.scan.output` is an object (schemas/scan.schema.json)")
+        .stderr_has(r#"help: loop over its list: `foreach = "stages.scan.output.sources"`"#)
+        .stderr_has("w.toml:17:11: `foreach` needs a list, but input `names` is a string")
+        .stderr_has(r#"`foreach = "inputs.names | split(',')"`"#)
+        .stderr_has("w.toml:21:11: `foreach` needs a list, but the output of stage `listing` is text, which would be looped over character by character")
+        .stderr_has(r#"give `listing` `output = { format = "lines" }`"#)
+        .stderr_has("w.toml:26:29: `item` (an item of `stages.scan.output.sources`, per schemas/scan.schema.json) has no property `nmae`")
+        .stderr_has("did you mean `name`?");
+    assert!(t.run_ids().is_empty(), "check failed, so nothing ran");
+
+    // The suggestions, taken, check and run: 2 sources, 3 names, 2 lines.
+    t.write(
+        "w.toml",
+        &flow(
+            "stages.scan.output.sources",
+            "inputs.names | split(',')",
+            "\noutput = { format = \"lines\" }",
+            "name",
+        ),
+    );
+    t.run(["check", "w.toml"]).code(0);
+    t.run(["run", "w.toml"]).code(0);
+    let record = t.last_run();
+    for (stage, items) in [
+        ("by_source", 2),
+        ("by_name", 3),
+        ("by_line", 2),
+        ("named", 2),
+    ] {
+        assert_eq!(
+            record["stages"][stage]["items"], items,
+            "{stage}: {record:#}"
+        );
+    }
+
+    // An object's [key, value] pairs are a list.
+    t.write(
+        "pairs.toml",
+        r#"[stages.scan]
+command = ["echo", '{"sources": [], "counts": {"a": 1, "b": 2}}']
+output = { format = "json", schema = "scan.schema.json" }
+
+[stages.counts]
+foreach = "stages.scan.output.counts"
+command = ["echo", "{{ item }}"]
+"#,
+    );
+    t.run(["check", "pairs.toml"]).code(2).stderr_has(
+        r#"loop over its [key, value] pairs with `foreach = "stages.scan.output.counts | items"`"#,
+    );
+    let fixed = t.read("pairs.toml").replace(
+        r#"foreach = "stages.scan.output.counts""#,
+        r#"foreach = "stages.scan.output.counts | items""#,
+    );
+    t.write("pairs.toml", &fixed);
+    t.run(["run", "pairs.toml"]).code(0);
+    assert_eq!(t.last_run()["stages"]["counts"]["items"], 2);
+}
+
+#[test]
+fn item_fields_of_an_open_schema_are_only_suspected_when_near_a_listed_one() {
+    let t = Test::new();
+    t.write(
+        "schemas/open.schema.json",
+        r#"{"type": "array", "items": {"type": "object", "properties": {"source_id": {"type": "string"}}}}"#,
+    );
+    t.write(
+        "w.toml",
+        r#"[stages.scan]
+command = ["echo", '[{"source_id": "a", "url": "u"}]']
+output = { format = "json", schema = "open.schema.json" }
+
+[stages.each]
+foreach = "stages.scan.output"
+command = ["echo", "{{ item.url }} {{ item.source_di }}"]
+"#,
+    );
+    let out = t.run(["check", "w.toml"]);
+    out.code(0)
+        .stderr_has("w.toml:7:44: `item` (an item of `stages.scan.output`, per schemas/open.schema.json) has no declared property `source_di` (the schema leaves others open)")
+        .stderr_has("did you mean `source_id`?")
+        .stderr_has("0 error(s), 1 warning(s)");
+    assert!(!out.stderr.contains("`url`"), "{}", out.stderr);
+}

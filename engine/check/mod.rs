@@ -15,6 +15,7 @@
 //!   finds output schemas);
 //! - `write_paths`: paths written without a template against the `[workflow] writes` roots;
 //! - `compile`: the queued sources into templates and expressions;
+//! - `foreach`: what each `foreach` loops over, typed by the upstream schema or input type;
 //! - `references`: every name a template reads, and the edges they add;
 //! - `graph`: the order the stages run in, or the cycles;
 //! - `assemble`: the typed [`Stage`]s of the [`Workflow`] (the handoff types, in `workflow`);
@@ -22,6 +23,7 @@
 
 mod assemble;
 mod compile;
+mod foreach;
 mod format_errors;
 mod gather;
 mod graph;
@@ -122,6 +124,7 @@ fn check_inner(
         sources: Vec::new(),
         schemas: HashMap::new(),
         globals: HashSet::new(),
+        items: Vec::new(),
     };
     // Each definition's hash stands alone (its JSON, about a kilobyte a stage, hashed): a
     // thread hashes them while the checker reads the templates and references.
@@ -204,6 +207,8 @@ struct Checker<'a> {
     schemas: HashMap<String, Option<Arc<Schema>>>,
     /// Names the template environment defines (functions and globals).
     globals: HashSet<String>,
+    /// What is known of each stage's `foreach` items.
+    items: Vec<foreach::ItemOf>,
 }
 
 /// `^[a-z][a-z0-9_]*$`, without compiling a regex for it.
@@ -260,6 +265,7 @@ impl Checker<'_> {
             .zip(self.file.stages.values())
             .map(|(action, def)| self.schema_of(action.as_ref(), def))
             .collect();
+        self.items = self.check_foreach(&schemas);
         let deps = self.references(&ids, &index, &pendings, &templates, &schemas);
         for problem in crate::finally::problems(self.file, &deps) {
             let diagnostic = if problem.key {

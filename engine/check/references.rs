@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use foldhash::HashMap;
 use regex::Regex;
 
+use super::foreach::ItemOf;
 use super::gather::{At, Context, Pending};
 use super::schemas::SchemaOf;
 use super::{stage_pointer, Checker};
@@ -127,6 +128,39 @@ impl Checker<'_> {
         }
     }
 
+    /// `item.<path>` against what is known of the stage's items.
+    fn check_item_path(&mut self, own: usize, path: &[&str], at: &At, source: &str) {
+        let Some(first) = path.first().copied() else {
+            return;
+        };
+        let problem = match self.items.get(own) {
+            Some(ItemOf::Schema { schema, path: to_items, list }) => {
+                let to_items: Vec<&str> = to_items.iter().map(String::as_str).collect();
+                let Some(items) = schema.node_at(&to_items) else {
+                    return;
+                };
+                let subject = format!("`item` (an item of `{list}`, per {})", schema.short_name());
+                match schema.check_path_in(items, path, &subject, false) {
+                    Ok(()) => return,
+                    Err(problem) => problem,
+                }
+            }
+            Some(ItemOf::Line { list }) if first.parse::<usize>().is_err() => (
+                format!("`item` is a line of text (an item of `{list}`); it has no field `{first}`"),
+                Some("give the upstream stage `output = { format = \"json\", schema = ... }` to loop over records".into()),
+                true,
+            ),
+            _ => return,
+        };
+        let (message, help, certain) = problem;
+        self.diag_at(at, source, first, message);
+        let diagnostic = self.diags.last_mut().expect("pushed");
+        diagnostic.help = help;
+        if !certain {
+            diagnostic.severity = crate::diag::Severity::Warning;
+        }
+    }
+
     fn check_reference(
         &mut self,
         own: Option<usize>,
@@ -243,6 +277,10 @@ impl Checker<'_> {
                         _ => format!("`{root}` is only bound in a stage with `foreach`"),
                     };
                     self.diag_at(at, source, reference, message);
+                } else if root == "item" {
+                    if let Some(own) = own {
+                        self.check_item_path(own, &parts[1..], at, source);
+                    }
                 }
                 None
             }
