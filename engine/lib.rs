@@ -26,6 +26,9 @@ pub mod template;
 
 pub use engine::Engine;
 
+/// The version of every JSON document the command line prints (`--format json`).
+pub const JSON_VERSION: u32 = 1;
+
 /// Exit codes of the command line.
 pub mod exit {
     /// Completed, or ended early by `exit_if`.

@@ -2,11 +2,13 @@
 //! the diagnostics of many workflows at once with a count per workflow.
 
 use serde::Deserialize;
+use serde_json::Value;
 
 use super::{undefined_models, Engine};
 use crate::diag::{has_errors, Diagnostic, Severity};
 use crate::library::{Library, Shelf};
 use crate::models::Models;
+use crate::JSON_VERSION;
 
 /// One workflow on the search path.
 #[derive(Debug, Clone)]
@@ -22,6 +24,17 @@ pub struct Listing {
 }
 
 impl Listing {
+    /// Its entry in `list --format json`.
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({
+            "name": self.name,
+            "description": self.description,
+            "library": self.library.display(),
+            "origin": self.library.origin.to_string(),
+            "overlays": self.overlays.iter().map(Library::display).collect::<Vec<_>>(),
+        })
+    }
+
     /// Where it comes from: "<library> (<origin>)", then ", overlays <libraries>" if any.
     pub fn origin(&self) -> String {
         let mut origin = format!("{} ({})", self.library.display(), self.library.origin);
@@ -58,6 +71,44 @@ impl CheckReport {
                     .diagnostics
                     .iter()
                     .any(|d| d.severity == Severity::Warning))
+    }
+
+    /// `check --format json`: the count per workflow and every diagnostic.
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({
+            "version": JSON_VERSION,
+            "workflows": self
+                .summary
+                .iter()
+                .map(|(n, e, w)| serde_json::json!({"name": n, "errors": e, "warnings": w}))
+                .collect::<Vec<_>>(),
+            "diagnostics": self.diagnostics.iter().map(Diagnostic::to_json).collect::<Vec<_>>(),
+        })
+    }
+
+    /// The lines that end `check` in text form, one per workflow and one for errors outside
+    /// them. They never contradict the exit code: warnings denied fail, and an error outside
+    /// every workflow (the model configuration) is counted on its own.
+    pub fn verdicts(&self, deny_warnings: bool) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .summary
+            .iter()
+            .map(|(name, errors, warnings)| {
+                let verdict = match (*errors, *warnings) {
+                    (e, _) if e > 0 => "invalid",
+                    (_, w) if w > 0 && deny_warnings => "failed (warnings denied)",
+                    _ => "ok",
+                };
+                format!("{name}: {verdict} ({errors} error(s), {warnings} warning(s))")
+            })
+            .collect();
+        let outside = self.errors_outside();
+        if outside > 0 {
+            lines.push(format!(
+                "check failed: {outside} error(s) outside the workflows"
+            ));
+        }
+        lines
     }
 
     /// Errors that belong to no workflow.

@@ -26,6 +26,32 @@ pub struct ProcessSpec {
     pub timeout: Option<Duration>,
 }
 
+/// Start `program` with `args` in a session of its own (so the caller's end, and the signals
+/// it sends its process group, do not reach it), `stdin` written to its standard input, its
+/// stdout and stderr going nowhere, and return without waiting for it (`run --detach`).
+pub fn spawn_detached(program: &Path, args: &[OsString], stdin: &[u8]) -> std::io::Result<()> {
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setsid() == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn()?;
+    if let Some(mut input) = child.stdin.take() {
+        input.write_all(stdin)?;
+    }
+    Ok(())
+}
+
 /// What a finished process left.
 #[derive(Debug, Clone)]
 pub struct ProcessOutput {

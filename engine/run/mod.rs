@@ -32,7 +32,6 @@ mod recorder;
 mod stage;
 
 pub use record::{ExitInfo, RunRecord, RunStatus, StageRecord, StageStatus};
-pub use record_text::JSON_VERSION;
 
 use progress::Reporter;
 use record::{Event, FileHash, OutputLine, RunFiles, Stamped, UsageTotals};

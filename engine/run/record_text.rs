@@ -5,9 +5,7 @@ use serde_json::{Map, Value};
 
 use super::record::{RunRecord, UsageTotals};
 use super::RunStatus;
-
-/// The version of every JSON document the command line prints (`--format json`).
-pub const JSON_VERSION: u32 = 1;
+use crate::JSON_VERSION;
 
 impl UsageTotals {
     /// One line of model usage: calls, tokens, latency, retries and cost (`runs show`).
@@ -141,6 +139,26 @@ impl RunRecord {
             self.duration_ms,
             first_line(&detail)
         )
+    }
+
+    /// What stdout gets at the end of a run in text or events form: in text form a single
+    /// string output as its text (nothing when it is blank: a run that ended early saying why
+    /// on stderr), any other outputs as JSON; with events the `outputs` event.
+    pub fn outputs_text(&self, events: bool) -> Option<String> {
+        let Some(Value::Object(outputs)) = &self.outputs else {
+            return None;
+        };
+        let pretty = |value| serde_json::to_string_pretty(value).unwrap_or_default();
+        if events {
+            return Some(serde_json::json!({ "event": "outputs", "outputs": outputs }).to_string());
+        }
+        match outputs.values().next() {
+            Some(Value::String(text)) if outputs.len() == 1 => {
+                Some(text.trim_end().to_string()).filter(|_| !text.trim().is_empty())
+            }
+            Some(_) => Some(pretty(outputs)),
+            None => None,
+        }
     }
 
     /// `runs show` as text: the run, how it ended, a line per stage with what it said on

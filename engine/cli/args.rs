@@ -1,0 +1,345 @@
+//! The command line's arguments (clap): the subcommands, their options and help with examples.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use stagegraph::engine::RunRequest;
+
+#[derive(Parser)]
+#[command(
+    name = "stagegraph",
+    version,
+    about = "Run declarative stage graphs: TOML workflows of predicates, prompts, commands and built-ins",
+    long_about = "stagegraph runs workflows described as TOML stage graphs.\n\n\
+        Workflows are found by name along the search path: --library folders, STAGEGRAPH_PATH, \
+        .stagegraph/ in the current directory, ~/.config/stagegraph/, then the built-in library \
+        (embedded in the binary). A path ending in .toml names a file directly.\n\n\
+        Exit codes: 0 success (completed, or ended early by exit_if), 1 the run failed, \
+        2 the workflow, its inputs or the command line are invalid, 130 interrupted."
+)]
+pub(crate) struct Cli {
+    /// A library folder (holding workflows/, templates/, schemas/) searched first; repeatable.
+    #[arg(long = "library", short = 'L', global = true, value_name = "DIR")]
+    pub(crate) libraries: Vec<PathBuf>,
+    /// Where run records, the cache and state live (default: .stagegraph/).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub(crate) state_dir: Option<PathBuf>,
+    /// Colour in diagnostics.
+    #[arg(long, global = true, value_enum, default_value_t = Color::Auto)]
+    pub(crate) color: Color,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum Color {
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// List the workflows on the search path.
+    #[command(
+        after_help = "Examples:\n  stagegraph list\n  stagegraph list --format json\n  stagegraph -L ./my-library list"
+    )]
+    List {
+        #[arg(long, value_enum, default_value_t = TextOrJson::Text)]
+        format: TextOrJson,
+    },
+    /// Print a workflow's TOML.
+    #[command(
+        after_help = "Examples:\n  stagegraph show refresh\n  stagegraph show refresh --effective\n  stagegraph show .stagegraph/workflows/refresh.toml --effective --format json"
+    )]
+    Show {
+        /// A workflow name or a path to a .toml file.
+        name: String,
+        /// Print the merged workflow (overlays applied), each key with the file and line it came from.
+        #[arg(long)]
+        effective: bool,
+        /// With --effective: toml (annotated) or json.
+        #[arg(long, value_enum, default_value_t = ShowFormat::Toml)]
+        format: ShowFormat,
+    },
+    /// Check workflows statically: syntax, keys, references, cycles, templates, schemas.
+    #[command(
+        after_help = "Examples:\n  stagegraph check\n  stagegraph check my.toml --deny-warnings\n  stagegraph check --format github          # annotations on a pull request\n  stagegraph check refresh --format json"
+    )]
+    Check {
+        /// Workflow names or .toml paths; none checks every workflow on the search path.
+        names: Vec<String>,
+        #[arg(long, value_enum, default_value_t = CheckFormat::Text)]
+        format: CheckFormat,
+        /// Fail on warnings too.
+        #[arg(long)]
+        deny_warnings: bool,
+    },
+    /// Show the graph in execution order.
+    #[command(
+        after_help = "Examples:\n  stagegraph plan context-update\n  stagegraph plan refresh --format mermaid\n  stagegraph plan my.toml --format dot | dot -Tsvg > plan.svg\n  stagegraph plan refresh --explain --input name=vite"
+    )]
+    Plan {
+        name: String,
+        #[arg(long, value_enum, default_value_t = PlanFormat::Text)]
+        format: PlanFormat,
+        /// Say for each stage whether a run would reuse it from the cache, and on a miss what
+        /// changed (a dry-run with these inputs; see `run --explain`).
+        #[arg(long)]
+        explain: bool,
+        /// With --explain: an input, K=V.
+        #[arg(long = "input", short = 'i', value_name = "K=V")]
+        inputs: Vec<String>,
+        /// With --explain: inputs as a JSON object from a file or - for stdin.
+        #[arg(long, value_name = "FILE|-")]
+        inputs_json: Option<String>,
+    },
+    /// Run a workflow.
+    #[command(
+        after_help = "Examples:\n  stagegraph run my.toml --input name=world\n  stagegraph run context-update --inputs-json payload.json\n  stagegraph run refresh --input name=vite --dry-run --explain\n  stagegraph run compound --input context=\"the retry fix\" --record rec/\n  stagegraph run compound --dry-run --replay rec/\n  stagegraph run discard --answer confirm=y\n  stagegraph run my.toml --format json | jq .outputs"
+    )]
+    Run(RunArgs),
+    /// Run a recorded run again with its inputs, reusing every stage whose fingerprint is unchanged.
+    #[command(
+        after_help = "Examples:\n  stagegraph resume last\n  stagegraph resume 20261130T0015 --explain\n  stagegraph resume last --no-cache --jobs 1"
+    )]
+    Resume {
+        /// A run id, a unique prefix of one, or `last`.
+        run_id: String,
+        #[command(flatten)]
+        exec: ExecArgs,
+    },
+    /// The run history.
+    #[command(
+        after_help = "Examples:\n  stagegraph runs\n  stagegraph runs --format json\n  stagegraph runs show last\n  stagegraph runs show last --stage writer\n  stagegraph runs prune --keep 10"
+    )]
+    Runs {
+        #[command(subcommand)]
+        action: Option<RunsAction>,
+        #[arg(long, value_enum, default_value_t = TextOrJson::Text)]
+        format: TextOrJson,
+    },
+    /// Print the JSON Schema of the workflow or config format.
+    #[command(
+        after_help = "Examples:\n  stagegraph schema workflow > workflow.schema.json\n  stagegraph schema config"
+    )]
+    Schema {
+        #[arg(value_enum, default_value_t = SchemaKind::Workflow)]
+        kind: SchemaKind,
+    },
+    /// Copy a workflow with its templates and schemas into .stagegraph/ to own it.
+    #[command(
+        after_help = "Examples:\n  stagegraph eject refresh\n  stagegraph -L ./shared eject compound"
+    )]
+    Eject { name: String },
+    /// Print a shell completion script.
+    #[command(
+        after_help = "Examples:\n  stagegraph completions bash > ~/.local/share/bash-completion/completions/stagegraph\n  stagegraph completions zsh > ~/.zfunc/_stagegraph\n  stagegraph completions fish > ~/.config/fish/completions/stagegraph.fish"
+    )]
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff).
+    #[command(
+        after_help = "Examples:\n  stagegraph man > ~/.local/share/man/man1/stagegraph.1\n  stagegraph man | man -l -"
+    )]
+    Man,
+    /// Serve the workflows as tools over the Model Context Protocol, on stdio.
+    #[command(
+        after_help = "Examples:\n  stagegraph mcp\n  claude mcp add stagegraph -- stagegraph mcp"
+    )]
+    Mcp,
+    /// Add the context-update Stop hook to a Claude Code settings file (merged, idempotent).
+    #[command(
+        after_help = "Examples:\n  stagegraph install-hook --dry-run\n  stagegraph install-hook --scope user"
+    )]
+    InstallHook(HookArgs),
+    /// Remove exactly the hook `install-hook` added.
+    #[command(
+        after_help = "Examples:\n  stagegraph uninstall-hook\n  stagegraph uninstall-hook --scope user --dry-run"
+    )]
+    UninstallHook(HookArgs),
+}
+
+#[derive(Args)]
+pub(crate) struct RunArgs {
+    /// A workflow name or a path to a .toml file.
+    pub(crate) name: String,
+    /// An input, typed by its declaration: --input manual=true; repeatable.
+    #[arg(long = "input", short = 'i', value_name = "K=V")]
+    pub(crate) inputs: Vec<String>,
+    /// Inputs as a JSON object from a file, or - for stdin (unknown keys are ignored).
+    #[arg(long, value_name = "FILE|-")]
+    pub(crate) inputs_json: Option<String>,
+    /// Check the inputs, then go on in the background, in a session of its own, and exit 0 at
+    /// once: for a hook whose host ends (and kills what it started) before the run would.
+    #[arg(long)]
+    pub(crate) detach: bool,
+    #[command(flatten)]
+    pub(crate) exec: ExecArgs,
+}
+
+#[derive(Args)]
+pub(crate) struct ExecArgs {
+    /// Walk the graph with no side effects: commands, writes and model calls are not made.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// With --dry-run: print every rendered prompt.
+    #[arg(long)]
+    pub(crate) show_prompts: bool,
+    /// A dry-run that says, for each stage, whether it would be reused from the cache and, if
+    /// not, what changed since the last run (implies --dry-run).
+    #[arg(long)]
+    pub(crate) explain: bool,
+    /// Stages at once (default: the number of cores).
+    #[arg(long, short = 'j')]
+    pub(crate) jobs: Option<usize>,
+    /// Ignore the cache.
+    #[arg(long)]
+    pub(crate) no_cache: bool,
+    /// Save every model exchange in DIR.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) record: Option<PathBuf>,
+    /// Answer model requests from recordings in DIR.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) replay: Option<PathBuf>,
+    /// What stdout gets: text (the outputs), json (one document at the end) or events (JSON
+    /// lines as the run goes).
+    #[arg(long, value_enum, default_value_t = RunFormat::Text)]
+    pub(crate) format: RunFormat,
+    /// The same as --format events.
+    #[arg(long, hide = true)]
+    pub(crate) json: bool,
+    /// Only errors on stderr.
+    #[arg(long, short = 'q')]
+    pub(crate) quiet: bool,
+    /// Keep the newest N runs of each workflow (0 keeps all).
+    #[arg(long, default_value_t = 50)]
+    pub(crate) keep_runs: usize,
+    /// Spend at most USD on model calls: a call that would exceed it is not started and its
+    /// stage fails (with `[workflow] budget_usd` too, the lower one holds).
+    #[arg(long, value_name = "USD")]
+    pub(crate) max_cost: Option<f64>,
+    /// Answer the `ask` stage STAGE with VALUE, one of its choices (every item of a foreach);
+    /// repeatable.
+    #[arg(long = "answer", value_name = "STAGE=VALUE")]
+    pub(crate) answers: Vec<String>,
+    /// Answer every `ask` stage not given an --answer with its `yes` choice (default: its
+    /// first).
+    #[arg(long, short = 'y')]
+    pub(crate) yes: bool,
+}
+
+impl ExecArgs {
+    /// The run the options ask for.
+    pub(crate) fn request(&self) -> RunRequest {
+        RunRequest {
+            dry_run: self.dry_run,
+            show_prompts: self.show_prompts,
+            explain: self.explain,
+            jobs: self.jobs,
+            no_cache: self.no_cache,
+            record: self.record.clone(),
+            replay: self.replay.clone(),
+            quiet: self.quiet,
+            // Events as JSON lines on stdout (`--format events`, or the older `--json`).
+            json_events: self.json || self.format == RunFormat::Events,
+            keep_runs: self.keep_runs,
+            max_cost: self.max_cost,
+            answers: self.answers.clone(),
+            yes: self.yes,
+            no_record: false,
+        }
+    }
+}
+
+#[derive(Args)]
+pub(crate) struct HookArgs {
+    /// Which settings file: project (.claude/settings.json), local (.claude/settings.local.json)
+    /// or user (~/.claude/settings.json).
+    #[arg(long, value_enum, default_value_t = HookScope::Project)]
+    pub(crate) scope: HookScope,
+    /// Print the change as a diff; write nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum HookScope {
+    Project,
+    Local,
+    User,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum RunsAction {
+    /// Print one run.
+    #[command(
+        after_help = "Examples:\n  stagegraph runs show last\n  stagegraph runs show last --format json\n  stagegraph runs show 20261130T0015 --stage writer"
+    )]
+    Show {
+        /// A run id, a unique prefix, or `last` (the newest run that was not a dry-run).
+        run_id: String,
+        /// text, or json (run.json, with `version`).
+        #[arg(long, value_enum, default_value_t = TextOrJson::Text)]
+        format: TextOrJson,
+        /// The same as --format json.
+        #[arg(long, hide = true)]
+        json: bool,
+        /// Print this stage's output.
+        #[arg(long)]
+        stage: Option<String>,
+    },
+    /// Remove all but the newest runs of each workflow.
+    #[command(after_help = "Examples:\n  stagegraph runs prune\n  stagegraph runs prune --keep 5")]
+    Prune {
+        #[arg(long, default_value_t = 50)]
+        keep: usize,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+pub(crate) enum TextOrJson {
+    Text,
+    Json,
+}
+
+/// What `run` prints on stdout.
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+pub(crate) enum RunFormat {
+    /// The outputs: a single string output as its text, anything else as JSON.
+    Text,
+    /// One JSON document at the end: `version`, run id, workflow, status, exit, error, outputs.
+    Json,
+    /// Events as JSON lines while the run goes on, then an `outputs` event.
+    Events,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum ShowFormat {
+    Toml,
+    Json,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+pub(crate) enum CheckFormat {
+    Text,
+    Json,
+    Github,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum PlanFormat {
+    Text,
+    Json,
+    Dot,
+    Mermaid,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum SchemaKind {
+    Workflow,
+    Config,
+}

@@ -1,0 +1,186 @@
+//! The commands that read and print: list, show, check, plan, runs (and eject, which copies).
+
+use serde_json::{Map, Value};
+
+use stagegraph::engine::{EjectError, Listing};
+use stagegraph::plan::Plan;
+use stagegraph::run::record;
+use stagegraph::{exit, JSON_VERSION};
+
+use super::args::{CheckFormat, PlanFormat, RunsAction, ShowFormat, TextOrJson};
+use super::{invalid, pretty, App, Failure};
+
+impl App {
+    pub(crate) fn list(&self, format: TextOrJson) -> Result<i32, Failure> {
+        let workflows = self.engine.list();
+        if format == TextOrJson::Json {
+            let listed: Vec<Value> = workflows.iter().map(Listing::to_json).collect();
+            let doc = serde_json::json!({ "version": JSON_VERSION, "workflows": listed });
+            outln!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+            return Ok(exit::SUCCESS);
+        }
+        if workflows.is_empty() {
+            errln!("no workflows on the search path");
+        }
+        let width = workflows.iter().map(|w| w.name.len()).max().unwrap_or(0);
+        for w in &workflows {
+            outln!("{:width$}  {}  [{}]", w.name, w.description, w.origin());
+        }
+        Ok(exit::SUCCESS)
+    }
+
+    pub(crate) fn show(
+        &self,
+        name: &str,
+        effective: bool,
+        format: ShowFormat,
+    ) -> Result<i32, Failure> {
+        if !effective {
+            let found = self
+                .engine
+                .search
+                .find_workflow(name, &self.engine.cwd)
+                .ok_or_else(|| self.no_workflow(name))?;
+            out!("{}", found.source.text);
+            return Ok(exit::SUCCESS);
+        }
+        let raw = self.engine.load_raw(name).map_err(|d| {
+            self.print_diagnostics(&d);
+            invalid(format!("workflow `{name}` is invalid"))
+        })?;
+        match format {
+            ShowFormat::Json => {
+                let mut doc = Map::new();
+                doc.insert("version".into(), JSON_VERSION.into());
+                doc.extend(raw.effective_json());
+                outln!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+            }
+            ShowFormat::Toml => out!("{}", raw.effective_toml()),
+        }
+        Ok(exit::SUCCESS)
+    }
+
+    pub(crate) fn check(
+        &self,
+        names: &[String],
+        format: CheckFormat,
+        deny_warnings: bool,
+    ) -> Result<i32, Failure> {
+        let report = self.engine.check_all(names);
+        match format {
+            CheckFormat::Text => {
+                self.print_diagnostics(&report.diagnostics);
+                for line in report.verdicts(deny_warnings) {
+                    errln!("{line}");
+                }
+            }
+            CheckFormat::Json => outln!("{}", pretty(&report.to_json())),
+            CheckFormat::Github => {
+                for d in &report.diagnostics {
+                    outln!("{}", d.to_github(&self.engine.cwd));
+                }
+            }
+        }
+        Ok(if report.failed(deny_warnings) {
+            exit::INVALID
+        } else {
+            exit::SUCCESS
+        })
+    }
+
+    pub(crate) fn plan(&self, name: &str, format: PlanFormat) -> Result<i32, Failure> {
+        let workflow = self.load(name)?;
+        let plan = Plan::new(&workflow);
+        match format {
+            PlanFormat::Text => out!("{}", plan.to_text()),
+            PlanFormat::Json => outln!(
+                "{}",
+                serde_json::to_string_pretty(&plan.to_json()).unwrap_or_default()
+            ),
+            PlanFormat::Dot => out!("{}", plan.to_dot()),
+            PlanFormat::Mermaid => out!("{}", plan.to_mermaid()),
+        }
+        Ok(exit::SUCCESS)
+    }
+
+    pub(crate) fn runs(
+        &self,
+        action: Option<RunsAction>,
+        format: TextOrJson,
+    ) -> Result<i32, Failure> {
+        let dirs = self.state.search(&self.engine.cwd);
+        match action {
+            None => {
+                let ids = record::list_runs_in(&dirs);
+                if ids.is_empty() && format == TextOrJson::Text {
+                    errln!("no runs in {}", record::runs_dir(&self.state.dir).display());
+                }
+                let mut listed = Vec::new();
+                for (id, dir) in ids {
+                    match record::read_record(&dir, &id) {
+                        Ok(r) if format == TextOrJson::Json => listed.push(r.listing_json()),
+                        Err(error) if format == TextOrJson::Json => {
+                            listed.push(serde_json::json!({ "run_id": id, "unreadable": error }));
+                        }
+                        Ok(r) => outln!("{}", r.listing_line(&id)),
+                        Err(error) => outln!("{id}  (unreadable: {error})"),
+                    }
+                }
+                if format == TextOrJson::Json {
+                    let doc = serde_json::json!({ "version": JSON_VERSION, "runs": listed });
+                    outln!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+                }
+                Ok(exit::SUCCESS)
+            }
+            Some(RunsAction::Show {
+                run_id,
+                format: show_format,
+                json,
+                stage,
+            }) => {
+                let json = json || show_format == TextOrJson::Json || format == TextOrJson::Json;
+                let (id, dir) = record::locate_run(&dirs, &run_id).map_err(invalid)?;
+                let r = record::read_record(&dir, &id).map_err(invalid)?;
+                if let Some(stage) = stage {
+                    let outputs = record::read_outputs(&dir, &id);
+                    let line = outputs.get(&stage).ok_or_else(|| {
+                        invalid(format!("run {id} recorded no output for stage `{stage}`"))
+                    })?;
+                    match &line.output {
+                        Value::String(text) => out!("{text}"),
+                        other => outln!("{}", pretty(other)),
+                    }
+                } else if json {
+                    outln!("{}", pretty(&r.versioned_json()));
+                } else {
+                    out!("{}", r.to_text());
+                }
+                Ok(exit::SUCCESS)
+            }
+            Some(RunsAction::Prune { keep }) => {
+                let removed: Vec<String> = dirs
+                    .iter()
+                    .flat_map(|dir| record::prune(dir, keep))
+                    .collect();
+                errln!("removed {} run(s)", removed.len());
+                Ok(exit::SUCCESS)
+            }
+        }
+    }
+
+    pub(crate) fn eject(&self, name: &str) -> Result<i32, Failure> {
+        let cwd = &self.engine.cwd;
+        self.engine
+            .eject(name, |path| {
+                errln!("wrote {}", path.strip_prefix(cwd).unwrap_or(path).display());
+            })
+            .map_err(|error| match error {
+                EjectError::Write { .. } => Failure {
+                    code: exit::FAILED,
+                    message: error.to_string(),
+                },
+                _ => invalid(error.to_string()),
+            })?;
+        Ok(exit::SUCCESS)
+    }
+}
