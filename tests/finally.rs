@@ -235,3 +235,48 @@ fn a_dry_run_runs_finally_stages_too() {
     assert_eq!(stage(&record, "report")["assumed"], true);
     assert!(!t.exists("out/order.txt"), "a dry-run runs no command");
 }
+
+/// A failed run prints what its finally stages say: the outputs that read a finally stage are
+/// evaluated however the run ended (with `run.status` and `run.error`), the others are not.
+#[test]
+fn a_failed_run_prints_the_outputs_that_read_a_finally_stage() {
+    let t = Test::new();
+    t.write(
+        "flow.toml",
+        r#"
+[stages.work]
+shell = "exit 4"
+
+[stages.later]
+after = ["work"]
+command = ["echo", "later"]
+
+[stages.handoff]
+finally = true
+template = { inline = "handoff after {{ run.status }}" }
+
+[outputs]
+summary = "{{ (stages.later.output or 'no result') ~ '; ' ~ stages.handoff.output ~ ('; failed' if run.error else '') }}"
+result = "{{ stages.later.output }}"
+"#,
+    );
+    let out = t.run(["run", "flow.toml"]);
+    out.code(1);
+    assert_eq!(out.stdout.trim(), "no result; handoff after failed; failed");
+    let record = t.last_run();
+    assert_eq!(record["status"], "failed");
+    assert_eq!(
+        record["outputs"],
+        serde_json::json!({ "summary": "no result; handoff after failed; failed" }),
+        "only the outputs that read a finally stage: {record:#}"
+    );
+    // Without such an output, a failed run prints nothing on stdout, as before.
+    t.write(
+        "plain.toml",
+        "[stages.work]\nshell = \"exit 4\"\n\n[outputs]\nresult = \"{{ stages.work.output }}\"\n",
+    );
+    let out = t.run(["run", "plain.toml"]);
+    out.code(1);
+    assert_eq!(out.stdout, "");
+    assert!(t.last_run()["outputs"].is_null());
+}

@@ -26,3 +26,4 @@ mod review;
 mod run;
 mod secrets;
 mod static_checks;
+mod writes;

@@ -401,12 +401,50 @@ fn prefix(home: &Home, relative: &str) -> String {
 #[test]
 fn stages_every_transition_and_leaves_the_live_tree_alone() {
     let home = Home::new();
+    // The registry in a style of its own: 4-space indentation, objects on one line beside
+    // folded ones, no trailing newline.
+    let registry = format!("{LIVE}/research/source-paths.json");
+    let styled: Vec<String> = home
+        .test
+        .read(&registry)
+        .lines()
+        .map(|line| {
+            let lead = line.len() - line.trim_start().len();
+            format!("{}{}", " ".repeat(lead * 2), line.trim_start())
+        })
+        .collect();
+    home.test.write(&registry, &styled.join("\n"));
     let live_before = home.tree(LIVE);
     let out = home.refresh(&[]);
     out.code(0);
     let record = home.record();
     assert_eq!(record["status"], "completed", "{record:#}");
     assert_eq!(home.tree(LIVE), live_before, "the live tree changed");
+
+    // The staged registry in the live file's style: every line but the dropped `chunks` and the
+    // lifecycles that changed is the live one, byte for byte, and there is still no trailing
+    // newline.
+    let live_text = home.test.read(&registry);
+    let staged_text = home
+        .test
+        .read(&format!("{PROPOSED}/research/source-paths.json"));
+    let kept: Vec<&str> = live_text
+        .lines()
+        .filter(|line| !line.contains("\"chunks\"") && !line.contains("\"lifecycle\""))
+        .collect();
+    let staged_lines: Vec<&str> = staged_text
+        .lines()
+        .filter(|line| !line.contains("\"lifecycle\""))
+        .collect();
+    assert_eq!(staged_lines, kept, "{staged_text}");
+    assert!(!staged_text.ends_with('\n'), "{staged_text:?}");
+    assert!(
+        staged_text.contains(&format!(
+            "\n            \"lifecycle\": {{ \"state\": \"reachable\", \"last_checked\": \"{NOW}\", \"last_checked_sha\": \"{}\", \"proposed_url\": null }},\n",
+            home.head
+        )),
+        "{staged_text}"
+    );
 
     // The staged registry: the transitions applied, chunks dropped, everything else kept.
     let staged = home.json(&format!("{PROPOSED}/research/source-paths.json"));
@@ -712,6 +750,49 @@ fn an_unchanged_corpus_is_no_work_until_upstream_moves_or_a_hint_is_given() {
 }
 
 #[test]
+fn a_snapshot_past_its_decay_budget_opens_the_gate_on_its_own() {
+    let home = Home::bare();
+    home.install(&fixtures("refresh").join("demo-context"), LIVE);
+    std::fs::remove_file(home.test.path(LIVE).join("verify.sh")).expect("no verify.sh");
+    home.write_registry(&json!({
+        "schema_version": 1,
+        "sources": [
+            { "id": "upstream-lib", "kind": "git-managed", "url": home.git_url(), "status": "confirmed", "lifecycle": { "state": "reachable" } },
+            { "id": "api-docs", "kind": "web-doc", "url": format!("{}/api", home.web), "crawl_mode": "sitemap", "status": "confirmed", "lifecycle": { "state": "reachable", "last_crawl_id": "c1" } },
+        ]
+    }));
+    let snapshot = format!("{CACHE}/web-doc/api-docs-c1");
+    copy_tree(
+        &fixtures("refresh").join("snapshot"),
+        &home.test.path(&snapshot),
+    );
+    home.fill(&format!("{snapshot}/_crawl-manifest.json"));
+    let page = format!("{snapshot}/api-intro.md");
+    let fresh = home.test.read(&page).replace("decay: 30d", "decay: 1y");
+    home.test.write(&page, &fresh);
+    home.refresh(&[]).code(0);
+    home.apply();
+    // Nothing upstream moved and the snapshot is within its budget: no work.
+    let out = home.refresh(&[]);
+    assert_exited(&home, &out, "gate", "No work to do");
+    // The same corpus with the snapshot past its budget: the gate opens for that alone, and the
+    // re-crawl question is asked (not answered: no).
+    home.test
+        .write(&page, &fresh.replace("decay: 1y", "decay: 30d"));
+    let out = home.refresh(&[]);
+    out.code(0);
+    assert_eq!(home.record()["status"], "completed");
+    let gate: Value = serde_json::from_str(&home.test.stage_output("gate")).expect("JSON");
+    assert_eq!(
+        gate["reasons"],
+        json!(["api-docs's snapshot c1 is past its decay budget (30 days overdue)"]),
+        "{gate}"
+    );
+    assert_eq!(stage(&home.record(), "recrawl_ask")["status"], "succeeded");
+    assert!(out.stdout.trim_end().ends_with(HANDOFF), "{}", out.stdout);
+}
+
+#[test]
 fn a_staged_proposal_stops_the_run() {
     let home = Home::new();
     home.test
@@ -893,6 +974,12 @@ fn a_failing_verify_names_the_failing_checks_and_removes_the_proposal() {
     assert_eq!(home.tree(LIVE), live_before);
     assert_eq!(home.record()["status"], "failed");
     assert!(!home.test.exists("models/sonnet.calls"));
+    // The handoff line reaches the terminal on a failed run too, last.
+    assert!(
+        out.stdout.trim_end().ends_with("Nothing was staged for demo-context: the run failed (above), and the live contextualizer is unchanged. When a proposal is staged, run `stagegraph run review --input slug=demo` to inspect, `stagegraph run apply --input slug=demo` to promote, `stagegraph run discard --input slug=demo` to throw away."),
+        "{}",
+        out.stdout
+    );
     // The whole output, both streams, is in the run record.
     let full = home.test.stage_output("verify");
     for line in [
@@ -960,6 +1047,38 @@ fn decay_is_days_weeks_months_or_years_and_anything_else_names_the_source() {
             .contains("is a symbolic link, not followed"),
         "{out}"
     );
+    // Inside a real snapshot, a page or a manifest that is a symbolic link is not read: the
+    // link's target says `decay: 1d` and a crawl date long past, and is never looked at.
+    for linked in ["api-intro.md", "_crawl-manifest.json"] {
+        let home = Home::new();
+        let file = home
+            .test
+            .path(&format!("{CACHE}/web-doc/api-docs-c1/{linked}"));
+        let outside = home.test.path(&format!("outside-{linked}"));
+        let text = home
+            .test
+            .read(&format!("{CACHE}/web-doc/api-docs-c1/{linked}"))
+            .replace("decay: 30d", "decay: 1d");
+        std::fs::write(&outside, text).expect("the link's target");
+        std::fs::remove_file(&file).expect("remove");
+        std::os::unix::fs::symlink(&outside, &file).expect("link");
+        home.refresh(&[]).code(0);
+        let out: Value =
+            serde_json::from_str(&home.test.stage_output("decay_expiry")).expect("JSON");
+        assert_eq!(out["expired"], json!([]), "{linked}: {out}");
+        let skipped = out["skipped"].to_string();
+        let why = if linked == "api-intro.md" {
+            "the snapshot holds no page to read the decay policy from (1 symbolic link in it, not followed)".to_string()
+        } else {
+            format!("{} is a symbolic link, not followed", file.display())
+        };
+        assert!(skipped.contains(&why), "{linked}: {skipped}");
+        assert_eq!(
+            stage(&home.record(), "decay_read")["items"],
+            json!(0),
+            "{linked}: nothing read"
+        );
+    }
     for bad in ["3x", "0d", "30", "1 m", "10min"] {
         let home = Home::new();
         let page = format!("{CACHE}/web-doc/api-docs-c1/api-intro.md");
@@ -1349,7 +1468,7 @@ fn locating_the_contextualizer() {
     assert_eq!(home.tree("project"), project_before);
     std::fs::remove_dir_all(home.test.path(PROPOSED)).expect("discard");
 
-    // Without a name: several are listed; one is named back, since the writes need the name.
+    // Without a name: several are listed, and nothing is written.
     home.install(
         &fixtures("refresh").join("demo-context"),
         ".claude/local/skills/other-context",
@@ -1370,8 +1489,23 @@ fn locating_the_contextualizer() {
     for installed in [".claude/local", "project"] {
         std::fs::remove_dir_all(home.test.path(installed)).expect("uninstall");
     }
+    // Exactly one installed: a bare run refreshes it. Its staging folder is a write root known
+    // once `root` has found it; nothing else under the install roots is written.
+    let skills_before = home.tree(SKILLS);
     let out = home.run(&["run", "refresh", "--input", "project_dir=project"]);
-    assert_exited(&home, &out, "root", "Rerun naming it (--input name=demo)");
+    out.code(0);
+    assert_eq!(home.record()["status"], "completed", "{:#}", home.record());
+    assert!(home
+        .test
+        .exists(&format!("{PROPOSED}/.review/manifest.json")));
+    assert!(out.stdout.trim_end().ends_with(HANDOFF), "{}", out.stdout);
+    let after: BTreeMap<String, String> = home
+        .tree(SKILLS)
+        .into_iter()
+        .filter(|(path, _)| !path.starts_with("demo-context.proposed/"))
+        .collect();
+    assert_eq!(after, skills_before);
+    std::fs::remove_dir_all(home.test.path(PROPOSED)).expect("discard");
 
     // Installed as a symbolic link to a folder elsewhere: found, read through the link, and the
     // folder it points to left alone.
@@ -1404,6 +1538,86 @@ fn locating_the_contextualizer() {
     ]);
     out.code(1);
     out.stderr_has("`name` must be a contextualizer slug");
+}
+
+/// `.claude/skills` mounted read-only (a user and mount namespace of the run's own, as a
+/// sandbox that refuses the level would): the run fails with the sandbox-block diagnostic,
+/// naming the exact path, the narrow remedy and the rerun, then the handoff line.
+#[test]
+fn a_refused_write_under_claude_skills_gets_the_sandbox_diagnostic() {
+    let probe = Command::new("unshare")
+        .args(["-rm", "true"])
+        .output()
+        .map(|out| out.status.success());
+    if probe.as_ref().map_or(true, |ok| !ok) {
+        eprintln!("skipped: `unshare -rm` is not available here ({probe:?})");
+        return;
+    }
+    let home = Home::new();
+    let skills = home.test.path(SKILLS).display().to_string();
+    let live_before = home.tree(LIVE);
+    let cache = home.test.path(CACHE);
+    let out = home
+        .test
+        .command([
+            "run",
+            "refresh",
+            "--input",
+            "name=demo",
+            "--input",
+            "project_dir=project",
+        ])
+        .under(&[
+            "unshare",
+            "-rm",
+            "sh",
+            "-c",
+            "mount --bind \"$1\" \"$1\" && mount -o remount,bind,ro \"$1\" \"$1\" && shift && exec \"$@\"",
+            "sh",
+            &skills,
+        ])
+        .env("STAGEGRAPH_NOW", NOW)
+        .env("SKILL_ENGINE_CACHE_ROOT", &cache.display().to_string())
+        .env("CLAUDE_PLUGIN_ROOT", "")
+        .output();
+    out.code(1);
+    // The registry and the cache are staged side by side: the first refused is named.
+    let text = out.stdout.trim_end();
+    let (path, stage_id) = [
+        ("research/source-paths.json", "stage_registry"),
+        ("research/.discover-cache.json", "stage_cache"),
+    ]
+    .into_iter()
+    .map(|(file, id)| {
+        let path = home.test.path(&format!("{PROPOSED}/{file}"));
+        (path.display().to_string(), id)
+    })
+    .find(|(path, _)| text.starts_with(&format!("✗ Blocked writing {path}\n")))
+    .unwrap_or_else(|| panic!("no staged file named first: {text}"));
+    assert!(
+        text.contains(&format!(
+            "\n  (stage `{stage_id}`, json.write: read-only file system)\n"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("\"allowWrite\": [\"{path}\"]")),
+        "{text}"
+    );
+    assert!(
+        text.contains("Then rerun:  stagegraph run refresh --input name=demo"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Do not turn the sandbox off for this."),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("`stagegraph run discard --input slug=demo` to throw away."),
+        "{text}"
+    );
+    assert!(!home.test.exists(PROPOSED));
+    assert_eq!(home.tree(LIVE), live_before);
 }
 
 #[test]

@@ -110,6 +110,7 @@ impl Test {
             stdin: None,
             cwd: None,
             state_dir: true,
+            wrapper: Vec::new(),
         }
     }
 
@@ -170,6 +171,8 @@ pub(crate) struct Invocation<'t> {
     cwd: Option<PathBuf>,
     /// Pass `--state-dir`.
     state_dir: bool,
+    /// A program stagegraph runs under, handed its command line (say, `unshare`).
+    wrapper: Vec<OsString>,
 }
 
 impl Invocation<'_> {
@@ -203,9 +206,22 @@ impl Invocation<'_> {
         self
     }
 
+    /// Run stagegraph under `wrapper`, which is given stagegraph's path and arguments after its own.
+    pub(crate) fn under(mut self, wrapper: &[&str]) -> Self {
+        self.wrapper = wrapper.iter().map(OsString::from).collect();
+        self
+    }
+
     fn build(&self) -> Command {
         let root = self.test.root();
-        let mut command = Command::new(BIN);
+        let mut command = match self.wrapper.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(BIN);
+                command
+            }
+            None => Command::new(BIN),
+        };
         command.current_dir(self.cwd.as_deref().unwrap_or(root));
         if self.state_dir {
             command.arg("--state-dir").arg(self.test.state_dir());

@@ -296,6 +296,12 @@ fn exists(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
 struct GlobArgs {
     root: String,
     pattern: String,
+    #[serde(default = "yes")]
+    links: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn glob_with_schema() -> Value {
@@ -307,6 +313,11 @@ fn glob_with_schema() -> Value {
                 "type": "string",
                 "minLength": 1,
                 "description": "A glob matched against paths relative to `root`, with `/` separators: `*` stays within one folder, `**` crosses folders, e.g. `**/*.md`.",
+            },
+            "links": {
+                "type": "boolean",
+                "default": true,
+                "description": "List symbolic links that match (true, the default), or leave them out, so that what is listed can be read without following a link (false).",
             },
         }),
         &["root", "pattern"],
@@ -340,7 +351,7 @@ fn glob(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     let mut found = Vec::new();
     for entry in WalkDir::new(&root).min_depth(1).follow_links(false) {
         let entry = entry.map_err(|err| walk_error("cannot search", &root, err))?;
-        if entry.file_type().is_dir() {
+        if entry.file_type().is_dir() || (!args.links && entry.path_is_symlink()) {
             continue;
         }
         let relative = relative_to(entry.path(), &root)?;
@@ -1028,6 +1039,21 @@ mod tests {
         assert_eq!(none, Ok(json!([])));
         let bad = sandbox.call("fs.glob", json!({ "root": "docs", "pattern": "a[" }));
         assert!(bad.expect_err("bad glob").0.contains("invalid glob"));
+    }
+
+    #[test]
+    fn glob_leaves_links_out_when_asked() {
+        let sandbox = Sandbox::new();
+        write(&sandbox.path("snap/a.md"), "a");
+        write(&sandbox.outside.join("secret.md"), "s");
+        symlink(sandbox.outside.join("secret.md"), sandbox.path("snap/b.md")).expect("symlink");
+        let all = sandbox.call("fs.glob", json!({ "root": "snap", "pattern": "*.md" }));
+        assert_eq!(all, Ok(json!(["snap/a.md", "snap/b.md"])));
+        let plain = sandbox.call(
+            "fs.glob",
+            json!({ "root": "snap", "pattern": "*.md", "links": false }),
+        );
+        assert_eq!(plain, Ok(json!(["snap/a.md"])));
     }
 
     #[test]

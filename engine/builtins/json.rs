@@ -111,6 +111,8 @@ fn bare_message(err: &serde_json::Error) -> String {
 struct WriteArgs {
     path: String,
     value: Value,
+    #[serde(default)]
+    style_of: Option<String>,
 }
 
 fn write_with_schema() -> Value {
@@ -119,6 +121,7 @@ fn write_with_schema() -> Value {
         json!({
             "path": path_property("The file to write; missing parent folders are created."),
             "value": { "description": "Any JSON value." },
+            "style_of": path_property("A JSON document whose style to keep (say, the file this one replaces): every part whose value is unchanged keeps its bytes, and what changed is written in its indentation. Missing or not JSON: the usual style."),
         }),
         &["path", "value"],
     )
@@ -127,7 +130,15 @@ fn write_with_schema() -> Value {
 fn write(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     let args: WriteArgs = parse_with("json.write", with)?;
     let path = ctx.writes.check(&ctx.resolve(&args.path))?;
-    let text = pretty(&args.value)?;
+    let styled = args
+        .style_of
+        .as_deref()
+        .and_then(|like| std::fs::read_to_string(ctx.resolve(like)).ok())
+        .and_then(|original| super::json_style::restyle(&original, &args.value));
+    let text = match styled {
+        Some(text) => text,
+        None => pretty(&args.value)?,
+    };
     let outcome = paths::write_atomic(&path, text.as_bytes())
         .map_err(|err| io_error("cannot write", &path, &err))?;
     Ok(write_output(&path, outcome))

@@ -16,6 +16,7 @@ mod dirs;
 mod fs;
 mod http;
 mod json;
+mod json_style;
 mod lock;
 mod markdown;
 pub mod paths;
@@ -25,7 +26,7 @@ mod transcript;
 mod url;
 mod within;
 
-pub use paths::WriteRoots;
+pub use paths::{LateRoot, LateRoots, LateState, WriteRoots};
 
 /// What a built-in may see of the run.
 pub struct BuiltinCtx<'a> {

@@ -10,6 +10,7 @@
 use std::fs;
 use std::io;
 use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, RwLock};
 
 use super::BuiltinError;
 
@@ -17,6 +18,71 @@ use super::BuiltinError;
 #[derive(Debug, Clone, Default)]
 pub struct WriteRoots {
     roots: Vec<PathBuf>,
+    /// Roots that read a stage's output, known once that stage has finished (shared with the
+    /// run that resolves them).
+    late: Option<Arc<LateRoots>>,
+}
+
+/// The `[workflow] writes` entries that read stages' outputs. Each is unknown, and admits
+/// nothing, until every stage it reads has finished; then it is rendered once and admits its
+/// folder like any other root. `check` proves that every stage that writes runs after those
+/// stages, so no write ever races the root it needs.
+#[derive(Debug, Default)]
+pub struct LateRoots {
+    slots: RwLock<Vec<LateRoot>>,
+}
+
+/// One late root: which `writes` entry, the stages it waits for, and what is known of it.
+#[derive(Debug, Clone)]
+pub struct LateRoot {
+    /// Its position in `[workflow] writes`.
+    pub entry: usize,
+    /// The stages it reads (indexes into the workflow's stages) and their ids.
+    pub stages: Vec<(usize, String)>,
+    pub state: LateState,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum LateState {
+    /// Some stage it reads has not finished.
+    Waiting,
+    Resolved(PathBuf),
+    /// It admits nothing in this run, and why.
+    Unresolved(String),
+}
+
+impl LateRoots {
+    pub fn new(slots: Vec<LateRoot>) -> Self {
+        LateRoots {
+            slots: RwLock::new(slots),
+        }
+    }
+
+    /// The roots still waiting.
+    pub fn waiting(&self) -> Vec<(usize, LateRoot)> {
+        self.read()
+            .iter()
+            .enumerate()
+            .filter(|(_, slot)| slot.state == LateState::Waiting)
+            .map(|(i, slot)| (i, slot.clone()))
+            .collect()
+    }
+
+    pub fn settle(&self, slot: usize, state: LateState) {
+        let mut slots = self
+            .slots
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(slot) = slots.get_mut(slot) {
+            slot.state = state;
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<LateRoot>> {
+        self.slots
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 impl WriteRoots {
@@ -24,11 +90,60 @@ impl WriteRoots {
     pub fn new(cwd: &Path, roots: &[String]) -> Self {
         WriteRoots {
             roots: roots.iter().map(|root| cwd.join(root)).collect(),
+            late: None,
         }
     }
 
-    pub fn roots(&self) -> &[PathBuf] {
-        &self.roots
+    /// With roots that are known only once the stages they read have finished.
+    #[must_use]
+    pub fn with_late(mut self, late: Arc<LateRoots>) -> Self {
+        self.late = Some(late);
+        self
+    }
+
+    pub fn late(&self) -> Option<&Arc<LateRoots>> {
+        self.late.as_ref()
+    }
+
+    /// The roots known now: the fixed ones, then the late ones already resolved.
+    pub fn roots(&self) -> Vec<PathBuf> {
+        let mut roots = self.roots.clone();
+        if let Some(late) = &self.late {
+            roots.extend(late.read().iter().filter_map(|slot| match &slot.state {
+                LateState::Resolved(path) => Some(path.clone()),
+                _ => None,
+            }));
+        }
+        roots
+    }
+
+    /// The late roots that admit nothing (yet), said for a refused write.
+    fn unknown(&self) -> Vec<String> {
+        let Some(late) = &self.late else {
+            return Vec::new();
+        };
+        late.read()
+            .iter()
+            .filter_map(|slot| {
+                let ids = slot
+                    .stages
+                    .iter()
+                    .map(|(_, id)| format!("`{id}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                match &slot.state {
+                    LateState::Resolved(_) => None,
+                    LateState::Waiting => Some(format!(
+                        "`writes` entry {} waits for stage {ids}",
+                        slot.entry
+                    )),
+                    LateState::Unresolved(why) => Some(format!(
+                        "`writes` entry {} admits nothing: {why}",
+                        slot.entry
+                    )),
+                }
+            })
+            .collect()
     }
 
     /// The real target of a write to `path`, when it lies inside one of the roots (a root itself
@@ -39,7 +154,8 @@ impl WriteRoots {
         let target = resolve_target(path).map_err(|err| {
             BuiltinError::new(format!("cannot resolve `{}`: {err}", path.display()))
         })?;
-        for root in &self.roots {
+        let roots = self.roots();
+        for root in &roots {
             // A root that cannot be resolved (say, a dangling link) admits nothing.
             if let Ok(root) = resolve_existing(&lexical_absolute(root)) {
                 if target.starts_with(&root) {
@@ -47,12 +163,14 @@ impl WriteRoots {
                 }
             }
         }
-        let listed = if self.roots.is_empty() {
+        let unknown = self.unknown();
+        let listed = if roots.is_empty() && unknown.is_empty() {
             "the workflow declares no writes".to_string()
         } else {
-            self.roots
+            roots
                 .iter()
                 .map(|root| format!("`{}`", lexical_absolute(root).display()))
+                .chain(unknown)
                 .collect::<Vec<_>>()
                 .join(", ")
         };

@@ -28,6 +28,7 @@ mod format_errors;
 mod gather;
 mod graph;
 mod key;
+mod late_writes;
 mod names;
 mod references;
 mod schemas;
@@ -275,6 +276,7 @@ impl Checker<'_> {
             };
             diagnostic.help = Some(problem.help);
         }
+        self.late_writes(&ids, &pendings, &templates, &actions, &deps);
         let order = self.order(&deps, &ids);
         if self.diags.iter().any(Diagnostic::is_error) {
             return None;

@@ -262,7 +262,7 @@ fn find_close(source: &str, from: usize, close: &str) -> Option<usize> {
     while i < bytes.len() {
         match bytes[i] {
             quote @ (b'"' | b'\'') => i = skip_string(bytes, i, quote),
-            _ if source[i..].starts_with(close) => return Some(i),
+            _ if bytes[i..].starts_with(close.as_bytes()) => return Some(i),
             _ => i += 1,
         }
     }
@@ -386,6 +386,14 @@ mod tests {
             "{% macro greet(who) %}hi {{ who }}{% endmacro %}{% filter uppr %}{{ greet('x') }}{% endfilter %}",
         );
         assert_eq!(found, vec![("filter", "uppr".to_string())]);
+    }
+
+    #[test]
+    fn text_beyond_ascii_is_read_without_a_panic() {
+        assert_eq!(
+            names("{# • é #}• {{ x | tojsn }} ✗ {% if y %}é{% endif %}"),
+            vec![("filter", "tojsn".to_string())]
+        );
     }
 
     #[test]

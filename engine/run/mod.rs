@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use serde_json::{json, Map, Value};
 
-use crate::builtins::WriteRoots;
+use crate::builtins::{LateRoot, LateRoots, LateState, WriteRoots};
 use crate::check::{Action, Stage, Workflow};
 use crate::format::Busy;
 use crate::library::SearchPath;
@@ -268,6 +268,9 @@ struct Executor<'w, 'r> {
     finally_phase: bool,
     /// A dry-run rehearsing after this run: the outputs to reuse are its.
     rehearsal: Option<String>,
+    /// The write roots that read stages, with the scope they are rendered in once those
+    /// stages have finished.
+    late_roots: Option<(Arc<LateRoots>, minijinja::Value)>,
 }
 
 impl<'w, 'r> Executor<'w, 'r> {
@@ -325,6 +328,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             started: Instant::now(),
             finally_phase: false,
             rehearsal: None,
+            late_roots: None,
         }
     }
 
@@ -467,6 +471,10 @@ impl<'w, 'r> Executor<'w, 'r> {
                 return;
             }
         };
+        self.late_roots = prepared
+            .writes
+            .late()
+            .map(|late| (Arc::clone(late), base.clone()));
 
         // The workflow's lock.
         let _lock = match &workflow.lock {
@@ -625,6 +633,33 @@ impl<'w, 'r> Executor<'w, 'r> {
                 }
             }
             self.record.outputs = Some(Value::Object(outputs));
+        } else if status == RunStatus::Failed {
+            // A failed run's outputs are those that read a finally stage: finally stages run
+            // however the run ended, so what they say is meant for every ending. The others
+            // read stages the failure may have left without output, and are not evaluated.
+            // They see `run` as finally stages do, `run.error` included.
+            scope.run = self.ended_value(status);
+            let base = scope.to_value();
+            let mut outputs = Map::new();
+            for (name, tmpl) in &workflow.outputs {
+                let reads_finally = stages_read(workflow, tmpl)
+                    .iter()
+                    .any(|(i, _)| workflow.stages[*i].finally);
+                if !reads_finally {
+                    continue;
+                }
+                // Already failed: an output that cannot be evaluated is null, and the run's
+                // error stays the one that failed it.
+                let value = tmpl
+                    .eval(&base)
+                    .ok()
+                    .and_then(|value| serde_json::to_value(&value).ok())
+                    .unwrap_or(Value::Null);
+                outputs.insert(name.clone(), value);
+            }
+            if !outputs.is_empty() {
+                self.record.outputs = Some(Value::Object(outputs));
+            }
         }
         self.finish(status);
     }
@@ -829,6 +864,44 @@ impl<'w, 'r> Executor<'w, 'r> {
         }
     }
 
+    /// A stage has finished: each late write root that reads it is rendered once every stage it
+    /// reads has an output, and admits nothing for the rest of the run when one of them has
+    /// none (it was skipped, failed or did not run) or it renders empty.
+    fn settle_late_roots(&self, index: usize, has_output: bool) {
+        let Some((late, base)) = &self.late_roots else {
+            return;
+        };
+        for (slot, root) in late.waiting() {
+            if !root.stages.iter().any(|(i, _)| *i == index) {
+                continue;
+            }
+            if !has_output {
+                let id = &self.workflow.stages[index].id;
+                late.settle(
+                    slot,
+                    LateState::Unresolved(format!("stage `{id}`, which it reads, has no output")),
+                );
+                continue;
+            }
+            let finished = root.stages.iter().all(|(i, _)| {
+                self.table
+                    .get(*i)
+                    .is_some_and(|s| s.status == "succeeded" || s.status == "cached")
+            });
+            if !finished {
+                continue;
+            }
+            let state = match self.workflow.writes[root.entry].render(base) {
+                Ok(text) if text.trim().is_empty() => {
+                    LateState::Unresolved("it renders empty".to_string())
+                }
+                Ok(text) => LateState::Resolved(self.runtime.cwd.join(text)),
+                Err(error) => LateState::Unresolved(stage::describe(&error)),
+            };
+            late.settle(slot, state);
+        }
+    }
+
     /// Record a finished stage; say what it means for the run.
     fn absorb(&mut self, index: usize, mut outcome: StageOutcome) -> Verdict {
         let stage = &self.workflow.stages[index];
@@ -869,6 +942,7 @@ impl<'w, 'r> Executor<'w, 'r> {
                 error: outcome.error.clone(),
             },
         );
+        self.settle_late_roots(index, has_output);
         let duration_ms = outcome.duration.as_millis() as u64;
         self.reporter.finished(&id);
         if self.reporter.shows_lines() {
@@ -1045,20 +1119,59 @@ fn allowed_env(names: &[String]) -> minijinja::Value {
     minijinja::Value::from_serialize(map)
 }
 
-/// The write roots of a run, rendered.
+/// The write roots of a run: those that read no stage rendered now, the others (late roots)
+/// waiting for the stages they read.
 pub(crate) fn write_roots(
     workflow: &Workflow,
     scope: &minijinja::Value,
     cwd: &Path,
 ) -> Result<WriteRoots, String> {
     let mut roots = Vec::new();
-    for tmpl in &workflow.writes {
-        roots.push(
-            tmpl.render(scope)
-                .map_err(|e| format!("`[workflow] writes`: {}", stage::describe(&e)))?,
-        );
+    let mut late = Vec::new();
+    for (entry, tmpl) in workflow.writes.iter().enumerate() {
+        let stages = stages_read(workflow, tmpl);
+        if stages.is_empty() {
+            roots.push(
+                tmpl.render(scope)
+                    .map_err(|e| format!("`[workflow] writes`: {}", stage::describe(&e)))?,
+            );
+        } else {
+            late.push(LateRoot {
+                entry,
+                stages,
+                state: LateState::Waiting,
+            });
+        }
     }
-    Ok(WriteRoots::new(cwd, &roots))
+    let roots = WriteRoots::new(cwd, &roots);
+    Ok(if late.is_empty() {
+        roots
+    } else {
+        roots.with_late(Arc::new(LateRoots::new(late)))
+    })
+}
+
+/// The stages a template reads (`stages.<id>...`), by index and id, in the workflow's order.
+pub(crate) fn stages_read(
+    workflow: &Workflow,
+    tmpl: &crate::template::Tmpl,
+) -> Vec<(usize, String)> {
+    let read: std::collections::BTreeSet<String> = tmpl
+        .references()
+        .into_iter()
+        .filter_map(|path| {
+            let mut parts = path.split('.');
+            (parts.next() == Some("stages"))
+                .then(|| parts.next().map(str::to_string))
+                .flatten()
+        })
+        .collect();
+    workflow
+        .stages
+        .iter()
+        .filter(|stage| read.contains(&stage.id))
+        .map(|stage| (stage.index, stage.id.clone()))
+        .collect()
 }
 
 #[cfg(test)]
