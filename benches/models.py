@@ -10,7 +10,8 @@ semaphore of 16); then the same with the server answering 5% of requests with 42
     python3 benches/models.py [--items 1000] [--delay 0.1] [--concurrency 16] [--bin PATH]
 
 Every request's body is checked for the model and the item's prompt, so a row cannot pass by
-answering nothing.
+answering nothing. The first row is the stub's own ceiling: a client with no library at all on
+as many kept-alive connections. `--only raw|stagegraph|sdk` (repeatable) runs some rows.
 """
 
 import argparse
@@ -19,76 +20,151 @@ import json
 import os
 import resource
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Stub:
     """The OpenAI-compatible server: /v1/chat/completions after `delay` seconds; with
-    `limit_every` N, every Nth request is answered 429 with retry-after: 1 instead."""
+    `limit_every` N, every Nth request is answered 429 with retry-after: 1 instead.
+
+    One asyncio event loop on a thread of its own serves every connection (kept alive), each
+    answer written in one send with TCP_NODELAY: it is not what limits the rows (see
+    `--raw-client`, which measures its ceiling). A server that writes the head and the body of
+    a response in two sends, as http.server does, waits for the client's delayed ACK (40 ms on
+    Linux) on every response."""
 
     def __init__(self, delay, limit_every=0):
         self.delay = delay
         self.limit_every = limit_every
-        self.lock = threading.Lock()
         self.requests = 0
         self.limited = 0
         self.bad = 0
         self.prompts = set()
-        stub = self
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.server = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self.serve, "127.0.0.1", 0, backlog=512), self.loop
+        ).result()
+        self.url = "http://127.0.0.1:%d/v1" % self.server.sockets[0].getsockname()[1]
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+    async def serve(self, reader, writer):
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            while True:
+                request_line = await reader.readline()
+                if not request_line:
+                    break
+                headers = {}
+                while True:
+                    line = await reader.readline()
+                    if line in (b"\r\n", b"\n", b""):
+                        break
+                    name, _, value = line.decode("latin-1").partition(":")
+                    headers[name.strip().lower()] = value.strip()
+                body = await reader.readexactly(int(headers.get("content-length", 0)))
+                status, out = await self.answer(body)
+                writer.write(
+                    b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n"
+                    b"content-length: %d\r\n%s\r\n"
+                    % (status, b"OK" if status == 200 else b"Too Many Requests", len(out),
+                       b"retry-after: 1\r\n" if status == 429 else b"")
+                    + out
+                )
+                await writer.drain()
+                if headers.get("connection", "").lower() == "close":
+                    break
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
 
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                length = int(self.headers.get("content-length", 0))
-                body = json.loads(self.rfile.read(length) or b"{}")
-                with stub.lock:
-                    stub.requests += 1
-                    n = stub.requests
-                    limited = stub.limit_every and n % stub.limit_every == 0
-                    if limited:
-                        stub.limited += 1
-                    prompt = (body.get("messages") or [{}])[-1].get("content", "")
-                    if body.get("model") != "bench" or not prompt.startswith("item "):
-                        stub.bad += 1
-                if limited:
-                    out = b'{"error": {"type": "rate_limit_error", "message": "slow down"}}'
-                    self.send_response(429)
-                    self.send_header("retry-after", "1")
-                else:
-                    time.sleep(stub.delay)
-                    with stub.lock:
-                        stub.prompts.add(prompt)
-                    out = json.dumps({
-                        "id": "c", "object": "chat.completion", "created": 0, "model": "bench",
-                        "choices": [{"index": 0, "finish_reason": "stop",
-                                     "message": {"role": "assistant", "content": "ok " + prompt}}],
-                        "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
-                    }).encode()
-                    self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(out)))
-                self.end_headers()
-                self.wfile.write(out)
-
-        ThreadingHTTPServer.daemon_threads = True
-        ThreadingHTTPServer.request_queue_size = 256
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = "http://127.0.0.1:%d/v1" % self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    async def answer(self, raw):
+        body = json.loads(raw or b"{}")
+        self.requests += 1
+        limited = self.limit_every and self.requests % self.limit_every == 0
+        prompt = (body.get("messages") or [{}])[-1].get("content", "")
+        if body.get("model") != "bench" or not prompt.startswith("item "):
+            self.bad += 1
+        if limited:
+            self.limited += 1
+            return 429, b'{"error": {"type": "rate_limit_error", "message": "slow down"}}'
+        await asyncio.sleep(self.delay)
+        self.prompts.add(prompt)
+        return 200, json.dumps({
+            "id": "c", "object": "chat.completion", "created": 0, "model": "bench",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": "ok " + prompt}}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
+        }).encode()
 
     def close(self):
-        self.server.shutdown()
+        self.loop.call_soon_threadsafe(self.server.close)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+
+
+async def raw_client(url, items, concurrency):
+    """The stub's own ceiling: `concurrency` kept-alive connections sending the same requests
+    with no client library at all, each answer read and checked."""
+    host, port = url.split("//")[1].split("/")[0].split(":")
+    path = "/" + url.split("//")[1].split("/", 1)[1] + "/chat/completions"
+    counter = iter(range(items))
+    failed = 0
+
+    async def worker():
+        nonlocal failed
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for i in counter:
+            body = json.dumps({"model": "bench",
+                               "messages": [{"role": "user", "content": "item %d" % i}]}).encode()
+            writer.write(b"POST %s HTTP/1.1\r\nhost: %s:%s\r\ncontent-type: application/json\r\n"
+                         b"content-length: %d\r\n\r\n%s"
+                         % (path.encode(), host.encode(), port.encode(), len(body), body))
+            await writer.drain()
+            status = int((await reader.readline()).split()[1])
+            length = 0
+            while True:
+                line = await reader.readline()
+                if line in (b"\r\n", b""):
+                    break
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            reply = json.loads(await reader.readexactly(length))
+            if status != 200 or reply["choices"][0]["message"]["content"] != "ok item %d" % i:
+                failed += 1
+        writer.close()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return {"wall": time.perf_counter() - started, "failed": failed}
+
+
+def run_client(flag, stub, items, concurrency):
+    """A Python client (`--raw-client` or `--sdk-client`) in a process of its own, as a user
+    would run it (not sharing the stub's interpreter lock)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), flag, stub.url,
+         "--items", str(items), "--concurrency", str(concurrency)],
+        capture_output=True, text=True,
+    )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        print(done.stderr, file=sys.stderr)
+        return {"wall": float("nan"), "cpu": float("nan"), "failed": items}
+    result = json.loads(done.stdout)
+    result["cpu"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return result
 
 
 def run_stagegraph(binary, stub, items, concurrency, retries):
@@ -164,25 +240,11 @@ async def sdk_script(url, items, concurrency):
 
 
 def run_sdk(stub, items, concurrency):
-    """The script in a process of its own, as a user would run it (not sharing the stub's
-    interpreter lock)."""
     try:
         import openai  # noqa: F401
     except ImportError:
         return None
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--sdk-client", stub.url,
-         "--items", str(items), "--concurrency", str(concurrency)],
-        capture_output=True, text=True,
-    )
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        print(done.stderr, file=sys.stderr)
-        return {"wall": float("nan"), "cpu": float("nan"), "failed": items}
-    result = json.loads(done.stdout)
-    result["cpu"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return result
+    return run_client("--sdk-client", stub, items, concurrency)
 
 
 def main():
@@ -192,9 +254,15 @@ def main():
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--bin", default=os.path.join(ROOT, "target", "release", "stagegraph"))
     parser.add_argument("--sdk-client", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--raw-client", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--only", choices=["raw", "stagegraph", "sdk"], action="append",
+                        help="run only these rows (repeatable); default all")
     args = parser.parse_args()
     if args.sdk_client:
         print(json.dumps(asyncio.run(sdk_script(args.sdk_client, args.items, args.concurrency))))
+        return
+    if args.raw_client:
+        print(json.dumps(asyncio.run(raw_client(args.raw_client, args.items, args.concurrency))))
         return
     args.bin = os.path.abspath(args.bin)
     if not os.path.exists(args.bin):
@@ -208,31 +276,31 @@ def main():
         if len(stub.prompts) != expected:
             sys.exit("the stub answered %d distinct prompts, not %d" % (len(stub.prompts), expected))
 
-    stub = Stub(args.delay)
-    result = run_stagegraph(args.bin, stub, args.items, args.concurrency, retries=3)
-    check(stub, args.items)
-    rows.append(("stagegraph, max_concurrency %d" % args.concurrency, result, stub.requests, 0))
-    stub.close()
-
-    stub = Stub(args.delay)
-    sdk = run_sdk(stub, args.items, args.concurrency)
-    if sdk is not None:
-        check(stub, args.items)
-        rows.append(("Python asyncio + openai SDK, semaphore %d" % args.concurrency, sdk, stub.requests, 0))
-    stub.close()
-
-    stub = Stub(args.delay, limit_every=20)
-    result = run_stagegraph(args.bin, stub, args.items, args.concurrency, retries=5)
-    check(stub, args.items)
-    rows.append(("stagegraph, 5% answered 429 + retry-after: 1", result, stub.requests, stub.limited))
-    stub.close()
-
-    stub = Stub(args.delay, limit_every=20)
-    sdk = run_sdk(stub, args.items, args.concurrency)
-    if sdk is not None:
-        check(stub, args.items)
-        rows.append(("Python asyncio + openai SDK, 5% answered 429", sdk, stub.requests, stub.limited))
-    stub.close()
+    wanted = set(args.only or ["raw", "stagegraph", "sdk"])
+    for limit_every, retries in ((0, 3), (20, 5)):
+        limited_note = ", 5% answered 429 + retry-after: 1" if limit_every else ""
+        if "raw" in wanted and not limit_every:
+            stub = Stub(args.delay)
+            raw = run_client("--raw-client", stub, args.items, args.concurrency)
+            check(stub, args.items)
+            rows.append(("the stub's ceiling: raw HTTP/1.1, %d kept-alive connections"
+                         % args.concurrency, raw, stub.requests, 0))
+            stub.close()
+        if "stagegraph" in wanted:
+            stub = Stub(args.delay, limit_every)
+            result = run_stagegraph(args.bin, stub, args.items, args.concurrency, retries)
+            check(stub, args.items)
+            rows.append(("stagegraph, max_concurrency %d%s" % (args.concurrency, limited_note),
+                         result, stub.requests, stub.limited))
+            stub.close()
+        if "sdk" in wanted:
+            stub = Stub(args.delay, limit_every)
+            sdk = run_sdk(stub, args.items, args.concurrency)
+            if sdk is not None:
+                check(stub, args.items)
+                rows.append(("Python asyncio + openai SDK, semaphore %d%s"
+                             % (args.concurrency, limited_note), sdk, stub.requests, stub.limited))
+            stub.close()
 
     print("%d prompt stages, stub answering after %d ms; floor %d x %.2f s / %d = %.2f s\n"
           % (args.items, args.delay * 1000, args.items, args.delay, args.concurrency, floor))

@@ -266,6 +266,9 @@ impl App {
                 );
                 Ok(exit::SUCCESS)
             }
+            Command::Recordings {
+                action: args::RecordingsAction::Migrate { dir },
+            } => self.migrate_recordings(&dir),
             Command::Eject { name } => self.eject(&name),
             Command::Mcp | Command::InstallHook(_) | Command::UninstallHook(_) => {
                 unreachable!("handled before the app is built")

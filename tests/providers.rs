@@ -232,6 +232,65 @@ fn an_error_from_claude_code_carries_its_message_and_names_the_model_once() {
     assert_eq!(error.matches("model `haiku`").count(), 1, "{error}");
 }
 
+#[test]
+fn a_repair_through_claude_code_quotes_the_rejected_reply_in_its_one_prompt() {
+    let test = project(&ask_workflow("haiku"), None);
+    fake_claude(&test, &result_envelope(), 0);
+    // The first call answers without `why`; the second answers in full.
+    let mut first = result_envelope();
+    first["structured_output"] = json!({"concept": "jitter"});
+    first["result"] = json!("{\"concept\": \"jitter\"}");
+    test.write("bin/reply-0.json", &first.to_string());
+    let script = test.read("bin/claude").replace(
+        &format!("cat \"{}\"", test.path("bin/reply.json").display()),
+        &format!(
+            "if [ -f \"{bin}/reply-$n.json\" ]; then cat \"{bin}/reply-$n.json\"; \
+             else cat \"{bin}/reply.json\"; fi",
+            bin = test.path("bin").display()
+        ),
+    );
+    test.write("bin/claude", &script);
+    make_executable(&test.path("bin/claude"));
+    let out = test
+        .command(["-L", "lib", "run", "ask"])
+        .env("PATH", &path_with(&test.path("bin")))
+        .output();
+    out.code(0);
+    assert_eq!(out.stdout.trim(), "jitter");
+
+    assert_eq!(
+        test.read("calls/0.stdin"),
+        "Name one concept about retries."
+    );
+    // The CLI takes one prompt: the conversation is flattened into it, the rejected reply
+    // quoted as it was given, then what was wrong with it; the command line is the first's.
+    let repair = test.read("calls/1.stdin");
+    let (prompt, rest) = repair
+        .split_once("\n\n<previous_reply>\n")
+        .expect("the previous reply is quoted");
+    assert_eq!(prompt, "Name one concept about retries.");
+    let (quoted, problems) = rest
+        .split_once("\n</previous_reply>\n\n")
+        .expect("the quote is closed");
+    assert_eq!(
+        serde_json::from_str::<Value>(quoted).unwrap(),
+        json!({"concept": "jitter"})
+    );
+    assert!(
+        problems.starts_with("Your previous reply could not be used:") && problems.contains("why"),
+        "{problems}"
+    );
+    assert_eq!(call_argv(&test, 1), call_argv(&test, 0));
+    let record = test.last_run();
+    assert_eq!(
+        stage(&record, "ask")["model_calls"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
 /// The real Claude Code CLI, if this machine has one: `$STAGEGRAPH_TEST_CLAUDE`, else `claude`
 /// on PATH.
 fn real_claude() -> Option<PathBuf> {
@@ -484,6 +543,80 @@ fn a_schema_strict_outputs_cannot_take_is_sent_as_json_mode() {
     );
 }
 
+#[test]
+fn json_mode_always_says_json_and_carries_the_schema_it_cannot_send() {
+    let api = Server::start(|_, _| {
+        Reply::json(
+            200,
+            &openai_reply("{\"concept\": \"queue\", \"why\": \"order\"}"),
+        )
+    });
+    let loose = r#"{"type": "object", "required": ["concept"],
+        "properties": {"concept": {"type": "string"}, "why": {"type": "string"}}}"#;
+    let test = project(&ask_workflow("m"), Some(&openai_config(&api.url, "")));
+    test.write("lib/schemas/answer.schema.json", loose);
+    test.run(["-L", "lib", "run", "ask"]).code(0);
+    // Neither the system prompt nor the prompt says "JSON", which JSON mode requires: the
+    // system message gets an instruction naming it, with the schema.
+    let body = &api.posts()[0].body;
+    assert_eq!(body["response_format"], json!({"type": "json_object"}));
+    let messages = body["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2, "{body:#}");
+    assert_eq!(messages[0]["role"], "system");
+    let system = messages[0]["content"].as_str().unwrap();
+    let (kept, instruction) = system.split_once("\n\n").expect("the instruction follows");
+    assert_eq!(kept, "You are terse.");
+    let schema_text = instruction
+        .strip_prefix("Reply with one JSON object that matches this JSON Schema:\n")
+        .expect("the instruction says JSON");
+    let schema: Value = serde_json::from_str(loose).unwrap();
+    assert_eq!(serde_json::from_str::<Value>(schema_text).unwrap(), schema);
+    assert_eq!(
+        messages[1],
+        json!({"role": "user", "content": "Name one concept about retries."})
+    );
+
+    // A prompt that says JSON itself is sent as written, and with no system prompt none is
+    // added.
+    let api = Server::start(|_, _| {
+        Reply::json(
+            200,
+            &openai_reply("{\"concept\": \"queue\", \"why\": \"order\"}"),
+        )
+    });
+    let workflow = ask_workflow("m")
+        .replace("system = { inline = \"You are terse.\" }\n", "")
+        .replace("about retries.", "about retries, as json.");
+    let test = project(&workflow, Some(&openai_config(&api.url, "")));
+    test.write("lib/schemas/answer.schema.json", loose);
+    test.run(["-L", "lib", "run", "ask"]).code(0);
+    let body = &api.posts()[0].body;
+    assert_eq!(body["response_format"], json!({"type": "json_object"}));
+    assert_eq!(
+        body["messages"],
+        json!([{"role": "user", "content": "Name one concept about retries, as json."}])
+    );
+
+    // Without a system prompt and without the word, the instruction is the system message.
+    let api = Server::start(|_, _| {
+        Reply::json(
+            200,
+            &openai_reply("{\"concept\": \"queue\", \"why\": \"order\"}"),
+        )
+    });
+    let workflow = ask_workflow("m").replace("system = { inline = \"You are terse.\" }\n", "");
+    let test = project(&workflow, Some(&openai_config(&api.url, "")));
+    test.write("lib/schemas/answer.schema.json", loose);
+    test.run(["-L", "lib", "run", "ask"]).code(0);
+    let messages = api.posts()[0].body["messages"].as_array().unwrap().clone();
+    assert_eq!(messages.len(), 2);
+    assert_eq!(messages[0]["role"], "system");
+    assert!(messages[0]["content"]
+        .as_str()
+        .unwrap()
+        .starts_with("Reply with one JSON object that matches this JSON Schema:\n"));
+}
+
 fn anthropic_config(url: &str, extra: &str) -> String {
     format!(
         "[models.m]\nprovider = \"anthropic\"\nmodel = \"claude-test\"\nbase_url = \"{url}\"\n\
@@ -639,6 +772,36 @@ fn a_budget_stops_model_calls_before_they_exceed_it() {
     );
 }
 
+#[test]
+fn a_budget_holds_with_sixteen_calls_in_flight() {
+    // Each call costs $0.002, answered after a while so that calls overlap.
+    let api = Server::start(|_, _| {
+        let mut reply = Reply::json(
+            200,
+            &json!({
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}],
+                "usage": {"prompt_tokens": 1000, "completion_tokens": 1000}
+            }),
+        );
+        reply.delay = Duration::from_millis(100);
+        reply
+    });
+    let config = openai_config(
+        &api.url,
+        "price = { input = 1.0, output = 1.0 }\nmax_concurrency = 16\n",
+    );
+    let test = project(&foreach_workflow("m", 40, ""), Some(&config));
+    let out = test.run(["-L", "lib", "run", "ask", "--max-cost", "0.009"]);
+    out.code(1);
+    out.stderr_has("not started: the budget of $0.009 (--max-cost) would be exceeded");
+    // The first call runs alone; then each call in flight holds what the first cost, so three
+    // more fit beside what was spent ($0.002 + 3 x $0.002 = $0.008), never sixteen.
+    assert_eq!(api.posts().len(), 4, "calls made");
+    let record = test.last_run();
+    let spent = record["usage"]["cost_usd"].as_f64().unwrap();
+    assert!(spent <= 0.009, "spent {spent}");
+}
+
 // ---- Concurrency and rate limits ----
 
 #[test]
@@ -684,6 +847,43 @@ model = "m"
     test.run(["-L", "lib", "run", "ask", "--jobs", "1"]).code(0);
     assert_eq!(api.posts().len(), 12);
     assert_eq!(api.most_at_once(), 4);
+}
+
+#[test]
+fn two_aliases_of_one_provider_model_share_its_queue() {
+    let api = Server::start(|_, _| {
+        let mut reply = Reply::json(200, &openai_reply("ok"));
+        reply.delay = Duration::from_millis(150);
+        reply
+    });
+    let workflow = r#"
+[inputs.n]
+type = "integer"
+default = 8
+
+[stages.a]
+foreach = "range(inputs.n)"
+prompt = { inline = "a {{ item }}" }
+model = "m"
+
+[stages.b]
+foreach = "range(inputs.n)"
+prompt = { inline = "b {{ item }}" }
+model = "cheap"
+"#;
+    // `cheap` names the same model at the same server with no limit of its own: the limit of
+    // `m` is the model's, so it holds for both.
+    let config = format!(
+        "{}[models.cheap]\nprovider = \"openai\"\nbase_url = \"{}/v1\"\nmodel = \"tiny\"\n",
+        openai_config(&api.url, "max_concurrency = 3\n"),
+        api.url
+    );
+    let test = project(workflow, Some(&config));
+    test.run(["-L", "lib", "run", "ask", "--jobs", "2"]).code(0);
+    let posts = api.posts();
+    assert_eq!(posts.len(), 16);
+    assert!(posts.iter().all(|seen| seen.body["model"] == "tiny"));
+    assert_eq!(api.most_at_once(), 3, "two aliases, one queue of three");
 }
 
 #[test]
@@ -835,4 +1035,67 @@ fn a_recording_of_the_first_format_is_still_read_with_a_note() {
     assert_eq!(out.stdout.trim(), "old");
     out.stderr_has("holds recordings of the first format");
     out.stderr_has("--record");
+}
+
+#[test]
+fn recordings_of_the_first_format_migrate_to_the_portable_format() {
+    let test = project(&ask_workflow("m"), Some(&openai_config(&closed_url(), "")));
+    let old = |provider: &str, alias: &str| {
+        json!({
+            "request": {"alias": alias, "provider": provider,
+                        "system": "You are terse.", "prompt": "Name one concept about retries.",
+                        "temperature": null, "max_tokens": null},
+            "reply": {"text": "{\"concept\": \"old\", \"why\": \"kept\"}",
+                      "usage": {"input_tokens": 1, "output_tokens": 2}}
+        })
+        .to_string()
+    };
+    test.write("old/a.json", &old("openai:tiny@http://127.0.0.1:1/v1", "m"));
+    test.write(
+        "old/b.json",
+        &old("command:claude -p --model haiku", "haiku"),
+    );
+    test.write(
+        "old/c.json",
+        &old("command:/home/me/bin/shout.sh --loud", "shout"),
+    );
+    test.write("old/d.json", &old("replay:/somewhere", "r"));
+    test.write("old/notes.json", "not json");
+    let out = test.run(["recordings", "migrate", "old"]);
+    out.code(0);
+    out.stderr_has("3 migrated, 0 already portable, 2 skipped");
+    out.stderr_has("skipped d.json: no model can be read from `replay:/somewhere`");
+    out.stderr_has("skipped notes.json: not a recording");
+    let mut models = Vec::new();
+    for entry in std::fs::read_dir(test.path("old")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if ["d.json", "notes.json"].contains(&name.as_str()) {
+            continue;
+        }
+        let recording: Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(name.len(), 64 + 5, "named by its hash: {name}");
+        assert_eq!(recording["format"], 2);
+        assert_eq!(
+            recording["request"]["messages"],
+            json!([{"role": "user", "content": "Name one concept about retries."}])
+        );
+        assert_eq!(
+            recording["reply"]["text"],
+            "{\"concept\": \"old\", \"why\": \"kept\"}"
+        );
+        models.push(recording["request"]["model"].as_str().unwrap().to_string());
+    }
+    models.sort();
+    assert_eq!(models, ["command:shout.sh --loud", "haiku", "tiny"]);
+
+    // Now portable: it replays with no note, and a second migration changes nothing.
+    let out = test.run(["-L", "lib", "run", "ask", "--replay", "old"]);
+    out.code(0);
+    assert_eq!(out.stdout.trim(), "old");
+    assert!(!out.stderr.contains("first format"), "{}", out.stderr);
+    let again = test.run(["recordings", "migrate", "old"]);
+    again.code(0);
+    again.stderr_has("0 migrated, 3 already portable, 2 skipped");
 }

@@ -128,6 +128,12 @@ pub(crate) enum Command {
         #[arg(value_enum, default_value_t = SchemaKind::Workflow)]
         kind: SchemaKind,
     },
+    /// Work with folders of model recordings (`--record DIR`).
+    #[command(after_help = "Examples:\n  stagegraph recordings migrate tests/recordings")]
+    Recordings {
+        #[command(subcommand)]
+        action: RecordingsAction,
+    },
     /// Copy a workflow with its templates and schemas into .stagegraph/ to own it.
     #[command(
         after_help = "Examples:\n  stagegraph eject refresh\n  stagegraph -L ./shared eject compound"
@@ -271,6 +277,17 @@ pub(crate) enum HookScope {
     Project,
     Local,
     User,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum RecordingsAction {
+    /// Rewrite first-format recordings (keyed by alias and transport) in the portable format,
+    /// keyed by the model they name, so that they replay on any machine and through any
+    /// transport naming the same model.
+    Migrate {
+        /// The folder of recordings.
+        dir: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]

@@ -1,4 +1,5 @@
-//! The commands that read and print: list, show, check, plan, runs (and eject, which copies).
+//! The commands that read and print: list, show, check, plan, runs (and eject, which copies,
+//! and recordings migrate, which rewrites).
 
 use serde_json::{Map, Value};
 
@@ -166,6 +167,25 @@ impl App {
                 Ok(exit::SUCCESS)
             }
         }
+    }
+
+    pub(crate) fn migrate_recordings(&self, dir: &std::path::Path) -> Result<i32, Failure> {
+        let dir = self.engine.cwd.join(dir);
+        let done = stagegraph::models::migrate_recordings(&dir).map_err(|message| Failure {
+            code: exit::FAILED,
+            message,
+        })?;
+        for (file, reason) in &done.skipped {
+            errln!("skipped {file}: {reason}");
+        }
+        errln!(
+            "{}: {} migrated, {} already portable, {} skipped",
+            dir.display(),
+            done.migrated,
+            done.current,
+            done.skipped.len()
+        );
+        Ok(exit::SUCCESS)
     }
 
     pub(crate) fn eject(&self, name: &str) -> Result<i32, Failure> {

@@ -227,6 +227,20 @@ impl Provider {
 }
 
 impl Provider {
+    /// The queue the alias's calls wait in: the model as the provider serves it, so two aliases
+    /// naming the same model at the same endpoint (or the same CLI model, whatever tools each
+    /// allows) share one `max_concurrency` and one pause after a rate limit, which is the
+    /// provider's, not the alias's. `None` for recordings, which wait for nothing.
+    pub(crate) fn queue_key(&self) -> Option<String> {
+        match self {
+            Provider::Claude { model, .. } => Some(format!("claude:{model}")),
+            Provider::Replay { .. } => None,
+            Provider::Command { .. } | Provider::Anthropic { .. } | Provider::OpenAi { .. } => {
+                Some(self.identity())
+            }
+        }
+    }
+
     /// What decides a reply, for recordings: the model's name, not the way it is reached (no
     /// URL, no path of a program), so a recording made through one transport replays through
     /// another that names the same model.
@@ -254,7 +268,7 @@ impl Provider {
     }
 }
 
-fn quote_word(word: &str) -> String {
+pub(crate) fn quote_word(word: &str) -> String {
     let plain = !word.is_empty()
         && word
             .chars()

@@ -110,12 +110,15 @@ pub enum ModelError {
     Interrupted,
 
     /// The call would take the run's spending past its budget, so it was not started.
-    #[error("model `{alias}`: not started: the budget of ${limit} ({set_by}) would be exceeded; ${spent:.4} spent so far{}", estimate_note(*.estimate))]
+    #[error("model `{alias}`: not started: the budget of ${limit} ({set_by}) would be exceeded; ${spent:.4} spent so far{}{}", reserved_note(*.reserved, *.in_flight), estimate_note(*.estimate))]
     Budget {
         alias: String,
         limit: f64,
         set_by: String,
         spent: f64,
+        /// What the calls in flight are expected to cost, and how many they are.
+        reserved: f64,
+        in_flight: usize,
         estimate: f64,
     },
 
@@ -211,6 +214,14 @@ fn estimate_note(estimate: f64) -> String {
         format!(", and this call is expected to cost ${estimate:.4}")
     } else {
         String::new()
+    }
+}
+
+fn reserved_note(reserved: f64, in_flight: usize) -> String {
+    match in_flight {
+        0 => String::new(),
+        1 => format!(", ${reserved:.4} held by 1 call in flight"),
+        n => format!(", ${reserved:.4} held by {n} calls in flight"),
     }
 }
 

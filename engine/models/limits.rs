@@ -38,6 +38,11 @@ impl Limiter {
         }
     }
 
+    /// The most calls in flight at once, when there is a limit.
+    pub(crate) fn max(&self) -> Option<usize> {
+        (self.max != usize::MAX).then_some(self.max)
+    }
+
     fn lock(&self) -> MutexGuard<'_, QueueState> {
         self.state
             .lock()
@@ -98,10 +103,14 @@ impl Drop for Permit<'_> {
     }
 }
 
-/// The run's money: an optional limit and what was spent.
+/// The run's money: an optional limit, what was spent, and what the calls in flight are
+/// expected to cost. A call reserves its estimate before it starts and settles at its actual
+/// cost when it ends, so sixteen calls in flight cannot together pass the limit that each alone
+/// would respect.
 #[derive(Debug, Default)]
 pub(crate) struct Budget {
     state: Mutex<BudgetState>,
+    settled: Condvar,
 }
 
 #[derive(Debug, Default)]
@@ -109,8 +118,28 @@ struct BudgetState {
     /// The limit in USD and where it was set.
     limit: Option<(f64, String)>,
     spent: f64,
+    /// What the calls in flight reserved, and how many they are.
+    reserved: f64,
+    in_flight: usize,
     /// Per alias: the calls of known cost so far and what they cost.
     history: std::collections::BTreeMap<String, (u32, f64)>,
+    /// Aliases whose first call is in flight: until it settles, nothing is known of what their
+    /// calls cost, so no second call of theirs starts under a limit.
+    probing: std::collections::BTreeSet<String>,
+    /// Aliases whose calls report no cost (no price table, no provider report): the budget
+    /// cannot count them, so they need not wait for a first cost.
+    uncosted: std::collections::BTreeSet<String>,
+}
+
+/// A call's claim on the budget, from before it starts until it settles; dropped unsettled (the
+/// call failed), it gives the reserve back and counts nothing.
+#[derive(Debug)]
+pub(crate) struct Reservation<'a> {
+    budget: &'a Budget,
+    alias: String,
+    amount: f64,
+    probe: bool,
+    held: bool,
 }
 
 impl Budget {
@@ -135,38 +164,139 @@ impl Budget {
         self.lock().spent
     }
 
-    /// Refuse a call when what it is expected to cost would take the spending past the limit.
-    /// It is expected to cost what the alias's calls cost on average so far in the run, and at
-    /// least `lower_bound` (its input at the input price); with neither known, it is refused
-    /// once the limit is reached.
-    pub(crate) fn admit(&self, alias: &str, lower_bound: f64) -> Result<(), ModelError> {
-        let state = self.lock();
+    /// Reserve what a call is expected to cost, or refuse it when that would take what was
+    /// spent plus what the calls in flight reserved past the limit. A call is expected to cost
+    /// what the alias's calls cost on average so far in the run, and at least `lower_bound` (its
+    /// input at the input price). Under a limit, an alias's first call runs alone: the others
+    /// wait for its cost, which is what they then reserve.
+    pub(crate) fn admit(
+        &self,
+        alias: &str,
+        lower_bound: f64,
+    ) -> Result<Reservation<'_>, ModelError> {
+        let mut state = self.lock();
+        loop {
+            if state.limit.is_none() {
+                return Ok(self.reservation(alias, 0.0, false, false));
+            }
+            let known = state
+                .history
+                .get(alias)
+                .is_some_and(|(calls, _)| *calls > 0)
+                || state.uncosted.contains(alias);
+            if known || !state.probing.contains(alias) {
+                break;
+            }
+            if Interrupt::global().is_set() {
+                return Err(ModelError::Interrupted);
+            }
+            state = self
+                .settled
+                .wait_timeout(state, POLL)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
         let Some((limit, source)) = &state.limit else {
-            return Ok(());
+            unreachable!("checked in the loop");
         };
         let average = match state.history.get(alias) {
             Some((calls, total)) if *calls > 0 => total / f64::from(*calls),
             _ => 0.0,
         };
         let estimate = lower_bound.max(average);
-        if state.spent >= *limit || state.spent + estimate > *limit {
+        let committed = state.spent + state.reserved;
+        if state.spent >= *limit || committed >= *limit || committed + estimate > *limit {
             return Err(ModelError::Budget {
                 alias: alias.to_string(),
                 limit: *limit,
                 set_by: source.clone(),
                 spent: state.spent,
+                reserved: state.reserved,
+                in_flight: state.in_flight,
                 estimate,
             });
         }
-        Ok(())
+        let probe = !state.history.contains_key(alias) && !state.uncosted.contains(alias);
+        if probe {
+            state.probing.insert(alias.to_string());
+        }
+        state.reserved += estimate;
+        state.in_flight += 1;
+        Ok(self.reservation(alias, estimate, probe, true))
     }
 
-    /// Count a call of known cost.
+    fn reservation(&self, alias: &str, amount: f64, probe: bool, held: bool) -> Reservation<'_> {
+        Reservation {
+            budget: self,
+            alias: alias.to_string(),
+            amount,
+            probe,
+            held,
+        }
+    }
+
+    /// Count a call of known cost (a call settles through its reservation instead).
+    #[cfg(test)]
     pub(crate) fn spend(&self, alias: &str, usd: f64) {
         let mut state = self.lock();
-        state.spent += usd.max(0.0);
-        let entry = state.history.entry(alias.to_string()).or_default();
-        entry.0 += 1;
-        entry.1 += usd.max(0.0);
+        Self::count(&mut state, alias, Some(usd));
+    }
+
+    fn count(state: &mut BudgetState, alias: &str, usd: Option<f64>) {
+        match usd {
+            Some(usd) => {
+                state.spent += usd.max(0.0);
+                let entry = state.history.entry(alias.to_string()).or_default();
+                entry.0 += 1;
+                entry.1 += usd.max(0.0);
+            }
+            None => {
+                if !state.history.contains_key(alias) {
+                    state.uncosted.insert(alias.to_string());
+                }
+            }
+        }
+    }
+
+    fn release(&self, reservation: &mut Reservation<'_>, outcome: Outcome) {
+        let mut state = self.lock();
+        if reservation.held {
+            state.reserved = (state.reserved - reservation.amount).max(0.0);
+            state.in_flight = state.in_flight.saturating_sub(1);
+            reservation.held = false;
+        }
+        if reservation.probe {
+            state.probing.remove(&reservation.alias);
+        }
+        if let Outcome::Settled(cost) = outcome {
+            Self::count(&mut state, &reservation.alias, cost);
+        }
+        drop(state);
+        self.settled.notify_all();
+    }
+}
+
+/// How a reserved call ended.
+enum Outcome {
+    /// It was answered, at this cost (`None`: nothing says).
+    Settled(Option<f64>),
+    /// It failed: nothing is known of what it cost.
+    Failed,
+}
+
+impl Reservation<'_> {
+    /// The call ended: count what it cost (`None`: nothing says) in place of what it reserved.
+    pub(crate) fn settle(mut self, cost: Option<f64>) {
+        let budget = self.budget;
+        budget.release(&mut self, Outcome::Settled(cost));
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if self.held || self.probe {
+            let budget = self.budget;
+            budget.release(self, Outcome::Failed);
+        }
     }
 }

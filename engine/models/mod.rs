@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 pub use error::{ConfigProblem, ModelError, NearestRecording};
 pub use extract::extract_json;
+pub use recording::{migrate as migrate_recordings, Migration};
 
 use config::{Alias, Price, Provider, BUILTIN_CONFIG, BUILTIN_ORIGIN};
 use limits::{Budget, Limiter};
@@ -163,8 +164,9 @@ pub struct Models {
     agent: ureq::Agent,
     environment: Environment,
     backoff: Duration,
-    /// Each alias's queue: its `max_concurrency` and its pauses after a rate limit, shared by
-    /// every clone, so by every stage and foreach item of a run.
+    /// Each alias's queue (shared by the aliases that name the same provider model): the
+    /// lowest `max_concurrency` among them and the pauses after a rate limit, shared by every
+    /// clone, so by every stage and foreach item of a run.
     limiters: Arc<BTreeMap<String, Arc<Limiter>>>,
     budget: Arc<Budget>,
 }
@@ -367,12 +369,7 @@ impl Models {
                 crate::floor::secrets::register_variables([variable]);
             }
         }
-        let limiters = aliases
-            .iter()
-            .map(|(name, alias): (&String, &Alias)| {
-                (name.clone(), Arc::new(Limiter::new(alias.max_concurrency)))
-            })
-            .collect();
+        let limiters = shared_queues(&aliases);
         Ok(Models {
             aliases,
             mode: Mode::Live,
@@ -397,12 +394,10 @@ impl Models {
         self.budget.spent()
     }
 
-    /// How many calls to the alias may be in flight at once, when its configuration says.
+    /// How many calls to the alias may be in flight at once, when its configuration (or that
+    /// of another alias naming the same provider model) says.
     pub fn max_concurrency(&self, alias: &str) -> Option<usize> {
-        self.aliases
-            .get(alias)
-            .and_then(|alias| alias.max_concurrency)
-            .map(|n| n as usize)
+        self.limiters.get(alias).and_then(|limiter| limiter.max())
     }
 
     /// Ask the providers and save every exchange as `DIR/<sha256>.json` (`--record DIR`).
@@ -444,6 +439,7 @@ impl Models {
         let started = Instant::now();
         let replayed = matches!(self.mode, Mode::Replay(_))
             || matches!(alias.provider, Provider::Replay { .. });
+        let mut reservation = None;
         let answer = match &self.mode {
             Mode::Replay(dir) => recording::replay_exact(dir, &canonical)?,
             Mode::Live | Mode::Record(_) => {
@@ -452,7 +448,7 @@ impl Models {
                         .price
                         .as_ref()
                         .map_or(0.0, |price| estimate_input_cost(request, price));
-                    self.budget.admit(&request.alias, estimate)?;
+                    reservation = Some(self.budget.admit(&request.alias, estimate)?);
                 }
                 self.ask(alias, request, &canonical)?
             }
@@ -461,8 +457,8 @@ impl Models {
             let price = alias.price.as_ref()?;
             Some(answer.usage?.cost(price))
         });
-        if let (false, Some(cost)) = (replayed, cost_usd) {
-            self.budget.spend(&request.alias, cost);
+        if let Some(reservation) = reservation {
+            reservation.settle(cost_usd);
         }
         let reply = ModelReply {
             // A reply that echoes a key goes no further than this: not into the stage's output,
@@ -588,6 +584,32 @@ impl Models {
         self.backoff = backoff;
         self
     }
+}
+
+/// One queue per provider model (`Provider::queue_key`), each alias pointing at its model's:
+/// the queue takes the lowest `max_concurrency` any of its aliases sets.
+fn shared_queues(aliases: &BTreeMap<String, Alias>) -> BTreeMap<String, Arc<Limiter>> {
+    let mut limits: BTreeMap<String, Option<u32>> = BTreeMap::new();
+    for alias in aliases.values() {
+        if let Some(key) = alias.provider.queue_key() {
+            let limit = limits.entry(key).or_default();
+            *limit = match (*limit, alias.max_concurrency) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+    }
+    let queues: BTreeMap<String, Arc<Limiter>> = limits
+        .into_iter()
+        .map(|(key, limit)| (key, Arc::new(Limiter::new(limit))))
+        .collect();
+    aliases
+        .iter()
+        .filter_map(|(name, alias)| {
+            let queue = queues.get(&alias.provider.queue_key()?)?;
+            Some((name.clone(), Arc::clone(queue)))
+        })
+        .collect()
 }
 
 /// Aliases, identities and origins only: nothing secret is held, and this keeps it that way if

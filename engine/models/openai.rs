@@ -17,8 +17,25 @@ pub(crate) struct OpenAi<'a> {
 impl OpenAi<'_> {
     /// The request body.
     pub(crate) fn body(&self, request: &ModelRequest) -> Value {
+        let format = request.schema.as_deref().and_then(response_format);
+        let mut system = request.system.clone();
+        if let Some(Format::JsonObject(schema)) = &format {
+            // JSON mode is refused unless the messages say "JSON"; they may not, since the
+            // prompt was written for the schema, which this mode does not send.
+            let says_json = |text: &str| text.to_ascii_lowercase().contains("json");
+            let said = system.as_deref().is_some_and(says_json)
+                || request.messages().iter().any(|(_, text)| says_json(text));
+            if !said {
+                let instruction =
+                    format!("Reply with one JSON object that matches this JSON Schema:\n{schema}");
+                system = Some(match system {
+                    Some(system) => format!("{system}\n\n{instruction}"),
+                    None => instruction,
+                });
+            }
+        }
         let mut messages = Vec::new();
-        if let Some(system) = &request.system {
+        if let Some(system) = &system {
             messages.push(json!({"role": "system", "content": system}));
         }
         for (role, text) in request.messages() {
@@ -38,15 +55,15 @@ impl OpenAi<'_> {
         if let Some(max_tokens) = request.max_tokens.or(self.max_tokens) {
             body["max_tokens"] = json!(max_tokens);
         }
-        if let Some(schema) = request.schema.as_deref() {
-            body["response_format"] = if strict_compatible(schema) {
-                json!({
+        match format {
+            Some(Format::Strict(schema)) => {
+                body["response_format"] = json!({
                     "type": "json_schema",
                     "json_schema": {"name": "reply", "strict": true, "schema": schema},
-                })
-            } else {
-                json!({"type": "json_object"})
-            };
+                });
+            }
+            Some(Format::JsonObject(_)) => body["response_format"] = json!({"type": "json_object"}),
+            None => {}
         }
         body
     }
@@ -111,6 +128,31 @@ impl OpenAi<'_> {
             retries,
         })
     }
+}
+
+/// How a schema constrains the reply.
+enum Format<'a> {
+    /// Strict structured outputs: the reply is decoded to match the schema.
+    Strict(&'a Value),
+    /// JSON mode: the reply is some JSON object; the engine checks it against the schema.
+    JsonObject(&'a Value),
+}
+
+/// Strict mode when the schema allows it, else JSON mode when the reply may be an object (JSON
+/// mode gives nothing else), else nothing: the engine's validation and repair decide.
+fn response_format(schema: &Value) -> Option<Format<'_>> {
+    // Strict mode takes an object at the root.
+    let root_is_object = schema.get("type").and_then(Value::as_str) == Some("object");
+    if root_is_object && strict_compatible(schema) {
+        return Some(Format::Strict(schema));
+    }
+    let may_be_object = match schema.get("type") {
+        None => schema.is_object(),
+        Some(Value::String(kind)) => kind == "object",
+        Some(Value::Array(kinds)) => kinds.iter().any(|kind| kind == "object"),
+        Some(_) => false,
+    };
+    may_be_object.then_some(Format::JsonObject(schema))
 }
 
 /// Whether strict structured outputs accept the schema: every object lists all of its

@@ -10,7 +10,8 @@
 //!
 //! Recordings of the first format (keyed by alias and transport) are still read: a request
 //! that misses in the current format is answered by a first-format recording with the same
-//! alias and content, with a note, once per folder, to record again.
+//! alias and content, with a note, once per folder, to migrate them ([`migrate`], `stagegraph
+//! recordings migrate DIR`) or record again.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -145,6 +146,10 @@ impl RecordedReply {
 struct Recording {
     format: u32,
     alias: String,
+    /// Migrated from the first format, which did not record the schema: the recording
+    /// answers its request whatever schema the stage has now.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    migrated: bool,
     request: CanonicalRequest,
     reply: RecordedReply,
 }
@@ -168,16 +173,42 @@ struct FirstRequest {
     max_tokens: Option<u32>,
 }
 
+/// Where a recording read from a folder comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Current,
+    /// The current format, migrated from the first: keyed by the model, without the schema.
+    Migrated,
+    /// The first format: keyed by alias and transport, without the schema.
+    First,
+}
+
 /// A recording read from a folder, in either format.
 struct Entry {
     file: String,
     alias: String,
     request: CanonicalRequest,
     reply: RecordedReply,
-    first_format: bool,
+    kind: Kind,
 }
 
-fn parse(text: &str) -> Result<(String, CanonicalRequest, RecordedReply, bool), String> {
+impl Entry {
+    /// Whether it answers `request` short of an exact match: a first-format recording of the
+    /// same alias, or a migrated one of the same model, equal in all they recorded.
+    fn stands_for(&self, request: &CanonicalRequest) -> bool {
+        let content = self.request.system == request.system
+            && self.request.messages == request.messages
+            && self.request.temperature == request.temperature
+            && self.request.max_tokens == request.max_tokens;
+        match self.kind {
+            Kind::Current => false,
+            Kind::Migrated => content && self.request.model == request.model,
+            Kind::First => content && self.alias == request.alias,
+        }
+    }
+}
+
+fn parse(text: &str) -> Result<(String, CanonicalRequest, RecordedReply, Kind), String> {
     let value: Value = serde_json::from_str(text).map_err(|error| error.to_string())?;
     if value.get("format").is_some() {
         let recording: Recording = serde_json::from_value(value).map_err(|e| e.to_string())?;
@@ -189,7 +220,12 @@ fn parse(text: &str) -> Result<(String, CanonicalRequest, RecordedReply, bool), 
         }
         let mut request = recording.request;
         request.alias = recording.alias.clone();
-        return Ok((recording.alias, request, recording.reply, false));
+        let kind = if recording.migrated {
+            Kind::Migrated
+        } else {
+            Kind::Current
+        };
+        return Ok((recording.alias, request, recording.reply, kind));
     }
     let old: FirstFormat = serde_json::from_value(value).map_err(|e| e.to_string())?;
     let request = CanonicalRequest {
@@ -204,7 +240,7 @@ fn parse(text: &str) -> Result<(String, CanonicalRequest, RecordedReply, bool), 
         schema: None,
         alias: old.request.alias.clone(),
     };
-    Ok((old.request.alias, request, old.reply, true))
+    Ok((old.request.alias, request, old.reply, Kind::First))
 }
 
 /// Save one exchange as `dir/<hash>.json`, atomically: a reader never sees half a file.
@@ -212,6 +248,15 @@ pub(crate) fn save(
     dir: &Path,
     request: &CanonicalRequest,
     reply: &ModelReply,
+) -> Result<(), ModelError> {
+    write(dir, request, reply, false)
+}
+
+fn write(
+    dir: &Path,
+    request: &CanonicalRequest,
+    reply: &ModelReply,
+    migrated: bool,
 ) -> Result<(), ModelError> {
     let path = dir.join(format!("{}.json", request.hash()));
     let fail = |message: String| ModelError::Recording {
@@ -222,6 +267,7 @@ pub(crate) fn save(
     let recording = Recording {
         format: FORMAT,
         alias: request.alias.clone(),
+        migrated,
         request: request.clone(),
         reply: RecordedReply {
             text: reply.text.clone(),
@@ -240,7 +286,8 @@ pub(crate) fn save(
 }
 
 /// Answer a request from `dir/<hash>.json`, else from a first-format recording of the same
-/// alias and content, or fail naming the nearest recorded request.
+/// alias and content or a migrated one of the same model and content, or fail naming the
+/// nearest recorded request.
 pub(crate) fn replay_exact(dir: &Path, request: &CanonicalRequest) -> Result<Answer, ModelError> {
     let hash = request.hash();
     let path = dir.join(format!("{hash}.json"));
@@ -255,17 +302,12 @@ pub(crate) fn replay_exact(dir: &Path, request: &CanonicalRequest) -> Result<Ans
         }
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
             let entries = load_all(dir);
-            let old = entries.iter().find(|entry| {
-                entry.first_format
-                    && entry.alias == request.alias
-                    && entry.request.system == request.system
-                    && entry.request.messages == request.messages
-                    && entry.request.temperature == request.temperature
-                    && entry.request.max_tokens == request.max_tokens
-            });
+            let old = entries.iter().find(|entry| entry.stands_for(request));
             match old {
                 Some(entry) => {
-                    note_first_format(dir);
+                    if entry.kind == Kind::First {
+                        note_first_format(dir);
+                    }
                     Ok(entry.reply.answer())
                 }
                 None => Err(miss(dir, request, Some(hash), &entries)),
@@ -279,6 +321,108 @@ pub(crate) fn replay_exact(dir: &Path, request: &CanonicalRequest) -> Result<Ans
     }
 }
 
+/// What `migrate` did to a folder.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Migration {
+    /// First-format recordings rewritten in the current format (the old file removed).
+    pub migrated: usize,
+    /// Recordings already in the current format.
+    pub current: usize,
+    /// Files left as they are, each with the reason.
+    pub skipped: Vec<(String, String)>,
+}
+
+/// Rewrite the first-format recordings of `dir` in the current, portable format: the model is
+/// read from the transport they were keyed by (`anthropic:claude-sonnet-4-5@https://...` is
+/// `claude-sonnet-4-5`, `command:claude -p --model haiku`, the old built-in, is `haiku`, a
+/// command's program path becomes its file name), each is saved under its new name and the old
+/// file removed. The first format did not record the schema, so a migrated recording answers
+/// its request whatever schema the stage now has. Running it again changes nothing.
+pub fn migrate(dir: &Path) -> Result<Migration, String> {
+    let entries =
+        fs::read_dir(dir).map_err(|error| format!("cannot read {}: {error}", dir.display()))?;
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+        .collect();
+    paths.sort();
+    let mut migration = Migration::default();
+    for path in paths {
+        let file = path
+            .file_name()
+            .map_or_else(String::new, |name| name.to_string_lossy().into_owned());
+        let parsed = fs::read_to_string(&path)
+            .map_err(|error| error.to_string())
+            .and_then(|text| parse(&text));
+        let (alias, mut request, reply, kind) = match parsed {
+            Ok(parsed) => parsed,
+            Err(message) => {
+                migration
+                    .skipped
+                    .push((file, format!("not a recording: {message}")));
+                continue;
+            }
+        };
+        if kind != Kind::First {
+            migration.current += 1;
+            continue;
+        }
+        let Some(model) = model_of_transport(&request.model) else {
+            migration.skipped.push((
+                file,
+                format!("no model can be read from `{}`", request.model),
+            ));
+            continue;
+        };
+        request.model = model;
+        request.alias = alias;
+        let reply = ModelReply {
+            text: reply.text,
+            usage: reply.usage,
+            cost_usd: reply.cost_usd,
+            ..ModelReply::default()
+        };
+        write(dir, &request, &reply, true).map_err(|error| error.to_string())?;
+        if path != dir.join(format!("{}.json", request.hash())) {
+            fs::remove_file(&path)
+                .map_err(|error| format!("cannot remove {}: {error}", path.display()))?;
+        }
+        migration.migrated += 1;
+    }
+    Ok(migration)
+}
+
+/// The model a first-format provider identity names, as the current key names it.
+fn model_of_transport(identity: &str) -> Option<String> {
+    let (kind, rest) = identity.split_once(':')?;
+    match kind {
+        "anthropic" | "openai" => {
+            let (model, _url) = rest.split_once('@')?;
+            (!model.is_empty()).then(|| model.to_string())
+        }
+        "command" => {
+            let mut words = shlex::split(rest)?;
+            let program = words.first()?;
+            let name = Path::new(program).file_name().map_or_else(
+                || program.clone(),
+                |name| name.to_string_lossy().into_owned(),
+            );
+            // The built-in `haiku` and `sonnet` were `claude -p --model M` commands; they are
+            // the Claude Code provider now, whose key is the model.
+            if name == "claude" && words.len() == 4 && words[1] == "-p" && words[2] == "--model" {
+                return Some(words.swap_remove(3));
+            }
+            words[0] = name;
+            let quoted: Vec<String> = words
+                .iter()
+                .map(|word| super::config::quote_word(word))
+                .collect();
+            Some(format!("command:{}", quoted.join(" ")))
+        }
+        _ => None,
+    }
+}
+
 /// Say once per folder that it holds first-format recordings.
 fn note_first_format(dir: &Path) {
     static NOTED: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
@@ -288,8 +432,9 @@ fn note_first_format(dir: &Path) {
     if noted.insert(dir.to_path_buf()) {
         eprintln!(
             "note: {} holds recordings of the first format, keyed by alias and transport; \
-             they are still read, but only where they were made: run again with --record {} \
-             to write them in the portable format",
+             they are still read, but only where they were made: `stagegraph recordings \
+             migrate {}` rewrites them in the portable format (or record again with --record {})",
+            dir.display(),
             dir.display(),
             dir.display()
         );
@@ -304,16 +449,14 @@ pub(crate) fn replay_matching(
     request: &CanonicalRequest,
 ) -> Result<Answer, ModelError> {
     let entries = load_all(dir);
-    let matches = |entry: &&Entry| {
-        if entry.first_format {
-            entry.alias == request.alias
-                && entry.request.system == request.system
-                && entry.request.messages == request.messages
-                && entry.request.temperature == request.temperature
-                && entry.request.max_tokens == request.max_tokens
-        } else {
-            entry.request.same_content(request)
-        }
+    let matches = |entry: &&Entry| match entry.kind {
+        Kind::Current => entry.request.same_content(request),
+        // Any model: a `replay` alias stands in for whichever made it.
+        Kind::Migrated => entry.stands_for(&CanonicalRequest {
+            model: entry.request.model.clone(),
+            ..request.clone()
+        }),
+        Kind::First => entry.stands_for(request),
     };
     let found = entries
         .iter()
@@ -340,14 +483,14 @@ fn load_all(dir: &Path) -> Vec<Entry> {
         .into_iter()
         .filter_map(|path| {
             let text = fs::read_to_string(&path).ok()?;
-            let (alias, request, reply, first_format) = parse(&text).ok()?;
+            let (alias, request, reply, kind) = parse(&text).ok()?;
             let file = path.file_name()?.to_string_lossy().into_owned();
             Some(Entry {
                 file,
                 alias,
                 request,
                 reply,
-                first_format,
+                kind,
             })
         })
         .collect()

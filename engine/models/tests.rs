@@ -1150,3 +1150,89 @@ fn a_paused_queue_starts_nothing_until_the_pause_ends() {
         started - freed
     );
 }
+
+#[test]
+fn aliases_naming_the_same_provider_model_share_one_queue() {
+    let url = "base_url = \"http://127.0.0.1:9/v1\"";
+    let models = models(&format!(
+        "[models.a]\nprovider = \"openai\"\nmodel = \"tiny\"\n{url}\nmax_concurrency = 3\n\
+         [models.b]\nprovider = \"openai\"\nmodel = \"tiny\"\n{url}\nmax_concurrency = 5\n\
+         [models.other]\nprovider = \"openai\"\nmodel = \"big\"\n{url}\n\
+         [models.h1]\nprovider = \"claude\"\nmodel = \"haiku\"\n\
+         [models.h2]\nprovider = \"claude\"\nmodel = \"haiku\"\ntools = [\"Read\"]\n\
+         max_concurrency = 2\n"
+    ));
+    // The lowest limit of the aliases naming a model holds for all of them.
+    assert_eq!(models.max_concurrency("a"), Some(3));
+    assert_eq!(models.max_concurrency("b"), Some(3));
+    assert_eq!(models.max_concurrency("other"), None);
+    assert_eq!(models.max_concurrency("h1"), Some(2));
+    let queue = |alias: &str| Arc::clone(&models.limiters[alias]);
+    assert!(Arc::ptr_eq(&queue("a"), &queue("b")));
+    assert!(Arc::ptr_eq(&queue("h1"), &queue("h2")));
+    assert!(!Arc::ptr_eq(&queue("a"), &queue("other")));
+    // A pause after a rate limit seen through one alias holds the other.
+    queue("a").pause(Duration::from_secs(30));
+    let (tx, rx) = mpsc::channel();
+    let b = queue("b");
+    thread::spawn(move || {
+        let started = b.acquire().is_ok();
+        tx.send(started).ok();
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_millis(200)).is_err(),
+        "b waits out a's pause"
+    );
+    let other = queue("other");
+    assert!(other.acquire().is_ok(), "another model is not paused");
+}
+
+#[test]
+fn calls_in_flight_reserve_their_estimate_so_together_they_stay_within_the_budget() {
+    let budget = Arc::new(limits::Budget::default());
+    budget.limit(0.009, "--max-cost");
+    // The first call of an alias runs alone: nothing says yet what its calls cost.
+    let probe = budget.admit("m", 0.0).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let waiting = Arc::clone(&budget);
+    let second = thread::spawn(move || {
+        let reservation = waiting.admit("m", 0.0).map(|_| ()).is_ok();
+        tx.send(reservation).ok();
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_millis(200)).is_err(),
+        "the second waits"
+    );
+    probe.settle(Some(0.002));
+    assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(true));
+    second.join().unwrap();
+    // Spent 0.002; each call reserves 0.002: three may be in flight at once, not a fourth.
+    let held: Vec<_> = (0..3).map(|_| budget.admit("m", 0.0).unwrap()).collect();
+    let error = budget
+        .admit("m", 0.0)
+        .expect_err("a fourth call in flight is refused");
+    assert_eq!(
+        error.to_string(),
+        "model `m`: not started: the budget of $0.009 (--max-cost) would be exceeded; $0.0020 \
+         spent so far, $0.0060 held by 3 calls in flight, and this call is expected to cost \
+         $0.0020"
+    );
+    // A call that fails gives its reserve back; one that costs more than expected counts what
+    // it cost.
+    let mut held = held.into_iter();
+    drop(held.next());
+    held.next().unwrap().settle(Some(0.003));
+    assert!((budget.spent() - 0.005).abs() < 1e-12);
+    // A call is now expected to cost the average, 0.0025: with 0.002 still held it does not
+    // fit; once that call ends, one fits and a second beside it does not.
+    assert!(budget.admit("m", 0.0).is_err());
+    drop(held);
+    let fits = budget.admit("m", 0.0).unwrap();
+    assert!(budget.admit("m", 0.0).is_err());
+    drop(fits);
+    // An alias whose calls report no cost waits for no first cost after its first call.
+    budget.admit("free", 0.0).unwrap().settle(None);
+    let one = budget.admit("free", 0.0).unwrap();
+    let two = budget.admit("free", 0.0).unwrap();
+    drop((one, two));
+}
