@@ -22,6 +22,7 @@ mod providers;
 mod records;
 mod refresh;
 mod reliability;
+mod resume;
 mod review;
 mod run;
 mod secrets;

@@ -13,7 +13,7 @@ use crate::diag::{Diagnostic, Severity};
 use crate::exit;
 use crate::models::Models;
 use crate::run::record::{self, RunRecord};
-use crate::run::{self, ResumeFrom, RunOptions, Runtime};
+use crate::run::{self, ResumeFrom, RunOptions, RunStatus, Runtime};
 
 /// What a run is asked to do: the command line's run options, in the library's terms.
 #[derive(Debug, Clone, Default)]
@@ -162,6 +162,9 @@ impl Engine {
                 .map(|previous| ResumeFrom {
                     outputs: record::read_outputs(&state_dir, &previous.run_id),
                     run_id: previous.run_id,
+                    items: Default::default(),
+                    processes: Vec::new(),
+                    interrupted: false,
                     rehearsal: true,
                 }),
             resume => resume,
@@ -275,14 +278,29 @@ impl Engine {
     ) -> Result<(RunRecord, String, ResumeFrom), String> {
         let (id, dir) = record::locate_run(&state.search(&self.cwd), run_id)?;
         let previous = record::read_record(&dir, &id)?;
+        // Its stages are still running: a resume now would run them a second time beside them.
+        if let Some(holder) = previous.holder.as_ref().filter(|holder| {
+            previous.status == RunStatus::Running
+                && holder.liveness() == run::holder::Liveness::Alive
+        }) {
+            return Err(format!(
+                "run {id} is still running (process {}); resume it once it has ended",
+                holder.pid
+            ));
+        }
         let reference = self.resume_reference(&previous);
         let outputs = record::read_outputs(&dir, &id);
+        let run_dir = record::runs_dir(&dir).join(&id);
+        let interrupted = matches!(previous.status, RunStatus::Interrupted | RunStatus::Running);
         Ok((
             previous,
             reference,
             ResumeFrom {
                 run_id: id,
                 outputs,
+                items: run::journal::FinishedItems::read(&run_dir),
+                processes: run::journal::read_processes(&run_dir),
+                interrupted,
                 rehearsal: false,
             },
         ))

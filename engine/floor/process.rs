@@ -92,6 +92,15 @@ pub enum ProcessError {
 
 /// Run a process to completion, honouring its timeout and the global interrupt.
 pub fn run(spec: &ProcessSpec) -> Result<ProcessOutput, ProcessError> {
+    run_observed(spec, &|_| {})
+}
+
+/// [`run`], telling `started` the process's pid as soon as it is running (before it is waited
+/// for), so a caller can record it.
+pub fn run_observed(
+    spec: &ProcessSpec,
+    started: &dyn Fn(u32),
+) -> Result<ProcessOutput, ProcessError> {
     let program = spec.argv.first().ok_or(ProcessError::Empty)?;
     let interrupt = Interrupt::global();
     if interrupt.is_set() {
@@ -157,6 +166,7 @@ pub fn run(spec: &ProcessSpec) -> Result<ProcessOutput, ProcessError> {
     })?;
     let pgid = child.id() as i32;
     interrupt.register(pgid);
+    started(child.id());
     // A Ctrl-C that arrived between the check above and the registration would otherwise miss
     // this child.
     if interrupt.is_set() {

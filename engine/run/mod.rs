@@ -22,7 +22,9 @@ use crate::template::{Scope, StageSlot, StageTable};
 
 pub mod cache;
 pub mod holder;
+pub mod journal;
 pub mod locks;
+mod orphans;
 /// Child processes live on the ground floor; the old path stays for the code that names it.
 pub use crate::floor::process;
 mod progress;
@@ -92,6 +94,14 @@ pub struct Runtime<'a> {
 pub struct ResumeFrom {
     pub run_id: String,
     pub outputs: HashMap<String, OutputLine>,
+    /// The `foreach` items it finished (of stages it did not finish).
+    pub items: journal::FinishedItems,
+    /// The stage processes it started, to stop those it left running.
+    pub processes: Vec<journal::ProcessLine>,
+    /// It did not end on its own (killed, crashed): what it left running of the stages this run
+    /// runs again is stopped first. (A run that ended waited for its stages' processes; what
+    /// they left behind on purpose is theirs.)
+    pub interrupted: bool,
     /// A dry-run's rehearsal of the run's real path: a stage with work whose fingerprint is
     /// the same as in that run takes the output it recorded instead of an assumed one (the run
     /// is not resumed: nothing that a real run would execute is marked reused).
@@ -146,10 +156,17 @@ pub fn run(
         .as_ref()
         .filter(|r| r.rehearsal)
         .map(|r| r.run_id.clone());
+    if let Some(resume) = resume.as_ref().filter(|r| r.interrupted && !r.rehearsal) {
+        stop_leftovers(resume, &executor.reporter, options.dry_run)?;
+    }
     if let Some(files) = files {
         executor.attach(files)?;
     }
-    executor.execute(resume.map(|r| r.outputs).unwrap_or_default());
+    let (outputs, items) = match resume {
+        Some(resume) => (resume.outputs, resume.items),
+        None => Default::default(),
+    };
+    executor.execute(outputs, items);
     executor.reporter.done();
     let record = executor.record;
     if private {
@@ -157,6 +174,56 @@ pub fn run(
         record::restrict_tree(&runtime.state_dir);
     }
     Ok(record)
+}
+
+/// How long a process a killed run left running has to end after SIGTERM, before SIGKILL.
+const LEFTOVER_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Stop what the resumed run left running of the stages (items) it did not finish, which this
+/// run is about to run again; say so on the terminal. A dry-run only says what it would stop.
+fn stop_leftovers(resume: &ResumeFrom, reporter: &Reporter, dry_run: bool) -> Result<(), RunError> {
+    let finished = |stage: &str, item: Option<usize>| {
+        resume.outputs.contains_key(stage)
+            || item.is_some_and(|index| resume.items.has_index(stage, index))
+    };
+    let leftovers = orphans::find(&resume.run_id, &resume.processes, &finished);
+    if leftovers.is_empty() {
+        return Ok(());
+    }
+    for what in orphans::describe(&leftovers) {
+        reporter.line(&match dry_run {
+            true => format!(
+                "  (dry-run) run {} left {what}; a resume stops it first",
+                resume.run_id
+            ),
+            false => format!(
+                "  run {} left {what}; stopping it (SIGTERM, SIGKILL after {}s) \
+                 before the stage runs again",
+                resume.run_id,
+                LEFTOVER_GRACE.as_secs()
+            ),
+        });
+    }
+    if dry_run {
+        return Ok(());
+    }
+    let remaining = orphans::stop(&leftovers, &resume.processes, LEFTOVER_GRACE);
+    if remaining.is_empty() {
+        reporter.line(&format!(
+            "  stopped {} process{} of run {}",
+            leftovers.len(),
+            if leftovers.len() == 1 { "" } else { "es" },
+            resume.run_id
+        ));
+        return Ok(());
+    }
+    let pids: Vec<String> = remaining.iter().map(u32::to_string).collect();
+    Err(RunError::Invalid(format!(
+        "cannot stop process {} of run {}, which would run beside its stage run again; \
+         stop it, then resume",
+        pids.join(", "),
+        resume.run_id
+    )))
 }
 
 /// The state folder a run of `workflow` records in: `explicit` (`--state-dir`) when given, else
@@ -237,6 +304,7 @@ pub(crate) fn run_nested(
     inputs: Map<String, Value>,
     parent: &str,
     reporter: &Reporter,
+    journal: journal::Journal,
 ) -> RunRecord {
     let reporter = reporter.child(parent);
     let mut executor = Executor::new(
@@ -247,7 +315,8 @@ pub(crate) fn run_nested(
         record::new_run_id(),
         reporter,
     );
-    executor.execute(HashMap::new());
+    executor.journal = Some(journal);
+    executor.execute(HashMap::new(), journal::FinishedItems::default());
     executor.record
 }
 
@@ -271,6 +340,8 @@ struct Executor<'w, 'r> {
     /// The write roots that read stages, with the scope they are rendered in once those
     /// stages have finished.
     late_roots: Option<(Arc<LateRoots>, minijinja::Value)>,
+    /// A sub-workflow's: the journal of the run it runs in (else the run keeps its own).
+    journal: Option<journal::Journal>,
 }
 
 impl<'w, 'r> Executor<'w, 'r> {
@@ -329,6 +400,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             finally_phase: false,
             rehearsal: None,
             late_roots: None,
+            journal: None,
         }
     }
 
@@ -440,8 +512,15 @@ impl<'w, 'r> Executor<'w, 'r> {
         }
     }
 
-    fn execute(&mut self, reuse: HashMap<String, OutputLine>) {
+    fn execute(&mut self, reuse: HashMap<String, OutputLine>, items: journal::FinishedItems) {
         let workflow = self.workflow;
+        // A dry-run's record is no resume's base: it keeps no journal.
+        let journal = self.journal.take().unwrap_or_else(|| {
+            journal::Journal::new(
+                &self.record.run_id,
+                self.dir.as_deref().filter(|_| !self.options.dry_run),
+            )
+        });
         self.emit(Event::RunStarted {
             workflow: &workflow.name,
             inputs: &self.record.inputs,
@@ -563,6 +642,8 @@ impl<'w, 'r> Executor<'w, 'r> {
             prepared: &prepared,
             base_scope: &scope,
             reuse: &reuse,
+            items: &items,
+            journal: &journal,
             rehearsal: rehearsal.as_deref(),
             reporter: &reporter,
             cache: cache::Cache::new(&self.runtime.state_dir, &workflow.name),
@@ -584,6 +665,8 @@ impl<'w, 'r> Executor<'w, 'r> {
                 prepared: &prepared,
                 base_scope: &ended,
                 reuse: &reuse,
+                items: &items,
+                journal: &journal,
                 rehearsal: rehearsal.as_deref(),
                 reporter: &reporter,
                 cache,
@@ -1001,6 +1084,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             attempts: outcome.attempts,
             items: outcome.items,
             failed_items: outcome.failed_items,
+            reused_items: outcome.reused_items,
             reused_from: outcome.reused_from.take(),
             model_calls: std::mem::take(&mut outcome.model_calls),
             usage: stage_usage,

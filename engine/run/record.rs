@@ -129,6 +129,10 @@ pub struct StageRecord {
     /// `foreach` items that failed under `on_item_error = "continue"` (their outputs are null).
     #[serde(default, skip_serializing_if = "is_zero_usize")]
     pub failed_items: usize,
+    /// `foreach` items whose output a resume took from the run it resumed instead of running
+    /// them again.
+    #[serde(default, skip_serializing_if = "is_zero_usize")]
+    pub reused_items: usize,
     /// For `cached`: the run or cache entry the output came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reused_from: Option<String>,
@@ -201,6 +205,7 @@ impl StageRecord {
             attempts: 0,
             items: None,
             failed_items: 0,
+            reused_items: 0,
             reused_from: None,
             model_calls: Vec::new(),
             usage: None,

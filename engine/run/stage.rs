@@ -79,6 +79,8 @@ pub(crate) struct StageOutcome {
     pub items: Option<usize>,
     /// `foreach` items that failed under `on_item_error = "continue"`.
     pub failed_items: usize,
+    /// `foreach` items whose output came from the resumed run.
+    pub reused_items: usize,
     pub reused_from: Option<String>,
     pub model_calls: Vec<ModelCall>,
     pub assumed: bool,
@@ -111,6 +113,7 @@ impl StageOutcome {
             attempts: 0,
             items: None,
             failed_items: 0,
+            reused_items: 0,
             reused_from: None,
             model_calls: Vec::new(),
             assumed: false,
@@ -208,6 +211,10 @@ pub(crate) struct StageRunner<'a> {
     pub prepared: &'a Prepared,
     pub base_scope: &'a Scope,
     pub reuse: &'a HashMap<String, OutputLine>,
+    /// The `foreach` items the resumed run finished.
+    pub items: &'a super::journal::FinishedItems,
+    /// Where this run notes its finished items and its processes.
+    pub journal: &'a super::journal::Journal,
     /// The run whose outputs `reuse` holds when this is a dry-run rehearsing its path.
     pub rehearsal: Option<&'a str>,
     pub reporter: &'a Reporter,
@@ -418,7 +425,7 @@ impl StageRunner<'_> {
                     }
                 }
             }
-            let output = self.execute(stage, &rendered, outcome)?;
+            let output = self.execute(stage, &rendered, outcome, &parts)?;
             // An output with failed items is not kept: the next run tries them again.
             if let Some(id) = cache_id.as_ref().filter(|_| outcome.failed_items == 0) {
                 if !self.options.dry_run {
@@ -827,15 +834,33 @@ impl StageRunner<'_> {
         format!("runs: {}", reasons.join("; "))
     }
 
-    /// Run every unit (in parallel for `foreach`), each with its retries.
+    /// What one `foreach` item executes: the stage's parts with the item's rendered action in
+    /// place of all of them. Upstream outputs are left out: an item's execution reads nothing
+    /// but what was rendered into it, so an item a resume finds unchanged is reused even when
+    /// the list around it changed.
+    fn item_fingerprint(parts: &super::record::FingerprintParts, unit: &Rendered) -> String {
+        sha256_json(&json!({
+            "version": parts.version,
+            "definition": parts.definition,
+            "item": sha256_json(unit),
+            "schema": parts.schema,
+            "model": parts.model,
+            "sub_workflow": parts.sub_workflow,
+        }))
+    }
+
+    /// Run every unit (in parallel for `foreach`), each with its retries. Each `foreach` item
+    /// is journaled as it finishes; an item the resumed run finished is taken from there.
     fn execute(
         &self,
         stage: &Stage,
         rendered: &[Rendered],
         outcome: &mut StageOutcome,
+        parts: &super::record::FingerprintParts,
     ) -> Result<Value, String> {
         if stage.foreach.is_none() {
-            let (result, attempts, calls, stderr) = self.execute_with_retries(stage, &rendered[0]);
+            let (result, attempts, calls, stderr) =
+                self.execute_with_retries(stage, &rendered[0], None);
             outcome.attempts = attempts;
             outcome.model_calls.extend(calls);
             if !stderr.is_empty() {
@@ -855,9 +880,42 @@ impl StageRunner<'_> {
             .min(workers.unwrap_or(self.options.jobs.max(1)))
             .min(rendered.len())
             .max(1);
+        // Items are journaled and reused only where resume reuses work at all.
+        let journaled = is_work(stage) && self.journal.is_active();
+        let reusable = is_work(stage) && self.rehearsal.is_none() && !self.items.is_empty();
+        let fingerprints: Vec<String> = match journaled || reusable {
+            true => rendered
+                .iter()
+                .map(|unit| Self::item_fingerprint(parts, unit))
+                .collect(),
+            false => Vec::new(),
+        };
+        let mut results: Vec<Option<UnitResult>> = (0..rendered.len()).map(|_| None).collect();
+        if reusable {
+            for (i, fingerprint) in fingerprints.iter().enumerate() {
+                if let Some(output) = self.items.get(&stage.id, fingerprint) {
+                    // Kept in this run's journal too: a resume of this run reuses it again.
+                    if journaled {
+                        self.note_item(stage, i, fingerprint, output);
+                    }
+                    results[i] = Some((Ok(output.clone()), 0, Vec::new(), String::new()));
+                    outcome.reused_items += 1;
+                }
+            }
+        }
+        if outcome.reused_items > 0 {
+            outcome.notes.push(format!(
+                "{} of {} items reused from the resumed run",
+                outcome.reused_items,
+                rendered.len()
+            ));
+        }
+        let todo: Vec<usize> = (0..rendered.len())
+            .filter(|&i| results[i].is_none())
+            .collect();
+        let cap = cap.min(todo.len()).max(1);
         let next = AtomicUsize::new(0);
-        let results: Mutex<Vec<Option<UnitResult>>> =
-            Mutex::new((0..rendered.len()).map(|_| None).collect());
+        let results = Mutex::new(results);
         let keep_going = stage.on_item_error == OnItemError::Continue;
         let failed = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|scope| {
@@ -866,11 +924,13 @@ impl StageRunner<'_> {
                     if failed.load(Ordering::SeqCst) || Interrupt::global().is_set() {
                         break;
                     }
-                    let i = next.fetch_add(1, Ordering::SeqCst);
-                    if i >= rendered.len() {
+                    let Some(&i) = todo.get(next.fetch_add(1, Ordering::SeqCst)) else {
                         break;
+                    };
+                    let result = self.execute_with_retries(stage, &rendered[i], Some(i));
+                    if let (Ok(output), true) = (&result.0, journaled) {
+                        self.note_item(stage, i, &fingerprints[i], output);
                     }
-                    let result = self.execute_with_retries(stage, &rendered[i]);
                     if result.0.is_err() && !keep_going {
                         failed.store(true, Ordering::SeqCst);
                     }
@@ -912,13 +972,28 @@ impl StageRunner<'_> {
         Ok(Value::Array(outputs))
     }
 
-    fn execute_with_retries(&self, stage: &Stage, rendered: &Rendered) -> UnitResult {
+    /// Journal a finished item; the first line that cannot be written is warned about.
+    fn note_item(&self, stage: &Stage, index: usize, fingerprint: &str, output: &Value) {
+        if let Some(warning) = self
+            .journal
+            .item_finished(&stage.id, index, fingerprint, output)
+        {
+            self.reporter.line(&format!("warning: {warning}"));
+        }
+    }
+
+    fn execute_with_retries(
+        &self,
+        stage: &Stage,
+        rendered: &Rendered,
+        item: Option<usize>,
+    ) -> UnitResult {
         let mut calls = Vec::new();
         let mut attempt = 0;
         loop {
             attempt += 1;
             let mut stderr = String::new();
-            let result = self.execute_once(stage, rendered, &mut calls, &mut stderr);
+            let result = self.execute_once(stage, rendered, item, &mut calls, &mut stderr);
             match result {
                 Err(error) if attempt <= stage.retries && !Interrupt::global().is_set() => {
                     let wait = stage
@@ -940,6 +1015,7 @@ impl StageRunner<'_> {
         &self,
         stage: &Stage,
         rendered: &Rendered,
+        item: Option<usize>,
         calls: &mut Vec<ModelCall>,
         stderr: &mut String,
     ) -> Result<Value, String> {
@@ -952,7 +1028,18 @@ impl StageRunner<'_> {
                     Action::Command(p) | Action::Shell(p) => p.ok_codes.clone(),
                     _ => vec![0],
                 };
-                let output = process::run(&spec).map_err(|e| e.to_string())?;
+                // Marked and journaled, so a resume after a kill can find what it left running.
+                spec.env.push((
+                    super::journal::MARKER.to_string(),
+                    self.journal.marker(&stage.id, item),
+                ));
+                let journal_start = |pid: u32| {
+                    if let Some(warning) = self.journal.process_started(&stage.id, item, pid) {
+                        self.reporter.line(&format!("warning: {warning}"));
+                    }
+                };
+                let output =
+                    process::run_observed(&spec, &journal_start).map_err(|e| e.to_string())?;
                 *stderr = process::tail(&output.stderr, STDERR_KEPT);
                 if !ok_codes.contains(&output.code) {
                     let tail = output.stderr_tail();
@@ -1021,6 +1108,7 @@ impl StageRunner<'_> {
                     inputs,
                     &stage.id,
                     self.reporter,
+                    self.journal.within(&stage.id, item),
                 );
                 match record.status {
                     RunStatus::Completed | RunStatus::Exited => {

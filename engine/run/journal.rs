@@ -1,0 +1,324 @@
+//! Work in progress, as it happens: `artifacts/items.jsonl` holds each `foreach` item's output
+//! as soon as the item finishes, `artifacts/processes.jsonl` each stage process as it starts.
+//!
+//! `outputs.jsonl` learns of a `foreach` stage only once all its items are done, so a run killed
+//! halfway through 400 items would leave a resume nothing to reuse. The item journal fills that
+//! gap: a resume reuses every item the killed run finished and runs only the others. The process
+//! journal names (pid, start time, host) every process a stage started, and every such process
+//! carries [`MARKER`] in its environment (inherited by whatever it starts in turn), so a resume
+//! can find what a killed run left running and stop it before the stage runs again.
+//!
+//! Both files are written the way the other logs of a record are: appended, one line a
+//! `write` call with nothing held back in this process, so a kill at any moment leaves every
+//! line that was reported written, and at worst a torn last line, which readers skip. (Like
+//! `run.json`, they are left to the system to write back: they outlive the engine, not the
+//! machine.) Secrets are redacted from each line as from the other logs. A line that cannot be written stops that journal for the rest of the run with one
+//! warning; the run goes on, and a resume reuses less.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::holder::Holder;
+
+/// The environment variable every stage process gets: `<run id> <item index or -> <stage id>`.
+pub const MARKER: &str = "STAGEGRAPH_PROCESS";
+
+const ITEMS: &str = "items.jsonl";
+const PROCESSES: &str = "processes.jsonl";
+
+/// One finished `foreach` item, as `items.jsonl` keeps it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ItemLine {
+    pub stage: String,
+    pub index: usize,
+    /// What the item executed (see `StageRunner::item_fingerprint`): a resume reuses the output
+    /// for an item whose fingerprint is the same, whatever its place in the list.
+    pub fingerprint: String,
+    pub output: Value,
+}
+
+#[derive(Serialize)]
+struct ItemLineRef<'a> {
+    stage: &'a str,
+    index: usize,
+    fingerprint: &'a str,
+    output: &'a Value,
+}
+
+/// One stage process, as `processes.jsonl` keeps it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProcessLine {
+    pub stage: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub item: Option<usize>,
+    #[serde(flatten)]
+    pub process: Holder,
+}
+
+/// The items a run finished, by stage and fingerprint.
+#[derive(Debug, Clone, Default)]
+pub struct FinishedItems {
+    by_fingerprint: HashMap<(String, String), ItemLine>,
+}
+
+impl FinishedItems {
+    /// The items recorded in a run's folder (`runs/<id>`); none when it has no item journal.
+    pub fn read(run_dir: &Path) -> FinishedItems {
+        let mut by_fingerprint = HashMap::new();
+        for line in read_lines::<ItemLine>(&run_dir.join("artifacts").join(ITEMS)) {
+            by_fingerprint.insert((line.stage.clone(), line.fingerprint.clone()), line);
+        }
+        FinishedItems { by_fingerprint }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_fingerprint.is_empty()
+    }
+
+    /// The output of an item of `stage` whose fingerprint is `fingerprint`.
+    pub fn get(&self, stage: &str, fingerprint: &str) -> Option<&Value> {
+        self.by_fingerprint
+            .get(&(stage.to_string(), fingerprint.to_string()))
+            .map(|line| &line.output)
+    }
+
+    /// Whether item `index` of `stage` finished.
+    pub fn has_index(&self, stage: &str, index: usize) -> bool {
+        self.by_fingerprint
+            .values()
+            .any(|line| line.stage == stage && line.index == index)
+    }
+}
+
+/// The stage processes a run recorded, in the order they started.
+pub fn read_processes(run_dir: &Path) -> Vec<ProcessLine> {
+    read_lines(&run_dir.join("artifacts").join(PROCESSES))
+}
+
+fn read_lines<T: for<'de> Deserialize<'de>>(path: &Path) -> Vec<T> {
+    let Ok(file) = File::open(path) else {
+        return Vec::new();
+    };
+    BufReader::new(file)
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|line| serde_json::from_str(&line).ok())
+        .collect()
+}
+
+/// The journal a run writes; inactive (writes nothing) for a run without a record of its own:
+/// a dry-run, `plan --explain`. A sub-workflow's stages write to the journal of the run whose
+/// stage started the sub-workflow, as that stage ([`Journal::within`]).
+pub(crate) struct Journal {
+    shared: Arc<Shared>,
+    /// For a sub-workflow: the stage (and item) of the top-level run it runs in.
+    within: Option<(String, Option<usize>)>,
+}
+
+struct Shared {
+    run_id: String,
+    artifacts: Option<PathBuf>,
+    items: Mutex<Sink>,
+    processes: Mutex<Sink>,
+}
+
+/// A journal file, opened at its first line.
+#[derive(Default)]
+enum Sink {
+    #[default]
+    Closed,
+    Open(File),
+    /// A line could not be written: nothing more is.
+    Broken,
+}
+
+impl Journal {
+    pub(crate) fn new(run_id: &str, run_dir: Option<&Path>) -> Journal {
+        Journal {
+            shared: Arc::new(Shared {
+                run_id: run_id.to_string(),
+                artifacts: run_dir.map(|dir| dir.join("artifacts")),
+                items: Mutex::default(),
+                processes: Mutex::default(),
+            }),
+            within: None,
+        }
+    }
+
+    /// The journal of a sub-workflow that stage `stage` (item `item`) runs: its processes are
+    /// journaled and marked as that stage's, its items not at all (a resume reuses the stage,
+    /// not the sub-workflow's stages).
+    pub(crate) fn within(&self, stage: &str, item: Option<usize>) -> Journal {
+        Journal {
+            shared: Arc::clone(&self.shared),
+            within: Some(
+                self.within
+                    .clone()
+                    .unwrap_or_else(|| (stage.to_string(), item)),
+            ),
+        }
+    }
+
+    /// Whether finished items are kept.
+    pub(crate) fn is_active(&self) -> bool {
+        self.shared.artifacts.is_some() && self.within.is_none()
+    }
+
+    /// The stage and item a process of `stage` (item `item`) is journaled as.
+    fn owner<'a>(&'a self, stage: &'a str, item: Option<usize>) -> (&'a str, Option<usize>) {
+        match &self.within {
+            Some((stage, item)) => (stage, *item),
+            None => (stage, item),
+        }
+    }
+
+    /// The value of [`MARKER`] for a process of `stage` (item `item`).
+    pub(crate) fn marker(&self, stage: &str, item: Option<usize>) -> String {
+        let (stage, item) = self.owner(stage, item);
+        let item = item.map_or_else(|| "-".to_string(), |i| i.to_string());
+        format!("{} {item} {stage}", self.shared.run_id)
+    }
+
+    /// Item `index` of `stage` finished with `output`. Returns a warning the first time a line
+    /// cannot be written.
+    pub(crate) fn item_finished(
+        &self,
+        stage: &str,
+        index: usize,
+        fingerprint: &str,
+        output: &Value,
+    ) -> Option<String> {
+        if !self.is_active() {
+            return None;
+        }
+        let line = ItemLineRef {
+            stage,
+            index,
+            fingerprint,
+            output,
+        };
+        self.append(&self.shared.items, ITEMS, &line)
+    }
+
+    /// A process of `stage` (item `item`) started as `pid`.
+    pub(crate) fn process_started(
+        &self,
+        stage: &str,
+        item: Option<usize>,
+        pid: u32,
+    ) -> Option<String> {
+        let (stage, item) = self.owner(stage, item);
+        let line = ProcessLine {
+            stage: stage.to_string(),
+            item,
+            process: Holder {
+                pid,
+                started: super::holder::process_start(pid).unwrap_or(0),
+                host: super::holder::hostname(),
+            },
+        };
+        self.append(&self.shared.processes, PROCESSES, &line)
+    }
+
+    fn append(&self, sink: &Mutex<Sink>, name: &str, line: &impl Serialize) -> Option<String> {
+        let artifacts = self.shared.artifacts.as_ref()?;
+        let mut bytes = serde_json::to_vec(line).ok()?;
+        bytes.push(b'\n');
+        let mut sink = sink
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if matches!(*sink, Sink::Closed) {
+            match OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(artifacts.join(name))
+            {
+                Ok(file) => *sink = Sink::Open(file),
+                Err(error) => {
+                    *sink = Sink::Broken;
+                    return Some(format!("cannot write {name}: {error}"));
+                }
+            }
+        }
+        let Sink::Open(file) = &mut *sink else {
+            return None;
+        };
+        // One buffer, one `write_all`: the line reaches the file before the caller goes on.
+        // Secrets are redacted here as in every other log of a record.
+        if let Err(error) = file.write_all(&crate::floor::secrets::redact_bytes(&bytes)) {
+            *sink = Sink::Broken;
+            return Some(format!("cannot write {name}: {error}"));
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn items_and_processes_read_back_and_a_torn_line_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("artifacts")).unwrap();
+        let journal = Journal::new("r1", Some(dir.path()));
+        assert!(journal
+            .item_finished("s", 0, "f0", &Value::from("zero"))
+            .is_none());
+        assert!(journal
+            .item_finished("s", 2, "f2", &Value::from(2))
+            .is_none());
+        assert!(journal
+            .process_started("s", Some(1), std::process::id())
+            .is_none());
+        // What a kill in the middle of a line leaves.
+        let path = dir.path().join("artifacts").join(ITEMS);
+        let mut file = OpenOptions::new().append(true).open(&path).unwrap();
+        file.write_all(br#"{"stage":"s","index":1,"fingerpr"#)
+            .unwrap();
+
+        let items = FinishedItems::read(dir.path());
+        assert_eq!(items.get("s", "f0"), Some(&Value::from("zero")));
+        assert_eq!(items.get("s", "f2"), Some(&Value::from(2)));
+        assert_eq!(items.get("t", "f0"), None);
+        assert!(items.has_index("s", 2) && !items.has_index("s", 1));
+        let processes = read_processes(dir.path());
+        assert_eq!(processes.len(), 1);
+        assert_eq!(processes[0].item, Some(1));
+        assert_eq!(processes[0].process, Holder::current());
+        assert_eq!(journal.marker("s", Some(3)), "r1 3 s");
+        assert_eq!(journal.marker("a b", None), "r1 - a b");
+
+        // A sub-workflow's processes are its stage's; its items are not kept.
+        let nested = journal.within("sub", Some(4));
+        assert_eq!(nested.marker("inner", None), "r1 4 sub");
+        assert_eq!(
+            nested.within("deeper", None).marker("x", Some(1)),
+            "r1 4 sub"
+        );
+        assert!(!nested.is_active());
+        assert!(nested
+            .item_finished("inner", 0, "f9", &Value::Null)
+            .is_none());
+        assert!(nested.process_started("inner", None, 1).is_none());
+        assert!(FinishedItems::read(dir.path()).get("inner", "f9").is_none());
+        let processes = read_processes(dir.path());
+        assert_eq!(
+            (processes[1].stage.as_str(), processes[1].item),
+            ("sub", Some(4))
+        );
+    }
+
+    #[test]
+    fn an_inactive_journal_writes_nothing() {
+        let journal = Journal::new("r1", None);
+        assert!(!journal.is_active());
+        assert!(journal.item_finished("s", 0, "f", &Value::Null).is_none());
+    }
+}

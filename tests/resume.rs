@@ -1,0 +1,231 @@
+//! Resume after a real kill -9 of the engine: finished `foreach` items are not run again, and
+//! nothing the killed run left running runs beside the stage run again.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::support::{wait_for, Test};
+
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A `foreach` of eight items, one at a time; each appends its number to `ran.txt` when it
+/// starts, and an item `N` for which `stopN` exists waits for `goN` before it ends.
+fn items_workflow(concurrency: u32) -> String {
+    format!(
+        "[workflow]\ndescription = \"d\"\n\n\
+         [stages.items]\nforeach = \"[0, 1, 2, 3, 4, 5, 6, 7]\"\nconcurrency = {concurrency}\n\
+         shell = \"echo {{{{ item }}}} >> ran.txt; if [ -e stop{{{{ item }}}} ]; then \
+         while [ ! -e go{{{{ item }}}} ]; do sleep 0.02; done; fi; printf item{{{{ item }}}}\"\n"
+    )
+}
+
+/// How many times each item ran, from `ran.txt`.
+fn runs_per_item(t: &Test) -> Vec<usize> {
+    let text = t.read_opt("ran.txt").unwrap_or_default();
+    (0..8)
+        .map(|n| text.lines().filter(|l| *l == n.to_string()).count())
+        .collect()
+}
+
+/// The items the newest run journaled as finished.
+fn journaled(t: &Test) -> Vec<u64> {
+    let id = t.newest_run();
+    let path = t
+        .state_dir()
+        .join("runs")
+        .join(id)
+        .join("artifacts")
+        .join("items.jsonl");
+    let mut items: Vec<u64> = std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v["index"].as_u64())
+        .collect();
+    items.sort_unstable();
+    items
+}
+
+/// Start `args`, wait until item `n` has started, and kill the engine with SIGKILL.
+fn kill_at_item(t: &Test, args: &[&str], n: usize) {
+    let mut child = t.command(args).spawn();
+    wait_for(&format!("item {n} to start"), PATIENCE, || {
+        runs_per_item(t)[n] > 0 && t.exists("state/runs")
+    });
+    child.kill().expect("kill -9 the engine");
+    child.wait().expect("reap the engine");
+}
+
+/// One item at a time: a kill while item 3 runs leaves items 0-2 finished, a resume runs 3
+/// onwards, a kill of that resume while item 6 runs leaves 0-5, and a resume of the resume runs
+/// only 6 and 7. Every item that finished before a kill ran exactly once.
+#[test]
+fn a_resume_runs_only_the_foreach_items_a_killed_run_did_not_finish() {
+    let t = Test::new();
+    t.write("w.toml", &items_workflow(1));
+    t.write("stop3", "").write("stop6", "");
+
+    kill_at_item(&t, &["run", "w.toml"], 3);
+    assert_eq!(runs_per_item(&t), [1, 1, 1, 1, 0, 0, 0, 0]);
+    assert_eq!(journaled(&t), [0, 1, 2], "finished items are journaled");
+
+    t.write("go3", "");
+    kill_at_item(&t, &["resume", "last"], 6);
+    assert_eq!(runs_per_item(&t), [1, 1, 1, 2, 1, 1, 1, 0]);
+    assert_eq!(
+        journaled(&t),
+        [0, 1, 2, 3, 4, 5],
+        "the resume journals the items it reused as well as those it ran"
+    );
+
+    t.write("go6", "");
+    let out = t.run(["resume", "last"]);
+    out.code(0)
+        .stderr_has("6 of 8 items reused from the resumed run");
+    assert_eq!(runs_per_item(&t), [1, 1, 1, 2, 1, 1, 2, 1]);
+    let record = t.last_run();
+    assert_eq!(record["status"], "completed", "{record:#}");
+    assert_eq!(record["stages"]["items"]["reused_items"], 6);
+    let output: Vec<String> =
+        serde_json::from_str(&t.stage_output("items")).expect("a list of outputs");
+    let expected: Vec<String> = (0..8).map(|n| format!("item{n}")).collect();
+    assert_eq!(output, expected, "the output is whole and in order");
+}
+
+/// Four items at a time, killed while item 3 waits: whatever else finished by then (the
+/// journal says which) is not run again, and the rest runs.
+#[test]
+fn concurrent_items_finished_before_a_kill_run_exactly_once() {
+    let t = Test::new();
+    t.write("w.toml", &items_workflow(4));
+    t.write("stop3", "");
+    let mut child = t.command(["run", "w.toml"]).spawn();
+    // Items 0-2 end at once; wait until they are journaled, so the kill finds some finished.
+    wait_for("items 0-2 to be journaled", PATIENCE, || {
+        runs_per_item(&t)[3] > 0 && t.exists("state/runs") && journaled(&t).len() >= 3
+    });
+    child.kill().expect("kill -9 the engine");
+    child.wait().expect("reap the engine");
+    let finished = journaled(&t);
+    assert!(!finished.contains(&3), "item 3 never finished");
+
+    t.write("go3", "");
+    t.run(["resume", "last"]).code(0);
+    let runs = runs_per_item(&t);
+    for n in 0..8u64 {
+        let times = runs[n as usize];
+        if finished.contains(&n) {
+            assert_eq!(times, 1, "item {n} finished before the kill and ran again");
+        } else {
+            assert!(times >= 1, "item {n} never ran");
+        }
+    }
+    assert_eq!(
+        t.last_run()["stages"]["items"]["reused_items"],
+        finished.len()
+    );
+}
+
+/// Whether a process is running (not gone, not a zombie).
+fn running(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        let state = stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().next());
+        !matches!(state, Some("Z" | "X"))
+    })
+}
+
+/// Writes the file that lets the work end, when dropped.
+struct Release(std::path::PathBuf);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.0, "");
+    }
+}
+
+/// A stage whose work outlives the engine's kill: the stage's shell starts the work in the
+/// background (`detach` is `setsid` for a process that leaves the engine's process group and
+/// session, empty for one that stays in the group) and waits for it. The work appends
+/// `start PID` to `b.log`, notes `overlap` there if the previous start's process is still
+/// running, and waits for the file `go`.
+fn leftover_workflow(detach: &str) -> String {
+    let work = "old=$(sed -n \"s/^start //p\" b.log 2>/dev/null | tail -n 1); \
+                if [ -n \"$old\" ] && grep -qv \") [ZX] \" /proc/$old/stat 2>/dev/null; \
+                then echo \"overlap $old\" >> b.log; fi; \
+                echo \"start $$\" >> b.log; \
+                while [ ! -e go ]; do sleep 0.02; done; echo \"end $$\" >> b.log";
+    format!(
+        "[workflow]\ndescription = \"d\"\n\n\
+         [stages.b]\ncommand = [\"sh\", \"-c\", '''{detach} sh -c '{work}' < /dev/null > /dev/null 2>&1 & wait''']\n"
+    )
+}
+
+/// A kill -9 of the engine leaves the stage's background work running (the parent-death signal
+/// reaches only the stage's own process). The resume finds it by the run's marker and stops it
+/// before running the stage again: the two never run at once.
+#[test]
+fn a_resume_stops_what_the_killed_run_left_running_before_the_stage_runs_again() {
+    if !std::path::Path::new("/proc/self/environ").exists() {
+        eprintln!("skipped: no /proc");
+        return;
+    }
+    for detach in ["setsid", ""] {
+        let t = Test::new();
+        // However the test ends, the work it started ends too.
+        let _release = Release(t.path("go"));
+        t.write("w.toml", &leftover_workflow(detach));
+        let mut child = t.command(["run", "w.toml"]).spawn();
+        wait_for("the work to start", PATIENCE, || {
+            t.read_opt("b.log").is_some_and(|log| log.ends_with('\n'))
+                && t.exists("state/runs")
+                && std::fs::read_to_string(
+                    t.state_dir()
+                        .join("runs")
+                        .join(t.newest_run())
+                        .join("artifacts")
+                        .join("processes.jsonl"),
+                )
+                .is_ok_and(|text| text.ends_with('\n'))
+        });
+        child.kill().expect("kill -9 the engine");
+        child.wait().expect("reap the engine");
+        let log = t.read("b.log");
+        let old = log
+            .trim()
+            .strip_prefix("start ")
+            .expect("a start")
+            .to_string();
+        // The engine's own child dies with it; the work does not.
+        assert!(running(&old), "{detach:?}: the work died with the engine");
+
+        let mut resume = t.command(["resume", "last"]).spawn();
+        wait_for("the stage to start again", PATIENCE, || {
+            t.read("b.log").matches("start ").count() == 2
+        });
+        t.write("go", "");
+        let status = resume.wait().expect("the resume ends");
+        let log = t.read("b.log");
+        assert!(status.success(), "{detach:?}: the resume failed\n{log}");
+        assert!(
+            !log.contains("overlap"),
+            "{detach:?}: the stage ran twice at once:\n{log}"
+        );
+        assert!(!running(&old), "{detach:?}: the leftover still runs");
+        assert!(
+            !log.contains(&format!("end {old}")),
+            "{detach:?}: the leftover was not stopped:\n{log}"
+        );
+        let said = t.read("spawned.stderr");
+        assert!(
+            said.contains("left stage `b` running (process ")
+                && said.contains(&old)
+                && said.contains("before the stage runs again")
+                && said.contains("stopped "),
+            "{detach:?}: the resume did not say what it stopped:\n{said}"
+        );
+    }
+}
