@@ -1733,3 +1733,142 @@ fn thirty_sources() {
     }
     eprintln!("refresh of 30 sources: {} ms", elapsed.as_millis());
 }
+
+/// The re-crawl as the bootstrap's crawl procedure lays it out, on a site of its own: the
+/// sitemap found at `<url>/sitemap_index.xml` (`<url>/sitemap.xml` answers with no sitemap),
+/// the index followed one level (an index inside it is a warning), pages of another origin and
+/// pages robots.txt disallows left out, an empty page and a page with no text once its markup is
+/// gone (a JavaScript shell) as failures. (Crawl-delay's 10 s cap is a unit test: a wait that
+/// long has no place in a test run.)
+#[test]
+fn the_crawl_finds_its_sitemap_reads_one_index_level_and_refuses_pages_without_content() {
+    let home = Home::bare();
+    let web = home.web.clone();
+    {
+        let mut site = home.site.lock().expect("site");
+        site.clear();
+        let xml = |body: String| {
+            (
+                "200 OK".to_string(),
+                "Content-Type: application/xml\r\n".to_string(),
+                body,
+            )
+        };
+        let page = |text: &str| {
+            (
+                "200 OK".to_string(),
+                "Content-Type: text/html\r\n".to_string(),
+                text.to_string(),
+            )
+        };
+        site.insert(
+            "/robots.txt".into(),
+            (
+                "200 OK".into(),
+                String::new(),
+                "User-agent: *\nDisallow: /docs/secret\n".into(),
+            ),
+        );
+        site.insert(
+            "/docs/sitemap_index.xml".into(),
+            xml(format!("<?xml version=\"1.0\"?><sitemapindex><sitemap><loc>{web}/docs/pages.xml</loc></sitemap><sitemap><loc>{web}/docs/deeper.xml</loc></sitemap></sitemapindex>")),
+        );
+        site.insert(
+            "/docs/deeper.xml".into(),
+            xml(format!(
+                "<sitemapindex><sitemap><loc>{web}/docs/never.xml</loc></sitemap></sitemapindex>"
+            )),
+        );
+        let urls: String = ["/docs/a", "/docs/empty", "/docs/shell", "/docs/secret"]
+            .iter()
+            .map(|path| format!("<url><loc>{web}{path}</loc></url>"))
+            .chain(std::iter::once(
+                "<url><loc>http://elsewhere.invalid/x</loc></url>".to_string(),
+            ))
+            .collect();
+        site.insert(
+            "/docs/pages.xml".into(),
+            xml(format!("<urlset>{urls}</urlset>")),
+        );
+        site.insert(
+            "/docs/a".into(),
+            page("<html><body><h1>A</h1><p>Real content.</p></body></html>"),
+        );
+        site.insert("/docs/empty".into(), page(""));
+        site.insert(
+            "/docs/shell".into(),
+            page("<html><head><script src=\"app.js\"></script></head><body><div id=\"root\"></div><script>boot()</script></body></html>"),
+        );
+    }
+    home.test.write(
+        "crawl.toml",
+        &format!(
+            "[workflow]\nwrites = [\"snapshots\"]\n\n[stages.crawl]\nuses = \"web.crawl\"\nwith = {{ url = \"{web}/docs\", to = \"snapshots/docs-{{crawl_id}}\", id = \"docs\", crawl_date = \"{NOW}\", frontmatter = {{ decay = \"30d\" }} }}\n"
+        ),
+    );
+    let out = home.run(&["run", "crawl.toml"]);
+    out.code(0);
+    let crawled: Value =
+        serde_json::from_str(&home.test.stage_output("crawl")).expect("the crawl's output");
+    let manifest = &crawled["manifest"];
+    assert_eq!(
+        manifest["sitemap_source"],
+        format!("{web}/docs/sitemap_index.xml"),
+        "{manifest:#}"
+    );
+    let pages: Vec<&str> = manifest["pages"]
+        .as_array()
+        .expect("pages")
+        .iter()
+        .filter_map(|p| p["url"].as_str())
+        .collect();
+    assert_eq!(pages, [format!("{web}/docs/a")], "{manifest:#}");
+    let failures: Vec<(String, String)> = manifest["failures"]
+        .as_array()
+        .expect("failures")
+        .iter()
+        .map(|f| {
+            assert_eq!(f["occurred_at"], NOW, "{f}");
+            (
+                f["url"].as_str().unwrap_or_default().to_string(),
+                f["reason"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    for (url, reason) in [
+        (format!("{web}/docs/empty"), "an empty page"),
+        (
+            format!("{web}/docs/shell"),
+            "no text once its markup is removed (a page rendered by JavaScript?)",
+        ),
+        (
+            "http://elsewhere.invalid/x".to_string(),
+            "another origin than the site's",
+        ),
+    ] {
+        assert!(
+            failures.contains(&(url.clone(), reason.to_string())),
+            "{url}: {failures:?}"
+        );
+    }
+    assert_eq!(manifest["robots_disallows"], json!(["/docs/secret"]));
+    assert_eq!(
+        manifest["robots_skipped"],
+        json!([format!("{web}/docs/secret")])
+    );
+    let warnings = manifest["warnings"].to_string();
+    assert!(
+        warnings.contains(&format!(
+            "{web}/docs/deeper.xml is a sitemap index inside a sitemap index; {web}/docs/never.xml was not read"
+        )),
+        "{warnings}"
+    );
+    let id = manifest["crawl_id"].as_str().expect("an id");
+    let written = home.test.read(&format!("snapshots/docs-{id}/docs-a.md"));
+    assert!(
+        written.starts_with(&format!(
+            "---\nsource_url: {web}/docs/a\ncrawl_date: {NOW}\ndecay: 30d\n---\n\n# A\n\nReal content.\n"
+        )),
+        "{written}"
+    );
+}

@@ -1,18 +1,24 @@
 //! Built-in web.crawl: a polite, bounded crawl of one site into a snapshot folder.
 //!
-//! The page set comes from the site's sitemap (named, else the `Sitemap:` lines of robots.txt,
-//! else `/sitemap.xml`; sitemap indexes are followed a few levels deep) or from an explicit page
-//! list. Only pages of the site's own origin are fetched; include/exclude globs over the URL path
-//! and robots.txt (the group for `stagegraph`, else `*`; longest match wins, Allow on a tie) filter
-//! them, and the budget caps how many are fetched. Each fetched page becomes one Markdown file with
-//! a frontmatter (`source_url`, `crawl_date`, plus the given fields); `_crawl-manifest.json` lists
-//! the pages (url, file, content_hash of the body, bytes), the failures, the robots disallows and
-//! how many pages the budget cut.
+//! The page set comes from the site's sitemap or from an explicit page list. The sitemap is the
+//! one named, else the first of `<url>/sitemap.xml`, `<url>/sitemap_index.xml`, the `Sitemap:`
+//! lines of robots.txt and the origin's `/sitemap.xml` that answers with a sitemap; a sitemap
+//! index is followed one level (an index inside an index is a warning, not followed). Only pages
+//! of the site's own origin are fetched, redirects included, and no link is followed beyond the
+//! page set; include/exclude globs over the URL path and robots.txt (the group for `stagegraph`,
+//! else `*`; longest match wins, Allow on a tie) filter them, the budget caps how many are
+//! fetched, and robots.txt's Crawl-delay (at most 10 s; a longer one is a warning) is waited
+//! between two fetches. Each fetched page becomes one Markdown file with a frontmatter
+//! (`source_url`, `crawl_date`, plus the given fields); an empty page, or one with no text once
+//! its markup is gone (a page rendered by JavaScript), is a failure. `_crawl-manifest.json`
+//! lists the pages (url, file, content_hash of the body, bytes), the failures (url, reason,
+//! occurred_at), the robots disallows, how many pages the budget cut, and the warnings.
 //!
-//! The crawl id is derived from the page set alone (the SHA-256 of the sorted `url content_hash`
-//! lines, first 8 hex digits), so an unchanged site crawls to the same id. The snapshot is built in
-//! a temporary sibling and renamed to `to` with `{crawl_id}` filled in; when that folder already
-//! exists the new copy is discarded and the old one left as it was (`existing: true`).
+//! The crawl id is derived from the page set alone: the SHA-256 of the sorted page urls, one a
+//! line, followed by their content hashes in that order, one a line; its first 8 hex digits. So
+//! an unchanged site crawls to the same id. The snapshot is built in a temporary sibling and
+//! renamed to `to` with `{crawl_id}` filled in; when that folder already exists the new copy is
+//! discarded and the old one left as it was (`existing: true`).
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -31,8 +37,9 @@ use crate::template::functions::parse_duration;
 
 const MANIFEST: &str = "_crawl-manifest.json";
 const AGENT: &str = "stagegraph";
-const MAX_SITEMAP_DEPTH: usize = 3;
 const MAX_PAGE_BYTES: u64 = 10 * 1024 * 1024;
+/// The longest Crawl-delay honoured; a longer one is capped, with a warning.
+const MAX_CRAWL_DELAY: Duration = Duration::from_secs(10);
 
 pub(crate) fn builtins() -> Vec<Builtin> {
     vec![Builtin {
@@ -214,12 +221,14 @@ type Rule = (bool, String);
 struct Robots {
     rules: Vec<Rule>,
     sitemaps: Vec<String>,
+    /// The group's Crawl-delay, in seconds, as written.
+    delay: Option<f64>,
 }
 
 impl Robots {
     fn parse(text: &str) -> Robots {
         // Groups: consecutive User-agent lines, then their rules.
-        let mut groups: Vec<(Vec<String>, Vec<Rule>)> = Vec::new();
+        let mut groups: Vec<(Vec<String>, Vec<Rule>, Option<f64>)> = Vec::new();
         let mut sitemaps = Vec::new();
         let mut in_agents = false;
         for line in text.lines() {
@@ -232,7 +241,7 @@ impl Robots {
             match key.as_str() {
                 "user-agent" => {
                     if !in_agents {
-                        groups.push((Vec::new(), Vec::new()));
+                        groups.push((Vec::new(), Vec::new(), None));
                     }
                     in_agents = true;
                     if let Some(group) = groups.last_mut() {
@@ -248,20 +257,32 @@ impl Robots {
                     }
                 }
                 "sitemap" => sitemaps.push(value),
+                "crawl-delay" => {
+                    in_agents = false;
+                    if let Some(group) = groups.last_mut() {
+                        group.2 = value
+                            .parse::<f64>()
+                            .ok()
+                            .filter(|d| d.is_finite() && *d >= 0.0);
+                    }
+                }
                 _ => in_agents = false,
             }
         }
         let ours = groups
             .iter()
-            .find(|(agents, _)| agents.iter().any(|a| a == AGENT));
+            .find(|(agents, _, _)| agents.iter().any(|a| a == AGENT));
         let any = groups
             .iter()
-            .find(|(agents, _)| agents.iter().any(|a| a == "*"));
-        let rules = ours
-            .or(any)
-            .map(|(_, rules)| rules.clone())
-            .unwrap_or_default();
-        Robots { rules, sitemaps }
+            .find(|(agents, _, _)| agents.iter().any(|a| a == "*"));
+        let group = ours.or(any);
+        let rules = group.map(|(_, rules, _)| rules.clone()).unwrap_or_default();
+        let delay = group.and_then(|(_, _, delay)| *delay);
+        Robots {
+            rules,
+            sitemaps,
+            delay,
+        }
     }
 
     fn disallows(&self) -> Vec<String> {
@@ -328,41 +349,73 @@ fn xml_unescape(text: &str) -> String {
         .replace("&amp;", "&")
 }
 
-/// The page urls of a sitemap, sitemap indexes followed.
+/// What a sitemap url answered.
+enum Sitemap {
+    /// Page urls (a urlset, or an index's sitemaps read).
+    Pages(Vec<Url>),
+    /// No sitemap there, and why.
+    Missing(String),
+}
+
+/// The page urls of a sitemap; an index's sitemaps are read one level deep, and an index inside
+/// an index is a warning.
 fn sitemap_pages(
     client: &Client,
     origin: &url::Origin,
     url: &Url,
-    depth: usize,
-    out: &mut Vec<Url>,
+    nested: bool,
     failures: &mut Vec<Value>,
-) {
+    warnings: &mut Vec<String>,
+) -> Sitemap {
     let answer = match client.get(url, origin) {
         Ok(answer) if answer.status == 200 => answer,
-        Ok(answer) => {
-            failures.push(json!({ "url": url.as_str(), "reason": format!("sitemap: HTTP {}", answer.status) }));
-            return;
-        }
-        Err(why) => {
-            failures.push(json!({ "url": url.as_str(), "reason": format!("sitemap: {why}") }));
-            return;
-        }
+        Ok(answer) => return Sitemap::Missing(format!("HTTP {}", answer.status)),
+        Err(why) => return Sitemap::Missing(why),
     };
-    let loc = Regex::new(r"(?s)<loc>\s*(.*?)\s*</loc>").expect("a valid regex");
     let index = answer.body.contains("<sitemapindex");
+    if !index && !answer.body.contains("<urlset") {
+        return Sitemap::Missing("not a sitemap (no <urlset> or <sitemapindex>)".to_string());
+    }
+    let loc = Regex::new(r"(?s)<loc>\s*(.*?)\s*</loc>").expect("a valid regex");
+    let mut out = Vec::new();
     for capture in loc.captures_iter(&answer.body) {
         let text = xml_unescape(&capture[1]);
         let Ok(found) = answer.url.join(&text) else {
             continue;
         };
-        if index {
-            if depth < MAX_SITEMAP_DEPTH && &found.origin() == origin {
-                sitemap_pages(client, origin, &found, depth + 1, out, failures);
-            }
-        } else {
+        if !index {
             out.push(found);
+        } else if nested {
+            warnings.push(format!(
+                "{url} is a sitemap index inside a sitemap index; {found} was not read"
+            ));
+        } else if &found.origin() != origin {
+            failures.push(json!({ "url": found.as_str(), "reason": "sitemap: another origin than the site's" }));
+        } else {
+            match sitemap_pages(client, origin, &found, true, failures, warnings) {
+                Sitemap::Pages(pages) => out.extend(pages),
+                Sitemap::Missing(why) => {
+                    failures.push(
+                        json!({ "url": found.as_str(), "reason": format!("sitemap: {why}") }),
+                    );
+                }
+            }
         }
     }
+    Sitemap::Pages(out)
+}
+
+/// `name` inside the source url taken as a folder: `https://x/docs` and `https://x/docs/` give
+/// `https://x/docs/<name>`.
+fn under(site: &Url, name: &str) -> Option<Url> {
+    let mut folder = site.clone();
+    folder.set_query(None);
+    folder.set_fragment(None);
+    if !folder.path().ends_with('/') {
+        let path = format!("{}/", folder.path());
+        folder.set_path(&path);
+    }
+    folder.join(name).ok()
 }
 
 /// HTML to plain Markdown: headings, paragraphs, list items and links kept; scripts, styles and
@@ -445,6 +498,40 @@ fn file_name(url: &Url, taken: &mut BTreeSet<String>) -> String {
     name
 }
 
+/// The wait between two fetches robots.txt's Crawl-delay asks for, at most 10 s; a longer one
+/// is capped, and said.
+fn crawl_delay(seconds: Option<f64>) -> (Duration, Option<String>) {
+    let Some(seconds) = seconds else {
+        return (Duration::ZERO, None);
+    };
+    let asked = Duration::from_secs_f64(seconds.min(86_400.0));
+    if asked > MAX_CRAWL_DELAY {
+        let warning = format!(
+            "robots.txt asks for a Crawl-delay of {seconds} s; waited {} s between pages",
+            MAX_CRAWL_DELAY.as_secs()
+        );
+        return (MAX_CRAWL_DELAY, Some(warning));
+    }
+    (asked, None)
+}
+
+/// The crawl id of a page set: the SHA-256 of the sorted urls, one a line, then their content
+/// hashes in that order, one a line; the first 8 hex digits.
+fn crawl_id<'p>(pages: impl Iterator<Item = (&'p str, &'p str)>) -> String {
+    let mut sorted: Vec<(&str, &str)> = pages.collect();
+    sorted.sort_unstable();
+    let mut text = String::new();
+    for (url, _) in &sorted {
+        text.push_str(url);
+        text.push('\n');
+    }
+    for (_, hash) in &sorted {
+        text.push_str(hash);
+        text.push('\n');
+    }
+    sha256_hex(text.as_bytes())[..8].to_string()
+}
+
 fn yaml_scalar(value: &Value) -> String {
     match value {
         Value::String(text)
@@ -484,10 +571,16 @@ fn crawl(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
         _ => Robots::parse(""),
     };
 
+    let stamp = crate::template::functions::now().map_or_else(
+        |_| args.crawl_date.clone(),
+        crate::template::functions::format_rfc3339,
+    );
     let mut failures = Vec::new();
+    let mut warnings = Vec::new();
     let mut candidates = Vec::new();
     let mut sitemap_source = Value::Null;
     if args.mode == "list" {
+        sitemap_source = json!("page_list");
         for page in args.page_list.iter().flatten() {
             match site.join(page) {
                 Ok(url) => candidates.push(url),
@@ -497,25 +590,49 @@ fn crawl(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
             }
         }
     } else {
-        let sitemap = match args.sitemap_url.as_deref().filter(|s| !s.is_empty()) {
-            Some(named) => site
+        // The sitemap named, else the conventional places in order; the first that answers
+        // with a sitemap is the one read.
+        let tried: Vec<Url> = match args.sitemap_url.as_deref().filter(|s| !s.is_empty()) {
+            Some(named) => vec![site
                 .join(named)
-                .map_err(|err| fail(format!("sitemap_url `{named}`: {err}")))?,
-            None => match robots.sitemaps.iter().find_map(|s| site.join(s).ok()) {
-                Some(url) => url,
-                None => site.join("/sitemap.xml").map_err(fail)?,
-            },
+                .map_err(|err| fail(format!("sitemap_url `{named}`: {err}")))?],
+            None => {
+                let mut places: Vec<Url> = [
+                    under(&site, "sitemap.xml"),
+                    under(&site, "sitemap_index.xml"),
+                ]
+                .into_iter()
+                .flatten()
+                .collect();
+                places.extend(robots.sitemaps.iter().filter_map(|s| site.join(s).ok()));
+                places.extend(site.join("/sitemap.xml").ok());
+                let mut unique = Vec::new();
+                for place in places {
+                    if !unique.contains(&place) {
+                        unique.push(place);
+                    }
+                }
+                unique
+            }
         };
-        sitemap_source = json!(sitemap.as_str());
-        sitemap_pages(
-            &client,
-            &origin,
-            &sitemap,
-            0,
-            &mut candidates,
-            &mut failures,
-        );
+        let mut missing = Vec::new();
+        for place in &tried {
+            match sitemap_pages(&client, &origin, place, false, &mut failures, &mut warnings) {
+                Sitemap::Pages(pages) => {
+                    sitemap_source = json!(place.as_str());
+                    candidates = pages;
+                    missing.clear();
+                    break;
+                }
+                Sitemap::Missing(why) => missing.push((place, why)),
+            }
+        }
+        for (place, why) in missing {
+            failures.push(json!({ "url": place.as_str(), "reason": format!("sitemap: {why}") }));
+        }
     }
+    let (delay, warning) = crawl_delay(robots.delay);
+    warnings.extend(warning);
 
     let mut seen = BTreeSet::new();
     let mut selected = Vec::new();
@@ -557,14 +674,30 @@ fn crawl(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     let mut pages = Vec::new();
     let mut taken = BTreeSet::new();
     taken.insert(MANIFEST.to_string());
-    for url in &selected {
+    for (n, url) in selected.iter().enumerate() {
+        if n > 0 && !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
+        let failed =
+            |reason: String| json!({ "url": url.as_str(), "reason": reason, "occurred_at": stamp });
         match client.get(url, &origin) {
             Ok(answer) if answer.status == 200 => {
+                if answer.body.trim().is_empty() {
+                    failures.push(failed("an empty page".to_string()));
+                    continue;
+                }
                 let body = if answer.html {
                     html_to_markdown(&answer.body)
                 } else {
                     answer.body
                 };
+                if body.trim().is_empty() {
+                    failures.push(failed(
+                        "no text once its markup is removed (a page rendered by JavaScript?)"
+                            .to_string(),
+                    ));
+                    continue;
+                }
                 let hash = sha256_hex(body.as_bytes());
                 let file = file_name(url, &mut taken);
                 pages.push(Page {
@@ -574,18 +707,17 @@ fn crawl(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
                     hash,
                 });
             }
-            Ok(answer) => failures
-                .push(json!({ "url": url.as_str(), "reason": format!("HTTP {}", answer.status) })),
-            Err(why) => failures.push(json!({ "url": url.as_str(), "reason": why })),
+            Ok(answer) => failures.push(failed(format!("HTTP {}", answer.status))),
+            Err(why) => failures.push(failed(why)),
         }
     }
 
-    let mut lines: Vec<String> = pages
-        .iter()
-        .map(|p| format!("{} {}\n", p.url, p.hash))
-        .collect();
-    lines.sort();
-    let crawl_id = sha256_hex(lines.concat().as_bytes())[..8].to_string();
+    for failure in &mut failures {
+        if let Some(failure) = failure.as_object_mut() {
+            failure.entry("occurred_at").or_insert_with(|| json!(stamp));
+        }
+    }
+    let crawl_id = crawl_id(pages.iter().map(|p| (p.url.as_str(), p.hash.as_str())));
     let manifest = json!({
         "source_id": args.id,
         "crawl_id": crawl_id,
@@ -597,6 +729,7 @@ fn crawl(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
         "robots_disallows": robots.disallows(),
         "robots_skipped": robots_skipped,
         "budget_truncated": truncated,
+        "warnings": warnings,
     });
 
     let target = ctx
@@ -653,6 +786,69 @@ mod tests {
         assert!(robots.allowed("/a/b.pdf?x"));
         assert!(robots.allowed("/docs"));
         assert_eq!(robots.sitemaps, ["/s.xml"]);
+    }
+
+    #[test]
+    fn the_crawl_id_is_the_page_sets() {
+        // The example snapshot the skill-engine documents: four pages, crawl id 8f3025fb.
+        let pages = [
+            (
+                "https://mock-site.test/index.html",
+                "c5b3c5e4708da7010861920d8e8ee35973abf77dc3334454c750a9b290508a3d",
+            ),
+            (
+                "https://mock-site.test/docs/intro.html",
+                "dd66631296ec0bbfba34db428a4493f8dc86256d374183ffac86156a9a9150ab",
+            ),
+            (
+                "https://mock-site.test/docs/guide.html",
+                "b40574d68082e6e8d7e9b72a8c9388b31eac93c9a452cb21b31ab46566439a0b",
+            ),
+            (
+                "https://mock-site.test/blog/post.html",
+                "dc67fa9d745bdd462b5a2ee52b0fc1532607ae724d0536786086acf45fc8ae57",
+            ),
+        ];
+        assert_eq!(crawl_id(pages.into_iter()), "8f3025fb");
+        assert_eq!(crawl_id(pages.into_iter().rev()), "8f3025fb");
+    }
+
+    #[test]
+    fn robots_crawl_delay_is_the_groups() {
+        let robots = Robots::parse(
+            "User-agent: other\nCrawl-delay: 1\n\nUser-agent: *\nCrawl-delay: 2.5\nDisallow: /x\n",
+        );
+        assert_eq!(robots.delay, Some(2.5));
+        assert_eq!(Robots::parse("User-agent: *\nDisallow: /x\n").delay, None);
+        assert_eq!(crawl_delay(None), (Duration::ZERO, None));
+        assert_eq!(crawl_delay(Some(2.5)), (Duration::from_millis(2500), None));
+        assert_eq!(
+            crawl_delay(Some(30.0)),
+            (
+                Duration::from_secs(10),
+                Some(
+                    "robots.txt asks for a Crawl-delay of 30 s; waited 10 s between pages"
+                        .to_string()
+                )
+            )
+        );
+    }
+
+    #[test]
+    fn the_conventional_sitemaps_are_under_the_source_url() {
+        let url = |s: &str| Url::parse(s).expect("url");
+        assert_eq!(
+            under(&url("http://x/docs"), "sitemap.xml").map(String::from),
+            Some("http://x/docs/sitemap.xml".into())
+        );
+        assert_eq!(
+            under(&url("http://x/docs/?q=1"), "sitemap_index.xml").map(String::from),
+            Some("http://x/docs/sitemap_index.xml".into())
+        );
+        assert_eq!(
+            under(&url("http://x"), "sitemap.xml").map(String::from),
+            Some("http://x/sitemap.xml".into())
+        );
     }
 
     #[test]
