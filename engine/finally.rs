@@ -77,13 +77,3 @@ pub(crate) fn problems(file: &WorkflowFile, deps: &[BTreeSet<usize>]) -> Vec<Pro
     }
     out
 }
-
-/// How the run ended, as a finally stage reads `run.status`.
-pub(crate) fn status_word(status: crate::run::RunStatus) -> &'static str {
-    use crate::run::RunStatus;
-    match status {
-        RunStatus::Completed | RunStatus::Running => "succeeded",
-        RunStatus::Exited => "exited",
-        RunStatus::Failed | RunStatus::Interrupted => "failed",
-    }
-}

@@ -839,7 +839,7 @@ pub(super) mod testing {
         pub(crate) cwd: PathBuf,
         pub(crate) outside: PathBuf,
         writes: WriteRoots,
-        locks: crate::run::locks::HeldLocks,
+        locks: crate::floor::locks::HeldLocks,
     }
 
     impl Sandbox {

@@ -1,10 +1,10 @@
-//! `lock.acquire`: take a `mkdir` lock (see [`crate::run::locks`]), held by the run's own
-//! [`HeldLocks`](crate::run::locks::HeldLocks) from its stage to the end of the run; never waits.
+//! `lock.acquire`: take a `mkdir` lock (see [`crate::floor::locks`]), held by the run's own
+//! [`HeldLocks`](crate::floor::locks::HeldLocks) from its stage to the end of the run; never waits.
 
 use serde_json::{json, Value};
 
 use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
-use crate::run::locks::{try_acquire, Attempt};
+use crate::floor::locks::{try_acquire, Attempt};
 
 pub(super) fn builtins() -> Vec<Builtin> {
     vec![Builtin {

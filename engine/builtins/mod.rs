@@ -35,7 +35,7 @@ pub struct BuiltinCtx<'a> {
     /// The `[workflow] writes` roots; every write must land inside one of them.
     pub writes: &'a WriteRoots,
     /// The locks this run holds (`lock.acquire`), released when the run ends.
-    pub locks: &'a crate::run::locks::HeldLocks,
+    pub locks: &'a crate::floor::locks::HeldLocks,
 }
 
 impl BuiltinCtx<'_> {

@@ -8,11 +8,11 @@ use foldhash::{HashMap, HashMapExt};
 use serde_json::Value;
 
 use super::gather::{Pending, PendingAction};
-use super::key::{Field, TemplateKey};
+use super::key::{DurationKey, Field, TemplateKey};
 use super::schemas::SchemaOf;
 use super::{Action, CacheSpec, CheckedLock, ProcessAction, Stage, StageText, WithTree};
 use crate::format::{CacheDef, OutputFormat, StageDef, TemplateRef, WorkflowFile};
-use crate::template::{self, Tmpl};
+use crate::template::Tmpl;
 
 /// What check hands over besides the stages' definitions.
 pub(crate) struct Parts {
@@ -88,7 +88,9 @@ pub(crate) fn assemble(
     order: Vec<usize>,
     schemas: &[SchemaOf],
     definition_hashes: Vec<String>,
+    durations: &HashMap<DurationKey, Duration>,
 ) -> Option<Parts> {
+    let duration = |key| durations.get(&key).copied();
     let mut by_key = HashMap::with_capacity(templates.len());
     for (pending, tmpl) in pendings.iter().zip(templates) {
         if let Some(tmpl) = tmpl {
@@ -203,9 +205,9 @@ pub(crate) fn assemble(
                 key: None,
                 ttl: None,
             }),
-            CacheDef::Keyed(k) => Some(CacheSpec {
+            CacheDef::Keyed(_) => Some(CacheSpec {
                 key: t.stage(i, Field::CacheKey),
-                ttl: k.ttl.as_deref().and_then(duration),
+                ttl: duration(DurationKey::CacheTtl(i)),
             }),
         });
         stages.push(Stage {
@@ -228,13 +230,9 @@ pub(crate) fn assemble(
             ),
             set_state,
             cache,
-            timeout: def.timeout.as_deref().and_then(duration),
+            timeout: duration(DurationKey::Timeout(i)),
             retries: def.retries.unwrap_or(0),
-            retry_backoff: def
-                .retry_backoff
-                .as_deref()
-                .and_then(duration)
-                .unwrap_or(Duration::from_secs(1)),
+            retry_backoff: duration(DurationKey::RetryBackoff(i)).unwrap_or(Duration::from_secs(1)),
             repair: def.repair.unwrap_or(1),
             on_error: def.on_error.unwrap_or_default(),
             finally: def.finally,
@@ -276,7 +274,7 @@ pub(crate) fn assemble(
         Some(lock) => Some(CheckedLock {
             path: t.take(TemplateKey::LockPath)?,
             busy: lock.busy,
-            stale_after: lock.stale_after.as_deref().and_then(duration),
+            stale_after: duration(DurationKey::LockStaleAfter),
             message: t.take(TemplateKey::LockMessage),
         }),
         None => None,
@@ -316,9 +314,4 @@ fn text_of(def: &StageDef) -> StageText {
         foreach: def.foreach.clone(),
         asserts: def.assert.iter().map(|a| a.that.clone()).collect(),
     }
-}
-
-/// A duration check has already proven valid.
-fn duration(text: &str) -> Option<Duration> {
-    template::functions::parse_duration(text).ok()
 }

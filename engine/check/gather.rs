@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::key::{Field, TemplateKey};
+use super::key::{DurationKey, Field, TemplateKey};
 use super::{stage_pointer, Checker, Workflow};
 use crate::builtins::{self, Builtin};
 use crate::diag::{did_you_mean, Diagnostic, SourceFile};
@@ -152,6 +152,13 @@ impl Checker<'_> {
             );
         }
         if let Some(lock) = &file.workflow.lock {
+            if let Some(stale_after) = &lock.stale_after {
+                self.duration(
+                    DurationKey::LockStaleAfter,
+                    stale_after,
+                    "/workflow/lock/stale_after",
+                );
+            }
             self.queue(
                 TemplateKey::LockPath,
                 "workflow.lock.path".into(),
@@ -379,15 +386,19 @@ impl Checker<'_> {
                 );
             }
             if let Some(ttl) = &keyed.ttl {
-                self.duration(ttl, &p("cache/ttl"));
+                self.duration(DurationKey::CacheTtl(i), ttl, &p("cache/ttl"));
             }
         }
-        for (key, pointer) in [
-            (&def.timeout, "timeout"),
-            (&def.retry_backoff, "retry_backoff"),
+        for (key, text, pointer) in [
+            (DurationKey::Timeout(i), &def.timeout, "timeout"),
+            (
+                DurationKey::RetryBackoff(i),
+                &def.retry_backoff,
+                "retry_backoff",
+            ),
         ] {
-            if let Some(text) = key {
-                self.duration(text, &p(pointer));
+            if let Some(text) = text {
+                self.duration(key, text, &p(pointer));
             }
         }
         let process_keys = ["stdin", "cwd", "env", "ok_codes"];
@@ -709,10 +720,16 @@ impl Checker<'_> {
         }
     }
 
-    fn duration(&mut self, text: &str, pointer: &str) {
-        if let Err(error) = crate::template::functions::parse_duration(text) {
-            self.error(error, pointer).help =
-                Some("durations look like \"500ms\", \"30s\", \"10m\", \"2h\", \"7d\"".into());
+    /// Parse a duration once: kept for assemble, or an error at its pointer.
+    fn duration(&mut self, key: DurationKey, text: &str, pointer: &str) {
+        match crate::floor::duration::parse(text) {
+            Ok(duration) => {
+                self.durations.insert(key, duration);
+            }
+            Err(error) => {
+                self.error(error, pointer).help =
+                    Some("durations look like \"500ms\", \"30s\", \"10m\", \"2h\", \"7d\"".into());
+            }
         }
     }
 }

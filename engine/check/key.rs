@@ -33,6 +33,20 @@ impl TemplateKey {
     }
 }
 
+/// A duration of the workflow, parsed once by gather (its error a diagnostic there) and
+/// taken by assemble.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum DurationKey {
+    /// `timeout` of the stage at this index.
+    Timeout(usize),
+    /// `retry_backoff` of the stage at this index.
+    RetryBackoff(usize),
+    /// `cache.ttl` of the stage at this index.
+    CacheTtl(usize),
+    /// `[workflow] lock.stale_after`.
+    LockStaleAfter,
+}
+
 /// A templated field of a stage.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Field {

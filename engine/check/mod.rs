@@ -39,6 +39,7 @@ mod write_paths;
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use serde::Deserialize;
@@ -52,6 +53,7 @@ use crate::schema::Schema;
 
 use assemble::Parts;
 use gather::Pending;
+use key::DurationKey;
 use schemas::SchemaOf;
 pub use workflow::{
     Action, CacheSpec, CheckedLock, ProcessAction, Stage, StageText, WithTree, Workflow,
@@ -126,6 +128,7 @@ fn check_inner(
         schemas: HashMap::new(),
         globals: HashSet::new(),
         items: Vec::new(),
+        durations: HashMap::new(),
     };
     // Each definition's hash stands alone (its JSON, about a kilobyte a stage, hashed): a
     // thread hashes them while the checker reads the templates and references.
@@ -210,6 +213,8 @@ struct Checker<'a> {
     globals: HashSet<String>,
     /// What is known of each stage's `foreach` items.
     items: Vec<foreach::ItemOf>,
+    /// The durations gather parsed.
+    durations: HashMap<DurationKey, Duration>,
 }
 
 /// `^[a-z][a-z0-9_]*$`, without compiling a regex for it.
@@ -290,6 +295,7 @@ impl Checker<'_> {
             order,
             &schemas,
             definition_hashes(),
+            &self.durations,
         )
     }
 }

@@ -21,12 +21,11 @@ use crate::models::Models;
 use crate::template::{Scope, StageSlot, StageTable};
 
 pub mod cache;
-pub mod holder;
 pub mod journal;
-pub mod locks;
 mod orphans;
-/// Child processes live on the ground floor; the old path stays for the code that names it.
-pub use crate::floor::process;
+/// Child processes, their holders and `mkdir` locks live on the ground floor; the old paths
+/// stay for the code that names them.
+pub use crate::floor::{holder, locks, process};
 mod progress;
 pub mod record;
 mod record_text;
@@ -484,7 +483,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             "started_at": self.record.started_at,
             "workflow": self.workflow.name,
             "dry_run": self.options.dry_run,
-            "status": crate::finally::status_word(status),
+            "status": status.finally_word(),
             "exit": self.record.exit,
             "error": self.record.error,
         }))

@@ -34,6 +34,17 @@ impl UsageTotals {
     }
 }
 
+impl RunStatus {
+    /// How the run ended, as a finally stage reads `run.status`.
+    pub fn finally_word(self) -> &'static str {
+        match self {
+            RunStatus::Completed | RunStatus::Running => "succeeded",
+            RunStatus::Exited => "exited",
+            RunStatus::Failed | RunStatus::Interrupted => "failed",
+        }
+    }
+}
+
 impl RunRecord {
     /// How the run ended, after "run <id> ": "completed in 0.12s", "exited early at `x`: ...",
     /// "failed: ...".

@@ -152,7 +152,7 @@ pub fn try_acquire(path: &Path, stale_after: Option<Duration>) -> std::io::Resul
                 let owner = Owner {
                     holder: Holder::current(),
                     token: token.clone(),
-                    since: super::record::now_rfc3339(),
+                    since: super::time::now_rfc3339(),
                 };
                 if let Err(error) = write_owner(path, &owner) {
                     let _ = std::fs::remove_dir_all(path);
