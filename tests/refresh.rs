@@ -1872,3 +1872,87 @@ fn the_crawl_finds_its_sitemap_reads_one_index_level_and_refuses_pages_without_c
         "{written}"
     );
 }
+
+/// An external-doc source whose files changed: each reference citing it is rewritten by the
+/// model from the old text and the files as they are now (with their content hashes), and the
+/// engine stages a rewrite only when every content hash it cites is one it was given (or the old
+/// text cited), and every line naming one of the source's files gives that file's current hash.
+#[test]
+fn a_reference_citing_a_drifted_local_source_is_rewritten_from_its_files() {
+    let home = Home::bare();
+    home.install(&fixtures("refresh").join("demo-context"), LIVE);
+    std::fs::remove_file(home.test.path(LIVE).join("verify.sh")).expect("no verify.sh");
+    home.write_registry(&json!({
+        "schema_version": 1,
+        "sources": [
+            { "id": "design-notes", "kind": "external-doc", "path": "notes", "status": "confirmed", "lifecycle": { "state": "reachable" } },
+        ]
+    }));
+    let stale = "5".repeat(64);
+    home.test.write(
+        &format!("{LIVE}/research/.discover-cache.json"),
+        &json!({ "schema_version": 1, "sources": { "design-notes": { "sha": "6".repeat(64), "ran_at": "2026-10-01" } } }).to_string(),
+    );
+    home.test.write(
+        &format!("{LIVE}/references/notes.md"),
+        &format!(
+            "# notes\n\nFrom notes/a11y.md (content_hash {stale}): focus rings are optional.\n"
+        ),
+    );
+    let current = sha256(home.test.read(&format!("{LIVE}/notes/a11y.md")).as_bytes());
+    let good =
+        format!("# notes\n\nFrom notes/a11y.md (content_hash {current}): keep focus visible.\n");
+    home.test.write("models/rewrite.reply", &good);
+    let live_before = home.tree(LIVE);
+    let out = home.refresh(&[]);
+    out.code(0);
+    assert_eq!(home.record()["status"], "completed", "{:#}", home.record());
+    assert_eq!(home.tree(LIVE), live_before);
+    let prompt = home.test.read("models/rewrite.prompt");
+    for seen in [
+        "its external-doc source `design-notes`",
+        "focus rings are optional.",
+        &format!("### notes/a11y.md (content_hash {current})"),
+        "Keep focus visible.",
+    ] {
+        assert!(
+            prompt.contains(seen),
+            "the prompt lacks {seen:?}:\n{prompt}"
+        );
+    }
+    assert_eq!(
+        home.test.read(&format!("{PROPOSED}/references/notes.md")),
+        good
+    );
+    let facts: Value = serde_json::from_str(&home.test.stage_output("facts")).expect("JSON");
+    assert_eq!(facts["facts"]["rewritten"], json!(["references/notes.md"]));
+
+    // A hash the model made up, or the stale one kept beside the file it names: not staged.
+    let made_up = "7".repeat(64);
+    for (reply, why) in [
+        (
+            format!(
+                "# notes\n\nFrom notes/a11y.md (content_hash {current}), see also {made_up}.\n"
+            ),
+            format!(
+                "it cites content hash {}, which is no file of design-notes",
+                &made_up[..12]
+            ),
+        ),
+        (
+            format!("# notes\n\nFrom notes/a11y.md (content_hash {stale}): keep focus visible.\n"),
+            "line 3 cites a11y.md with a stale content hash".to_string(),
+        ),
+    ] {
+        std::fs::remove_dir_all(home.test.path(PROPOSED)).expect("discard");
+        home.test.write("models/rewrite.reply", &reply);
+        home.refresh(&[]).code(0);
+        assert!(
+            !home.test.exists(&format!("{PROPOSED}/references/notes.md")),
+            "{why}"
+        );
+        let checked: Value =
+            serde_json::from_str(&home.test.stage_output("rewrite_check")).expect("JSON");
+        assert_eq!(checked["failed"][0]["reason"], why.as_str(), "{checked}");
+    }
+}
