@@ -9,5 +9,6 @@ pub mod hash;
 pub mod holder;
 pub mod locks;
 pub mod process;
+pub mod retry;
 pub mod secrets;
 pub mod time;

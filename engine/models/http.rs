@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use super::error::{is_retryable_status, ModelError};
 use super::limits::Limiter;
 use crate::floor::process::Interrupt;
+use crate::floor::retry::{AfterFailure, RetryPolicy};
 
 /// No wait between attempts is longer than this, whatever a server asks for.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
@@ -56,49 +57,51 @@ impl JsonPost<'_> {
     /// server asked for (`retry-after`) or the backoff: every call to that model waits, not
     /// only the one that was refused. Other failures wait on their own.
     pub(crate) fn send(&self, agent: &ureq::Agent) -> Result<(serde_json::Value, u32), ModelError> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            if Interrupt::global().is_set() {
-                return Err(ModelError::Interrupted);
-            }
-            let result = {
+        let policy = RetryPolicy::new(self.retries, self.backoff).capped(MAX_BACKOFF);
+        let (result, attempts) = policy.run(
+            |_| {
+                if Interrupt::global().is_set() {
+                    return Err(ModelError::Interrupted);
+                }
                 let _permit = self.limiter.acquire()?;
                 self.attempt(agent)
-            };
-            match result {
-                Ok(value) => return Ok((value, attempt - 1)),
-                Err(error) if attempt <= self.retries && retried_here(&error) => {
-                    let delay = self.delay(&error, attempt);
-                    match error {
-                        ModelError::Status {
-                            status: 429 | 529, ..
-                        } => self.limiter.pause(delay),
-                        _ => sleep_interruptibly(delay)?,
+            },
+            |error, _, backoff| {
+                if !retried_here(&error) {
+                    return AfterFailure::Stop(error);
+                }
+                // The wait the server asked for, else the policy's.
+                let delay = match &error {
+                    ModelError::Status {
+                        retry_after: Some(after),
+                        ..
+                    } => policy.clamp(*after),
+                    _ => backoff,
+                };
+                match error {
+                    ModelError::Status {
+                        status: 429 | 529, ..
+                    } => self.limiter.pause(delay),
+                    _ => {
+                        if let Err(interrupted) = sleep_interruptibly(delay) {
+                            return AfterFailure::Stop(interrupted);
+                        }
                     }
                 }
-                Err(mut error) => {
-                    if let ModelError::Status { attempts, .. }
-                    | ModelError::Transport { attempts, .. } = &mut error
-                    {
-                        *attempts = attempt;
-                    }
-                    return Err(error);
+                AfterFailure::Retry
+            },
+        );
+        match result {
+            Ok(value) => Ok((value, attempts - 1)),
+            Err(mut error) => {
+                if let ModelError::Status { attempts: n, .. }
+                | ModelError::Transport { attempts: n, .. } = &mut error
+                {
+                    *n = attempts;
                 }
+                Err(error)
             }
         }
-    }
-
-    fn delay(&self, error: &ModelError, attempt: u32) -> Duration {
-        if let ModelError::Status {
-            retry_after: Some(after),
-            ..
-        } = error
-        {
-            return (*after).min(MAX_BACKOFF);
-        }
-        let factor = 2u32.saturating_pow(attempt.saturating_sub(1));
-        self.backoff.saturating_mul(factor).min(MAX_BACKOFF)
     }
 
     fn attempt(&self, agent: &ureq::Agent) -> Result<serde_json::Value, ModelError> {

@@ -18,6 +18,7 @@ use crate::builtins::{ask, BuiltinCtx, WriteRoots};
 use crate::check::{Action, ProcessAction, Stage, WithTree, Workflow};
 use crate::floor::hash::{sha256_hex, sha256_json};
 use crate::floor::process::{self, Interrupt, ProcessSpec};
+use crate::floor::retry::{AfterFailure, RetryPolicy};
 use crate::format::{OnItemError, OutputFormat};
 use crate::models::{extract_json, ModelRequest};
 use crate::template::{Scope, Tmpl};
@@ -989,26 +990,28 @@ impl StageRunner<'_> {
         item: Option<usize>,
     ) -> UnitResult {
         let mut calls = Vec::new();
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let mut stderr = String::new();
-            let result = self.execute_once(stage, rendered, item, &mut calls, &mut stderr);
-            match result {
-                Err(error) if attempt <= stage.retries && !Interrupt::global().is_set() => {
-                    let wait = stage
-                        .retry_backoff
-                        .saturating_mul(1 << (attempt - 1).min(16));
-                    self.reporter.line(&format!(
-                        "  ↻ {} attempt {attempt} failed: {error}; retrying in {:.1}s",
-                        stage.id,
-                        wait.as_secs_f64()
-                    ));
-                    sleep_interruptibly(wait);
+        // What the last attempt said on stderr.
+        let mut stderr = String::new();
+        let policy = RetryPolicy::new(stage.retries, stage.retry_backoff);
+        let (result, attempts) = policy.run(
+            |_| {
+                stderr.clear();
+                self.execute_once(stage, rendered, item, &mut calls, &mut stderr)
+            },
+            |error, attempt, wait| {
+                if Interrupt::global().is_set() {
+                    return AfterFailure::Stop(error);
                 }
-                result => return (result, attempt, calls, stderr),
-            }
-        }
+                self.reporter.line(&format!(
+                    "  ↻ {} attempt {attempt} failed: {error}; retrying in {:.1}s",
+                    stage.id,
+                    wait.as_secs_f64()
+                ));
+                sleep_interruptibly(wait);
+                AfterFailure::Retry
+            },
+        );
+        (result, attempts, calls, stderr)
     }
 
     fn execute_once(
