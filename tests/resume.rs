@@ -229,3 +229,24 @@ fn a_resume_stops_what_the_killed_run_left_running_before_the_stage_runs_again()
         );
     }
 }
+
+/// A run whose engine is still running is not resumed: its stages would run twice at once.
+#[test]
+fn a_run_still_running_is_not_resumed() {
+    let t = Test::new();
+    let _release = Release(t.path("go"));
+    t.write(
+        "w.toml",
+        "[workflow]\ndescription = \"d\"\n\n\
+         [stages.b]\nshell = \"echo x >> started; while [ ! -e go ]; do sleep 0.02; done\"\n",
+    );
+    let mut child = t.command(["run", "w.toml"]).spawn();
+    wait_for("the stage to start", PATIENCE, || {
+        t.exists("started") && t.exists("state/runs")
+    });
+    let out = t.run(["resume", "last"]);
+    out.code(2).stderr_has("is still running (process ");
+    assert_eq!(t.count("started"), 1, "the stage started a second time");
+    t.write("go", "");
+    assert!(child.wait().expect("the run ends").success());
+}

@@ -97,7 +97,11 @@ pub(crate) fn find(
     }
     for line in recorded {
         let known = found.iter().any(|f| f.process.pid == line.process.pid);
-        if !known && line.process.liveness() == Liveness::Alive && !finished(&line.stage, line.item)
+        // Without its start time a pid alone could name a process that reused it.
+        if !known
+            && line.process.started != 0
+            && line.process.liveness() == Liveness::Alive
+            && !finished(&line.stage, line.item)
         {
             found.push(Leftover {
                 process: line.process.clone(),
