@@ -14,6 +14,7 @@ mod diagnostics;
 mod explain;
 mod finally;
 mod first_workflow;
+mod fuzz_regressions;
 mod models;
 mod names;
 mod overlay;
