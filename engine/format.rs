@@ -58,6 +58,11 @@ pub struct WorkflowSection {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub budget_usd: Option<f64>,
+    /// The largest output a stage may produce, e.g. `"64MiB"` (the default) or `"1GB"`; a stage's
+    /// own `max_output` replaces it. A command writing more to stdout is stopped; a larger
+    /// output fails its stage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output: Option<String>,
     /// Where the runs are recorded (with the workflow's state and cache), who may read them, and
     /// how many are kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -295,6 +300,10 @@ pub struct StageDef {
     /// e.g. `"30s"`: a command is killed with its process group, a model request aborted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
+    /// The largest output this stage may produce, e.g. `"256MiB"`: replaces the workflow's
+    /// `max_output` (default 64 MiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output: Option<String>,
     /// Reuse the output of an identical earlier execution.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<Box<CacheDef>>,

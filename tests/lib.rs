@@ -3,6 +3,7 @@ mod support;
 
 mod action;
 mod ask;
+mod bounds;
 mod check;
 mod ci_output;
 mod claude_code;
@@ -15,6 +16,7 @@ mod explain;
 mod finally;
 mod first_workflow;
 mod fuzz_regressions;
+mod interrupts;
 mod models;
 mod names;
 mod overlay;

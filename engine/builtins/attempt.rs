@@ -119,6 +119,8 @@ mod tests {
             cwd: dir.path(),
             writes: &writes,
             locks: &Default::default(),
+            cancel: crate::builtins::Cancel::default(),
+            max_output: u64::MAX,
         };
         let builtin = lookup("try").expect("`try` is registered");
         (builtin.run)(&with, &ctx).map_err(|e| e.to_string())

@@ -1473,6 +1473,8 @@ mod tests {
             cwd: std::path::Path::new("."),
             writes: &roots,
             locks: &Default::default(),
+            cancel: crate::builtins::Cancel::default(),
+            max_output: u64::MAX,
         };
         let out = run(&lexicon_format(with), &ctx).expect("catalog.merge");
         let validator = jsonschema::validator_for(&output_schema()).expect("schema");
@@ -2086,6 +2088,8 @@ mod tests {
             cwd: std::path::Path::new("."),
             writes: &roots,
             locks: &Default::default(),
+            cancel: crate::builtins::Cancel::default(),
+            max_output: u64::MAX,
         };
         let refuse = |with: Value| run(&lexicon_format(with), &ctx).expect_err("refused").0;
         let list_first = refuse(

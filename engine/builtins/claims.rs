@@ -515,6 +515,8 @@ mod tests {
             cwd: root,
             writes: &writes,
             locks: &Default::default(),
+            cancel: crate::builtins::Cancel::default(),
+            max_output: u64::MAX,
         };
         let with_schema = jsonschema::validator_for(&(builtin.with_schema)()).expect("compiles");
         assert!(with_schema.is_valid(&with), "{with}");

@@ -559,6 +559,11 @@ fn crawl(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
         return Err(fail("`to` must hold `{crawl_id}`"));
     }
     let origin = site.origin();
+    // A request waits no longer than what is left of the stage's own `timeout`.
+    let timeout = match ctx.cancel.remaining() {
+        Some(left) => timeout.min(left.max(Duration::from_millis(1))),
+        None => timeout,
+    };
     let client = Client::new(timeout);
     let include = glob_set(args.include.as_deref().unwrap_or(&["/**".to_string()]))?;
     let exclude = glob_set(args.exclude.as_deref().unwrap_or(&[]))?;
@@ -675,8 +680,17 @@ fn crawl(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     let mut taken = BTreeSet::new();
     taken.insert(MANIFEST.to_string());
     for (n, url) in selected.iter().enumerate() {
+        ctx.cancel.check()?;
         if n > 0 && !delay.is_zero() {
-            std::thread::sleep(delay);
+            // In slices, so an interrupt or the stage's deadline does not wait out the delay.
+            let until = std::time::Instant::now() + delay;
+            while let Some(left) = until.checked_duration_since(std::time::Instant::now()) {
+                if left.is_zero() {
+                    break;
+                }
+                std::thread::sleep(left.min(Duration::from_millis(50)));
+                ctx.cancel.check()?;
+            }
         }
         let failed =
             |reason: String| json!({ "url": url.as_str(), "reason": reason, "occurred_at": stamp });

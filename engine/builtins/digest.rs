@@ -50,7 +50,11 @@ fn matcher(pattern: &str) -> Result<GlobMatcher, BuiltinError> {
 
 /// The regular files under `root` (symbolic links are neither followed nor listed), keyed by
 /// their relative path with `/` separators. A missing root holds nothing.
-fn files(root: &Path, doing: &str) -> Result<BTreeMap<String, std::path::PathBuf>, BuiltinError> {
+fn files(
+    root: &Path,
+    doing: &str,
+    cancel: super::Cancel,
+) -> Result<BTreeMap<String, std::path::PathBuf>, BuiltinError> {
     let mut found = BTreeMap::new();
     match fs::symlink_metadata(root) {
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(found),
@@ -58,6 +62,7 @@ fn files(root: &Path, doing: &str) -> Result<BTreeMap<String, std::path::PathBuf
         Ok(_) => {}
     }
     for entry in WalkDir::new(root).min_depth(1).follow_links(false) {
+        cancel.check()?;
         let entry = entry.map_err(|err| {
             let path = err.path().unwrap_or(root).to_path_buf();
             match err.into_io_error() {
@@ -82,9 +87,13 @@ fn files(root: &Path, doing: &str) -> Result<BTreeMap<String, std::path::PathBuf
     Ok(found)
 }
 
-fn file_sha256(path: &Path, doing: &str) -> Result<String, BuiltinError> {
+fn file_sha256(path: &Path, doing: &str, cancel: super::Cancel) -> Result<String, BuiltinError> {
     let mut hasher = Sha256::new();
-    let mut file = fs::File::open(path).map_err(|err| io_error(doing, path, &err))?;
+    let file = fs::File::open(path).map_err(|err| io_error(doing, path, &err))?;
+    let mut file = super::Checked {
+        inner: file,
+        cancel,
+    };
     io::copy(&mut file, &mut hasher).map_err(|err| io_error(doing, path, &err))?;
     Ok(hex(&hasher.finalize()))
 }
@@ -183,11 +192,11 @@ fn digest(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     let whole = single.is_some();
     let selected = match single {
         Some(name) => BTreeMap::from([(name, root.clone())]),
-        None => files(&root, "cannot digest")?,
+        None => files(&root, "cannot digest", ctx.cancel)?,
     };
     for (relative, path) in selected {
         if whole || select.is_match(&relative) {
-            let sha = file_sha256(&path, "cannot digest")?;
+            let sha = file_sha256(&path, "cannot digest", ctx.cancel)?;
             lines.push((format!("{relative}:{sha}\n"), relative, sha));
         }
     }
@@ -281,8 +290,8 @@ fn compare(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
         .map(|pattern| matcher(pattern))
         .collect::<Result<Vec<_>, _>>()?;
     let keep = |relative: &str| !excluded.iter().any(|glob| glob.is_match(relative));
-    let before = files(&ctx.resolve(&args.before), "cannot compare")?;
-    let after = files(&ctx.resolve(&args.after), "cannot compare")?;
+    let before = files(&ctx.resolve(&args.before), "cannot compare", ctx.cancel)?;
+    let after = files(&ctx.resolve(&args.after), "cannot compare", ctx.cancel)?;
     let removed: BTreeSet<&str> = args.removed.iter().map(String::as_str).collect();
     let paths: BTreeSet<&String> = before.keys().chain(after.keys()).collect();
     let mut entries = Vec::new();
@@ -292,14 +301,14 @@ fn compare(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
             continue;
         }
         let old = match before.get(relative) {
-            Some(path) => Some(file_sha256(path, "cannot compare")?),
+            Some(path) => Some(file_sha256(path, "cannot compare", ctx.cancel)?),
             None => None,
         };
         let new = if removed.contains(relative.as_str()) {
             None
         } else {
             match after.get(relative) {
-                Some(path) => Some(file_sha256(path, "cannot compare")?),
+                Some(path) => Some(file_sha256(path, "cannot compare", ctx.cancel)?),
                 None => old.clone(),
             }
         };
@@ -334,6 +343,8 @@ mod tests {
                 cwd,
                 writes: &writes,
                 locks: &Default::default(),
+                cancel: crate::builtins::Cancel::default(),
+                max_output: u64::MAX,
             },
         )?;
         let validator = jsonschema::validator_for(&(builtin.output_schema)()).expect("schema");

@@ -246,13 +246,36 @@ fn read_output_schema() -> Value {
 fn read(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     let args: ReadArgs = parse_with("fs.read", with)?;
     let path = ctx.resolve(&args.path);
-    match fs::read(&path) {
+    match read_bounded(&path, ctx) {
         Ok(bytes) => String::from_utf8(bytes)
             .map(Value::String)
             .map_err(|_| BuiltinError::new(format!("`{}` is not UTF-8 text", path.display()))),
-        Err(err) if err.kind() == io::ErrorKind::NotFound && args.optional => Ok(Value::Null),
-        Err(err) => Err(io_error("cannot read", &path, &err)),
+        Err(Some(err)) if err.kind() == io::ErrorKind::NotFound && args.optional => Ok(Value::Null),
+        Err(Some(err)) => Err(io_error("cannot read", &path, &err)),
+        Err(None) => Err(super::too_large(&path, ctx.max_output)),
     }
+}
+
+/// A file's bytes, read no further than one byte past the stage's output limit (`Err(None)`
+/// past it) and stopping on an interrupt or at the stage's deadline: a 1 GiB file, or
+/// `/dev/zero`, costs no more memory than the limit.
+pub(super) fn read_bounded(path: &Path, ctx: &BuiltinCtx) -> Result<Vec<u8>, Option<io::Error>> {
+    let file = File::open(path).map_err(Some)?;
+    let known = file.metadata().map_or(0, |meta| meta.len());
+    if known > ctx.max_output {
+        return Err(None);
+    }
+    let mut bytes = Vec::with_capacity(known.min(ctx.max_output) as usize);
+    let mut reader = super::Checked {
+        inner: file,
+        cancel: ctx.cancel,
+    }
+    .take(ctx.max_output.saturating_add(1));
+    reader.read_to_end(&mut bytes).map_err(Some)?;
+    if bytes.len() as u64 > ctx.max_output {
+        return Err(None);
+    }
+    Ok(bytes)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -350,6 +373,7 @@ fn glob(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     }
     let mut found = Vec::new();
     for entry in WalkDir::new(&root).min_depth(1).follow_links(false) {
+        ctx.cancel.check()?;
         let entry = entry.map_err(|err| walk_error("cannot search", &root, err))?;
         if entry.file_type().is_dir() || (!args.links && entry.path_is_symlink()) {
             continue;
@@ -416,10 +440,14 @@ fn hash(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     let path = ctx.resolve(&args.path);
     let meta = fs::metadata(&path).map_err(|err| io_error("cannot hash", &path, &err))?;
     let digest = if meta.is_dir() {
-        hash_folder(&path)?
+        hash_folder(&path, ctx.cancel)?
     } else {
         let mut hasher = Sha256::new();
-        let mut file = File::open(&path).map_err(|err| io_error("cannot hash", &path, &err))?;
+        let file = File::open(&path).map_err(|err| io_error("cannot hash", &path, &err))?;
+        let mut file = super::Checked {
+            inner: file,
+            cancel: ctx.cancel,
+        };
         io::copy(&mut file, &mut hasher).map_err(|err| io_error("cannot hash", &path, &err))?;
         paths::hex(&hasher.finalize())
     };
@@ -438,13 +466,14 @@ fn hash(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
 /// ASCII length of `bytes`. Folders appear only through the paths of what they hold, so an empty
 /// folder adds nothing. A path cannot hold NUL and the length bounds the bytes, so two different
 /// trees never share an encoding. Another file type (a socket, a device) is an error.
-fn hash_folder(root: &Path) -> Result<String, BuiltinError> {
+fn hash_folder(root: &Path, cancel: super::Cancel) -> Result<String, BuiltinError> {
     enum Kind {
         File(u64),
         Link(Vec<u8>),
     }
     let mut entries = Vec::new();
     for entry in WalkDir::new(root).min_depth(1).follow_links(false) {
+        cancel.check()?;
         let entry = entry.map_err(|err| walk_error("cannot hash", root, err))?;
         let kind = entry.file_type();
         if kind.is_dir() {
@@ -487,6 +516,10 @@ fn hash_folder(root: &Path) -> Result<String, BuiltinError> {
                 hasher.update(&relative);
                 hasher.update(format!("\0{len}\0"));
                 let file = File::open(&path).map_err(|err| io_error("cannot hash", &path, &err))?;
+                let file = super::Checked {
+                    inner: file,
+                    cancel,
+                };
                 // Read one byte past the announced length so a file that grew is noticed too.
                 let copied = io::copy(&mut file.take(len + 1), &mut hasher)
                     .map_err(|err| io_error("cannot hash", &path, &err))?;
@@ -874,6 +907,8 @@ pub(super) mod testing {
                 cwd: &self.cwd,
                 writes: &self.writes,
                 locks: &self.locks,
+                cancel: crate::builtins::Cancel::default(),
+                max_output: u64::MAX,
             }
         }
 

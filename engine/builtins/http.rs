@@ -149,11 +149,18 @@ impl<'a> Request<'a> {
         })
     }
 
-    fn agent(&self) -> ureq::Agent {
+    /// The agent, whose timeout is the request's or what is left of the stage's, the shorter.
+    fn agent(&self, cancel: &super::Cancel) -> ureq::Agent {
+        let timeout = match cancel.remaining() {
+            Some(left) => self
+                .timeout
+                .min(left.max(std::time::Duration::from_millis(1))),
+            None => self.timeout,
+        };
         ureq::Agent::config_builder()
             .max_redirects(0)
             .http_status_as_error(false)
-            .timeout_global(Some(self.timeout))
+            .timeout_global(Some(timeout))
             .build()
             .into()
     }
@@ -179,13 +186,19 @@ fn header_text(value: &ureq::http::HeaderValue) -> String {
     String::from_utf8_lossy(value.as_bytes()).into_owned()
 }
 
-fn run_head(with: &Value, _ctx: &BuiltinCtx) -> BuiltinResult {
+fn run_head(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     let request = Request::from_with("http.head", with)?;
+    ctx.cancel.check()?;
     let response = request
-        .agent()
+        .agent(&ctx.cancel)
         .head(request.url)
         .call()
-        .map_err(|err| request.error(err))?;
+        .map_err(|err| {
+            ctx.cancel
+                .check()
+                .err()
+                .unwrap_or_else(|| request.error(err))
+        })?;
     let location = response.headers().get("location").map(header_text);
     Ok(json!({
         "status": response.status().as_u16(),
@@ -193,7 +206,7 @@ fn run_head(with: &Value, _ctx: &BuiltinCtx) -> BuiltinResult {
     }))
 }
 
-fn run_get(with: &Value, _ctx: &BuiltinCtx) -> BuiltinResult {
+fn run_get(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     let request = Request::from_with("http.get", with)?;
     let max_bytes = match with.get("max_bytes") {
         None | Some(Value::Null) => DEFAULT_MAX_BYTES,
@@ -201,11 +214,17 @@ fn run_get(with: &Value, _ctx: &BuiltinCtx) -> BuiltinResult {
             BuiltinError::new("http.get: `max_bytes` must be a whole number of bytes")
         })?,
     };
+    ctx.cancel.check()?;
     let mut response = request
-        .agent()
+        .agent(&ctx.cancel)
         .get(request.url)
         .call()
-        .map_err(|err| request.error(err))?;
+        .map_err(|err| {
+            ctx.cancel
+                .check()
+                .err()
+                .unwrap_or_else(|| request.error(err))
+        })?;
 
     let mut headers = Map::new();
     for (name, value) in response.headers() {
@@ -224,9 +243,14 @@ fn run_get(with: &Value, _ctx: &BuiltinCtx) -> BuiltinResult {
     let bytes = response
         .body_mut()
         .with_config()
-        .limit(max_bytes)
+        .limit(max_bytes.min(ctx.max_output))
         .read_to_vec()
-        .map_err(|err| request.error(err))?;
+        .map_err(|err| {
+            ctx.cancel
+                .check()
+                .err()
+                .unwrap_or_else(|| request.error(err))
+        })?;
     Ok(json!({
         "status": response.status().as_u16(),
         "headers": headers,
@@ -309,6 +333,8 @@ mod tests {
             cwd,
             writes: &writes,
             locks: &Default::default(),
+            cancel: crate::builtins::Cancel::default(),
+            max_output: u64::MAX,
         };
         (builtin.run)(&with, &ctx)
     }

@@ -81,6 +81,16 @@ fn read(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
         }
         Err(err) => return Err(io_error("cannot read", &path, &err)),
     };
+    if file
+        .metadata()
+        .is_ok_and(|meta| meta.len() > ctx.max_output)
+    {
+        return Err(super::too_large(&path, ctx.max_output));
+    }
+    let file = super::Checked {
+        inner: file,
+        cancel: ctx.cancel,
+    };
     serde_json::from_reader(BufReader::new(file)).map_err(|err| {
         if err.is_io() {
             BuiltinError::new(format!("cannot read `{}`: {err}", path.display()))
@@ -210,6 +220,10 @@ fn read_lines(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     let args: LinesArgs = parse_with("jsonl.read", with)?;
     let path = ctx.resolve(&args.path);
     let file = File::open(&path).map_err(|err| io_error("cannot read", &path, &err))?;
+    let file = super::Checked {
+        inner: file,
+        cancel: ctx.cancel,
+    };
     let (lines, total_lines) = scan_lines(
         BufReader::with_capacity(256 * 1024, file),
         &path,

@@ -898,6 +898,8 @@ mod tests {
             cwd: Path::new("."),
             writes: &writes,
             locks: &Default::default(),
+            cancel: crate::builtins::Cancel::default(),
+            max_output: u64::MAX,
         };
         let output = (builtin.run)(&json!({ "text": text, "require": require }), &ctx).unwrap();
         let schema = jsonschema::validator_for(&(builtin.output_schema)()).unwrap();
@@ -1310,6 +1312,8 @@ mod tests {
             cwd: Path::new("."),
             writes: &writes,
             locks: &Default::default(),
+            cancel: crate::builtins::Cancel::default(),
+            max_output: u64::MAX,
         };
         let err = (builtin.run)(&json!({ "text": 3 }), &ctx).unwrap_err();
         assert_eq!(err.0, "markdown.frontmatter: `text` must be a string");

@@ -36,6 +36,47 @@ pub struct BuiltinCtx<'a> {
     pub writes: &'a WriteRoots,
     /// The locks this run holds (`lock.acquire`), released when the run ends.
     pub locks: &'a crate::floor::locks::HeldLocks,
+    /// Whether to stop: checked in every loop over files or bytes, so a Ctrl-C, a SIGTERM or
+    /// the stage's `timeout` ends a built-in reading `/dev/zero` as it ends a process.
+    pub cancel: Cancel,
+    /// The largest output the stage may produce, in bytes (`max_output`): a built-in reading
+    /// a file stops reading past it.
+    pub max_output: u64,
+}
+
+/// A built-in's cancellation handle: the run's interrupt and the stage's deadline.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Cancel {
+    /// When the stage's `timeout` runs out, and the timeout itself, for the message.
+    deadline: Option<(std::time::Instant, std::time::Duration)>,
+}
+
+impl Cancel {
+    /// Cancelled by an interrupt, and by `timeout` from now on when there is one.
+    pub fn after(timeout: Option<std::time::Duration>) -> Cancel {
+        Cancel {
+            deadline: timeout.map(|after| (std::time::Instant::now() + after, after)),
+        }
+    }
+
+    /// An error once the run is interrupted or the stage's time is up.
+    pub fn check(&self) -> Result<(), BuiltinError> {
+        if crate::floor::process::Interrupt::global().is_set() {
+            return Err(BuiltinError::new("interrupted"));
+        }
+        match self.deadline {
+            Some((at, after)) if std::time::Instant::now() >= at => Err(BuiltinError::new(
+                format!("timed out after {}s", after.as_secs_f64()),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The time left before the deadline, when there is one.
+    pub fn remaining(&self) -> Option<std::time::Duration> {
+        self.deadline
+            .map(|(at, _)| at.saturating_duration_since(std::time::Instant::now()))
+    }
 }
 
 impl BuiltinCtx<'_> {
@@ -43,6 +84,40 @@ impl BuiltinCtx<'_> {
     pub fn resolve(&self, path: &str) -> PathBuf {
         self.cwd.join(path)
     }
+}
+
+/// A reader that checks a [`Cancel`] before every read: wrapped around a file, it makes any
+/// loop over the file's bytes (a copy into a hasher, a line reader, a JSON parser) stop on an
+/// interrupt or at the stage's deadline, with an error saying which.
+pub(crate) struct Checked<R> {
+    pub(crate) inner: R,
+    pub(crate) cancel: Cancel,
+}
+
+impl<R: std::io::Read> std::io::Read for Checked<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.cancel
+            .check()
+            .map_err(|error| std::io::Error::other(error.0))?;
+        self.inner.read(buf)
+    }
+}
+
+impl<R: std::io::Seek> std::io::Seek for Checked<R> {
+    fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+        self.inner.seek(to)
+    }
+}
+
+/// The error for a file larger than the stage's output limit.
+pub(crate) fn too_large(path: &Path, limit: u64) -> BuiltinError {
+    let size = crate::floor::size::format_size(limit);
+    let more = crate::floor::size::format_size(limit.saturating_mul(4)).replace(' ', "");
+    BuiltinError::new(format!(
+        "`{}` is larger than {size}, the stage's output limit (max_output); raise it with \
+         `max_output = \"{more}\"` on the stage or in [workflow]",
+        path.display()
+    ))
 }
 
 /// A built-in action's failure: a lowercase message that reads after "error: ".

@@ -77,7 +77,7 @@ fn default_max_bytes() -> usize {
 fn run(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     let args: DeltaArgs = serde_json::from_value(with.clone())
         .map_err(|err| BuiltinError::new(format!("invalid transcript.delta arguments: {err}")))?;
-    let (delta, missing) = match read_delta(&ctx.resolve(&args.path), &args) {
+    let (delta, missing) = match read_delta(&ctx.resolve(&args.path), &args, ctx.cancel) {
         Ok(delta) => (delta, false),
         // Claude Code may fire a hook before it has written a session's first lines.
         Err(err) if err.kind() == io::ErrorKind::NotFound && args.optional => {
@@ -856,8 +856,12 @@ fn cap_text(text: &str, cap: usize) -> String {
     format!("{}{CUT_MARKER}", text[..cut].trim_end())
 }
 
-fn read_delta(path: &Path, args: &DeltaArgs) -> io::Result<Delta> {
-    let mut reader = BufReader::with_capacity(1 << 16, File::open(path)?);
+fn read_delta(path: &Path, args: &DeltaArgs, cancel: super::Cancel) -> io::Result<Delta> {
+    let file = super::Checked {
+        inner: File::open(path)?,
+        cancel,
+    };
+    let mut reader = BufReader::with_capacity(1 << 16, file);
     let mut delta = Delta::new(args);
     let mut buf = Vec::new();
     let mut repaired = Vec::new();
@@ -1116,6 +1120,8 @@ mod tests {
                 cwd: self.dir.path(),
                 writes: &roots,
                 locks: &Default::default(),
+                cancel: crate::builtins::Cancel::default(),
+                max_output: u64::MAX,
             };
             run(&with, &ctx).expect("transcript.delta")
         }
@@ -1391,6 +1397,8 @@ mod tests {
             cwd: dir.path(),
             writes: &roots,
             locks: &Default::default(),
+            cancel: crate::builtins::Cancel::default(),
+            max_output: u64::MAX,
         };
         let after = lines - 8;
         let out = run(&json!({ "path": "t.jsonl", "after_line": after }), &ctx).expect("delta");
@@ -1430,6 +1438,8 @@ mod tests {
             cwd: dir.path(),
             writes: &roots,
             locks: &Default::default(),
+            cancel: crate::builtins::Cancel::default(),
+            max_output: u64::MAX,
         };
         let missing = run(&json!({ "path": "none.jsonl" }), &ctx).expect_err("missing file");
         assert!(

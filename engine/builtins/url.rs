@@ -77,6 +77,8 @@ mod tests {
             cwd: std::path::Path::new("."),
             writes: &writes,
             locks: &Default::default(),
+            cancel: crate::builtins::Cancel::default(),
+            max_output: u64::MAX,
         };
         resolve(&json!({ "base": base, "reference": reference }), &ctx).expect("resolves")
     }

@@ -175,6 +175,8 @@ mod tests {
                 cwd: base,
                 writes: &writes,
                 locks: &Default::default(),
+                cancel: crate::builtins::Cancel::default(),
+                max_output: u64::MAX,
             },
         )
     }

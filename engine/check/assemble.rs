@@ -231,6 +231,10 @@ pub(crate) fn assemble(
             set_state,
             cache,
             timeout: duration(DurationKey::Timeout(i)),
+            max_output: def
+                .max_output
+                .as_deref()
+                .and_then(|text| crate::floor::size::parse_size(text).ok()),
             retries: def.retries.unwrap_or(0),
             retry_backoff: duration(DurationKey::RetryBackoff(i)).unwrap_or(Duration::from_secs(1)),
             repair: def.repair.unwrap_or(1),

@@ -106,6 +106,9 @@ impl Checker<'_> {
         for (i, (id, def)) in file.stages.iter().enumerate() {
             actions.push(self.gather_stage(i, id, def, visiting));
         }
+        if let Some(text) = &file.workflow.max_output {
+            self.size(text, "/workflow/max_output");
+        }
         for (name, source) in &file.outputs {
             self.queue(
                 TemplateKey::Output(name.clone()),
@@ -388,6 +391,9 @@ impl Checker<'_> {
             if let Some(ttl) = &keyed.ttl {
                 self.duration(DurationKey::CacheTtl(i), ttl, &p("cache/ttl"));
             }
+        }
+        if let Some(text) = &def.max_output {
+            self.size(text, &p("max_output"));
         }
         for (key, text, pointer) in [
             (DurationKey::Timeout(i), &def.timeout, "timeout"),
@@ -717,6 +723,13 @@ impl Checker<'_> {
                     );
                 }
             }
+        }
+    }
+
+    fn size(&mut self, text: &str, pointer: &str) {
+        if let Err(error) = crate::floor::size::parse_size(text) {
+            self.error(error, pointer).help =
+                Some("sizes look like \"64MiB\", \"500KB\", \"1GiB\", \"4096\"".into());
         }
     }
 

@@ -57,6 +57,7 @@ use key::DurationKey;
 use schemas::SchemaOf;
 pub use workflow::{
     Action, CacheSpec, CheckedLock, ProcessAction, Stage, StageText, WithTree, Workflow,
+    DEFAULT_MAX_OUTPUT,
 };
 
 /// Check a loaded workflow. Sub-workflows are loaded and checked through `search`.
@@ -174,6 +175,11 @@ fn check_inner(
                 always_exit_zero: workflow.always_exit_zero,
                 records: workflow.records,
                 budget_usd: workflow.budget_usd,
+                max_output: workflow
+                    .max_output
+                    .as_deref()
+                    .and_then(|text| crate::floor::size::parse_size(text).ok())
+                    .unwrap_or(workflow::DEFAULT_MAX_OUTPUT),
                 raw,
                 stages: parts.stages,
                 order: parts.order,

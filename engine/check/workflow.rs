@@ -15,6 +15,9 @@ use crate::load::RawWorkflow;
 use crate::schema::Schema;
 use crate::template::Tmpl;
 
+/// How large an output may be unless the workflow or the stage says (`max_output`).
+pub const DEFAULT_MAX_OUTPUT: u64 = 64 << 20;
+
 /// A checked workflow: every reference resolved, every template and schema compiled.
 pub struct Workflow {
     pub name: String,
@@ -30,6 +33,8 @@ pub struct Workflow {
     pub records: Option<RecordsDef>,
     /// `[workflow] budget_usd`: the most the run's model calls may cost.
     pub budget_usd: Option<f64>,
+    /// `[workflow] max_output` in bytes, or the default.
+    pub max_output: u64,
     /// The files as loaded, for locations in diagnostics found after check (the document
     /// itself is freed).
     pub raw: RawWorkflow,
@@ -85,6 +90,8 @@ pub struct Stage {
     pub set_state: Vec<(String, Tmpl)>,
     pub cache: Option<CacheSpec>,
     pub timeout: Option<Duration>,
+    /// The stage's own `max_output`, in bytes.
+    pub max_output: Option<u64>,
     pub retries: u32,
     pub retry_backoff: Duration,
     pub repair: u32,

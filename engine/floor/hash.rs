@@ -16,6 +16,23 @@ pub fn sha256_json(value: &impl serde::Serialize) -> String {
     hex(&hasher.finalize())
 }
 
+/// How many bytes `value` takes as compact JSON, counted without keeping them.
+pub fn json_size(value: &impl serde::Serialize) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len() as u64;
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
 /// Lowercase hex of a digest.
 pub fn hex(digest: &[u8]) -> String {
     // Into a buffer rather than char by char: a run hashes every stage's fingerprint and

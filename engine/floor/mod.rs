@@ -11,4 +11,5 @@ pub mod locks;
 pub mod process;
 pub mod retry;
 pub mod secrets;
+pub mod size;
 pub mod time;

@@ -6,7 +6,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -24,6 +24,9 @@ pub struct ProcessSpec {
     /// Set on top of the inherited environment.
     pub env: Vec<(String, String)>,
     pub timeout: Option<Duration>,
+    /// The most stdout may hold, in bytes: past it, reading stops and the process group is
+    /// killed ([`ProcessError::OutputTooLarge`]). `None`: no limit.
+    pub max_stdout: Option<u64>,
 }
 
 /// Start `program` with `args` in a session of its own (so the caller's end, and the signals
@@ -51,6 +54,9 @@ pub fn spawn_detached(program: &Path, args: &[OsString], stdin: &[u8]) -> std::i
     }
     Ok(())
 }
+
+/// How much of stderr is kept: its last this many bytes (and a note of what was dropped).
+pub const STDERR_KEPT_BYTES: usize = 64 * 1024;
 
 /// What a finished process left.
 #[derive(Debug, Clone)]
@@ -83,6 +89,11 @@ pub enum ProcessError {
     TimedOut { after: Duration },
     #[error("interrupted")]
     Interrupted,
+    #[error(
+        "wrote more than {} to stdout, the output limit; stopped and killed with its process group",
+        super::size::format_size(*.limit)
+    )]
+    OutputTooLarge { limit: u64 },
     #[error("i/o error while running `{program}`: {source}")]
     Io {
         program: String,
@@ -185,6 +196,15 @@ pub fn run_observed(
         _ => None,
     };
 
+    let stdout_reader = child.stdout.take().map(|pipe| {
+        let limit = spec.max_stdout;
+        thread::spawn(move || read_bounded(pipe, limit, pgid))
+    });
+    let stderr_reader = child
+        .stderr
+        .take()
+        .map(|pipe| thread::spawn(move || read_tail(pipe, STDERR_KEPT_BYTES)));
+
     let timed_out = Arc::new(AtomicBool::new(false));
     let done = Arc::new(Mutex::new(false));
     let watchdog = spec.timeout.map(|after| {
@@ -205,7 +225,15 @@ pub fn run_observed(
         tx
     });
 
-    let waited = child.wait_with_output();
+    let (stdout, too_large) = match stdout_reader.map(thread::JoinHandle::join) {
+        Some(Ok(read)) => read,
+        _ => (Vec::new(), false),
+    };
+    let stderr = match stderr_reader.map(thread::JoinHandle::join) {
+        Some(Ok(kept)) => kept,
+        _ => Vec::new(),
+    };
+    let waited = child.wait();
     *done
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
@@ -214,7 +242,7 @@ pub fn run_observed(
     if let Some(feeder) = feeder {
         let _ = feeder.join();
     }
-    let output = waited.map_err(|source| ProcessError::Io {
+    let status = waited.map_err(|source| ProcessError::Io {
         program: program.clone(),
         source,
     })?;
@@ -223,19 +251,87 @@ pub fn run_observed(
             after: spec.timeout.unwrap_or_default(),
         });
     }
-    if interrupt.is_set() && output.status.signal().is_some() {
+    if interrupt.is_set() && status.signal().is_some() {
         return Err(ProcessError::Interrupted);
     }
-    let code = match (output.status.code(), output.status.signal()) {
+    if too_large {
+        return Err(ProcessError::OutputTooLarge {
+            limit: spec.max_stdout.unwrap_or_default(),
+        });
+    }
+    let code = match (status.code(), status.signal()) {
         (Some(code), _) => code,
         (None, Some(signal)) => 128 + signal,
         (None, None) => -1,
     };
     Ok(ProcessOutput {
         code,
-        stdout: output.stdout,
-        stderr: output.stderr,
+        stdout,
+        stderr,
     })
+}
+
+/// Read a pipe to its end, or until it has given more than `limit` bytes: then the process
+/// group is killed and reading stops, so a command that writes gigabytes costs the engine no
+/// more than the limit. Says whether the limit was passed.
+fn read_bounded(mut pipe: impl Read, limit: Option<u64>, pgid: i32) -> (Vec<u8>, bool) {
+    let mut kept = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        match pipe.read(&mut chunk) {
+            Ok(0) => return (kept, false),
+            Ok(n) => {
+                if limit.is_some_and(|limit| (kept.len() + n) as u64 > limit) {
+                    kill_group(pgid, libc::SIGKILL);
+                    return (kept, true);
+                }
+                kept.extend_from_slice(&chunk[..n]);
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return (kept, false),
+        }
+    }
+}
+
+/// Read a pipe to its end, keeping its last `keep` bytes (about): stderr is for messages, and a
+/// process that writes gigabytes there must not hold them in the engine. Secrets are redacted
+/// before any cut, and what follows a cut begins after the longest secret could reach, so no
+/// part of one survives at the cut.
+fn read_tail(mut pipe: impl Read, keep: usize) -> Vec<u8> {
+    // Redacted whole before it is cut; a secret whose end has not arrived yet is cut with the
+    // part before it: the part after is dropped below.
+    fn cut_to(kept: &[u8], keep: usize) -> Vec<u8> {
+        let redacted = super::secrets::redact_bytes(kept);
+        redacted[redacted.len().saturating_sub(keep)..].to_vec()
+    }
+    let mut kept = Vec::new();
+    let mut cut = false;
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        match pipe.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => {
+                kept.extend_from_slice(&chunk[..n]);
+                if kept.len() > 2 * keep {
+                    kept = cut_to(&kept, keep);
+                    cut = true;
+                }
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    if kept.len() > keep {
+        kept = cut_to(&kept, keep);
+        cut = true;
+    }
+    if cut {
+        let skip = super::secrets::longest().min(kept.len());
+        let mut out = b"[earlier output dropped]\n".to_vec();
+        out.extend_from_slice(&kept[skip..]);
+        return out;
+    }
+    kept
 }
 
 /// The executable a bare program name runs, searched on the PATH the child will see (the
@@ -389,6 +485,36 @@ mod tests {
             run(&s).unwrap().stdout.split(|&b| b == b' ').next(),
             Some(&b"sh"[..])
         );
+    }
+
+    #[test]
+    fn stdout_past_its_limit_stops_the_process_and_stderr_keeps_its_tail() {
+        let mut s = spec(&[
+            "sh",
+            "-c",
+            "head -c 50000000 /dev/zero; touch \"$0\"",
+            "/nonexistent/x",
+        ]);
+        s.max_stdout = Some(1 << 20);
+        let err = run(&s).unwrap_err();
+        assert!(
+            matches!(err, ProcessError::OutputTooLarge { limit } if limit == 1 << 20),
+            "{err}"
+        );
+        // 1 MB of stderr, of which the last 64 KiB are kept, marked as cut.
+        let s = spec(&[
+            "sh",
+            "-c",
+            "head -c 1000000 /dev/zero | tr '\\0' e >&2; printf end >&2",
+        ]);
+        let out = run(&s).unwrap();
+        assert!(
+            out.stderr.len() <= STDERR_KEPT_BYTES + 64,
+            "{}",
+            out.stderr.len()
+        );
+        assert!(out.stderr.starts_with(b"[earlier output dropped]"));
+        assert!(out.stderr.ends_with(b"eend"));
     }
 
     #[test]

@@ -80,6 +80,11 @@ fn patterns() -> Option<Arc<Vec<Vec<u8>>>> {
         .clone()
 }
 
+/// The length in bytes of the longest registered secret (0 when none is).
+pub fn longest() -> usize {
+    patterns().map_or(0, |patterns| patterns.first().map_or(0, Vec::len))
+}
+
 /// `bytes` with every registered secret replaced by [`MARK`].
 pub fn redact_bytes(bytes: &[u8]) -> Cow<'_, [u8]> {
     let Some(patterns) = patterns() else {

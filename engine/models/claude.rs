@@ -99,6 +99,7 @@ impl Claude<'_> {
             cwd: Some(cwd),
             env: self.env(request),
             timeout: Some(timeout),
+            max_stdout: None,
         };
         let output = run(&spec).map_err(|error| match error {
             ProcessError::TimedOut { after } => ModelError::Timeout {
@@ -111,13 +112,14 @@ impl Claude<'_> {
                 message: error.to_string(),
                 retryable: true,
             },
-            ProcessError::Empty | ProcessError::NotFound { .. } | ProcessError::Spawn { .. } => {
-                ModelError::Command {
-                    alias: alias.clone(),
-                    message: error.to_string(),
-                    retryable: false,
-                }
-            }
+            ProcessError::Empty
+            | ProcessError::NotFound { .. }
+            | ProcessError::Spawn { .. }
+            | ProcessError::OutputTooLarge { .. } => ModelError::Command {
+                alias: alias.clone(),
+                message: error.to_string(),
+                retryable: false,
+            },
         })?;
         let stdout = String::from_utf8_lossy(&output.stdout);
         match envelope(&stdout) {

@@ -18,6 +18,7 @@ pub(crate) fn complete(
         cwd: None,
         env: request.env.clone(),
         timeout: Some(timeout),
+        max_stdout: None,
     };
     let output = run(&spec).map_err(|error| match error {
         ProcessError::TimedOut { after } => ModelError::Timeout {
@@ -30,13 +31,14 @@ pub(crate) fn complete(
             message: error.to_string(),
             retryable: true,
         },
-        ProcessError::Empty | ProcessError::NotFound { .. } | ProcessError::Spawn { .. } => {
-            ModelError::Command {
-                alias: alias.clone(),
-                message: error.to_string(),
-                retryable: false,
-            }
-        }
+        ProcessError::Empty
+        | ProcessError::NotFound { .. }
+        | ProcessError::Spawn { .. }
+        | ProcessError::OutputTooLarge { .. } => ModelError::Command {
+            alias: alias.clone(),
+            message: error.to_string(),
+            retryable: false,
+        },
     })?;
     if output.code != 0 {
         return Err(ModelError::CommandFailed {

@@ -408,7 +408,26 @@ pub struct OutputLine {
     pub stage: String,
     pub fingerprint: String,
     pub sha256: String,
+    /// The output itself; read from `file` when the line names one.
+    #[serde(default)]
     pub output: Value,
+    /// An output larger than [`LARGE_OUTPUT`] is kept in a file of its own, this path below
+    /// `artifacts/` (`outputs/<stage>-<sha256 prefix>.json`), instead of in the line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+}
+
+/// An output larger than this (as JSON) is stored once in a file of its own and the line of
+/// `outputs.jsonl` refers to it, so the log stays small and is never a copy of a huge value.
+pub const LARGE_OUTPUT: u64 = 1 << 20;
+
+/// A line of `outputs.jsonl` that refers to the file holding its output.
+#[derive(Serialize)]
+struct OutputFileRef<'a> {
+    stage: &'a str,
+    fingerprint: &'a str,
+    sha256: &'a str,
+    file: &'a str,
 }
 
 /// An [`OutputLine`] to write, borrowed from the outcome it records.
@@ -469,7 +488,28 @@ impl RunFiles {
 
     /// Append a stage's output; it reaches the file before `run.json` says the stage finished.
     pub fn output(&mut self, line: &OutputLineRef) -> std::io::Result<()> {
-        write_json(&mut self.outputs, line)?;
+        if crate::floor::hash::json_size(line.output) > LARGE_OUTPUT {
+            let prefix = line.sha256.get(..16).unwrap_or(line.sha256);
+            let file = format!("outputs/{}-{prefix}.json", line.stage);
+            let path = self.dir.join("artifacts").join(&file);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            crate::floor::atomic::replace(&path, ".output.", 0o666, |out| {
+                write_json(&mut *out, line.output)
+            })?;
+            write_json(
+                &mut self.outputs,
+                &OutputFileRef {
+                    stage: line.stage,
+                    fingerprint: line.fingerprint,
+                    sha256: line.sha256,
+                    file: &file,
+                },
+            )?;
+        } else {
+            write_json(&mut self.outputs, line)?;
+        }
         self.outputs.write_all(b"\n")
     }
 
@@ -648,19 +688,38 @@ pub fn read_record(state_dir: &Path, id: &str) -> Result<RunRecord, String> {
 
 /// The outputs a run produced, by stage (the last line of a stage wins).
 pub fn read_outputs(state_dir: &Path, id: &str) -> HashMap<String, OutputLine> {
-    let path = runs_dir(state_dir)
-        .join(id)
-        .join("artifacts")
-        .join("outputs.jsonl");
+    let artifacts = runs_dir(state_dir).join(id).join("artifacts");
     let mut out = HashMap::new();
-    if let Ok(file) = File::open(path) {
+    if let Ok(file) = File::open(artifacts.join("outputs.jsonl")) {
         for line in BufReader::new(file).lines().map_while(Result::ok) {
             if let Ok(entry) = serde_json::from_str::<OutputLine>(&line) {
                 out.insert(entry.stage.clone(), entry);
             }
         }
     }
+    // Outputs kept in files of their own: a file that is missing or damaged leaves the stage
+    // without a recorded output, as a line that did not parse would.
+    out.retain(|_, entry| match &entry.file {
+        None => true,
+        Some(file) => match read_output_file(&artifacts, file) {
+            Some(value) => {
+                entry.output = value;
+                true
+            }
+            None => false,
+        },
+    });
     out
+}
+
+/// An output kept in `artifacts/outputs/`; only a plain file name there is read.
+fn read_output_file(artifacts: &Path, file: &str) -> Option<Value> {
+    let name = file.strip_prefix("outputs/")?;
+    if name.is_empty() || name.contains('/') || name.starts_with('.') {
+        return None;
+    }
+    let file = File::open(artifacts.join("outputs").join(name)).ok()?;
+    serde_json::from_reader(BufReader::new(file)).ok()
 }
 
 /// The workflow a run record belongs to, read from the head of its `run.json` (the record's

@@ -427,6 +427,7 @@ impl StageRunner<'_> {
                 }
             }
             let output = self.execute(stage, &rendered, outcome, &parts)?;
+            self.check_size(stage, &output)?;
             // An output with failed items is not kept: the next run tries them again.
             if let Some(id) = cache_id.as_ref().filter(|_| outcome.failed_items == 0) {
                 if !self.options.dry_run {
@@ -724,6 +725,7 @@ impl StageRunner<'_> {
             cwd,
             env,
             timeout: None,
+            max_stdout: None,
         })
     }
 
@@ -848,6 +850,38 @@ impl StageRunner<'_> {
             "model": parts.model,
             "sub_workflow": parts.sub_workflow,
         }))
+    }
+
+    /// The largest output the stage may produce, in bytes (`max_output`).
+    fn max_output(&self, stage: &Stage) -> u64 {
+        stage.max_output.unwrap_or(self.workflow.max_output)
+    }
+
+    /// The message for an output past the stage's limit.
+    fn too_large(&self, stage: &Stage, what: &str) -> String {
+        let limit = self.max_output(stage);
+        let suggestion = crate::floor::size::format_size(limit.saturating_mul(4)).replace(' ', "");
+        format!(
+            "stage `{}`: {what} the output limit of {} (max_output); raise it with \
+             `max_output = \"{suggestion}\"` on the stage or in [workflow]",
+            stage.id,
+            crate::floor::size::format_size(limit),
+        )
+    }
+
+    /// Fail a stage whose output, as JSON, is larger than its limit.
+    fn check_size(&self, stage: &Stage, output: &Value) -> Result<(), String> {
+        let size = crate::floor::hash::json_size(output);
+        if size > self.max_output(stage) {
+            return Err(self.too_large(
+                stage,
+                &format!(
+                    "the output is {}, over",
+                    crate::floor::size::format_size(size)
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Run every unit (in parallel for `foreach`), each with its retries. Each `foreach` item
@@ -1027,6 +1061,7 @@ impl StageRunner<'_> {
             Rendered::Process(spec) => {
                 let mut spec = spec.clone();
                 spec.timeout = stage.timeout;
+                spec.max_stdout = Some(self.max_output(stage));
                 let ok_codes = match &stage.action {
                     Action::Command(p) | Action::Shell(p) => p.ok_codes.clone(),
                     _ => vec![0],
@@ -1042,7 +1077,18 @@ impl StageRunner<'_> {
                     }
                 };
                 let output =
-                    process::run_observed(&spec, &journal_start).map_err(|e| e.to_string())?;
+                    process::run_observed(&spec, &journal_start).map_err(|error| match error {
+                        process::ProcessError::OutputTooLarge { .. } => {
+                            self.too_large(
+                                stage,
+                                &format!(
+                                    "`{}` wrote more to stdout than",
+                                    spec.argv.first().map_or("", String::as_str)
+                                ),
+                            ) + "; the command was stopped"
+                        }
+                        error => error.to_string(),
+                    })?;
                 *stderr = process::tail(&output.stderr, STDERR_KEPT);
                 if !ok_codes.contains(&output.code) {
                     let tail = output.stderr_tail();
@@ -1085,6 +1131,8 @@ impl StageRunner<'_> {
                     cwd: &self.runtime.cwd,
                     writes: &self.prepared.writes,
                     locks: &self.prepared.locks,
+                    cancel: crate::builtins::Cancel::after(stage.timeout),
+                    max_output: self.max_output(stage),
                 };
                 let value = (builtin.run)(args, &ctx).map_err(|e| e.to_string())?;
                 let value = match (stage.format, value) {
@@ -1357,6 +1405,7 @@ mod tests {
             cwd: Some("sub/dir".into()),
             env: vec![("A".into(), "b".into())],
             timeout: None,
+            max_stdout: None,
         });
         let process_doc = json!({
             "argv": ["sh", "-c", "echo \"1\""],
