@@ -201,6 +201,9 @@ fn builtin(name: &str, with: &Value) {
         cwd: scratch(),
         writes: &writes,
         locks: &locks,
+        cancel: stagegraph::builtins::Cancel::default(),
+        // A bound, so an input naming a huge or endless file cannot exhaust the fuzzer.
+        max_output: 1 << 20,
     };
     let _ = (builtin.run)(with, &ctx);
 }
