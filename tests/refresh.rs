@@ -1087,6 +1087,7 @@ fn decay_is_days_weeks_months_or_years_and_anything_else_names_the_source() {
             .read(&page)
             .replace("decay: 30d", &format!("decay: {bad}"));
         home.test.write(&page, &text);
+        let outside_before = home.outside();
         let out = home.refresh(&[]);
         out.code(1);
         let shown = if bad.parse::<i64>().is_ok() {
@@ -1097,6 +1098,7 @@ fn decay_is_days_weeks_months_or_years_and_anything_else_names_the_source() {
         out.stderr_has(&format!("source `api-docs`: decay {shown} in "));
         out.stderr_has("is not none or a count and a unit (d days, w weeks, m months, y years)");
         assert!(!home.test.exists(PROPOSED), "{bad}");
+        assert_eq!(home.outside(), outside_before, "{bad}: written outside");
     }
 }
 
@@ -1528,6 +1530,8 @@ fn locating_the_contextualizer() {
     assert_eq!(home.tree("dotfiles-demo-context"), target_before);
 
     // A name is a slug, never a path.
+    let outside_before = home.outside();
+    let proposal_before = home.tree(PROPOSED);
     let out = home.run(&[
         "run",
         "refresh",
@@ -1538,6 +1542,56 @@ fn locating_the_contextualizer() {
     ]);
     out.code(1);
     out.stderr_has("`name` must be a contextualizer slug");
+    assert_eq!(home.outside(), outside_before, "written outside");
+    assert_eq!(home.tree(PROPOSED), proposal_before);
+}
+
+/// No live verify.sh (bootstrapped, never refreshed): the engine template is staged as `added`,
+/// and verify runs with it against the merged tree; the live tree gets no verify.sh.
+#[test]
+fn a_missing_verify_sh_is_staged_from_the_engine_template_as_added() {
+    let home = Home::new();
+    std::fs::remove_file(home.test.path(LIVE).join("verify.sh")).expect("no verify.sh");
+    let template = "set -e\ntest -f research/source-paths.json\necho '[PASS] stamped template'\n";
+    home.test
+        .write("plugin/engine-bootstrap-templates/verify.sh", template);
+    let out = home
+        .test
+        .command([
+            "run",
+            "refresh",
+            "--input",
+            "name=demo",
+            "--input",
+            "project_dir=project",
+        ])
+        .env("STAGEGRAPH_NOW", NOW)
+        .env(
+            "SKILL_ENGINE_CACHE_ROOT",
+            &home.test.path(CACHE).display().to_string(),
+        )
+        .env(
+            "CLAUDE_PLUGIN_ROOT",
+            &home.test.path("plugin").display().to_string(),
+        )
+        .output();
+    out.code(0);
+    assert!(!home.test.exists(&format!("{LIVE}/verify.sh")));
+    assert_eq!(home.test.read(&format!("{PROPOSED}/verify.sh")), template);
+    let manifest = home.json(&format!("{PROPOSED}/.review/manifest.json"));
+    let entry = manifest["entries"]
+        .as_array()
+        .and_then(|e| e.iter().find(|e| e["path"] == "verify.sh"))
+        .cloned()
+        .expect("verify.sh");
+    assert_eq!(
+        entry,
+        json!({ "path": "verify.sh", "status": "added", "sha_before": null, "sha_after": prefix(&home, &format!("{PROPOSED}/verify.sh")) })
+    );
+    assert!(home
+        .test
+        .stage_output("verify")
+        .contains("[PASS] stamped template"));
 }
 
 /// `.claude/skills` mounted read-only (a user and mount namespace of the run's own, as a
