@@ -269,13 +269,12 @@ pub(super) fn read_bounded(path: &Path, ctx: &BuiltinCtx) -> Result<Vec<u8>, Opt
     let mut reader = super::Checked {
         inner: file,
         cancel: ctx.cancel,
+    };
+    match crate::floor::process::read_capped(&mut reader, ctx.max_output, &mut bytes) {
+        Ok(false) => Ok(bytes),
+        Ok(true) => Err(None),
+        Err(error) => Err(Some(error)),
     }
-    .take(ctx.max_output.saturating_add(1));
-    reader.read_to_end(&mut bytes).map_err(Some)?;
-    if bytes.len() as u64 > ctx.max_output {
-        return Err(None);
-    }
-    Ok(bytes)
 }
 
 // ---------------------------------------------------------------------------------------------

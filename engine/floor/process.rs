@@ -276,20 +276,36 @@ pub fn run_observed(
 /// more than the limit. Says whether the limit was passed.
 fn read_bounded(mut pipe: impl Read, limit: Option<u64>, pgid: i32) -> (Vec<u8>, bool) {
     let mut kept = Vec::new();
+    match read_capped(&mut pipe, limit.unwrap_or(u64::MAX), &mut kept) {
+        Ok(true) => {
+            kill_group(pgid, libc::SIGKILL);
+            (kept, true)
+        }
+        Ok(false) | Err(_) => (kept, false),
+    }
+}
+
+/// Append what `reader` gives to `out`, up to `limit` bytes; says whether there was more. The
+/// buffer grows by doubling but never past the limit, so reading costs at most the limit (a
+/// plain `read_to_end` may double to twice it).
+pub fn read_capped(reader: &mut impl Read, limit: u64, out: &mut Vec<u8>) -> std::io::Result<bool> {
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
     let mut chunk = vec![0u8; 64 * 1024];
     loop {
-        match pipe.read(&mut chunk) {
-            Ok(0) => return (kept, false),
-            Ok(n) => {
-                if limit.is_some_and(|limit| (kept.len() + n) as u64 > limit) {
-                    kill_group(pgid, libc::SIGKILL);
-                    return (kept, true);
-                }
-                kept.extend_from_slice(&chunk[..n]);
-            }
-            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return (kept, false),
+        let n = match reader.read(&mut chunk) {
+            Ok(0) => return Ok(false),
+            Ok(n) => n,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(error),
+        };
+        if out.len() + n > limit {
+            return Ok(true);
         }
+        if out.capacity() < out.len() + n {
+            let wanted = (out.len() + n).max(out.capacity() * 2).min(limit);
+            out.reserve_exact(wanted - out.len());
+        }
+        out.extend_from_slice(&chunk[..n]);
     }
 }
 
