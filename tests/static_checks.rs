@@ -198,3 +198,48 @@ command = ["echo", "{{ item.url }} {{ item.source_di }}"]
         .stderr_has("0 error(s), 1 warning(s)");
     assert!(!out.stderr.contains("`url`"), "{}", out.stderr);
 }
+
+#[test]
+fn comparisons_that_can_never_hold_and_names_nothing_sets_are_check_errors() {
+    let t = Test::new();
+    t.write("templates/part.j2", "part");
+    t.write(
+        "w.toml",
+        r#"[stages.confirm]
+uses = "ask"
+with = { question = "Go?", choices = ["y", "n"], default = "n" }
+
+[stages.go]
+if = "stages.confirm.output == 'yes'"
+command = ["echo", "{% include 'part.j2' %}{% include 'prat.j2' %}{% include 'extra.j2' ignore missing %}"]
+set_state = { last_seen = "{{ now() }}" }
+
+[stages.report]
+finally = true
+if = "run.status != 'succeded'"
+command = ["echo", "{{ run.exit.stag }} {{ run.statuss }} {{ state.last_sene }} status == 'prose'"]
+
+[stages.fine]
+if = "stages.go.status == 'skipped' and stages.confirm.output | upper == 'YES' and state.last_seen is defined"
+command = ["echo", "{{ run.exit.stage if run.exit else run.status }}"]
+"#,
+    );
+    let out = t.run(["check", "w.toml"]);
+    out.code(2)
+        .stderr_has("w.toml:6:32: `stages.confirm.output` is never `yes`, so this comparison is always false")
+        .stderr_has("it is one of `y`, `n`")
+        .stderr_has("w.toml:7:56: template `prat.j2` not found")
+        .stderr_has("w.toml:12:21: `run.status` is never `succeded`, so this comparison is always true")
+        .stderr_has("did you mean `succeeded`?")
+        .stderr_has("w.toml:13:33: `run.exit` has `stage` and `message`, not `stag`")
+        .stderr_has("w.toml:13:48: `run` has no field `statuss`")
+        .stderr_has("did you mean `status`?")
+        .stderr_has("w.toml:13:62: no stage sets `state.last_sene`")
+        .stderr_has("did you mean `last_seen`?")
+        .stderr_has("w.toml: invalid (6 error(s)");
+    assert!(
+        !out.stderr.contains("never `prose`") && !out.stderr.contains("extra.j2` not found"),
+        "{}",
+        out.stderr
+    );
+}

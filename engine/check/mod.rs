@@ -17,6 +17,8 @@
 //! - `compile`: the queued sources into templates and expressions;
 //! - `foreach`: what each `foreach` loops over, typed by the upstream schema or input type;
 //! - `references`: every name a template reads, and the edges they add;
+//! - `literals`: quoted strings compared with values whose possible values are known, and the
+//!   template files a tag loads;
 //! - `graph`: the order the stages run in, or the cycles;
 //! - `assemble`: the typed [`Stage`]s of the [`Workflow`] (the handoff types, in `workflow`);
 //! - `spans`: where a problem inside a template points.
@@ -29,6 +31,7 @@ mod gather;
 mod graph;
 mod key;
 mod late_writes;
+mod literals;
 mod names;
 mod references;
 mod schemas;
@@ -279,6 +282,7 @@ impl Checker<'_> {
             .collect();
         self.items = self.check_foreach(&schemas);
         let deps = self.references(&ids, &index, &pendings, &templates, &schemas);
+        self.check_literals(&pendings, &templates, &schemas);
         for problem in crate::finally::problems(self.file, &deps) {
             let diagnostic = if problem.key {
                 self.error_key(problem.message, &problem.pointer)

@@ -161,6 +161,69 @@ impl Checker<'_> {
         }
     }
 
+    /// `run.<field>`: what templates see of the run.
+    fn check_run_path(&mut self, path: &[&str], at: &At, source: &str) {
+        const FIELDS: &[&str] = &[
+            "id",
+            "dir",
+            "started_at",
+            "workflow",
+            "dry_run",
+            "status",
+            "exit",
+            "error",
+        ];
+        let problem = match path {
+            [field, ..] if !FIELDS.contains(field) => Some((
+                *field,
+                format!("`run` has no field `{field}`"),
+                did_you_mean(field, FIELDS.iter().copied())
+                    .unwrap_or_else(|| format!("`run` has {}", FIELDS.join(", "))),
+            )),
+            ["exit", field, ..] if !["stage", "message"].contains(field) => Some((
+                *field,
+                format!("`run.exit` has `stage` and `message`, not `{field}`"),
+                did_you_mean(field, ["stage", "message"])
+                    .unwrap_or_else(|| "`run.exit` is `{ stage, message }`, or none".into()),
+            )),
+            _ => None,
+        };
+        if let Some((needle, message, help)) = problem {
+            self.diag_at(at, source, needle, message);
+            self.diags.last_mut().expect("pushed").help = Some(help);
+        }
+    }
+
+    /// `state.<key>`: a key some stage of the workflow sets with `set_state` (state holds
+    /// nothing else). Left alone when an overlay disabled a stage, which may have set it.
+    fn check_state_key(&mut self, key: &str, at: &At, source: &str, reference: &str) {
+        if !self.raw.disabled.is_empty()
+            || self
+                .file
+                .stages
+                .values()
+                .any(|def| def.set_state.contains_key(key))
+        {
+            return;
+        }
+        let keys: Vec<&str> = self
+            .file
+            .stages
+            .values()
+            .flat_map(|def| def.set_state.keys().map(String::as_str))
+            .collect();
+        let help = did_you_mean(key, keys.iter().copied()).unwrap_or_else(|| {
+            format!("state holds what stages keep with `set_state = {{ {key} = \"...\" }}`")
+        });
+        self.diag_at(
+            at,
+            source,
+            reference,
+            format!("no stage sets `state.{key}`"),
+        );
+        self.diags.last_mut().expect("pushed").help = Some(help);
+    }
+
     fn check_reference(
         &mut self,
         own: Option<usize>,
@@ -284,7 +347,16 @@ impl Checker<'_> {
                 }
                 None
             }
-            "state" | "run" => None,
+            "run" => {
+                self.check_run_path(&parts[1..], at, source);
+                None
+            }
+            "state" => {
+                if let Some(key) = parts.get(1) {
+                    self.check_state_key(key, at, source, reference);
+                }
+                None
+            }
             // Functions and globals of the template environment (`now`, `range`, ...).
             other if self.globals.contains(other) => None,
             // Bound inside the template itself (a `set` or `for` the analysis did not follow,
