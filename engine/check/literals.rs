@@ -297,7 +297,7 @@ mod tests {
             RunStatus::Interrupted,
         ] {
             assert!(super::RUN_STATUSES.contains(&status.as_str()));
-            assert!(super::RUN_STATUSES.contains(&crate::finally::status_word(status)));
+            assert!(super::RUN_STATUSES.contains(&status.finally_word()));
         }
     }
 
