@@ -922,6 +922,31 @@ fn discard_asks_declines_without_an_answer_and_removes_on_yes() {
     out.code(0).stderr_has("No proposed staging dir found under any of ~/.claude/skills/, ~/.claude/local/skills/ or .claude/skills/. Nothing to discard.");
 }
 
+/// The write roots of review, apply and discard are the proposal found (and, for apply, its
+/// live contextualizer), not the install levels: a proposal that is a symbolic link loses the
+/// link on discard, and what it points to, and every other folder beside it, stay as they were.
+#[test]
+fn discard_of_a_linked_proposal_removes_the_link_only() {
+    let home = Home::new();
+    home.review().code(0);
+    let proposed = home.test.path(PROPOSED);
+    std::fs::rename(&proposed, home.test.path("elsewhere")).expect("move it out");
+    symlink(home.test.path("elsewhere"), &proposed).expect("symlink");
+    let elsewhere_before = home.snapshot();
+    let out = home.run("discard", &["--yes"]);
+    out.code(0);
+    assert!(
+        std::fs::symlink_metadata(&proposed).is_err(),
+        "the link is gone"
+    );
+    let after = home.snapshot();
+    for (path, hash) in &elsewhere_before {
+        if path.starts_with("elsewhere/") || path.starts_with(&format!("{LIVE}/")) {
+            assert_eq!(after.get(path), Some(hash), "{path} changed");
+        }
+    }
+}
+
 #[test]
 fn a_rejected_proposal_is_discarded_after_apply_refuses_it() {
     let home = Home::new();

@@ -156,11 +156,17 @@ impl WriteRoots {
         })?;
         let roots = self.roots();
         for root in &roots {
-            // A root that cannot be resolved (say, a dangling link) admits nothing.
-            if let Ok(root) = resolve_existing(&lexical_absolute(root)) {
-                if target.starts_with(&root) {
+            let lexical = lexical_absolute(root);
+            // A root that cannot be resolved (say, a dangling link) admits nothing beneath it.
+            if let Ok(real) = resolve_existing(&lexical) {
+                if target.starts_with(&real) {
                     return Ok(target);
                 }
+            }
+            // A root that is a symbolic link admits the link itself too, so that it can be
+            // replaced or removed (neither follows it).
+            if resolve_target(&lexical).is_ok_and(|itself| itself == target) {
+                return Ok(target);
             }
         }
         let unknown = self.unknown();
@@ -304,6 +310,26 @@ mod tests {
             roots.check(&base.join("out/link")),
             Ok(base.join("out/link"))
         );
+    }
+
+    #[test]
+    fn a_root_that_is_a_link_admits_the_link_itself_and_nothing_beside_it() {
+        let (_dir, base) = sandbox();
+        fs::create_dir_all(base.join("real")).expect("real");
+        fs::create_dir_all(base.join("skills")).expect("skills");
+        symlink(base.join("real"), base.join("skills/x.proposed")).expect("symlink");
+        let roots = WriteRoots::new(&base, &["skills/x.proposed".to_string()]);
+        assert_eq!(
+            roots.check(&base.join("skills/x.proposed")),
+            Ok(base.join("skills/x.proposed"))
+        );
+        assert_eq!(
+            roots.check(&base.join("skills/x.proposed/f")),
+            Ok(base.join("real/f"))
+        );
+        roots
+            .check(&base.join("skills/other"))
+            .expect_err("a sibling of the link");
     }
 
     #[test]
