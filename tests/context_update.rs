@@ -1202,6 +1202,15 @@ fn wait_for_runs(project: &Project, count: usize) -> Value {
         project
             .run_ids()
             .iter()
+            // A run's folder exists a moment before its first record is written in it.
+            .filter(|id| {
+                project
+                    .state_dir()
+                    .join("runs")
+                    .join(id)
+                    .join("run.json")
+                    .is_file()
+            })
             .map(|id| project.record(id))
             .filter(|record| record["status"] != "running")
             .count()
