@@ -2088,3 +2088,27 @@ fn a_reference_citing_a_changed_page_is_rewritten_from_the_page_before_and_now()
         "{checked}"
     );
 }
+
+/// A failure after part of the proposal was staged (here the review worksheet, broken by an
+/// overlay): the handoff line says a partial proposal is there and names the commands, last.
+#[test]
+fn a_failure_after_staging_began_says_a_partial_proposal_is_left() {
+    let home = Home::new();
+    home.test.write(
+        ".stagegraph/workflows/refresh.toml",
+        "[workflow]\nextends = \"refresh\"\n\n[stages.review_sheet]\ntemplate = { inline = \"{{ 1 // 0 }}\" }\n",
+    );
+    let live_before = home.tree(LIVE);
+    let out = home.refresh(&[]);
+    out.code(1);
+    assert_eq!(stage(&home.record(), "review_sheet")["status"], "failed");
+    assert!(home
+        .test
+        .exists(&format!("{PROPOSED}/research/source-paths.json")));
+    assert!(
+        out.stdout.trim_end().ends_with("The run failed (above) after staging part of a proposal at demo-context.proposed/; the live contextualizer is unchanged. Inspect it or throw it away: run `stagegraph run review --input slug=demo` to inspect, `stagegraph run apply --input slug=demo` to promote, `stagegraph run discard --input slug=demo` to throw away."),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(home.tree(LIVE), live_before);
+}
