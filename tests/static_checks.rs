@@ -243,3 +243,52 @@ command = ["echo", "{{ run.exit.stage if run.exit else run.status }}"]
         out.stderr
     );
 }
+
+#[test]
+fn sub_workflow_inputs_of_the_wrong_type_and_items_sharing_a_path_are_check_errors() {
+    let t = Test::new();
+    t.write(
+        ".stagegraph/workflows/child.toml",
+        r#"[inputs.count]
+type = "integer"
+
+[inputs.flag]
+type = "boolean"
+default = false
+
+[stages.a]
+command = ["echo", "{{ inputs.count }}"]
+"#,
+    );
+    t.write(
+        "w.toml",
+        r#"[workflow]
+writes = ["out"]
+
+[stages.sub]
+workflow = "child"
+with = { count = "3", flag = "{{ 1 == 1 }}" }
+
+[stages.each]
+foreach = "[1, 2]"
+command = ["echo", "{{ item }}"]
+output = { path = "out/all.txt" }
+"#,
+    );
+    let out = t.run(["check", "w.toml"]);
+    out.code(2)
+        .stderr_has("w.toml:6:18: input `count` of workflow `child` is of type integer, but this is a string")
+        .stderr_has("write an integer here: the sub-workflow gets the value as written")
+        .stderr_has("w.toml:11:19: every item of `foreach` stage `each` writes the same `output.path`")
+        .stderr_has("put `{{ index }}` or a field of `item` in it")
+        .stderr_has("w.toml: invalid (2 error(s)");
+    // What check refused is what the run would have failed on.
+    let fixed = t
+        .read("w.toml")
+        .replace("count = \"3\"", "count = 3")
+        .replace("out/all.txt", "out/{{ index }}.txt");
+    t.write("w.toml", &fixed);
+    t.run(["run", "w.toml"]).code(0);
+    assert_eq!(t.read("out/0.txt").trim(), "1");
+    assert_eq!(t.read("out/1.txt").trim(), "2");
+}

@@ -349,6 +349,16 @@ impl Checker<'_> {
                     path,
                     Kind::Text,
                 );
+                if def.foreach.is_some() && !names_the_item(path) {
+                    self.error(
+                        format!("every item of `foreach` stage `{id}` writes the same `output.path`"),
+                        &p("output/path"),
+                    )
+                    .help = Some(
+                        "each item's output is written to the path rendered for it: put `{{ index }}` or a field of `item` in it"
+                            .into(),
+                    );
+                }
                 if self.file.workflow.writes.is_empty() {
                     self.error(format!("stage `{id}` writes its output to a file, but `[workflow] writes` is empty"), &p("output/path"))
                         .help = Some("list the folders the workflow may write in `[workflow] writes`".into());
@@ -626,6 +636,35 @@ impl Checker<'_> {
                         );
                     }
                 }
+                for (key, value) in given.iter() {
+                    let Some(decl) = workflow.inputs.get(key) else {
+                        continue;
+                    };
+                    // A string with a template may render to any type; anything else is the
+                    // value the sub-workflow's inputs get, which must be of the declared type.
+                    if value
+                        .as_str()
+                        .is_some_and(crate::template::compiled::has_syntax)
+                        || decl.kind.admits(value)
+                    {
+                        continue;
+                    }
+                    self.error(
+                        format!(
+                            "input `{key}` of workflow `{name}` is of type {}, but this is {}",
+                            decl.kind.name(),
+                            super::format_errors::json_type(value)
+                        ),
+                        &p(&format!("with/{}", pointer_segment(key))),
+                    )
+                    .help = Some(format!(
+                        "write {} here: the sub-workflow gets the value as written",
+                        match decl.kind.name() {
+                            kind @ ("integer" | "array" | "object") => format!("an {kind}"),
+                            kind => format!("a {kind}"),
+                        }
+                    ));
+                }
                 for (k, v) in given.iter() {
                     self.gather_with(
                         i,
@@ -745,4 +784,12 @@ impl Checker<'_> {
             }
         }
     }
+}
+
+/// Whether a template reads `item` or `index` (or `loop`), so it renders differently per item.
+fn names_the_item(source: &str) -> bool {
+    static NAMES: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"(?:^|[^\w.])(?:item|index|loop)\b").expect("a valid regex")
+    });
+    crate::template::compiled::has_syntax(source) && NAMES.is_match(source)
 }
