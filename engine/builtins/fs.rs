@@ -636,7 +636,7 @@ fn copy(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
         refuse_into_itself("copy", &from, &to)?;
     }
     prepare_destination(&meta, &from, &to)?;
-    copy_entry(&from, &meta, &to)?;
+    copy_entry(&from, &meta, &to, ctx.cancel)?;
     Ok(path_output(&to))
 }
 
@@ -661,7 +661,7 @@ fn move_(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
         Ok(()) => {}
         Err(err) if err.raw_os_error() == Some(libc::EXDEV) => {
             // Another filesystem: copy, then remove the original.
-            copy_entry(&from, &meta, &to)?;
+            copy_entry(&from, &meta, &to, ctx.cancel)?;
             remove_entry(&from, &meta)?;
         }
         Err(err) => return Err(io_error("cannot move", &from, &err)),
@@ -715,7 +715,12 @@ fn prepare_destination(
 
 /// Copy one entry (file, link or folder) to `to`, whose parent exists; `to` is replaced atomically
 /// for a file or link, and swapped in after the whole copy for a folder.
-fn copy_entry(from: &Path, meta: &fs::Metadata, to: &Path) -> Result<(), BuiltinError> {
+fn copy_entry(
+    from: &Path,
+    meta: &fs::Metadata,
+    to: &Path,
+    cancel: super::Cancel,
+) -> Result<(), BuiltinError> {
     let (parent, name) =
         paths::split_parent(to).map_err(|err| io_error("cannot write", to, &err))?;
     let prefix = paths::temp_prefix(name);
@@ -735,7 +740,10 @@ fn copy_entry(from: &Path, meta: &fs::Metadata, to: &Path) -> Result<(), Builtin
             .suffix(".tmp")
             .tempfile_in(parent)
             .map_err(fail)?;
-        let mut source = File::open(from).map_err(fail)?;
+        let mut source = super::Checked {
+            inner: File::open(from).map_err(fail)?,
+            cancel,
+        };
         io::copy(&mut source, temp.as_file_mut()).map_err(fail)?;
         temp.as_file()
             .set_permissions(meta.permissions())
@@ -748,7 +756,7 @@ fn copy_entry(from: &Path, meta: &fs::Metadata, to: &Path) -> Result<(), Builtin
             .suffix(".tmp")
             .tempdir_in(parent)
             .map_err(fail)?;
-        copy_tree(from, staging.path())?;
+        copy_tree(from, staging.path(), cancel)?;
         fs::set_permissions(staging.path(), meta.permissions()).map_err(fail)?;
         // From here on the staging folder is `to`, or is cleaned up by `replace_folder`.
         let staged = staging.keep();
@@ -764,8 +772,9 @@ fn copy_entry(from: &Path, meta: &fs::Metadata, to: &Path) -> Result<(), Builtin
 }
 
 /// Copy what is below folder `from` into the existing folder `into`, links as links.
-fn copy_tree(from: &Path, into: &Path) -> Result<(), BuiltinError> {
+fn copy_tree(from: &Path, into: &Path, cancel: super::Cancel) -> Result<(), BuiltinError> {
     for entry in WalkDir::new(from).min_depth(1).follow_links(false) {
+        cancel.check()?;
         let entry = entry.map_err(|err| walk_error("cannot copy", from, err))?;
         let source = entry.path();
         let target = into.join(relative_to(source, from)?);
@@ -1134,10 +1143,14 @@ mod tests {
         assert_eq!(hash("tree"), first);
 
         // The same content elsewhere hashes the same: only relative paths count.
-        super::copy_tree(&sandbox.path("tree"), &{
-            fs::create_dir(sandbox.path("twin")).expect("twin");
-            sandbox.path("twin")
-        })
+        super::copy_tree(
+            &sandbox.path("tree"),
+            &{
+                fs::create_dir(sandbox.path("twin")).expect("twin");
+                sandbox.path("twin")
+            },
+            crate::builtins::Cancel::default(),
+        )
         .expect("copy");
         assert_eq!(hash("twin"), first);
 

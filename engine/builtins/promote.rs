@@ -322,9 +322,12 @@ fn no_links_below(root: &Path, parts: &[&str], entry: &str) -> Result<bool, Buil
     Ok(true)
 }
 
-fn file_sha256(path: &Path) -> Result<String, BuiltinError> {
-    let mut file =
-        File::open(path).map_err(|err| super::fs::io_error("cannot hash", path, &err))?;
+fn file_sha256(path: &Path, cancel: super::Cancel) -> Result<String, BuiltinError> {
+    let file = File::open(path).map_err(|err| super::fs::io_error("cannot hash", path, &err))?;
+    let mut file = super::Checked {
+        inner: file,
+        cancel,
+    };
     let mut hasher = Sha256::new();
     io::copy(&mut file, &mut hasher)
         .map_err(|err| super::fs::io_error("cannot hash", path, &err))?;
@@ -376,7 +379,12 @@ fn tree_root(ctx: &BuiltinCtx, path: &str, may_be_missing: bool) -> Result<PathB
 }
 
 /// Check every entry against both trees; an unsafe or broken manifest is an error.
-fn check_all(from: &Path, to: &Path, entries: &[Entry]) -> Result<Vec<Checked>, BuiltinError> {
+fn check_all(
+    from: &Path,
+    to: &Path,
+    entries: &[Entry],
+    cancel: super::Cancel,
+) -> Result<Vec<Checked>, BuiltinError> {
     let mut seen = std::collections::HashSet::new();
     // Every path first, so a hostile manifest is refused before any file is read.
     for entry in entries {
@@ -414,7 +422,7 @@ fn check_all(from: &Path, to: &Path, entries: &[Entry]) -> Result<Vec<Checked>, 
         let staged = from.join(&entry.path);
         let target = to.join(&entry.path);
         let live = if live_exists && entry.status != Status::Unchanged {
-            Some(file_sha256(&target)?)
+            Some(file_sha256(&target, cancel)?)
         } else {
             None
         };
@@ -436,7 +444,7 @@ fn check_all(from: &Path, to: &Path, entries: &[Entry]) -> Result<Vec<Checked>, 
                     matches(&live, &entry.sha_before) || matches(&live, &entry.sha_after)
                 };
                 if staged_exists {
-                    let sha = Some(file_sha256(&staged)?);
+                    let sha = Some(file_sha256(&staged, cancel)?);
                     if !matches(&sha, &entry.sha_after) {
                         return Err(BuiltinError::new(format!(
                             "staged file `{}` no longer matches the manifest (sha_after {}, found {}); restage the proposal",
@@ -507,7 +515,7 @@ fn verify(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     let args: VerifyArgs = parse_with("tree.verify", with)?;
     let from = tree_root(ctx, &args.from, false)?;
     let to = tree_root(ctx, &args.to, true)?;
-    let checked = check_all(&from, &to, &args.entries)?;
+    let checked = check_all(&from, &to, &args.entries, ctx.cancel)?;
     let entries: Vec<Value> = checked.iter().map(describe).collect();
     let stale: Vec<Value> = checked
         .iter()
@@ -551,7 +559,7 @@ fn promote(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     let args: PromoteArgs = parse_with("tree.promote", with)?;
     let from = tree_root(ctx, &args.from, false)?;
     let to = tree_root(ctx, &args.to, true)?;
-    let checked = check_all(&from, &to, &args.entries)?;
+    let checked = check_all(&from, &to, &args.entries, ctx.cancel)?;
     if let Some(stale) = checked.iter().find(|c| c.state == State::Stale) {
         return Err(BuiltinError::new(format!(
             "live file `{}` changed since the proposal was staged (live {}, expected {}); nothing was promoted",
