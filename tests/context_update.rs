@@ -354,8 +354,11 @@ impl Project {
     fn run_ids(&self) -> Vec<String> {
         let mut ids: Vec<String> = fs::read_dir(self.state_dir().join("runs"))
             .map(|entries| {
+                // A run's folder is made before its first run.json is renamed into it: a run
+                // is listed once it has a record, as `runs` lists it.
                 entries
                     .filter_map(Result::ok)
+                    .filter(|entry| entry.path().join("run.json").is_file())
                     .map(|entry| entry.file_name().to_string_lossy().into_owned())
                     .collect()
             })
