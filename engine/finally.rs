@@ -8,13 +8,14 @@
 
 use std::collections::BTreeSet;
 
+use crate::diag::DiagnosticKind;
 use crate::format::{OnError, WorkflowFile};
 use crate::load::pointer_segment;
 
 /// One problem: the message, the JSON pointer it is about, whether the pointer names a key (the
 /// stage's table) rather than a value, and a help line.
 pub(crate) struct Problem {
-    pub message: String,
+    pub message: DiagnosticKind,
     pub pointer: String,
     pub key: bool,
     pub help: String,
@@ -33,7 +34,8 @@ pub(crate) fn problems(file: &WorkflowFile, deps: &[BTreeSet<usize>]) -> Vec<Pro
                 out.push(Problem {
                     message: format!(
                         "finally stage `{id}` has `exit_if`, but the run has already ended when it runs"
-                    ),
+                    )
+                    .into(),
                     pointer: format!("{stage}/exit_if"),
                     key: true,
                     help: "read how the run ended from `run.status`, `run.exit` and `run.error`"
@@ -44,7 +46,8 @@ pub(crate) fn problems(file: &WorkflowFile, deps: &[BTreeSet<usize>]) -> Vec<Pro
                 out.push(Problem {
                     message: format!(
                         "finally stage `{id}` has `on_error = \"exit\"`, but the run has already ended when it runs"
-                    ),
+                    )
+                    .into(),
                     pointer: format!("{stage}/on_error"),
                     key: false,
                     help: "a finally stage's failure is recorded and never changes how the run ended; use \"fail\" or \"continue\"".into(),
@@ -61,9 +64,10 @@ pub(crate) fn problems(file: &WorkflowFile, deps: &[BTreeSet<usize>]) -> Vec<Pro
             }
             let position = def.after.iter().position(|a| a == *target);
             out.push(Problem {
-                message: format!(
-                    "stage `{id}` depends on finally stage `{target}`, which runs only after the run has ended"
-                ),
+                message: DiagnosticKind::DependsOnFinally {
+                    stage: (*id).clone(),
+                    target: (*target).clone(),
+                },
                 pointer: match position {
                     Some(p) => format!("{stage}/after/{p}"),
                     None => stage.clone(),

@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::key::{DurationKey, Field, TemplateKey};
 use super::{stage_pointer, Checker, Workflow};
 use crate::builtins::{self, Builtin};
-use crate::diag::{did_you_mean, Diagnostic, SourceFile};
+use crate::diag::{did_you_mean, Diagnostic, DiagnosticKind, SourceFile};
 use crate::format::{CacheDef, OnError, OutputFormat, StageDef, TemplateRef, ACTION_KEYS};
 use crate::library::Shelf;
 use crate::load::{self, pointer_segment};
@@ -360,8 +360,13 @@ impl Checker<'_> {
                     );
                 }
                 if self.file.workflow.writes.is_empty() {
-                    self.error(format!("stage `{id}` writes its output to a file, but `[workflow] writes` is empty"), &p("output/path"))
-                        .help = Some("list the folders the workflow may write in `[workflow] writes`".into());
+                    self.error(
+                        DiagnosticKind::OutputWithoutWrites(id.to_string()),
+                        &p("output/path"),
+                    )
+                    .help = Some(
+                        "list the folders the workflow may write in `[workflow] writes`".into(),
+                    );
                 }
             }
             if let Some(schema_name) = &output.schema {
@@ -779,7 +784,7 @@ impl Checker<'_> {
                 self.durations.insert(key, duration);
             }
             Err(error) => {
-                self.error(error, pointer).help =
+                self.error(DiagnosticKind::BadDuration(error), pointer).help =
                     Some("durations look like \"500ms\", \"30s\", \"10m\", \"2h\", \"7d\"".into());
             }
         }

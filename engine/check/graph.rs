@@ -6,6 +6,7 @@ use foldhash::{HashSet, HashSetExt};
 use petgraph::graph::{DiGraph, NodeIndex};
 
 use super::{stage_pointer, Checker};
+use crate::diag::DiagnosticKind;
 
 impl Checker<'_> {
     /// The stages in a topological order; an error for each cycle (and an empty order).
@@ -26,7 +27,7 @@ impl Checker<'_> {
                 members.sort_unstable();
                 let cycle = cycle_path(&members, deps, ids);
                 let first = &ids[members[0]];
-                self.error_key(format!("dependency cycle: {cycle}"), &stage_pointer(first))
+                self.error_key(DiagnosticKind::Cycle(cycle), &stage_pointer(first))
                     .help = Some("a stage cannot depend, directly or through others, on itself; remove one of the edges (an `after` entry or a `stages.X` reference)".into());
             }
         }

@@ -48,7 +48,7 @@ use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::diag::Diagnostic;
+use crate::diag::{Diagnostic, DiagnosticKind};
 use crate::format::WorkflowFile;
 use crate::library::SearchPath;
 use crate::load::{pointer_segment, RawWorkflow};
@@ -234,15 +234,17 @@ fn is_stage_id(id: &str) -> bool {
 }
 
 impl Checker<'_> {
-    fn error(&mut self, message: impl Into<String>, pointer: &str) -> &mut Diagnostic {
+    fn error(&mut self, kind: impl Into<DiagnosticKind>, pointer: &str) -> &mut Diagnostic {
         let location = self.raw.locate(pointer);
-        self.diags.push(Diagnostic::error(message).at_opt(location));
+        self.diags
+            .push(Diagnostic::of(kind.into()).at_opt(location));
         self.diags.last_mut().expect("just pushed")
     }
 
-    fn error_key(&mut self, message: impl Into<String>, pointer: &str) -> &mut Diagnostic {
+    fn error_key(&mut self, kind: impl Into<DiagnosticKind>, pointer: &str) -> &mut Diagnostic {
         let location = self.raw.locate_key(pointer);
-        self.diags.push(Diagnostic::error(message).at_opt(location));
+        self.diags
+            .push(Diagnostic::of(kind.into()).at_opt(location));
         self.diags.last_mut().expect("just pushed")
     }
 

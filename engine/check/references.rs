@@ -10,7 +10,7 @@ use super::foreach::ItemOf;
 use super::gather::{At, Context, Pending};
 use super::schemas::SchemaOf;
 use super::{stage_pointer, Checker};
-use crate::diag::did_you_mean;
+use crate::diag::{did_you_mean, DiagnosticKind};
 use crate::template::{compiled, Tmpl};
 
 impl Checker<'_> {
@@ -103,7 +103,8 @@ impl Checker<'_> {
             return;
         }
         let help = did_you_mean(name, ids.iter().map(String::as_str));
-        self.error(format!("unknown stage `{name}`"), pointer).help = help;
+        self.error(DiagnosticKind::UnknownStage(name.to_string()), pointer)
+            .help = help;
     }
 
     /// `stages.X.output.<path>` (or `output.<path>` in X's own predicates) against what X can
@@ -285,7 +286,9 @@ impl Checker<'_> {
                     } else {
                         let help = did_you_mean(target, ids.iter().map(String::as_str));
                         self.diag_at(at, source, reference, format!("unknown stage `{target}`"));
-                        self.diags.last_mut().expect("pushed").help = help;
+                        let diagnostic = self.diags.last_mut().expect("pushed");
+                        diagnostic.kind = DiagnosticKind::UnknownStage(target.to_string());
+                        diagnostic.help = help;
                     }
                     return None;
                 };

@@ -11,7 +11,7 @@ mod listing;
 use std::path::{Path, PathBuf};
 
 use crate::check::{self, Action, Workflow};
-use crate::diag::{did_you_mean, Diagnostic, Severity};
+use crate::diag::{did_you_mean, Diagnostic, DiagnosticKind, Severity};
 use crate::library::SearchPath;
 use crate::load::documents::Documents;
 use crate::load::{self, RawWorkflow};
@@ -94,10 +94,10 @@ pub fn undefined_models(
                     .collect();
                 let help = did_you_mean(model, known.iter().map(String::as_str))
                     .unwrap_or_else(|| format!("define it in stagegraph.toml: [models.{model}] provider = \"command\" command = [...]"));
-                let mut diagnostic = Diagnostic::error(format!(
-                    "stage `{}` uses model `{model}`, which no configuration defines",
-                    stage.id
-                ))
+                let mut diagnostic = Diagnostic::of(DiagnosticKind::UndefinedModel {
+                    stage: stage.id.clone(),
+                    model: model.clone(),
+                })
                 .at_opt(location)
                 .with_help(help);
                 diagnostic.severity = severity;

@@ -21,6 +21,7 @@ use crate::models::Models;
 use crate::template::{Scope, StageSlot, StageTable};
 
 pub mod cache;
+pub mod inputs;
 pub mod journal;
 mod orphans;
 /// Child processes, their holders and `mkdir` locks live on the ground floor; the old paths
@@ -31,6 +32,7 @@ pub mod record;
 mod record_text;
 mod recorder;
 mod stage;
+pub mod stage_error;
 
 pub use record::{ExitInfo, RunRecord, RunStatus, StageRecord, StageStatus};
 

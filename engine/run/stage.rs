@@ -13,6 +13,7 @@ use serde_json::{json, Map, Value};
 
 use super::cache::Cache;
 use super::record::{FingerprintDocument, ModelCall, OutputLine, StageStatus};
+use super::stage_error::StageError;
 use super::{Reporter, RunOptions, RunStatus, Runtime};
 use crate::builtins::{ask, BuiltinCtx, WriteRoots};
 use crate::check::{Action, ProcessAction, Stage, WithTree, Workflow};
@@ -25,7 +26,7 @@ use crate::template::{Scope, Tmpl};
 
 /// One unit's result, its attempts, its model calls and the stderr of its last attempt's
 /// process.
-type UnitResult = (Result<Value, String>, u32, Vec<ModelCall>, String);
+type UnitResult = (Result<Value, StageError>, u32, Vec<ModelCall>, String);
 
 /// How much of a successful process's stderr a stage record keeps: the end of it.
 const STDERR_KEPT: usize = 8 * 1024;
@@ -901,7 +902,7 @@ impl StageRunner<'_> {
             if !stderr.is_empty() {
                 outcome.stderr = Some(stderr);
             }
-            return result;
+            return result.map_err(|error| error.to_string());
         }
         // Model calls wait on the network, not on a core: a prompt stage whose model sets
         // `max_concurrency` runs that many items at once, whatever `--jobs` says.
@@ -1055,7 +1056,7 @@ impl StageRunner<'_> {
         item: Option<usize>,
         calls: &mut Vec<ModelCall>,
         stderr: &mut String,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, StageError> {
         match rendered {
             Rendered::None => Ok(Value::Null),
             Rendered::Process(spec) => {
@@ -1078,41 +1079,38 @@ impl StageRunner<'_> {
                 };
                 let output =
                     process::run_observed(&spec, &journal_start).map_err(|error| match error {
-                        process::ProcessError::OutputTooLarge { .. } => {
+                        process::ProcessError::OutputTooLarge { .. } => StageError::Limit(
                             self.too_large(
                                 stage,
                                 &format!(
                                     "`{}` wrote more to stdout than",
                                     spec.argv.first().map_or("", String::as_str)
                                 ),
-                            ) + "; the command was stopped"
-                        }
-                        error => error.to_string(),
+                            ) + "; the command was stopped",
+                        ),
+                        error => StageError::Process(error),
                     })?;
                 *stderr = process::tail(&output.stderr, STDERR_KEPT);
                 if !ok_codes.contains(&output.code) {
-                    let tail = output.stderr_tail();
-                    let detail = if tail.is_empty() {
-                        String::new()
-                    } else {
-                        format!(": {tail}")
-                    };
-                    return Err(format!(
-                        "`{}` exited with code {}{detail}",
-                        spec.argv[0], output.code
-                    ));
+                    return Err(StageError::ExitCode {
+                        program: spec.argv[0].clone(),
+                        code: output.code,
+                        stderr_tail: output.stderr_tail(),
+                    });
                 }
                 let text = String::from_utf8_lossy(&output.stdout).to_string();
                 self.parse_and_validate(stage, &text, false)
-                    .map_err(|e| e.join("; "))
+                    .map_err(StageError::Output)
             }
             Rendered::Template(text) => self
                 .parse_and_validate(stage, text, false)
-                .map_err(|e| e.join("; ")),
-            Rendered::Prompt(request) => self.prompt(stage, request, calls),
+                .map_err(StageError::Output),
+            Rendered::Prompt(request) => self
+                .prompt(stage, request, calls)
+                .map_err(StageError::Prompt),
             Rendered::Builtin(args) => {
                 let Action::Uses { builtin, .. } = &stage.action else {
-                    return Err("internal: a built-in stage without a built-in".into());
+                    return Err(StageError::Internal("a built-in stage without a built-in"));
                 };
                 if builtin.name == ask::NAME {
                     let ask_person =
@@ -1123,8 +1121,7 @@ impl StageRunner<'_> {
                         &self.options.answers,
                         self.options.dry_run,
                         &ask_person,
-                    )
-                    .map_err(|e| e.to_string())?;
+                    )?;
                     return Ok(Value::String(chosen));
                 }
                 let ctx = BuiltinCtx {
@@ -1134,7 +1131,7 @@ impl StageRunner<'_> {
                     cancel: crate::builtins::Cancel::after(stage.timeout),
                     max_output: self.max_output(stage),
                 };
-                let value = (builtin.run)(args, &ctx).map_err(|e| e.to_string())?;
+                let value = (builtin.run)(args, &ctx)?;
                 let value = match (stage.format, value) {
                     (OutputFormat::Text, Value::String(s)) => Value::String(s),
                     (_, value) => value,
@@ -1142,16 +1139,15 @@ impl StageRunner<'_> {
                 if let Some(schema) = &stage.schema {
                     schema
                         .validate(&value)
-                        .map_err(|errors| schema_failure(schema, &errors))?;
+                        .map_err(|errors| StageError::Schema(schema_failure(schema, &errors)))?;
                 }
                 Ok(value)
             }
             Rendered::Workflow(inputs) => {
                 let Action::Workflow { workflow, .. } = &stage.action else {
-                    return Err("internal: a workflow stage without a workflow".into());
+                    return Err(StageError::Internal("a workflow stage without a workflow"));
                 };
-                let inputs = crate::engine::resolve_inputs(workflow, inputs.clone(), &Map::new())
-                    .map_err(|e| e.to_string())?;
+                let inputs = super::inputs::resolve_inputs(workflow, inputs.clone(), &Map::new())?;
                 let record = super::run_nested(
                     workflow,
                     self.runtime,
@@ -1165,12 +1161,11 @@ impl StageRunner<'_> {
                     RunStatus::Completed | RunStatus::Exited => {
                         Ok(record.outputs.unwrap_or(Value::Object(Map::new())))
                     }
-                    _ => Err(format!(
-                        "sub-workflow `{}` {}: {}",
-                        workflow.name,
-                        record.status.as_str(),
-                        record.error.unwrap_or_default()
-                    )),
+                    _ => Err(StageError::SubWorkflow {
+                        workflow: workflow.name.clone(),
+                        status: record.status.as_str(),
+                        error: record.error.unwrap_or_default(),
+                    }),
                 }
             }
         }
