@@ -292,3 +292,32 @@ output = { path = "out/all.txt" }
     assert_eq!(t.read("out/0.txt").trim(), "1");
     assert_eq!(t.read("out/1.txt").trim(), "2");
 }
+
+#[test]
+fn a_quoted_string_compared_with_a_boolean_or_a_number_is_a_check_error() {
+    let t = Test::new();
+    t.write(
+        "schemas/gate.schema.json",
+        r#"{"type": "object", "additionalProperties": false,
+            "properties": {"update": {"type": "boolean"}, "count": {"type": "integer"}, "note": {"type": ["string", "null"]}}}"#,
+    );
+    t.write(
+        "w.toml",
+        r#"[stages.gate]
+command = ["echo", '{"update": true, "count": 2, "note": "1"}']
+output = { format = "json", schema = "gate.schema.json" }
+exit_if = "output.update == 'false'"
+
+[stages.next]
+if = "stages.gate.output.count != '2' or stages.gate.output.note == '1'"
+command = ["echo", "ok"]
+"#,
+    );
+    t.run(["check", "w.toml"])
+        .code(2)
+        .stderr_has("w.toml:4:29: `output.update` is boolean, never the string `false`, so this comparison is always false")
+        .stderr_has("compare with `false` without quotes, or test it plainly")
+        .stderr_has("w.toml:7:35: `stages.gate.output.count` is integer, never the string `2`, so this comparison is always true")
+        .stderr_has("compare with the number `2`, without quotes")
+        .stderr_has("w.toml: invalid (2 error(s)");
+}

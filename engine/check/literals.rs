@@ -3,7 +3,8 @@
 //! - A comparison of a value whose possible values are known with a string it can never be
 //!   (`stages.X.status == 'sucess'`, `run.status == 'succeded'`, an `ask` stage's answer or a
 //!   schema `enum` field against a string outside its choices) is always false (or, with `!=`,
-//!   always true): an error at the string, with the values it can be.
+//!   always true): an error at the string, with the values it can be; so is a comparison of a
+//!   value whose schema says it is never a string (a boolean, a number) with a quoted string.
 //! - `{% include %}`, `{% import %}`, `{% from %}` and `{% extends %}` of a template file that is
 //!   not there (minijinja loads them only when the template renders).
 
@@ -166,21 +167,25 @@ impl Checker<'_> {
     ) {
         let parts: Vec<&str> = path.split('.').collect();
         let own = pending.key.stage();
-        let values: Vec<String> = match parts.as_slice() {
-            ["stages", _, "status"] => STAGE_STATUSES.iter().map(|s| (*s).to_string()).collect(),
-            ["run", "status"] => RUN_STATUSES.iter().map(|s| (*s).to_string()).collect(),
+        let known = match parts.as_slice() {
+            ["stages", _, "status"] => {
+                Possible::Strings(STAGE_STATUSES.iter().map(|s| (*s).to_string()).collect())
+            }
+            ["run", "status"] => {
+                Possible::Strings(RUN_STATUSES.iter().map(|s| (*s).to_string()).collect())
+            }
             ["stages", stage, "output", rest @ ..] => {
                 let Some(target) = self.file.stages.get_index_of(*stage) else {
                     return;
                 };
                 match &schemas[target] {
-                    SchemaOf::Known(schema) => string_values(schema, rest),
+                    SchemaOf::Known(schema) => possible(schema, rest),
                     _ => return,
                 }
             }
             ["output", rest @ ..] if pending.context == Context::Output => {
                 match own.map(|i| &schemas[i]) {
-                    Some(SchemaOf::Known(schema)) => string_values(schema, rest),
+                    Some(SchemaOf::Known(schema)) => possible(schema, rest),
                     _ => return,
                 }
             }
@@ -189,17 +194,42 @@ impl Checker<'_> {
                     Some(ItemOf::Schema { schema, path, .. }) => {
                         let mut full: Vec<&str> = path.iter().map(String::as_str).collect();
                         full.extend(rest);
-                        string_values(schema, &full)
+                        possible(schema, &full)
                     }
                     _ => return,
                 }
             }
             _ => return,
         };
+        let always = if op == "==" { "false" } else { "true" };
+        let values = match known {
+            Possible::Anything => return,
+            Possible::Strings(values) => values,
+            Possible::NotString(kinds) => {
+                let kind = kinds.join(" or ");
+                let message = format!(
+                    "`{path}` is {kind}, never the string `{literal}`, so this comparison is always {always}"
+                );
+                let help = if kinds.iter().any(|k| k == "boolean")
+                    && (literal == "true" || literal == "false")
+                {
+                    format!("compare with `{literal}` without quotes, or test it plainly (`{path}`, `not {path}`)")
+                } else if kinds.iter().any(|k| k == "integer" || k == "number")
+                    && literal.parse::<f64>().is_ok()
+                {
+                    format!("compare with the number `{literal}`, without quotes")
+                } else {
+                    format!("its schema says {kind}")
+                };
+                let needle = quoted_in(&pending.source, literal);
+                self.diag_at(&pending.at, &pending.source, &needle, message);
+                self.diags.last_mut().expect("pushed").help = Some(help);
+                return;
+            }
+        };
         if values.is_empty() || values.iter().any(|v| v == literal) {
             return;
         }
-        let always = if op == "==" { "false" } else { "true" };
         let message =
             format!("`{path}` is never `{literal}`, so this comparison is always {always}");
         let help = did_you_mean(literal, values.iter().map(String::as_str)).unwrap_or_else(|| {
@@ -230,22 +260,36 @@ fn quoted_in(source: &str, literal: &str) -> String {
     literal.to_string()
 }
 
-/// The strings a node of a schema can only be (its `enum` or `const`), when every one is a
-/// string; empty when it can be anything else.
-fn string_values(schema: &Schema, path: &[&str]) -> Vec<String> {
+/// What a node of a schema can be, as far as a comparison with a string goes.
+enum Possible {
+    /// Only these strings (its `enum` or `const`).
+    Strings(Vec<String>),
+    /// Never a string: its declared types, none of them `string`.
+    NotString(Vec<String>),
+    Anything,
+}
+
+fn possible(schema: &Schema, path: &[&str]) -> Possible {
     let Some(node) = schema.node_at(path) else {
-        return Vec::new();
+        return Possible::Anything;
     };
     let values: Vec<&Value> = match (node.get("const"), node.get("enum")) {
         (Some(value), _) => vec![value],
         (None, Some(Value::Array(values))) => values.iter().collect(),
-        _ => return Vec::new(),
+        _ => {
+            let kinds = Schema::types_of(node);
+            return if kinds.is_empty() || kinds.iter().any(|k| k == "string") {
+                Possible::Anything
+            } else {
+                Possible::NotString(kinds)
+            };
+        }
     };
     values
         .iter()
         .map(|v| v.as_str().map(str::to_string))
         .collect::<Option<Vec<_>>>()
-        .unwrap_or_default()
+        .map_or(Possible::Anything, Possible::Strings)
 }
 
 #[cfg(test)]
