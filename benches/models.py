@@ -11,7 +11,10 @@ semaphore of 16); then the same with the server answering 5% of requests with 42
 
 Every request's body is checked for the model and the item's prompt, so a row cannot pass by
 answering nothing. The first row is the stub's own ceiling: a client with no library at all on
-as many kept-alive connections. `--only raw|stagegraph|sdk` (repeatable) runs some rows.
+as many kept-alive connections. "turnaround" is measured by the stub on each kept-alive
+connection, from an answer sent to the next request read: the client's own time between two
+calls, the stub's delay left out. `--only raw|stagegraph|sdk` (repeatable) runs some rows,
+`--no-429` leaves out the rows with 429s.
 """
 
 import argparse
@@ -47,6 +50,9 @@ class Stub:
         self.limited = 0
         self.bad = 0
         self.prompts = set()
+        # Per kept-alive connection, from one answer sent to the next request read: what the
+        # client spends between two calls on one connection, the stub's delay left out.
+        self.turnarounds = []
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
@@ -58,11 +64,14 @@ class Stub:
     async def serve(self, reader, writer):
         sock = writer.get_extra_info("socket")
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        answered = None
         try:
             while True:
                 request_line = await reader.readline()
                 if not request_line:
                     break
+                if answered is not None:
+                    self.turnarounds.append(time.perf_counter() - answered)
                 headers = {}
                 while True:
                     line = await reader.readline()
@@ -80,6 +89,7 @@ class Stub:
                     + out
                 )
                 await writer.drain()
+                answered = time.perf_counter()
                 if headers.get("connection", "").lower() == "close":
                     break
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -105,6 +115,13 @@ class Stub:
                          "message": {"role": "assistant", "content": "ok " + prompt}}],
             "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
         }).encode()
+
+    def turnaround(self):
+        """Median and 99th percentile of the client's turnaround, in ms."""
+        times = sorted(self.turnarounds)
+        if not times:
+            return float("nan"), float("nan")
+        return times[len(times) // 2] * 1000, times[int(len(times) * 0.99)] * 1000
 
     def close(self):
         self.loop.call_soon_threadsafe(self.server.close)
@@ -257,6 +274,7 @@ def main():
     parser.add_argument("--raw-client", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--only", choices=["raw", "stagegraph", "sdk"], action="append",
                         help="run only these rows (repeatable); default all")
+    parser.add_argument("--no-429", action="store_true", help="leave out the rows with 429s")
     args = parser.parse_args()
     if args.sdk_client:
         print(json.dumps(asyncio.run(sdk_script(args.sdk_client, args.items, args.concurrency))))
@@ -277,18 +295,20 @@ def main():
             sys.exit("the stub answered %d distinct prompts, not %d" % (len(stub.prompts), expected))
 
     wanted = set(args.only or ["raw", "stagegraph", "sdk"])
-    for limit_every, retries in ((0, 3), (20, 5)):
+    for limit_every, retries in ((0, 3),) if args.no_429 else ((0, 3), (20, 5)):
         limited_note = ", 5% answered 429 + retry-after: 1" if limit_every else ""
         if "raw" in wanted and not limit_every:
             stub = Stub(args.delay)
             raw = run_client("--raw-client", stub, args.items, args.concurrency)
             check(stub, args.items)
+            raw["turnaround"] = stub.turnaround()
             rows.append(("the stub's ceiling: raw HTTP/1.1, %d kept-alive connections"
                          % args.concurrency, raw, stub.requests, 0))
             stub.close()
         if "stagegraph" in wanted:
             stub = Stub(args.delay, limit_every)
             result = run_stagegraph(args.bin, stub, args.items, args.concurrency, retries)
+            result["turnaround"] = stub.turnaround()
             check(stub, args.items)
             rows.append(("stagegraph, max_concurrency %d%s" % (args.concurrency, limited_note),
                          result, stub.requests, stub.limited))
@@ -297,6 +317,7 @@ def main():
             stub = Stub(args.delay, limit_every)
             sdk = run_sdk(stub, args.items, args.concurrency)
             if sdk is not None:
+                sdk["turnaround"] = stub.turnaround()
                 check(stub, args.items)
                 rows.append(("Python asyncio + openai SDK, semaphore %d%s"
                              % (args.concurrency, limited_note), sdk, stub.requests, stub.limited))
@@ -304,11 +325,12 @@ def main():
 
     print("%d prompt stages, stub answering after %d ms; floor %d x %.2f s / %d = %.2f s\n"
           % (args.items, args.delay * 1000, args.items, args.delay, args.concurrency, floor))
-    print("| run | wall | x floor | client CPU | requests | 429s | failed |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| run | wall | x floor | client CPU | turnaround p50 / p99 | requests | 429s | failed |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, result, requests, limited in rows:
-        print("| %s | %.2f s | %.2fx | %.2f s | %d | %d | %d |"
-              % (name, result["wall"], result["wall"] / floor, result["cpu"], requests, limited,
+        print("| %s | %.2f s | %.2fx | %.2f s | %.1f / %.1f ms | %d | %d | %d |"
+              % (name, result["wall"], result["wall"] / floor, result["cpu"],
+                 result["turnaround"][0], result["turnaround"][1], requests, limited,
                  result["failed"]))
     print("\nload average while measuring: %.1f (%d cores)"
           % (os.getloadavg()[0], os.cpu_count() or 0))

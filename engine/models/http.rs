@@ -17,7 +17,7 @@ const MAX_ERROR_BODY: usize = 600;
 
 /// The agent every request goes through: it keeps connections alive across requests.
 pub(crate) fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
+    let config = ureq::Agent::config_builder()
         // A 4xx/5xx must come back as a response so its body can be read.
         .http_status_as_error(false)
         // A redirect would carry the key's header to wherever it points; a 3xx is reported
@@ -29,8 +29,70 @@ pub(crate) fn agent() -> ureq::Agent {
         // `max_concurrency`: keep them all for the next calls instead of reconnecting.
         .max_idle_connections(256)
         .max_idle_connections_per_host(64)
-        .build()
-        .new_agent()
+        .build();
+    ureq::Agent::with_parts(
+        config,
+        ureq::unversioned::transport::DefaultConnector::new(),
+        KeptResolver::default(),
+    )
+}
+
+/// How long a host's addresses are used again before it is looked up anew.
+const RESOLVED_FOR: Duration = Duration::from_secs(30);
+
+/// Name resolution without a thread per request. ureq resolves the host before it looks for a
+/// kept-alive connection, and with a timeout set (every request here has one) its resolver
+/// starts a thread for each lookup: a thread per model call, and a DNS query per call to a
+/// named host, even over a connection already open. An address written as such is used as it
+/// is; a named host is looked up (with the timeout, as ureq does) once per `RESOLVED_FOR`.
+#[derive(Debug, Default)]
+struct KeptResolver {
+    lookup: ureq::unversioned::resolver::DefaultResolver,
+    kept: std::sync::Mutex<Kept>,
+}
+
+type Addrs = ureq::unversioned::resolver::ResolvedSocketAddrs;
+/// Per `host:port`, when it was looked up and what it resolved to.
+type Kept = std::collections::HashMap<String, (Instant, Addrs)>;
+
+impl ureq::unversioned::resolver::Resolver for KeptResolver {
+    fn resolve(
+        &self,
+        uri: &ureq::http::Uri,
+        config: &ureq::config::Config,
+        timeout: ureq::unversioned::transport::NextTimeout,
+    ) -> Result<Addrs, ureq::Error> {
+        let host = uri.host().unwrap_or_default();
+        let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
+            Some("https") => 443,
+            _ => 80,
+        });
+        let literal = host.trim_start_matches('[').trim_end_matches(']');
+        if let Ok(ip) = literal.parse::<std::net::IpAddr>() {
+            let mut addrs = self.empty();
+            addrs.push(std::net::SocketAddr::new(ip, port));
+            return Ok(addrs);
+        }
+        let key = format!("{host}:{port}");
+        let kept = |map: &Kept| -> Option<Addrs> {
+            let (at, addrs) = map.get(&key)?;
+            (at.elapsed() < RESOLVED_FOR).then(|| addrs.clone())
+        };
+        if let Some(addrs) = kept(&self.lock()) {
+            return Ok(addrs);
+        }
+        let addrs = self.lookup.resolve(uri, config, timeout)?;
+        self.lock().insert(key, (Instant::now(), addrs.clone()));
+        Ok(addrs)
+    }
+}
+
+impl KeptResolver {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
+        self.kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// One JSON POST to a provider.
