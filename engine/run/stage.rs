@@ -980,9 +980,14 @@ impl StageRunner<'_> {
             .into_inner()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut outputs = Vec::with_capacity(results.len());
+        // Every item that ran is accounted for (its attempts, stderr and model calls, which
+        // were paid for) even when an earlier one failed the stage.
+        let mut first_error = None;
         for (i, result) in results.into_iter().enumerate() {
             let Some((result, attempts, calls, stderr)) = result else {
-                return Err(format!("item {i} did not run: an earlier item failed"));
+                first_error
+                    .get_or_insert_with(|| format!("item {i} did not run: an earlier item failed"));
+                continue;
             };
             outcome.attempts = outcome.attempts.max(attempts);
             outcome.model_calls.extend(calls);
@@ -999,8 +1004,13 @@ impl StageRunner<'_> {
                     outcome.failed_items += 1;
                     outputs.push(Value::Null);
                 }
-                Err(error) => return Err(format!("item {i}: {error}")),
+                Err(error) => {
+                    first_error.get_or_insert_with(|| format!("item {i}: {error}"));
+                }
             }
+        }
+        if let Some(error) = first_error {
+            return Err(error);
         }
         if outcome.failed_items > 0 && outcome.failed_items == outputs.len() {
             return Err(format!("all {} items failed", outputs.len()));
