@@ -827,6 +827,7 @@ impl<'w, 'r> Executor<'w, 'r> {
                             None if running < jobs => {
                                 running += 1;
                                 self.stage_started(index, record::now_rfc3339());
+                                self.before_waiting(&runner.cache);
                                 start_on_worker(index);
                             }
                             None => work.push_back(index),
@@ -863,6 +864,10 @@ impl<'w, 'r> Executor<'w, 'r> {
                             break;
                         }
                     }
+                    // What finished before a stage goes to work is on disk before the work
+                    // starts, so a kill during a long stage (a process, a model call) leaves
+                    // every earlier stage reusable; quick stages still share one write.
+                    self.before_waiting(&runner.cache);
                     start_on_worker(index);
                 }
                 if running == 0 {
