@@ -64,6 +64,14 @@ struct Parser<'t> {
 }
 
 impl Parser<'_> {
+    /// From `start` to where the parser is.
+    fn span_from(&self, start: usize) -> Span {
+        Span {
+            start,
+            end: self.at,
+        }
+    }
+
     fn skip_ws(&mut self) {
         while self
             .bytes
@@ -83,22 +91,13 @@ impl Parser<'_> {
                 self.skip_ws();
                 if self.bytes.get(self.at) == Some(&b'}') {
                     self.at += 1;
-                    return Some(Node::Object(
-                        Span {
-                            start,
-                            end: self.at,
-                        },
-                        members,
-                    ));
+                    return Some(Node::Object(self.span_from(start), members));
                 }
                 loop {
                     self.skip_ws();
                     let key_start = self.at;
                     self.string()?;
-                    let key_span = Span {
-                        start: key_start,
-                        end: self.at,
-                    };
+                    let key_span = self.span_from(key_start);
                     let key: String = serde_json::from_str(&self.text[key_start..self.at]).ok()?;
                     self.skip_ws();
                     (self.bytes.get(self.at) == Some(&b':')).then_some(())?;
@@ -115,13 +114,7 @@ impl Parser<'_> {
                         b',' => self.at += 1,
                         b'}' => {
                             self.at += 1;
-                            return Some(Node::Object(
-                                Span {
-                                    start,
-                                    end: self.at,
-                                },
-                                members,
-                            ));
+                            return Some(Node::Object(self.span_from(start), members));
                         }
                         _ => return None,
                     }
@@ -133,13 +126,7 @@ impl Parser<'_> {
                 self.skip_ws();
                 if self.bytes.get(self.at) == Some(&b']') {
                     self.at += 1;
-                    return Some(Node::Array(
-                        Span {
-                            start,
-                            end: self.at,
-                        },
-                        items,
-                    ));
+                    return Some(Node::Array(self.span_from(start), items));
                 }
                 loop {
                     self.skip_ws();
@@ -149,13 +136,7 @@ impl Parser<'_> {
                         b',' => self.at += 1,
                         b']' => {
                             self.at += 1;
-                            return Some(Node::Array(
-                                Span {
-                                    start,
-                                    end: self.at,
-                                },
-                                items,
-                            ));
+                            return Some(Node::Array(self.span_from(start), items));
                         }
                         _ => return None,
                     }
@@ -163,10 +144,7 @@ impl Parser<'_> {
             }
             b'"' => {
                 self.string()?;
-                Some(Node::Scalar(Span {
-                    start,
-                    end: self.at,
-                }))
+                Some(Node::Scalar(self.span_from(start)))
             }
             _ => {
                 while self
@@ -179,10 +157,7 @@ impl Parser<'_> {
                 // Checked as JSON: `tru` or `01` is not a value.
                 let text = &self.text[start..self.at];
                 serde_json::from_str::<Value>(text).ok()?;
-                Some(Node::Scalar(Span {
-                    start,
-                    end: self.at,
-                }))
+                Some(Node::Scalar(self.span_from(start)))
             }
         }
     }

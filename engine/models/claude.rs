@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::error::ModelError;
 use super::{Answer, ModelRequest, Usage};
-use crate::floor::process::{run, ProcessError, ProcessSpec};
+use crate::floor::process::{run, ProcessSpec};
 
 /// Settings layered over the user's: no hook of any settings file runs.
 const SETTINGS: &str = r#"{"disableAllHooks":true}"#;
@@ -101,26 +101,7 @@ impl Claude<'_> {
             timeout: Some(timeout),
             max_stdout: None,
         };
-        let output = run(&spec).map_err(|error| match error {
-            ProcessError::TimedOut { after } => ModelError::Timeout {
-                alias: alias.clone(),
-                after,
-            },
-            ProcessError::Interrupted => ModelError::Interrupted,
-            ProcessError::Io { .. } => ModelError::Command {
-                alias: alias.clone(),
-                message: error.to_string(),
-                retryable: true,
-            },
-            ProcessError::Empty
-            | ProcessError::NotFound { .. }
-            | ProcessError::Spawn { .. }
-            | ProcessError::OutputTooLarge { .. } => ModelError::Command {
-                alias: alias.clone(),
-                message: error.to_string(),
-                retryable: false,
-            },
-        })?;
+        let output = run(&spec).map_err(|error| ModelError::from_process(alias, error))?;
         let stdout = String::from_utf8_lossy(&output.stdout);
         match envelope(&stdout) {
             Some(result) => read_result(alias, &result),

@@ -4,7 +4,7 @@
 
 use super::error::ModelError;
 use super::{Answer, ModelRequest};
-use crate::floor::process::{run, ProcessError, ProcessSpec};
+use crate::floor::process::{run, ProcessSpec};
 
 pub(crate) fn complete(
     argv: &[String],
@@ -20,26 +20,7 @@ pub(crate) fn complete(
         timeout: Some(timeout),
         max_stdout: None,
     };
-    let output = run(&spec).map_err(|error| match error {
-        ProcessError::TimedOut { after } => ModelError::Timeout {
-            alias: alias.clone(),
-            after,
-        },
-        ProcessError::Interrupted => ModelError::Interrupted,
-        ProcessError::Io { .. } => ModelError::Command {
-            alias: alias.clone(),
-            message: error.to_string(),
-            retryable: true,
-        },
-        ProcessError::Empty
-        | ProcessError::NotFound { .. }
-        | ProcessError::Spawn { .. }
-        | ProcessError::OutputTooLarge { .. } => ModelError::Command {
-            alias: alias.clone(),
-            message: error.to_string(),
-            retryable: false,
-        },
-    })?;
+    let output = run(&spec).map_err(|error| ModelError::from_process(alias, error))?;
     if output.code != 0 {
         return Err(ModelError::CommandFailed {
             alias: alias.clone(),

@@ -5,6 +5,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::floor::process::ProcessError;
+
 /// One problem in a configuration file, located by file, line and column.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConfigProblem {
@@ -150,6 +152,33 @@ pub enum ModelError {
 }
 
 impl ModelError {
+    /// What a model program (a `command` provider, the `claude` CLI) failing to run means for
+    /// the call: a timeout or an I/O error may pass on a retry; a program that cannot start
+    /// will not.
+    pub(crate) fn from_process(alias: &str, error: ProcessError) -> ModelError {
+        let message = error.to_string();
+        match error {
+            ProcessError::TimedOut { after } => ModelError::Timeout {
+                alias: alias.to_string(),
+                after,
+            },
+            ProcessError::Interrupted => ModelError::Interrupted,
+            ProcessError::Io { .. } => ModelError::Command {
+                alias: alias.to_string(),
+                message,
+                retryable: true,
+            },
+            ProcessError::Empty
+            | ProcessError::NotFound { .. }
+            | ProcessError::Spawn { .. }
+            | ProcessError::OutputTooLarge { .. } => ModelError::Command {
+                alias: alias.to_string(),
+                message,
+                retryable: false,
+            },
+        }
+    }
+
     /// Whether sending the same request again might succeed.
     pub fn is_retryable(&self) -> bool {
         match self {
