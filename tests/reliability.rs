@@ -326,13 +326,17 @@ fn the_workflow_lock_stays_inside_writes() {
                  [stages.a]\ncommand = [\"true\"]\n"
             ),
         );
+        // `check` knows it, so the run is refused before it starts (an invalid workflow).
         let out = t.command(["run", "work/w.toml"]).output();
-        out.code(1);
+        out.code(2);
         assert!(
-            out.stderr.contains("outside the workflow's writes"),
+            out.stderr.contains(&format!("`{lock}`"))
+                && out.stderr.contains("the workflow's writes")
+                && out.stderr.contains("w.toml:4:"),
             "{lock}: {}",
             out.stderr
         );
+        t.command(["check", "work/w.toml"]).output().code(2);
         assert!(
             !t.exists("escaped.lock.d") && !t.exists("elsewhere.lock.d") && !t.exists("x.lock.d")
         );
@@ -344,6 +348,25 @@ fn the_workflow_lock_stays_inside_writes() {
          [stages.a]\ncommand = [\"true\"]\n",
     );
     t.run(["run", "w.toml"]).code(0);
+    // A templated lock path is known only when the run renders it: checked then.
+    let t = Test::new();
+    std::fs::create_dir_all(t.path("out")).unwrap();
+    t.write(
+        "w.toml",
+        "[workflow]\ndescription = \"d\"\nwrites = [\"out\"]\nlock = { path = \"{{ inputs.dir }}/w.lock.d\" }\n\n\
+         [inputs.dir]\ntype = \"string\"\n\n[stages.a]\ncommand = [\"true\"]\n",
+    );
+    t.run(["check", "w.toml"]).code(0);
+    let out = t
+        .command(["run", "w.toml", "--input", "dir=elsewhere"])
+        .output();
+    out.code(1);
+    assert!(
+        out.stderr.contains("outside the workflow's writes"),
+        "{}",
+        out.stderr
+    );
+    assert!(!t.exists("elsewhere"));
 }
 
 /// Sets a folder's modification time ten minutes and more into the past.

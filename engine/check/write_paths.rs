@@ -1,7 +1,7 @@
 //! Write paths: a path written without a template (`output.path`, the written arguments of a
 //! writing built-in) is checked against the `[workflow] writes` roots, as the run would check it,
-//! when the roots are written without templates too. (The `[workflow] lock` folder is checked
-//! when the run takes it.)
+//! when the roots are written without templates too; so is the `[workflow] lock` folder, which
+//! the run creates like any other write.
 //!
 //! Relative paths resolve against the working directory, as they do when the workflow runs. A
 //! path is reported only when it is outside every root both as written (`..` resolved without
@@ -19,12 +19,40 @@ impl Checker<'_> {
     pub(super) fn check_write_paths(&mut self) {
         let file = self.file;
         let roots = &file.workflow.writes;
+        let lock = file
+            .workflow
+            .lock
+            .as_ref()
+            .map(|lock| lock.path.as_str())
+            .filter(|path| !path.is_empty() && !compiled::has_syntax(path));
+        if let (true, Some(path)) = (roots.is_empty(), lock) {
+            // With no roots a stage that writes is told so by gather; the lock has no stage.
+            let diagnostic = self.error(
+                format!(
+                    "the lock folder `{path}` is outside the workflow's writes (none are declared)"
+                ),
+                "/workflow/lock/path",
+            );
+            diagnostic.label = Some("the run creates this folder".to_string());
+            diagnostic.help = Some(
+                "add the folder that holds the lock to `[workflow] writes`, e.g. `writes = [\".locks\"]`"
+                    .to_string(),
+            );
+            return;
+        }
         if roots.is_empty() || roots.iter().any(|root| compiled::has_syntax(root)) {
             // No roots: gather already says so for each writing stage. A templated root could
             // be anywhere until the run renders it.
             return;
         }
         let mut found: Vec<(String, String, String)> = Vec::new();
+        if let Some(path) = lock {
+            found.push((
+                path.to_string(),
+                "/workflow/lock/path".to_string(),
+                "the run creates this lock folder".to_string(),
+            ));
+        }
         for (id, def) in &file.stages {
             let sp = stage_pointer(id);
             if let Some(path) = def.output.as_ref().and_then(|o| o.path.as_ref()) {
