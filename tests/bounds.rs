@@ -3,7 +3,9 @@
 //! inline is stored once as a file of the run, which downstream stages, `runs show` and
 //! `resume` still read.
 
-use crate::support::{stage, Test};
+use std::time::Duration;
+
+use crate::support::{stage, wait_for, Test};
 
 const FLOOD: &str = r#"
 [workflow]
@@ -146,4 +148,92 @@ fn a_large_output_is_stored_once_as_a_file_and_still_read_downstream_and_by_resu
     let record = test.last_run();
     assert_eq!(stage(&record, "big")["status"], "cached", "{record:#}");
     assert_eq!(test.read("big.count").lines().count(), 1, "big ran again");
+}
+
+/// Four items, one at a time, each writing 1.5 MB; an item `N` for which `stopN` exists waits
+/// for `goN` before it writes. Each item notes its start in `ran.txt`.
+const LARGE_ITEMS: &str = r#"
+[workflow]
+description = "large foreach item outputs"
+
+[stages.items]
+foreach = "[0, 1, 2, 3]"
+concurrency = 1
+shell = "echo {{ item }} >> ran.txt; if [ -e stop{{ item }} ]; then while [ ! -e go{{ item }} ]; do sleep 0.02; done; fi; printf {{ item }}; head -c 1500000 /dev/zero | tr '\\0' a"
+
+[stages.total]
+shell = "tee all.txt | tr -cd a | wc -c; tr -cd 0-9 < all.txt"
+stdin = "{{ stages.items.output }}"
+"#;
+
+/// A kill -9 while item 2 waits: items 0 and 1 are journaled with their outputs in files of
+/// their own (the journal stays small), and the resume reuses them from those files.
+#[test]
+fn large_foreach_item_outputs_are_journaled_as_files_and_reused_by_a_resume() {
+    let t = Test::new();
+    t.write("w.toml", LARGE_ITEMS);
+    t.write("stop2", "");
+    let ran = |t: &Test| -> Vec<usize> {
+        let text = t.read_opt("ran.txt").unwrap_or_default();
+        (0..4)
+            .map(|n| text.lines().filter(|l| *l == n.to_string()).count())
+            .collect()
+    };
+    let journal = |t: &Test| {
+        std::fs::read_to_string(
+            t.state_dir()
+                .join("runs")
+                .join(t.newest_run())
+                .join("artifacts/items.jsonl"),
+        )
+        .unwrap_or_default()
+    };
+    let mut child = t.command(["run", "w.toml"]).spawn();
+    wait_for(
+        "items 0 and 1 to be journaled",
+        Duration::from_secs(60),
+        || {
+            ran(&t)[2] > 0
+                && t.exists("state/runs")
+                && journal(&t).lines().filter(|l| l.ends_with('}')).count() >= 2
+        },
+    );
+    child.kill().expect("kill -9 the engine");
+    child.wait().expect("reap the engine");
+    assert_eq!(ran(&t), [1, 1, 1, 0]);
+
+    let run_dir = t.state_dir().join("runs").join(t.newest_run());
+    let text = journal(&t);
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a whole line"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    for line in &lines {
+        assert!(line.to_string().len() < 1_000, "a copied output: {line}");
+        assert!(line.get("output").is_none(), "{line}");
+        let file = line["file"].as_str().expect("a file named by the line");
+        let index = line["index"].as_u64().expect("an index");
+        assert!(
+            file.starts_with(&format!("outputs/items-{index}-")),
+            "{file}"
+        );
+        let stored = std::fs::read_to_string(run_dir.join("artifacts").join(file))
+            .expect("the output's file");
+        assert_eq!(stored.len(), 1_500_003, "the JSON string of the output");
+        assert!(
+            stored.starts_with(&format!("\"{index}aaa")),
+            "{}",
+            &stored[..10]
+        );
+    }
+
+    t.write("go2", "");
+    let out = t.run(["resume", "last"]);
+    out.code(0)
+        .stderr_has("2 of 4 items reused from the resumed run");
+    assert_eq!(ran(&t), [1, 1, 2, 1], "a finished item ran again");
+    assert_eq!(t.last_run()["stages"]["items"]["reused_items"], 2);
+    // Downstream saw every output whole, in order, the reused ones read from their files.
+    assert_eq!(t.stage_output("total").trim(), "6000000\n0123");
 }

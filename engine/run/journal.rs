@@ -12,7 +12,9 @@
 //! `write` call with nothing held back in this process, so a kill at any moment leaves every
 //! line that was reported written, and at worst a torn last line, which readers skip. (Like
 //! `run.json`, they are left to the system to write back: they outlive the engine, not the
-//! machine.) Secrets are redacted from each line as from the other logs. A line that cannot be written stops that journal for the rest of the run with one
+//! machine.) An item output larger than [`LARGE_OUTPUT`] is written once to a file of its own
+//! under `artifacts/outputs/`, before the line that names it, as `outputs.jsonl` does. Secrets
+//! are redacted from each line as from the other logs. A line that cannot be written stops that journal for the rest of the run with one
 //! warning; the run goes on, and a resume reuses less.
 
 use std::collections::HashMap;
@@ -25,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::holder::Holder;
+use super::record::LARGE_OUTPUT;
 
 /// The environment variable every stage process gets: `<run id> <item index or -> <stage id>`.
 pub const MARKER: &str = "STAGEGRAPH_PROCESS";
@@ -40,7 +43,13 @@ pub struct ItemLine {
     /// What the item executed (see `StageRunner::item_fingerprint`): a resume reuses the output
     /// for an item whose fingerprint is the same, whatever its place in the list.
     pub fingerprint: String,
+    /// The output itself; read from `file` when the line names one.
+    #[serde(default)]
     pub output: Value,
+    /// An output larger than [`LARGE_OUTPUT`] is kept in a file of its own, this path below
+    /// `artifacts/` (`outputs/<stage>-<index>-<sha256 prefix>.json`), instead of in the line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -48,7 +57,10 @@ struct ItemLineRef<'a> {
     stage: &'a str,
     index: usize,
     fingerprint: &'a str,
-    output: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    file: Option<&'a str>,
 }
 
 /// One stage process, as `processes.jsonl` keeps it.
@@ -70,8 +82,17 @@ pub struct FinishedItems {
 impl FinishedItems {
     /// The items recorded in a run's folder (`runs/<id>`); none when it has no item journal.
     pub fn read(run_dir: &Path) -> FinishedItems {
+        let artifacts = run_dir.join("artifacts");
         let mut by_fingerprint = HashMap::new();
-        for line in read_lines::<ItemLine>(&run_dir.join("artifacts").join(ITEMS)) {
+        for mut line in read_lines::<ItemLine>(&artifacts.join(ITEMS)) {
+            // An output kept in a file that is missing or damaged: the item did not finish,
+            // as a line that did not parse, and a resume runs it again.
+            if let Some(file) = &line.file {
+                match super::record::read_output_file(&artifacts, file) {
+                    Some(output) => line.output = output,
+                    None => continue,
+                }
+            }
             by_fingerprint.insert((line.stage.clone(), line.fingerprint.clone()), line);
         }
         FinishedItems { by_fingerprint }
@@ -197,13 +218,71 @@ impl Journal {
         if !self.is_active() {
             return None;
         }
-        let line = ItemLineRef {
+        let mut line = ItemLineRef {
             stage,
             index,
             fingerprint,
-            output,
+            output: Some(output),
+            file: None,
         };
+        let file;
+        if crate::floor::hash::json_size(output) > LARGE_OUTPUT {
+            if self.items_broken() {
+                return None;
+            }
+            match self.output_file(stage, index, output) {
+                Ok(name) => file = name,
+                Err(error) => return self.break_items(&format!("cannot write {ITEMS}: {error}")),
+            }
+            line.output = None;
+            line.file = Some(&file);
+        }
         self.append(&self.shared.items, ITEMS, &line)
+    }
+
+    /// Store a large item output once, as `outputs/<stage>-<index>-<sha256 prefix>.json` below
+    /// `artifacts/`, written whole or not at all; returns that path.
+    fn output_file(&self, stage: &str, index: usize, output: &Value) -> std::io::Result<String> {
+        let artifacts = self
+            .shared
+            .artifacts
+            .as_ref()
+            .ok_or_else(|| std::io::Error::other("the run has no folder"))?;
+        let sha = crate::floor::hash::sha256_json(output);
+        let name = format!("outputs/{stage}-{index}-{}.json", &sha[..16]);
+        let path = artifacts.join(&name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        crate::floor::atomic::replace(&path, ".output.", 0o666, |out| {
+            super::record::write_json(&mut *out, output)
+        })?;
+        Ok(name)
+    }
+
+    fn items_broken(&self) -> bool {
+        matches!(
+            *self
+                .shared
+                .items
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            Sink::Broken
+        )
+    }
+
+    /// The item journal stops; the warning is returned the first time only.
+    fn break_items(&self, warning: &str) -> Option<String> {
+        let mut sink = self
+            .shared
+            .items
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if matches!(*sink, Sink::Broken) {
+            return None;
+        }
+        *sink = Sink::Broken;
+        Some(warning.to_string())
     }
 
     /// A process of `stage` (item `item`) started as `pid`.
@@ -313,6 +392,45 @@ mod tests {
             (processes[1].stage.as_str(), processes[1].item),
             ("sub", Some(4))
         );
+    }
+
+    #[test]
+    fn a_large_item_output_is_kept_in_a_file_and_a_missing_one_is_not_finished() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("artifacts")).unwrap();
+        let journal = Journal::new("r1", Some(dir.path()));
+        let big = Value::from("x".repeat(usize::try_from(LARGE_OUTPUT).unwrap() + 1));
+        assert!(journal.item_finished("s", 0, "f0", &big).is_none());
+        assert!(journal.item_finished("s", 1, "f1", &big).is_none());
+        assert!(journal
+            .item_finished("s", 2, "f2", &Value::from("small"))
+            .is_none());
+        let text = std::fs::read_to_string(dir.path().join("artifacts").join(ITEMS)).unwrap();
+        assert!(text.len() < 2_000, "{} bytes", text.len());
+        let lines: Vec<ItemLine> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let file = lines[0].file.clone().unwrap();
+        assert!(
+            file.starts_with("outputs/s-0-") && file.ends_with(".json"),
+            "{file}"
+        );
+        assert!(lines[2].file.is_none());
+
+        let items = FinishedItems::read(dir.path());
+        assert_eq!(items.get("s", "f0"), Some(&big));
+        assert_eq!(items.get("s", "f1"), Some(&big));
+        assert_eq!(items.get("s", "f2"), Some(&Value::from("small")));
+
+        // A missing file and a damaged one: those items did not finish; the others did.
+        std::fs::remove_file(dir.path().join("artifacts").join(&file)).unwrap();
+        let damaged = lines[1].file.clone().unwrap();
+        std::fs::write(dir.path().join("artifacts").join(&damaged), "\"xx").unwrap();
+        let items = FinishedItems::read(dir.path());
+        assert!(items.get("s", "f0").is_none() && !items.has_index("s", 0));
+        assert!(items.get("s", "f1").is_none());
+        assert_eq!(items.get("s", "f2"), Some(&Value::from("small")));
     }
 
     #[test]

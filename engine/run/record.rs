@@ -713,7 +713,7 @@ pub fn read_outputs(state_dir: &Path, id: &str) -> HashMap<String, OutputLine> {
 }
 
 /// An output kept in `artifacts/outputs/`; only a plain file name there is read.
-fn read_output_file(artifacts: &Path, file: &str) -> Option<Value> {
+pub(super) fn read_output_file(artifacts: &Path, file: &str) -> Option<Value> {
     let name = file.strip_prefix("outputs/")?;
     if name.is_empty() || name.contains('/') || name.starts_with('.') {
         return None;
