@@ -58,7 +58,7 @@ struct ItemLineRef<'a> {
     index: usize,
     fingerprint: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    output: Option<&'a Value>,
+    output: Option<&'a serde_json::value::RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     file: Option<&'a str>,
 }
@@ -218,44 +218,59 @@ impl Journal {
         if !self.is_active() {
             return None;
         }
+        // Serialized once: its size, its hash and the bytes written all come from this.
+        let Ok(bytes) = serde_json::to_vec(output) else {
+            return None;
+        };
         let mut line = ItemLineRef {
             stage,
             index,
             fingerprint,
-            output: Some(output),
+            output: None,
             file: None,
         };
         let file;
-        if crate::floor::hash::json_size(output) > LARGE_OUTPUT {
+        let raw;
+        if bytes.len() as u64 > LARGE_OUTPUT {
             if self.items_broken() {
                 return None;
             }
-            match self.output_file(stage, index, output) {
+            match self.output_file(stage, index, &bytes) {
                 Ok(name) => file = name,
                 Err(error) => return self.break_items(&format!("cannot write {ITEMS}: {error}")),
             }
-            line.output = None;
             line.file = Some(&file);
+        } else {
+            // Compact JSON is UTF-8.
+            let Ok(text) = String::from_utf8(bytes) else {
+                return None;
+            };
+            let Ok(value) = serde_json::value::RawValue::from_string(text) else {
+                return None;
+            };
+            raw = value;
+            line.output = Some(&raw);
         }
         self.append(&self.shared.items, ITEMS, &line)
     }
 
-    /// Store a large item output once, as `outputs/<stage>-<index>-<sha256 prefix>.json` below
-    /// `artifacts/`, written whole or not at all; returns that path.
-    fn output_file(&self, stage: &str, index: usize, output: &Value) -> std::io::Result<String> {
+    /// Store a large item output (its JSON, `bytes`) once, as
+    /// `outputs/<stage>-<index>-<sha256 prefix>.json` below `artifacts/`, written whole or not at
+    /// all, secrets redacted; returns that path.
+    fn output_file(&self, stage: &str, index: usize, bytes: &[u8]) -> std::io::Result<String> {
         let artifacts = self
             .shared
             .artifacts
             .as_ref()
             .ok_or_else(|| std::io::Error::other("the run has no folder"))?;
-        let sha = crate::floor::hash::sha256_json(output);
+        let sha = crate::floor::hash::sha256_hex(bytes);
         let name = format!("outputs/{stage}-{index}-{}.json", &sha[..16]);
         let path = artifacts.join(&name);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)?;
         }
         crate::floor::atomic::replace(&path, ".output.", 0o666, |out| {
-            super::record::write_json(&mut *out, output)
+            out.write_all(&crate::floor::secrets::redact_bytes(bytes))
         })?;
         Ok(name)
     }
