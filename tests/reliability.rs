@@ -1,7 +1,7 @@
 //! What an attacker or a crash must not get: a value run as shell code, a panic, a stolen
 //! lock, a re-run of finished work, a kept secret. Each test fails without the fix it guards.
 
-use crate::support::Test;
+use crate::support::{running, Test};
 
 /// A payload that runs `touch PWNED` if it is ever read as shell code, whichever quotes
 /// surround it.
@@ -424,17 +424,6 @@ fn a_live_lock_older_than_stale_after_is_not_taken() {
         assert!(first.wait().unwrap().success(), "{name}: the first run failed");
         assert!(!t.exists("w.lock.d"), "{name}: the holder's lock is left behind");
     }
-}
-
-/// Whether a process is running (not gone, not a zombie).
-fn running(pid: &str) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        let state = stat
-            .rsplit(')')
-            .next()
-            .and_then(|rest| rest.split_whitespace().next());
-        !matches!(state, Some("Z" | "X"))
-    })
 }
 
 /// When the engine is killed outright, the stage process it was running dies with it.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::{wait_for, Test};
+use crate::support::{running, wait_for, Test};
 
 const PATIENCE: Duration = Duration::from_secs(30);
 
@@ -125,17 +125,6 @@ fn concurrent_items_finished_before_a_kill_run_exactly_once() {
         t.last_run()["stages"]["items"]["reused_items"],
         finished.len()
     );
-}
-
-/// Whether a process is running (not gone, not a zombie).
-fn running(pid: &str) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        let state = stat
-            .rsplit(')')
-            .next()
-            .and_then(|rest| rest.split_whitespace().next());
-        !matches!(state, Some("Z" | "X"))
-    })
 }
 
 /// Writes the file that lets the work end, when dropped.

@@ -385,3 +385,14 @@ pub(crate) fn statuses(record: &Value) -> Vec<(String, String)> {
         })
         .unwrap_or_default()
 }
+
+/// Whether a process is running (not gone, not a zombie).
+pub(crate) fn running(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        let state = stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().next());
+        !matches!(state, Some("Z" | "X"))
+    })
+}

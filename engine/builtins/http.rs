@@ -165,6 +165,12 @@ impl<'a> Request<'a> {
             .into()
     }
 
+    /// A failed request: the interruption or timeout of the stage when that is what ended it,
+    /// else the request's own error.
+    fn failed(&self, cancel: &super::Cancel, err: ureq::Error) -> BuiltinError {
+        cancel.check().err().unwrap_or_else(|| self.error(err))
+    }
+
     /// A failure that names the action and the url, in words a workflow author can act on.
     fn error(&self, err: ureq::Error) -> BuiltinError {
         let why = match err {
@@ -193,12 +199,7 @@ fn run_head(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
         .agent(&ctx.cancel)
         .head(request.url)
         .call()
-        .map_err(|err| {
-            ctx.cancel
-                .check()
-                .err()
-                .unwrap_or_else(|| request.error(err))
-        })?;
+        .map_err(|err| request.failed(&ctx.cancel, err))?;
     let location = response.headers().get("location").map(header_text);
     Ok(json!({
         "status": response.status().as_u16(),
@@ -219,12 +220,7 @@ fn run_get(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
         .agent(&ctx.cancel)
         .get(request.url)
         .call()
-        .map_err(|err| {
-            ctx.cancel
-                .check()
-                .err()
-                .unwrap_or_else(|| request.error(err))
-        })?;
+        .map_err(|err| request.failed(&ctx.cancel, err))?;
 
     let mut headers = Map::new();
     for (name, value) in response.headers() {
@@ -245,12 +241,7 @@ fn run_get(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
         .with_config()
         .limit(max_bytes.min(ctx.max_output))
         .read_to_vec()
-        .map_err(|err| {
-            ctx.cancel
-                .check()
-                .err()
-                .unwrap_or_else(|| request.error(err))
-        })?;
+        .map_err(|err| request.failed(&ctx.cancel, err))?;
     Ok(json!({
         "status": response.status().as_u16(),
         "headers": headers,

@@ -422,25 +422,14 @@ impl Checker<'_> {
                 self.duration(key, text, &p(pointer));
             }
         }
-        let process_keys = ["stdin", "cwd", "env", "ok_codes"];
-        let prompt_keys = [
-            "model",
-            "system",
-            "prompt_prefix",
-            "temperature",
-            "max_tokens",
-            "repair",
-        ];
         let action = actions.first().copied();
-        let stray = |keys: &[&'static str], allowed: &[&str]| -> Vec<&'static str> {
-            if action.is_some_and(|a| allowed.contains(&a)) {
-                return Vec::new();
-            }
-            keys.iter().copied().filter(|k| has(k)).collect()
-        };
-        let mut strays = stray(&process_keys, &["command", "shell"]);
-        strays.extend(stray(&prompt_keys, &["prompt"]));
-        strays.extend(stray(&["with"], &["uses", "workflow"]));
+        let own = action.map_or(&[][..], crate::load::action_companions);
+        let strays: Vec<&str> = ["command", "prompt", "uses"]
+            .into_iter()
+            .flat_map(crate::load::action_companions)
+            .copied()
+            .filter(|key| has(key) && !own.contains(key))
+            .collect();
         for key in strays {
             self.error_key(
                 format!(

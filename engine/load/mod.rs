@@ -491,8 +491,9 @@ fn convert_value(
     }
 }
 
-/// The keys that belong to one kind of action, dropped with it when an overlay swaps actions.
-fn action_companions(action: &str) -> &'static [&'static str] {
+/// The keys that belong to one kind of action: dropped with it when an overlay swaps actions,
+/// and refused by check on a stage of another action.
+pub(crate) fn action_companions(action: &str) -> &'static [&'static str] {
     match action {
         "prompt" => &[
             "model",
