@@ -23,6 +23,7 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, Seek, SeekFrom};
 use std::path::Path;
 use std::sync::LazyLock;
+use std::time::{Duration, Instant};
 
 use regex::Regex;
 use serde::de::{Deserializer, IgnoredAny, SeqAccess, Visitor};
@@ -60,6 +61,8 @@ struct DeltaArgs {
     max_bytes: usize,
     #[serde(default)]
     optional: bool,
+    #[serde(default)]
+    settle: Option<String>,
 }
 
 fn default_fallback_lines() -> u64 {
@@ -77,7 +80,13 @@ fn default_max_bytes() -> usize {
 fn run(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     let args: DeltaArgs = serde_json::from_value(with.clone())
         .map_err(|err| BuiltinError::new(format!("invalid transcript.delta arguments: {err}")))?;
-    let (delta, missing) = match read_delta(&ctx.resolve(&args.path), &args, ctx.cancel) {
+    let path = ctx.resolve(&args.path);
+    if let Some(text) = args.settle.as_deref() {
+        let quiet = crate::floor::duration::parse(text)
+            .map_err(|err| BuiltinError::new(format!("transcript.delta: `settle`: {err}")))?;
+        settle(&path, quiet, ctx)?;
+    }
+    let (delta, missing) = match read_delta(&path, &args, ctx.cancel) {
         Ok(delta) => (delta, false),
         // Claude Code may fire a hook before it has written a session's first lines.
         Err(err) if err.kind() == io::ErrorKind::NotFound && args.optional => {
@@ -93,6 +102,27 @@ fn run(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     let mut out = delta.into_json(&args.path);
     out["missing"] = json!(missing);
     Ok(out)
+}
+
+/// Wait until the file has not changed size (nor appeared or gone) for `quiet`: a host that
+/// fires a hook before it has flushed the turn's last lines writes them within moments. The
+/// wait ends at the stage's timeout or an interrupt, and after 20 times `quiet` in any case.
+fn settle(path: &Path, quiet: Duration, ctx: &BuiltinCtx) -> Result<(), BuiltinError> {
+    let size = || std::fs::metadata(path).ok().map(|m| m.len());
+    let step = (quiet / 10).clamp(Duration::from_millis(5), Duration::from_millis(100));
+    let give_up = Instant::now() + quiet * 20;
+    let mut last = size();
+    let mut since = Instant::now();
+    while since.elapsed() < quiet && Instant::now() < give_up {
+        ctx.cancel.check()?;
+        std::thread::sleep(step);
+        let now = size();
+        if now != last {
+            last = now;
+            since = Instant::now();
+        }
+    }
+    Ok(())
 }
 
 /// Who said a piece of prose.
@@ -956,6 +986,10 @@ fn with_schema() -> Value {
                 "default": 16384,
                 "description": "Cap in bytes on the whole text; when over, the oldest messages are left out first."
             },
+            "settle": {
+                "type": "string",
+                "description": "Before reading, wait until the file has not changed for this long (e.g. \"500ms\"; at most 20 times it): for a transcript its writer may still be flushing."
+            },
             "optional": {
                 "type": "boolean",
                 "default": false,
@@ -1428,6 +1462,52 @@ mod tests {
         let full = run(&json!({ "path": "t.jsonl" }), &ctx).expect("delta");
         assert_eq!(full["content_lines"], lines / 2);
         assert!(full["dropped_parts"].as_u64().expect("count") > 0);
+    }
+
+    /// A writer still flushing: `settle` reads once the file has been quiet, so the lines
+    /// written after the call began are in the delta.
+    #[test]
+    fn settle_waits_for_a_file_still_being_written() {
+        let roots = WriteRoots::default();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let ctx = BuiltinCtx {
+            cwd: dir.path(),
+            writes: &roots,
+            locks: &Default::default(),
+            cancel: crate::builtins::Cancel::default(),
+            max_output: u64::MAX,
+        };
+        let path = dir.path().join("t.jsonl");
+        let line = |text: &str| {
+            json!({"type": "user", "message": {"role": "user", "content": text}}).to_string() + "\n"
+        };
+        std::fs::write(&path, line("first words")).expect("write");
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let writer = {
+            let path = path.clone();
+            let late = line("late words");
+            std::thread::spawn(move || {
+                started_rx.recv().expect("the read began");
+                let mut file = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&path)
+                    .expect("open");
+                file.write_all(late.as_bytes()).expect("append");
+            })
+        };
+        started_tx.send(()).expect("start the writer");
+        // The quiet window restarts at the append; 2 s is far longer than the append takes.
+        let out = run(&json!({ "path": "t.jsonl", "settle": "2s" }), &ctx).expect("read");
+        writer.join().expect("writer");
+        assert_eq!(out["total_lines"], 2, "{out:#}");
+        assert!(
+            out["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("late words")),
+            "{out:#}"
+        );
+        let bad = run(&json!({ "path": "t.jsonl", "settle": "soon" }), &ctx).expect_err("bad");
+        assert!(bad.0.contains("`settle`"), "{bad}");
     }
 
     #[test]
