@@ -5,13 +5,13 @@
 //! concurrent edit). `gh` is a stub that fails, and the clock is pinned (`STAGEGRAPH_NOW`).
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::{json, Value};
 use yaml_rust2::{Yaml, YamlLoader};
 
-use crate::support::{copy_tree, fixtures, repo_root, stage, Output, Test};
+use crate::support::{copy_tree, fixtures, make_executable, repo_root, stage, Output, Test};
 
 const TODAY: &str = "2026-11-30";
 const NOW: &str = "2026-11-30T12:00:00Z";
@@ -231,11 +231,6 @@ impl Project {
         found.sort();
         found
     }
-}
-
-fn make_executable(path: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    fs::set_permissions(path, fs::Permissions::from_mode(0o755)).expect("chmod");
 }
 
 /// A document's frontmatter, parsed by a YAML parser, and its body.

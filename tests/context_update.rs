@@ -145,7 +145,7 @@ impl Project {
             "bin/claude",
             "#!/bin/sh\necho 'the real claude CLI must not run in tests' >&2\nexit 3\n",
         );
-        make_executable(&project.path("bin/claude"));
+        support::make_executable(&project.path("bin/claude"));
         project
     }
 
@@ -346,37 +346,12 @@ impl Project {
     }
 
     fn record(&self, id: &str) -> Value {
-        let path = self.state_dir().join("runs").join(id).join("run.json");
-        let text = fs::read_to_string(path).expect("run.json");
-        serde_json::from_str(&text).expect("run.json is JSON")
+        support::read_record(&self.state_dir(), id)
     }
 
     fn run_ids(&self) -> Vec<String> {
-        let mut ids: Vec<String> = fs::read_dir(self.state_dir().join("runs"))
-            .map(|entries| {
-                // A run's folder is made before its first run.json is renamed into it: a run
-                // is listed once it has a record, as `runs` lists it.
-                entries
-                    .filter_map(Result::ok)
-                    .filter(|entry| entry.path().join("run.json").is_file())
-                    .map(|entry| entry.file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
-        ids.sort();
-        ids
+        support::recorded_runs(&self.state_dir())
     }
-}
-
-fn make_executable(path: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    fs::set_permissions(path, fs::Permissions::from_mode(0o755)).expect("chmod");
-}
-
-fn modified(path: &Path) -> SystemTime {
-    fs::metadata(path)
-        .and_then(|meta| meta.modified())
-        .expect("a modification time")
 }
 
 /// Transcript lines in Claude Code's shape.
@@ -635,8 +610,8 @@ fn a_second_run_on_the_same_transcript_changes_nothing() {
     let project = Project::new();
     project.hook(T0).assert_completed();
     let lexicon = project.lexicon().expect("written");
-    let written_at = modified(&project.path(".roc/rocket/lexicon.md"));
-    std::thread::sleep(Duration::from_millis(20));
+    // A rewrite would show as a modification time other than this one.
+    let written_at = support::backdate(&project.path(".roc/rocket/lexicon.md"));
 
     // Past the debounce: the heuristic finds no new line, no model is asked.
     let again = project.hook(&at(3600));
@@ -660,7 +635,7 @@ fn a_second_run_on_the_same_transcript_changes_nothing() {
 
     assert_eq!(project.lexicon().as_deref(), Some(lexicon.as_str()));
     assert_eq!(
-        modified(&project.path(".roc/rocket/lexicon.md")),
+        support::modified(&project.path(".roc/rocket/lexicon.md")),
         written_at
     );
     // The debounce clock only moves when the file is written.
@@ -1143,32 +1118,44 @@ fn a_contradiction_is_flagged_in_the_file_and_the_summary() {
     );
 }
 
+/// Prefix a model script with a wait: it says it started (`<model>.started`) and goes on once
+/// the test creates `<model>.go` (bounded, so a failed test leaves no process behind for long).
+fn hold_model(project: &Project, model: &str) {
+    let path = project.path(&format!("models/{model}.sh"));
+    let script = fs::read_to_string(&path).expect("a model script");
+    project.write(
+        &format!("models/{model}.sh"),
+        &format!(
+            "dir=$(dirname \"$0\")\n\
+             touch \"$dir/{model}.started\"\n\
+             i=0; while [ ! -e \"$dir/{model}.go\" ] && [ $i -lt 3000 ]; do sleep 0.02; i=$((i+1)); done\n\
+             {script}"
+        ),
+    );
+}
+
 #[test]
-fn two_runs_started_together_one_writes_the_other_ends_on_the_lock() {
+fn a_second_run_while_the_first_holds_the_lock_ends_on_the_lock() {
     let project = Project::new();
-    // A slow writer keeps the lock held long enough for the second run to meet it.
-    let writer = project.path("models/writer.sh");
-    let script = fs::read_to_string(&writer).expect("writer script");
-    project.write("models/writer.sh", &format!("sleep 1\n{script}"));
+    // The first run holds the lock while its writer is held; the second meets it there.
+    hold_model(&project, "writer");
     let payload = project.payload().to_string();
-    let codes: Vec<Option<i32>> = std::thread::scope(|scope| {
-        let runs: Vec<_> = (0..2)
-            .map(|_| {
-                scope.spawn(|| {
-                    project
-                        .command(T0, &["run", "context-update", "--inputs-json", "-"])
-                        .stdin(&payload)
-                        .output()
-                        .code
-                })
-            })
-            .collect();
-        runs.into_iter()
-            .map(|run| run.join().expect("a run"))
-            .collect()
+    let mut first = project
+        .command(T0, &["run", "context-update", "--inputs-json", "-"])
+        .stdin(&payload)
+        .spawn();
+    support::wait_for("the first run's writer", Duration::from_secs(60), || {
+        project.path("models/writer.started").exists()
     });
-    assert_eq!(codes, [Some(0), Some(0)]);
-    let mut outcomes: Vec<(String, Option<String>)> = project
+    let second = project
+        .command(T0, &["run", "context-update", "--inputs-json", "-"])
+        .stdin(&payload)
+        .output();
+    second.code(0);
+    project.write("models/writer.go", "");
+    let status = first.wait().expect("the first run ends");
+    assert_eq!(status.code(), Some(0));
+    let outcomes: Vec<(String, Option<String>)> = project
         .run_ids()
         .iter()
         .map(|id| {
@@ -1179,13 +1166,13 @@ fn two_runs_started_together_one_writes_the_other_ends_on_the_lock() {
             )
         })
         .collect();
-    outcomes.sort();
     assert_eq!(
         outcomes,
         [
             ("completed".to_string(), None),
             ("exited".to_string(), Some("lock".to_string()))
-        ]
+        ],
+        "the first run writes, the second ends on its lock"
     );
     assert_eq!(
         project.calls("writer"),
@@ -1205,15 +1192,6 @@ fn wait_for_runs(project: &Project, count: usize) -> Value {
         project
             .run_ids()
             .iter()
-            // A run's folder exists a moment before its first record is written in it.
-            .filter(|id| {
-                project
-                    .state_dir()
-                    .join("runs")
-                    .join(id)
-                    .join("run.json")
-                    .is_file()
-            })
             .map(|id| project.record(id))
             .filter(|record| record["status"] != "running")
             .count()
@@ -1264,8 +1242,9 @@ fn sigterm_ends_the_hook_with_exit_zero_and_an_interrupted_record() {
 #[test]
 fn detach_returns_at_once_and_the_run_goes_on_in_its_own_session() {
     let project = Project::new();
+    // The writer is held until the command has returned: returning cannot wait for the run.
+    hold_model(&project, "writer");
     let payload = project.payload().to_string();
-    let started = std::time::Instant::now();
     let out = project
         .command(
             T0,
@@ -1282,12 +1261,14 @@ fn detach_returns_at_once_and_the_run_goes_on_in_its_own_session() {
         .output();
     out.code(0);
     assert!(out.stdout.is_empty(), "{}", out.stdout);
+    assert_eq!(project.lexicon(), None, "the run is still going");
+    project.write("models/writer.go", "");
     let record = wait_for_runs(&project, 1);
     assert_eq!(record["status"], "completed", "{record:#}");
     assert_eq!(record["inputs"]["hook_event_name"], "Stop");
+    assert_eq!(project.calls("writer"), 1);
     assert!(project.lexicon().is_some());
     assert_eq!(project.cursor_line(), Some(SESSION_LINES));
-    assert!(started.elapsed() < Duration::from_secs(60));
 }
 
 #[test]
@@ -1555,17 +1536,17 @@ fn every_write_applies_every_rule_and_an_unchanged_lexicon_is_not_rewritten() {
         "{}",
         run.stdout
     );
-    let written_at = modified(&project.path(".roc/rocket/lexicon.md"));
+    // A rewrite would show as a modification time other than this one.
+    let written_at = support::backdate(&project.path(".roc/rocket/lexicon.md"));
 
     // The file now keeps every rule: the same empty answer writes nothing.
-    std::thread::sleep(Duration::from_millis(20));
     let again = project.manual(&at(3600));
     again.assert_completed();
     assert_eq!(again.stdout.trim(), "No update needed.");
     assert_eq!(again.stage("write"), "skipped");
     assert_eq!(project.lexicon().as_deref(), Some(lexicon.as_str()));
     assert_eq!(
-        modified(&project.path(".roc/rocket/lexicon.md")),
+        support::modified(&project.path(".roc/rocket/lexicon.md")),
         written_at
     );
 }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::loopback::{anthropic_stream, Reply, Server};
-use crate::support::{stage, Test};
+use crate::support::{make_executable, stage, Test};
 
 const SCHEMA: &str = r#"{
   "type": "object",
@@ -42,13 +42,6 @@ fn project(workflow: &str, config: Option<&str>) -> Test {
         test.write("stagegraph.toml", config);
     }
     test
-}
-
-fn make_executable(path: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    let mut permissions = std::fs::metadata(path).expect("metadata").permissions();
-    permissions.set_mode(0o755);
-    std::fs::set_permissions(path, permissions).expect("chmod");
 }
 
 fn path_with(dir: &Path) -> String {

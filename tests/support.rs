@@ -8,7 +8,7 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 use tempfile::TempDir;
@@ -345,6 +345,57 @@ pub(crate) fn wait_for(what: &str, limit: Duration, mut ready: impl FnMut() -> b
         );
         std::thread::sleep(Duration::from_millis(25));
     }
+}
+
+/// Make a file executable (a script a test puts on PATH or names as a model's command).
+pub(crate) fn make_executable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+/// A file's modification time.
+pub(crate) fn modified(path: &Path) -> SystemTime {
+    std::fs::metadata(path)
+        .and_then(|meta| meta.modified())
+        .expect("a modification time")
+}
+
+/// Set a file's modification time to a fixed moment long past, and return it: a later rewrite
+/// of the file shows as a changed time however coarse the file system's clock is, with no
+/// waiting for the clock to move on.
+pub(crate) fn backdate(path: &Path) -> SystemTime {
+    let past = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .and_then(|file| file.set_modified(past))
+        .expect("set a modification time");
+    past
+}
+
+/// The ids of the runs recorded under a state folder, oldest first. A run's folder is made a
+/// moment before its first run.json is renamed into it: a run is listed once it has a record,
+/// as `runs` lists it.
+pub(crate) fn recorded_runs(state_dir: &Path) -> Vec<String> {
+    let mut ids: Vec<String> = std::fs::read_dir(state_dir.join("runs"))
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|entry| entry.path().join("run.json").is_file())
+                .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.sort();
+    ids
+}
+
+/// One run's run.json under a state folder, parsed.
+pub(crate) fn read_record(state_dir: &Path, id: &str) -> Value {
+    let path = state_dir.join("runs").join(id).join("run.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("run.json is not JSON ({e}):\n{text}"))
 }
 
 /// Copy a folder recursively.
