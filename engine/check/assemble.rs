@@ -8,7 +8,7 @@ use foldhash::{HashMap, HashMapExt};
 use serde_json::Value;
 
 use super::gather::{Pending, PendingAction};
-use super::key::{DurationKey, Field, TemplateKey};
+use super::key::{DurationKey, Field, SizeKey, TemplateKey};
 use super::schemas::SchemaOf;
 use super::{Action, CacheSpec, CheckedLock, ProcessAction, Stage, StageText, WithTree};
 use crate::format::{CacheDef, OutputFormat, StageDef, TemplateRef, WorkflowFile};
@@ -24,6 +24,8 @@ pub(crate) struct Parts {
     pub(crate) writes: Vec<Tmpl>,
     pub(crate) lock: Option<CheckedLock>,
     pub(crate) records_project: Option<Tmpl>,
+    /// `[workflow] max_output` in bytes, or the default.
+    pub(crate) max_output: u64,
 }
 
 /// The compiled templates by key.
@@ -89,8 +91,10 @@ pub(crate) fn assemble(
     schemas: &[SchemaOf],
     definition_hashes: Vec<String>,
     durations: &HashMap<DurationKey, Duration>,
+    sizes: &HashMap<SizeKey, u64>,
 ) -> Option<Parts> {
     let duration = |key| durations.get(&key).copied();
+    let size = |key| sizes.get(&key).copied();
     let mut by_key = HashMap::with_capacity(templates.len());
     for (pending, tmpl) in pendings.iter().zip(templates) {
         if let Some(tmpl) = tmpl {
@@ -231,10 +235,7 @@ pub(crate) fn assemble(
             set_state,
             cache,
             timeout: duration(DurationKey::Timeout(i)),
-            max_output: def
-                .max_output
-                .as_deref()
-                .and_then(|text| crate::floor::size::parse_size(text).ok()),
+            max_output: size(SizeKey::Stage(i)),
             retries: def.retries.unwrap_or(0),
             retry_backoff: duration(DurationKey::RetryBackoff(i)).unwrap_or(Duration::from_secs(1)),
             repair: def.repair.unwrap_or(1),
@@ -293,6 +294,7 @@ pub(crate) fn assemble(
         writes,
         lock,
         records_project,
+        max_output: size(SizeKey::Workflow).unwrap_or(super::DEFAULT_MAX_OUTPUT),
     })
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::key::{DurationKey, Field, TemplateKey};
+use super::key::{DurationKey, Field, SizeKey, TemplateKey};
 use super::{stage_pointer, Checker, Workflow};
 use crate::builtins::{self, Builtin};
 use crate::diag::{did_you_mean, Diagnostic, DiagnosticKind, SourceFile};
@@ -107,7 +107,7 @@ impl Checker<'_> {
             actions.push(self.gather_stage(i, id, def, visiting));
         }
         if let Some(text) = &file.workflow.max_output {
-            self.size(text, "/workflow/max_output");
+            self.size(SizeKey::Workflow, text, "/workflow/max_output");
         }
         for (name, source) in &file.outputs {
             self.queue(
@@ -408,7 +408,7 @@ impl Checker<'_> {
             }
         }
         if let Some(text) = &def.max_output {
-            self.size(text, &p("max_output"));
+            self.size(SizeKey::Stage(i), text, &p("max_output"));
         }
         for (key, text, pointer) in [
             (DurationKey::Timeout(i), &def.timeout, "timeout"),
@@ -759,10 +759,16 @@ impl Checker<'_> {
         }
     }
 
-    fn size(&mut self, text: &str, pointer: &str) {
-        if let Err(error) = crate::floor::size::parse_size(text) {
-            self.error(error, pointer).help =
-                Some("sizes look like \"64MiB\", \"500KB\", \"1GiB\", \"4096\"".into());
+    /// Parse a size once: kept for assemble, or an error at its pointer.
+    fn size(&mut self, key: SizeKey, text: &str, pointer: &str) {
+        match crate::floor::size::parse_size(text) {
+            Ok(bytes) => {
+                self.sizes.insert(key, bytes);
+            }
+            Err(error) => {
+                self.error(error, pointer).help =
+                    Some("sizes look like \"64MiB\", \"500KB\", \"1GiB\", \"4096\"".into());
+            }
         }
     }
 

@@ -47,6 +47,16 @@ pub(crate) enum DurationKey {
     LockStaleAfter,
 }
 
+/// A size of the workflow (`max_output`), parsed once by gather (its error a diagnostic there)
+/// and taken by assemble.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum SizeKey {
+    /// `[workflow] max_output`.
+    Workflow,
+    /// `max_output` of the stage at this index.
+    Stage(usize),
+}
+
 /// A templated field of a stage.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Field {

@@ -326,26 +326,6 @@ mod tests {
     }
 
     #[test]
-    fn the_statuses_are_the_ones_the_run_gives() {
-        use crate::run::record::{RunStatus, StageStatus};
-        for status in super::STAGE_STATUSES {
-            let parsed: StageStatus =
-                serde_json::from_value(serde_json::json!(status)).expect("a stage status");
-            assert_eq!(parsed.as_str(), *status);
-        }
-        for status in [
-            RunStatus::Running,
-            RunStatus::Completed,
-            RunStatus::Exited,
-            RunStatus::Failed,
-            RunStatus::Interrupted,
-        ] {
-            assert!(super::RUN_STATUSES.contains(&status.as_str()));
-            assert!(super::RUN_STATUSES.contains(&status.finally_word()));
-        }
-    }
-
-    #[test]
     fn loads_are_read_with_their_names() {
         let caps = LOADS
             .captures(r#" include "part.j2" ignore missing "#)

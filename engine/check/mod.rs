@@ -56,7 +56,11 @@ use crate::schema::Schema;
 
 use assemble::Parts;
 use gather::Pending;
-use key::DurationKey;
+use key::{DurationKey, SizeKey};
+/// What `stages.X.status` and `run.status` can be, as check compares quoted strings with them
+/// (run's tests hold them to the statuses a run gives).
+#[cfg(test)]
+pub(crate) use literals::{RUN_STATUSES, STAGE_STATUSES};
 use schemas::SchemaOf;
 pub use workflow::{
     Action, CacheSpec, CheckedLock, ProcessAction, Stage, StageText, WithTree, Workflow,
@@ -133,6 +137,7 @@ fn check_inner(
         globals: HashSet::new(),
         items: Vec::new(),
         durations: HashMap::new(),
+        sizes: HashMap::new(),
     };
     // Each definition's hash stands alone (its JSON, about a kilobyte a stage, hashed): a
     // thread hashes them while the checker reads the templates and references.
@@ -178,11 +183,7 @@ fn check_inner(
                 always_exit_zero: workflow.always_exit_zero,
                 records: workflow.records,
                 budget_usd: workflow.budget_usd,
-                max_output: workflow
-                    .max_output
-                    .as_deref()
-                    .and_then(|text| crate::floor::size::parse_size(text).ok())
-                    .unwrap_or(workflow::DEFAULT_MAX_OUTPUT),
+                max_output: parts.max_output,
                 raw,
                 stages: parts.stages,
                 order: parts.order,
@@ -224,6 +225,8 @@ struct Checker<'a> {
     items: Vec<foreach::ItemOf>,
     /// The durations gather parsed.
     durations: HashMap<DurationKey, Duration>,
+    /// The sizes gather parsed.
+    sizes: HashMap<SizeKey, u64>,
 }
 
 /// `^[a-z][a-z0-9_]*$`, without compiling a regex for it.
@@ -308,6 +311,7 @@ impl Checker<'_> {
             &schemas,
             definition_hashes(),
             &self.durations,
+            &self.sizes,
         )
     }
 }
@@ -450,6 +454,44 @@ mod tests {
                 .as_ref()
                 .map(|l| l.span.clone()),
             Some(11..24)
+        );
+    }
+
+    #[test]
+    fn sizes_are_parsed_by_gather_and_handed_over() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let write = |text: &str| std::fs::write(dir.path().join("w.toml"), text).expect("write");
+        let engine = crate::Engine::new(&[], dir.path());
+        write(
+            "[workflow]\nmax_output = \"2KiB\"\n\
+             [stages.a]\nmax_output = \"3KB\"\ncommand = [\"true\"]\n\
+             [stages.b]\ncommand = [\"true\"]\n",
+        );
+        let workflow = engine.load("w.toml").expect("the workflow checks");
+        assert_eq!(workflow.max_output, 2048);
+        let sizes: Vec<Option<u64>> = workflow.stages.iter().map(|s| s.max_output).collect();
+        assert_eq!(sizes, [Some(3000), None]);
+
+        write("[stages.a]\ncommand = [\"true\"]\n");
+        let workflow = engine.load("w.toml").expect("the workflow checks");
+        assert_eq!(workflow.max_output, super::DEFAULT_MAX_OUTPUT);
+
+        // A bad size is an error at its own line, never a size dropped in silence.
+        write(
+            "[workflow]\nmax_output = \"1.5MB\"\n\
+             [stages.a]\ncommand = [\"true\"]\nmax_output = \"lots\"\n",
+        );
+        let diags = engine.load("w.toml").expect_err("bad sizes are errors");
+        let found: Vec<(usize, &str)> = diags
+            .iter()
+            .map(|d| (d.line_col().map_or(0, |(line, _)| line), d.message.as_str()))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                (2, "`1.5MB` is not a size: a whole number of bytes, or one with B, KB, MB, GB, KiB, MiB or GiB"),
+                (5, "`lots` is not a size: a whole number of bytes, or one with B, KB, MB, GB, KiB, MiB or GiB"),
+            ]
         );
     }
 

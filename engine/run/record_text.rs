@@ -224,3 +224,29 @@ impl RunRecord {
 fn first_line(text: &str) -> &str {
     text.lines().next().unwrap_or("")
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::check::{RUN_STATUSES, STAGE_STATUSES};
+    use crate::run::record::{RunStatus, StageStatus};
+
+    /// The statuses check compares quoted strings with are the ones a run gives.
+    #[test]
+    fn the_statuses_check_knows_are_the_ones_the_run_gives() {
+        for status in STAGE_STATUSES {
+            let parsed: StageStatus =
+                serde_json::from_value(serde_json::json!(status)).expect("a stage status");
+            assert_eq!(parsed.as_str(), *status);
+        }
+        for status in [
+            RunStatus::Running,
+            RunStatus::Completed,
+            RunStatus::Exited,
+            RunStatus::Failed,
+            RunStatus::Interrupted,
+        ] {
+            assert!(RUN_STATUSES.contains(&status.as_str()));
+            assert!(RUN_STATUSES.contains(&status.finally_word()));
+        }
+    }
+}
