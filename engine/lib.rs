@@ -24,7 +24,18 @@ pub mod run;
 pub mod schema;
 pub mod template;
 
-pub use engine::Engine;
+pub use check::{Stage, Workflow};
+pub use claude::{HookChange, SettingsError, SettingsScope};
+pub use diag::{Diagnostic, Severity};
+pub use engine::{
+    config_schema, interrupt, migrate_recordings, read_inputs, redact, register_secrets,
+    spawn_detached, workflow_schema, CheckReport, EjectError, Engine, InputError, Listing,
+    RunFailure, RunRequest, StateDir,
+};
+pub use load::RawWorkflow;
+pub use models::Migration;
+pub use plan::Plan;
+pub use run::{ResumeFrom, RunRecord, RunStatus};
 
 /// The version of every JSON document the command line prints (`--format json`).
 pub const JSON_VERSION: u32 = 1;

@@ -9,13 +9,10 @@ use std::process::ExitCode;
 use clap::Parser;
 use serde_json::{Map, Value};
 
-use stagegraph::diag::Diagnostic;
-use stagegraph::engine::{read_inputs, RunRequest, StateDir};
-use stagegraph::exit;
-use stagegraph::load::documents::Documents;
-use stagegraph::models::Models;
-use stagegraph::run::{self, record, RunStatus};
-use stagegraph::Engine;
+use stagegraph::{
+    exit, read_inputs, Diagnostic, Engine, HookChange, ResumeFrom, RunRecord, RunRequest,
+    RunStatus, SettingsScope, StateDir, Workflow,
+};
 
 use args::{Cli, Color, Command, ExecArgs, HookArgs, HookScope, RunArgs, RunFormat, SchemaKind};
 
@@ -26,32 +23,32 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Printing that ignores a closed stdout or stderr (`stagegraph runs | head -1`) instead of
 /// panicking the way `println!` does.
-/// Every secret the configuration names is redacted first (`floor::secrets`).
+/// Every secret the configuration names is redacted first (`stagegraph::redact`).
 macro_rules! outln {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let text = stagegraph::floor::secrets::redact_string(format!($($arg)*));
+        let text = stagegraph::redact(format!($($arg)*));
         let _ = writeln!(std::io::stdout(), "{text}");
     }};
 }
 macro_rules! out {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let text = stagegraph::floor::secrets::redact_string(format!($($arg)*));
+        let text = stagegraph::redact(format!($($arg)*));
         let _ = write!(std::io::stdout(), "{text}");
     }};
 }
 macro_rules! errln {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let text = stagegraph::floor::secrets::redact_string(format!($($arg)*));
+        let text = stagegraph::redact(format!($($arg)*));
         let _ = writeln!(std::io::stderr(), "{text}");
     }};
 }
 macro_rules! err {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let text = stagegraph::floor::secrets::redact_string(format!($($arg)*));
+        let text = stagegraph::redact(format!($($arg)*));
         let _ = write!(std::io::stderr(), "{text}");
     }};
 }
@@ -89,28 +86,29 @@ fn main() -> ExitCode {
         .map_or_else(|| cwd.join(".stagegraph"), |d| cwd.join(d));
     let state_explicit = cli.state_dir.is_some();
     // Before anything is printed or written: the keys the configuration names never are.
-    stagegraph::models::register_secrets(&cwd);
+    stagegraph::register_secrets(&cwd);
+    let mut engine = Engine::new(&cli.libraries, &cwd);
     match &cli.command {
-        Command::Mcp => return mcp(&cli, &cwd),
+        Command::Mcp => return mcp(&engine, &cli, &cwd),
         Command::InstallHook(args) => return hook(args, &cwd, true),
         Command::UninstallHook(args) => return hook(args, &cwd, false),
         _ => {}
     }
-    let mut engine = Engine::new(&cli.libraries, &cwd);
+    let state = StateDir {
+        dir: state_dir,
+        explicit: state_explicit,
+    };
     // Commands that write to the state folder anyway keep parsed documents there; `check`,
     // `plan` and the rest leave it untouched. A state folder that does not exist yet is not
     // made for them: a workflow that records out of the project tree must leave none.
     if matches!(cli.command, Command::Run(_) | Command::Resume { .. })
-        && (state_explicit || state_dir.is_dir())
+        && (state.explicit || state.dir.is_dir())
     {
-        engine.documents = Some(Documents::new(state_dir.join("cache").join("documents")));
+        engine.keep_documents(&state);
     }
     let app = App {
         engine,
-        state: StateDir {
-            dir: state_dir,
-            explicit: state_explicit,
-        },
+        state,
         color,
     };
     let code = match app.dispatch(cli.command) {
@@ -125,15 +123,10 @@ fn main() -> ExitCode {
     ExitCode::from(code as u8)
 }
 
-fn mcp(cli: &Cli, cwd: &Path) -> ExitCode {
+fn mcp(engine: &Engine, cli: &Cli, cwd: &Path) -> ExitCode {
     let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("stagegraph"));
-    let options = stagegraph::mcp::McpOptions {
-        libraries: cli.libraries.iter().map(|d| cwd.join(d)).collect(),
-        state_dir: cli.state_dir.as_ref().map(|d| cwd.join(d)),
-        cwd: cwd.to_path_buf(),
-        exe,
-    };
-    match stagegraph::mcp::serve(options) {
+    let state_dir = cli.state_dir.as_ref().map(|d| cwd.join(d));
+    match engine.serve_mcp(state_dir, exe) {
         Ok(()) => ExitCode::from(exit::SUCCESS as u8),
         Err(error) => {
             errln!("error: mcp: {error}");
@@ -143,7 +136,6 @@ fn mcp(cli: &Cli, cwd: &Path) -> ExitCode {
 }
 
 fn hook(args: &HookArgs, cwd: &Path, install: bool) -> ExitCode {
-    use stagegraph::claude::{HookChange, SettingsScope};
     let scope = match args.scope {
         HookScope::Project => SettingsScope::Project,
         HookScope::Local => SettingsScope::Local,
@@ -257,8 +249,8 @@ impl App {
             }
             Command::Schema { kind } => {
                 let schema = match kind {
-                    SchemaKind::Workflow => stagegraph::format::workflow_schema(),
-                    SchemaKind::Config => Models::config_schema(),
+                    SchemaKind::Workflow => stagegraph::workflow_schema(),
+                    SchemaKind::Config => stagegraph::config_schema(),
                 };
                 outln!(
                     "{}",
@@ -276,11 +268,6 @@ impl App {
         }
     }
 
-    /// No workflow of that name: with the nearest name on the search path, as `run` says it.
-    fn no_workflow(&self, name: &str) -> Failure {
-        invalid(self.engine.no_workflow(name))
-    }
-
     fn print_diagnostics(&self, diagnostics: &[Diagnostic]) {
         for diagnostic in diagnostics {
             err!("{}", diagnostic.render(self.color));
@@ -290,7 +277,7 @@ impl App {
     /// A checked workflow, never freed: the process ends soon after, and freeing the stages,
     /// templates and parsed document of a large workflow one by one takes longer than the
     /// process exit that reclaims them at once.
-    fn load(&self, name: &str) -> Result<ManuallyDrop<stagegraph::check::Workflow>, Failure> {
+    fn load(&self, name: &str) -> Result<ManuallyDrop<Workflow>, Failure> {
         self.load_then(name, |_| {})
     }
 
@@ -298,7 +285,7 @@ impl App {
         &self,
         name: &str,
         loaded: impl FnOnce(&str),
-    ) -> Result<ManuallyDrop<stagegraph::check::Workflow>, Failure> {
+    ) -> Result<ManuallyDrop<Workflow>, Failure> {
         self.engine
             .load_then(name, loaded)
             .map(ManuallyDrop::new)
@@ -306,7 +293,7 @@ impl App {
                 self.print_diagnostics(&diagnostics);
                 let errors = diagnostics.iter().filter(|d| d.is_error()).count();
                 // A workflow that was not found has nothing more to say than that.
-                if diagnostics.iter().all(|d| d.location.is_none()) && errors == 1 {
+                if diagnostics.iter().all(|d| d.file().is_none()) && errors == 1 {
                     return invalid("");
                 }
                 invalid(format!("workflow `{name}` is invalid ({errors} error(s))"))
@@ -332,10 +319,10 @@ impl App {
         let read_ahead = !request.no_cache;
         let workflow = self.load_then(&args.name, |workflow| {
             if read_ahead {
-                run::cache::read_ahead(&self.state.dir, workflow);
+                self.state.read_ahead(workflow);
             }
         })?;
-        let always_zero = workflow.always_exit_zero;
+        let always_zero = workflow.always_exit_zero();
         // A hook's host reads any other code as a verdict (2 blocks a Claude Code session): a
         // failure and an interruption (SIGINT, SIGTERM) exit 0 too; the record says which, and
         // stderr what went wrong.
@@ -349,7 +336,7 @@ impl App {
             }
             outcome => outcome,
         };
-        let cwd = &self.engine.cwd;
+        let cwd = self.engine.cwd();
         let inputs = match read_inputs(&workflow, args.inputs_json.as_deref(), &args.inputs, cwd) {
             Ok(inputs) => inputs,
             Err(error) => {
@@ -377,14 +364,14 @@ impl App {
 
     fn execute(
         &self,
-        workflow: &stagegraph::check::Workflow,
+        workflow: &Workflow,
         inputs: Map<String, Value>,
         request: &RunRequest,
         format: RunFormat,
-        resume: Option<run::ResumeFrom>,
+        resume: Option<ResumeFrom>,
     ) -> Result<i32, Failure> {
         let _ = ctrlc::set_handler(|| {
-            std::thread::spawn(|| stagegraph::floor::process::Interrupt::global().trigger());
+            std::thread::spawn(stagegraph::interrupt);
         });
         let record = self
             .engine
@@ -398,7 +385,7 @@ impl App {
                 }
             })?;
         print_run(&record, request, format);
-        Ok(match record.status {
+        Ok(match record.status() {
             RunStatus::Completed | RunStatus::Exited => exit::SUCCESS,
             RunStatus::Interrupted => exit::INTERRUPTED,
             RunStatus::Failed | RunStatus::Running => exit::FAILED,
@@ -413,12 +400,12 @@ impl App {
         let workflow = self.load(&reference)?;
         let code = self.execute(
             &workflow,
-            previous.inputs,
+            previous.inputs().clone(),
             &exec.request(),
             exec.format,
             Some(from),
         )?;
-        let always_zero = workflow.always_exit_zero;
+        let always_zero = workflow.always_exit_zero();
         Ok(
             if always_zero && (code == exit::FAILED || code == exit::INTERRUPTED) {
                 exit::SUCCESS
@@ -452,7 +439,7 @@ fn detach(inputs: &Map<String, Value>) -> std::io::Result<()> {
     kept.push("--inputs-json".into());
     kept.push("-".into());
     let stdin = Value::Object(inputs.clone()).to_string();
-    stagegraph::floor::process::spawn_detached(&std::env::current_exe()?, &kept, stdin.as_bytes())
+    stagegraph::spawn_detached(&std::env::current_exe()?, &kept, stdin.as_bytes())
 }
 
 fn pretty(value: &impl serde::Serialize) -> String {
@@ -467,7 +454,7 @@ fn warn_unrecorded(error: Option<String>) {
 
 /// What stdout and stderr get at the end of a run: the outputs (or the JSON document, or the
 /// `outputs` event), the explain verdicts, the summary line and the cost.
-fn print_run(record: &record::RunRecord, request: &RunRequest, format: RunFormat) {
+fn print_run(record: &RunRecord, request: &RunRequest, format: RunFormat) {
     if format == RunFormat::Json {
         outln!("{}", pretty(&record.result_json(request.explain)));
     } else if let Some(text) = record.outputs_text(request.json_events) {
@@ -480,19 +467,12 @@ fn print_run(record: &record::RunRecord, request: &RunRequest, format: RunFormat
             outln!("{id:width$}  {verdict}");
         }
     }
-    if !request.quiet || record.status == RunStatus::Failed {
-        errln!("run {} {}", record.run_id, record.summary());
+    if !request.quiet || record.status() == RunStatus::Failed {
+        errln!("run {} {}", record.run_id(), record.summary());
     }
     if !request.quiet {
-        let usage = &record.usage;
-        if let Some(cost) = usage.cost_usd {
-            errln!("model calls cost ${cost:.4}");
-        }
-        if let Some(cost) = usage.estimated_cost_usd {
-            errln!(
-                "a real run would cost about ${cost:.4} (as recorded, over {} model call(s))",
-                usage.model_calls
-            );
+        for line in record.cost_lines() {
+            errln!("{line}");
         }
     }
 }

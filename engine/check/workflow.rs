@@ -55,6 +55,29 @@ pub struct Workflow {
     pub warnings: Vec<Diagnostic>,
 }
 
+impl Workflow {
+    /// The workflow's name (its file's name without `.toml`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `[workflow] always_exit_zero`: the command exits 0 however the run ends (a hook's host
+    /// reads any other code as a verdict).
+    pub fn always_exit_zero(&self) -> bool {
+        self.always_exit_zero
+    }
+
+    /// The warnings the check found (a workflow with an error is never built).
+    pub fn warnings(&self) -> &[Diagnostic] {
+        &self.warnings
+    }
+
+    /// The stages, in the order of the file.
+    pub fn stages(&self) -> &[Stage] {
+        &self.stages
+    }
+}
+
 impl std::fmt::Debug for Workflow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Workflow")
@@ -149,6 +172,28 @@ pub enum Action {
         workflow: Arc<Workflow>,
         with: Vec<(String, WithTree)>,
     },
+}
+
+impl Stage {
+    /// The stage's id (its key under `[stages]`).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// What the stage does: "command", "shell", "prompt", "template", "uses", "workflow" or
+    /// "none".
+    pub fn kind(&self) -> &'static str {
+        self.action.kind()
+    }
+
+    /// The ids of the stages it waits for (named in `after` or referenced), in the order of
+    /// the file.
+    pub fn after<'w>(&self, workflow: &'w Workflow) -> Vec<&'w str> {
+        self.deps
+            .iter()
+            .map(|&dep| workflow.stages[dep].id.as_str())
+            .collect()
+    }
 }
 
 impl Action {

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use stagegraph::engine::RunRequest;
+use stagegraph::RunRequest;
 
 #[derive(Parser)]
 #[command(

@@ -3,10 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use stagegraph::engine::{EjectError, Listing};
-use stagegraph::plan::Plan;
-use stagegraph::run::record;
-use stagegraph::{exit, JSON_VERSION};
+use stagegraph::{exit, EjectError, Listing, Plan, RunRecord, JSON_VERSION};
 
 use super::args::{CheckFormat, PlanFormat, RunsAction, ShowFormat, TextOrJson};
 use super::{invalid, pretty, App, Failure};
@@ -37,12 +34,8 @@ impl App {
         format: ShowFormat,
     ) -> Result<i32, Failure> {
         if !effective {
-            let found = self
-                .engine
-                .search
-                .find_workflow(name, &self.engine.cwd)
-                .ok_or_else(|| self.no_workflow(name))?;
-            out!("{}", found.source.text);
+            let text = self.engine.workflow_text(name).map_err(invalid)?;
+            out!("{text}");
             return Ok(exit::SUCCESS);
         }
         let raw = self.engine.load_raw(name).map_err(|d| {
@@ -78,7 +71,7 @@ impl App {
             CheckFormat::Json => outln!("{}", pretty(&report.to_json())),
             CheckFormat::Github => {
                 for d in &report.diagnostics {
-                    outln!("{}", d.to_github(&self.engine.cwd));
+                    outln!("{}", d.to_github(self.engine.cwd()));
                 }
             }
         }
@@ -109,16 +102,16 @@ impl App {
         action: Option<RunsAction>,
         format: TextOrJson,
     ) -> Result<i32, Failure> {
-        let dirs = self.state.search(&self.engine.cwd);
+        let cwd = self.engine.cwd();
         match action {
             None => {
-                let ids = record::list_runs_in(&dirs);
+                let ids = self.state.runs(cwd);
                 if ids.is_empty() && format == TextOrJson::Text {
-                    errln!("no runs in {}", record::runs_dir(&self.state.dir).display());
+                    errln!("no runs in {}", self.state.runs_dir().display());
                 }
                 let mut listed = Vec::new();
                 for (id, dir) in ids {
-                    match record::read_record(&dir, &id) {
+                    match RunRecord::read(&dir, &id) {
                         Ok(r) if format == TextOrJson::Json => listed.push(r.listing_json()),
                         Err(error) if format == TextOrJson::Json => {
                             listed.push(serde_json::json!({ "run_id": id, "unreadable": error }));
@@ -140,14 +133,13 @@ impl App {
                 stage,
             }) => {
                 let json = json || show_format == TextOrJson::Json || format == TextOrJson::Json;
-                let (id, dir) = record::locate_run(&dirs, &run_id).map_err(invalid)?;
-                let r = record::read_record(&dir, &id).map_err(invalid)?;
+                let (id, dir) = self.state.locate(cwd, &run_id).map_err(invalid)?;
+                let r = RunRecord::read(&dir, &id).map_err(invalid)?;
                 if let Some(stage) = stage {
-                    let outputs = record::read_outputs(&dir, &id);
-                    let line = outputs.get(&stage).ok_or_else(|| {
+                    let output = RunRecord::read_output(&dir, &id, &stage).ok_or_else(|| {
                         invalid(format!("run {id} recorded no output for stage `{stage}`"))
                     })?;
-                    match &line.output {
+                    match &output {
                         Value::String(text) => out!("{text}"),
                         other => outln!("{}", pretty(other)),
                     }
@@ -159,10 +151,7 @@ impl App {
                 Ok(exit::SUCCESS)
             }
             Some(RunsAction::Prune { keep }) => {
-                let removed: Vec<String> = dirs
-                    .iter()
-                    .flat_map(|dir| record::prune(dir, keep))
-                    .collect();
+                let removed = self.state.prune(cwd, keep);
                 errln!("removed {} run(s)", removed.len());
                 Ok(exit::SUCCESS)
             }
@@ -170,8 +159,8 @@ impl App {
     }
 
     pub(crate) fn migrate_recordings(&self, dir: &std::path::Path) -> Result<i32, Failure> {
-        let dir = self.engine.cwd.join(dir);
-        let done = stagegraph::models::migrate_recordings(&dir).map_err(|message| Failure {
+        let dir = self.engine.cwd().join(dir);
+        let done = stagegraph::migrate_recordings(&dir).map_err(|message| Failure {
             code: exit::FAILED,
             message,
         })?;
@@ -189,7 +178,7 @@ impl App {
     }
 
     pub(crate) fn eject(&self, name: &str) -> Result<i32, Failure> {
-        let cwd = &self.engine.cwd;
+        let cwd = self.engine.cwd();
         self.engine
             .eject(name, |path| {
                 errln!("wrote {}", path.strip_prefix(cwd).unwrap_or(path).display());

@@ -5,8 +5,10 @@
 
 mod eject;
 mod execute;
+mod host;
 mod inputs;
 mod listing;
+mod runs;
 
 use std::path::{Path, PathBuf};
 
@@ -19,6 +21,10 @@ use crate::models::Models;
 
 pub use eject::EjectError;
 pub use execute::{RunFailure, RunRequest, StateDir};
+pub use host::{
+    config_schema, interrupt, migrate_recordings, redact, register_secrets, spawn_detached,
+    workflow_schema,
+};
 pub use inputs::{parse_input_value, read_inputs, resolve_answers, resolve_inputs, InputError};
 pub use listing::{CheckReport, Listing};
 
@@ -30,6 +36,8 @@ pub struct Engine {
     pub cwd: PathBuf,
     /// Where parsed documents are kept between loads, if anywhere.
     pub documents: Option<Documents>,
+    /// The `--library` folders, relative to `cwd`.
+    libraries: Vec<PathBuf>,
 }
 
 impl Engine {
@@ -39,7 +47,40 @@ impl Engine {
             search: SearchPath::from_env(libraries, cwd),
             cwd: cwd.to_path_buf(),
             documents: None,
+            libraries: libraries.iter().map(|dir| cwd.join(dir)).collect(),
         }
+    }
+
+    /// The working directory: paths of the command line are relative to it.
+    pub fn cwd(&self) -> &Path {
+        &self.cwd
+    }
+
+    /// Keep parsed documents in the state folder between loads (`cache/documents`), for
+    /// commands that write there anyway.
+    pub fn keep_documents(&mut self, state: &StateDir) {
+        self.documents = Some(Documents::new(state.dir.join("cache").join("documents")));
+    }
+
+    /// The text of a workflow's file as found on the search path (by name or path), or the
+    /// message saying there is none.
+    pub fn workflow_text(&self, reference: &str) -> Result<String, String> {
+        self.search
+            .find_workflow(reference, &self.cwd)
+            .map(|found| found.source.text.to_string())
+            .ok_or_else(|| self.no_workflow(reference))
+    }
+
+    /// Serve the workflows on the search path as Model Context Protocol tools on stdin and
+    /// stdout until the client closes the connection; a tool call runs `exe` (this program)
+    /// with the engine's libraries and `state_dir`.
+    pub fn serve_mcp(&self, state_dir: Option<PathBuf>, exe: PathBuf) -> std::io::Result<()> {
+        crate::mcp::serve(crate::mcp::McpOptions {
+            libraries: self.libraries.clone(),
+            state_dir,
+            cwd: self.cwd.clone(),
+            exe,
+        })
     }
 
     /// Load and check one workflow (by name or path).

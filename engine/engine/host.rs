@@ -1,0 +1,51 @@
+//! What a program that hosts the engine needs from it besides workflows: secrets kept out of
+//! what it prints, Ctrl-C, starting itself again in the background, the JSON Schemas of the
+//! files it reads, and the migration of old recordings.
+
+use std::ffi::OsString;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::floor::{process, secrets};
+use crate::models::{self, Migration, Models};
+
+/// Learn the secrets the model configuration of `cwd` names (API keys in the environment), so
+/// that the engine and [`redact`] keep them out of everything written or printed from now on.
+/// Call it before printing anything.
+pub fn register_secrets(cwd: &Path) {
+    models::register_secrets(cwd);
+}
+
+/// `text` with every secret [`register_secrets`] learned replaced by a mark (handed back as it
+/// is when it holds none).
+pub fn redact(text: String) -> String {
+    secrets::redact_string(text)
+}
+
+/// Interrupt the runs of this process, as Ctrl-C does: every stage process is stopped
+/// (SIGTERM, then SIGKILL after a grace period) and the run ends as interrupted.
+pub fn interrupt() {
+    process::Interrupt::global().trigger();
+}
+
+/// Start `program` with `args` in a session of its own, `stdin` on its standard input and its
+/// output discarded, and return without waiting for it (`run --detach`).
+pub fn spawn_detached(program: &Path, args: &[OsString], stdin: &[u8]) -> std::io::Result<()> {
+    process::spawn_detached(program, args, stdin)
+}
+
+/// The JSON Schema of a workflow file.
+pub fn workflow_schema() -> Value {
+    crate::format::workflow_schema()
+}
+
+/// The JSON Schema of the model configuration (`stagegraph.toml`).
+pub fn config_schema() -> Value {
+    Models::config_schema()
+}
+
+/// Rewrite the first-format model recordings in `dir` in the current format.
+pub fn migrate_recordings(dir: &Path) -> Result<Migration, String> {
+    models::migrate_recordings(dir)
+}

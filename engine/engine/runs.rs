@@ -1,0 +1,99 @@
+//! Recorded runs as the face shows them: the runs of a state folder (`runs`, `runs show`,
+//! `runs prune`), a run record read back, and what a caller reads of a record. The record's
+//! format and its writing live in `run::record`.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use super::StateDir;
+use crate::run::record::{self, RunRecord, RunStatus};
+
+impl StateDir {
+    /// Every recorded run in the state folders [`StateDir::search`] gives, oldest first, each
+    /// with the state folder that holds it.
+    pub fn runs(&self, cwd: &Path) -> Vec<(String, PathBuf)> {
+        record::list_runs_in(&self.search(cwd))
+    }
+
+    /// The folder under the state folder that holds one folder per run.
+    pub fn runs_dir(&self) -> PathBuf {
+        record::runs_dir(&self.dir)
+    }
+
+    /// Resolve `last` or a unique prefix of a run id to the id, with the state folder that
+    /// holds the run.
+    pub fn locate(&self, cwd: &Path, run_id: &str) -> Result<(String, PathBuf), String> {
+        record::locate_run(&self.search(cwd), run_id)
+    }
+
+    /// Keep the newest `keep` runs of each workflow in every state folder searched; returns
+    /// the ids removed.
+    pub fn prune(&self, cwd: &Path, keep: usize) -> Vec<String> {
+        self.search(cwd)
+            .iter()
+            .flat_map(|dir| record::prune(dir, keep))
+            .collect()
+    }
+
+    /// Start reading the cache of workflow `name` on another thread, so that a run that follows
+    /// finds it read (a rerun of thousands of cached stages reads it while the workflow is
+    /// checked).
+    pub fn read_ahead(&self, name: &str) {
+        crate::run::cache::read_ahead(&self.dir, name);
+    }
+
+    /// The name of a project's folder under the user state folder
+    /// (`$XDG_STATE_HOME/stagegraph/<key>`), where a workflow with `[workflow] records` keeps
+    /// its runs out of the project tree.
+    pub fn project_key(project: &Path) -> String {
+        record::project_key(project)
+    }
+}
+
+impl RunRecord {
+    /// The record of run `id` in state folder `state_dir`. A record still `running` whose
+    /// process is gone is read (and rewritten) as interrupted.
+    pub fn read(state_dir: &Path, id: &str) -> Result<RunRecord, String> {
+        record::read_record(state_dir, id)
+    }
+
+    /// The output that stage `stage` of run `id` recorded, if it recorded one.
+    pub fn read_output(state_dir: &Path, id: &str, stage: &str) -> Option<Value> {
+        record::read_outputs(state_dir, id)
+            .remove(stage)
+            .map(|line| line.output)
+    }
+
+    /// The run's id.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// How the run ended (or that it is still running).
+    pub fn status(&self) -> RunStatus {
+        self.status
+    }
+
+    /// The inputs the run was given, resolved.
+    pub fn inputs(&self) -> &Map<String, Value> {
+        &self.inputs
+    }
+
+    /// What the run's model calls cost, one line each: the cost paid, and the cost a real run
+    /// would pay when the calls were replayed from recordings. Empty when nothing was priced.
+    pub fn cost_lines(&self) -> Vec<String> {
+        let usage = &self.usage;
+        let mut lines = Vec::new();
+        if let Some(cost) = usage.cost_usd {
+            lines.push(format!("model calls cost ${cost:.4}"));
+        }
+        if let Some(cost) = usage.estimated_cost_usd {
+            lines.push(format!(
+                "a real run would cost about ${cost:.4} (as recorded, over {} model call(s))",
+                usage.model_calls
+            ));
+        }
+        lines
+    }
+}
