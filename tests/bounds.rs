@@ -237,3 +237,136 @@ fn large_foreach_item_outputs_are_journaled_as_files_and_reused_by_a_resume() {
     // Downstream saw every output whole, in order, the reused ones read from their files.
     assert_eq!(t.stage_output("total").trim(), "6000000\n0123");
 }
+
+/// A workflow output of 3 MB, from a cached stage, after a stage that fails until fixed.
+const LARGE_RESULT: &str = r#"
+[workflow]
+description = "a large workflow output"
+
+[stages.big]
+shell = "head -c 3000000 /dev/zero | tr '\\0' a; printf b; echo >> big.count"
+cache = true
+
+[stages.gate]
+shell = "test ! -e fail.flag"
+after = ["big"]
+
+[outputs]
+text = "{{ stages.big.output }}"
+length = "{{ stages.big.output | length }}"
+"#;
+
+/// The size of a file of the test folder.
+fn size(path: &std::path::Path) -> u64 {
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .len()
+}
+
+/// A workflow output above 1 MiB is kept once as a file of the run, not copied into run.json
+/// nor events.jsonl, and reads back whole wherever the record is read; the cache keeps a large
+/// output once by content, a damaged file is a miss, and an entry written inline still hits.
+#[test]
+fn a_large_workflow_output_is_stored_once_and_read_back_whole_and_the_cache_refers_to_it() {
+    let test = Test::new();
+    test.write("lib/workflows/result.toml", LARGE_RESULT);
+    let expected = format!("{}b", "a".repeat(3_000_000));
+    let check_outputs = |outputs: &serde_json::Value, what: &str| {
+        assert_eq!(outputs["length"], 3_000_001, "{what}");
+        assert!(
+            outputs["text"] == expected.as_str(),
+            "{what}: not the value"
+        );
+    };
+    test.write("fail.flag", "");
+    test.run(["-L", "lib", "run", "result"]).code(1);
+    std::fs::remove_file(test.path("fail.flag")).expect("fix the cause");
+
+    // The resume completes and prints the outputs whole.
+    let out = test.run(["-L", "lib", "resume", "last"]);
+    out.code(0);
+    let printed: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON outputs");
+    check_outputs(&printed, "printed by resume");
+    assert_eq!(test.count("big.count"), 1, "big ran again");
+
+    // run.json and the final events refer to the value; it is kept once, in the stage's file.
+    let run_dir = test.state_dir().join("runs").join(test.newest_run());
+    let run_json = size(&run_dir.join("run.json"));
+    assert!(run_json < 20_000, "run.json holds {run_json} bytes");
+    let events = size(&run_dir.join("events.jsonl"));
+    assert!(events < 20_000, "events.jsonl holds {events} bytes");
+    let raw: serde_json::Value = serde_json::from_str(
+        &test
+            .read_opt(&format!("state/runs/{}/run.json", test.newest_run()))
+            .unwrap(),
+    )
+    .expect("run.json");
+    assert_eq!(raw["outputs"]["text"], serde_json::Value::Null, "{raw}");
+    assert_eq!(raw["outputs"]["length"], 3_000_001);
+    let stored = &raw["output_files"]["text"];
+    assert_eq!(stored["size"], 3_000_003, "{stored}");
+    let path = stored["path"].as_str().expect("a path");
+    assert!(path.starts_with("outputs/big-"), "{path}");
+    let kept: Vec<_> = std::fs::read_dir(run_dir.join("artifacts/outputs"))
+        .expect("the outputs folder")
+        .flatten()
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+
+    // `runs show --json` reads it back.
+    check_outputs(&test.last_run()["outputs"], "runs show --json");
+
+    // A later run takes `big` from the cache, whose file holds a reference, not the value.
+    let out = test.run(["-L", "lib", "run", "result", "--format", "json"]);
+    out.code(0);
+    let doc: serde_json::Value = serde_json::from_str(&out.stdout).expect("a JSON document");
+    check_outputs(&doc["outputs"], "run --format json");
+    assert_eq!(test.count("big.count"), 1, "the cache missed");
+    let cache = test.state_dir().join("cache/result.jsonl");
+    let cache_size = size(&cache);
+    assert!(
+        cache_size < 10_000,
+        "the cache file holds {cache_size} bytes"
+    );
+    let entry: serde_json::Value = serde_json::from_str(
+        test.read("state/cache/result.jsonl")
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .expect("a cache entry");
+    let file = entry["file"]["path"].as_str().expect("a reference");
+    let sha = entry["sha256"].as_str().expect("a hash");
+    assert_eq!(file, format!("outputs/{sha}.json"));
+    let cached = test.state_dir().join("cache").join(file);
+    assert_eq!(size(&cached), 3_000_003);
+
+    // A damaged file is a miss: the stage runs again, and its output is right.
+    std::fs::write(&cached, format!("\"{}c\"", "a".repeat(3_000_000))).expect("damage");
+    let out = test.run(["-L", "lib", "run", "result", "--format", "json"]);
+    out.code(0).stderr_has("missing or damaged");
+    check_outputs(
+        &serde_json::from_str::<serde_json::Value>(&out.stdout).unwrap()["outputs"],
+        "after a damaged cache file",
+    );
+    assert_eq!(test.count("big.count"), 2, "a damaged file was a hit");
+    // A missing file: the same.
+    std::fs::remove_file(&cached).expect("remove the cached file");
+    test.run(["-L", "lib", "run", "result"]).code(0);
+    assert_eq!(test.count("big.count"), 3, "a missing file was a hit");
+
+    // An entry as a cache written with the output inline holds it still hits.
+    let inline = serde_json::json!({
+        "id": entry["id"], "created_at": entry["created_at"], "sha256": sha,
+        "output": expected,
+    });
+    std::fs::write(&cache, format!("{inline}\n")).expect("an inline cache");
+    std::fs::remove_file(&cached).expect("remove the cached file");
+    let out = test.run(["-L", "lib", "run", "result", "--format", "json"]);
+    out.code(0);
+    check_outputs(
+        &serde_json::from_str::<serde_json::Value>(&out.stdout).unwrap()["outputs"],
+        "from an inline entry",
+    );
+    assert_eq!(test.count("big.count"), 3, "an inline entry missed");
+}

@@ -111,7 +111,7 @@ impl App {
                 }
                 let mut listed = Vec::new();
                 for (id, dir) in ids {
-                    match RunRecord::read(&dir, &id) {
+                    match RunRecord::read_as_written(&dir, &id) {
                         Ok(r) if format == TextOrJson::Json => listed.push(r.listing_json()),
                         Err(error) if format == TextOrJson::Json => {
                             listed.push(serde_json::json!({ "run_id": id, "unreadable": error }));

@@ -58,6 +58,12 @@ impl RunRecord {
         record::read_record(state_dir, id)
     }
 
+    /// The record as [`RunRecord::read`] reads it, but for the large outputs kept in files of
+    /// their own, left null (a listing of runs reads no output).
+    pub fn read_as_written(state_dir: &Path, id: &str) -> Result<RunRecord, String> {
+        record::read_record_as_written(state_dir, id)
+    }
+
     /// The output that stage `stage` of run `id` recorded, if it recorded one.
     pub fn read_output(state_dir: &Path, id: &str, stage: &str) -> Option<Value> {
         record::read_outputs(state_dir, id)

@@ -20,6 +20,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::record::{StoredValue, LARGE_OUTPUT};
 use crate::floor::hash::{sha256_hex, sha256_json};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -27,7 +28,14 @@ struct Entry {
     id: String,
     created_at: i64,
     sha256: String,
+    /// The output itself; null when `file` holds it.
+    #[serde(default)]
     output: Value,
+    /// An output larger than [`LARGE_OUTPUT`] is kept once, by content, in
+    /// `cache/outputs/<sha256>.json`, and the entry names that file (path below `cache/`, size,
+    /// SHA-256). A file that is missing, or whose size or hash is not the entry's, is a miss.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    file: Option<StoredValue>,
 }
 
 /// An entry as read from the file.
@@ -95,6 +103,11 @@ fn read_entries(path: &Path) -> Entries {
         }
     }
     (entries, warnings)
+}
+
+/// Where below the cache's folder an output of this SHA-256 is kept.
+fn output_file(sha256: &str) -> String {
+    format!("outputs/{sha256}.json")
 }
 
 fn corrupt(path: &Path, line: usize) -> String {
@@ -209,7 +222,8 @@ impl Cache {
         corrupt(&self.path, line)
     }
 
-    /// A stored output and its SHA-256, unless older than `ttl` or corrupt.
+    /// A stored output and its SHA-256, unless older than `ttl`, corrupt, or kept in a file
+    /// that is missing or damaged.
     pub fn get(&self, id: &str, ttl: Option<Duration>) -> Option<(Value, String)> {
         let mut guard = self
             .entries
@@ -217,10 +231,32 @@ impl Cache {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let entries = guard.get_or_insert_with(|| self.load());
         let stored = entries.get_mut(id)?;
+        if let Some(ttl) = ttl {
+            let age = chrono::Utc::now().timestamp() - stored.entry.created_at;
+            if age < 0 || age as u64 > ttl.as_secs() {
+                return None;
+            }
+        }
         if !stored.verified {
-            let entry = &stored.entry;
+            let entry = &mut stored.entry;
+            if let Some(file) = &entry.file {
+                // Only the file the entry's own hash names, and only when it hashes to it.
+                if file.sha256 == entry.sha256 && file.path == output_file(&entry.sha256) {
+                    if let Some(output) = file.read(self.folder()) {
+                        entry.output = output;
+                    }
+                }
+            }
             if sha256_json(&entry.output) != entry.sha256 {
-                let warning = self.corrupt(stored.line);
+                let warning = match &entry.file {
+                    Some(file) => format!(
+                        "ignoring the cache entry at {}:{}: its output file {} is missing or damaged",
+                        self.path.display(),
+                        stored.line,
+                        self.folder().join(&file.path).display()
+                    ),
+                    None => self.corrupt(stored.line),
+                };
                 entries.remove(id);
                 self.warnings
                     .lock()
@@ -231,13 +267,12 @@ impl Cache {
             stored.verified = true;
         }
         let entry = &stored.entry;
-        if let Some(ttl) = ttl {
-            let age = chrono::Utc::now().timestamp() - entry.created_at;
-            if age < 0 || age as u64 > ttl.as_secs() {
-                return None;
-            }
-        }
         Some((entry.output.clone(), entry.sha256.clone()))
+    }
+
+    /// The cache's folder, which holds the workflows' files and `outputs/`.
+    fn folder(&self) -> &Path {
+        self.path.parent().unwrap_or(Path::new("."))
     }
 
     /// Store an output (already validated).
@@ -245,13 +280,26 @@ impl Cache {
         // Redacted before it is hashed: the entry read back must match its own hash.
         let redacted = crate::floor::secrets::redact_value(output);
         let output = redacted.as_ref().unwrap_or(output);
-        let entry = Entry {
+        let mut entry = Entry {
             id: id.to_string(),
             created_at: chrono::Utc::now().timestamp(),
             sha256: sha256_json(output),
-            output: output.clone(),
+            output: Value::Null,
+            file: None,
         };
-        let mut line = serde_json::to_vec(&entry).map_err(std::io::Error::other)?;
+        // A large output goes to its file (before the line that names it), the line holds the
+        // reference; otherwise the line holds the output.
+        let mut line = if crate::floor::hash::json_size(output) > LARGE_OUTPUT {
+            let bytes = serde_json::to_vec(output).map_err(std::io::Error::other)?;
+            let file = output_file(&entry.sha256);
+            entry.file = Some(StoredValue::store(self.folder(), file, &bytes)?);
+            let line = serde_json::to_vec(&entry).map_err(std::io::Error::other)?;
+            entry.output = output.clone();
+            line
+        } else {
+            entry.output = output.clone();
+            serde_json::to_vec(&entry).map_err(std::io::Error::other)?
+        };
         line.push(b'\n');
         {
             let mut appender = self

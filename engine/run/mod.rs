@@ -382,6 +382,7 @@ impl<'w, 'r> Executor<'w, 'r> {
                 .collect(),
             stages,
             outputs: None,
+            output_files: Default::default(),
             usage: UsageTotals::default(),
             holder: Some(holder::Holder::current()),
         };

@@ -301,12 +301,69 @@ pub struct RunRecord {
     pub stages: IndexMap<String, StageRecord, foldhash::fast::RandomState>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outputs: Option<Value>,
+    /// The `[outputs]` values larger than [`LARGE_OUTPUT`], each kept once in a file below
+    /// `artifacts/`: `run.json` holds null in their place in `outputs`, and a record is read
+    /// with them put back ([`read_record`]).
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub output_files: IndexMap<String, StoredValue>,
     #[serde(default)]
     pub usage: UsageTotals,
     /// The process writing the record while it runs: a record still `running` whose process
     /// is gone was killed or crashed, and reads as `interrupted`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holder: Option<super::holder::Holder>,
+}
+
+/// A value kept in a file of its own: where (a path below the folder that holds the
+/// references, `outputs/...`), how many bytes, and their SHA-256. The file holds the value's
+/// compact JSON (secrets redacted); it is read back only when its size and hash match.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredValue {
+    pub path: String,
+    pub size: u64,
+    pub sha256: String,
+}
+
+impl StoredValue {
+    /// Store `bytes` (a value's JSON, redacted) as `base/<path>`, unless that file already holds
+    /// them; written whole or not at all.
+    pub(crate) fn store(base: &Path, path: String, bytes: &[u8]) -> std::io::Result<StoredValue> {
+        let stored = StoredValue {
+            sha256: crate::floor::hash::sha256_hex(bytes),
+            size: bytes.len() as u64,
+            path,
+        };
+        let file = base.join(&stored.path);
+        if stored.read_bytes(base).is_none() {
+            if let Some(parent) = file.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            crate::floor::atomic::replace(&file, ".output.", 0o666, |out| out.write_all(bytes))?;
+        }
+        Ok(stored)
+    }
+
+    /// The file's bytes, when it is a plain file below `base/outputs/` of the recorded size and
+    /// hash.
+    fn read_bytes(&self, base: &Path) -> Option<Vec<u8>> {
+        use std::io::Read;
+        let name = self.path.strip_prefix("outputs/")?;
+        if name.is_empty() || name.contains('/') || name.starts_with('.') {
+            return None;
+        }
+        let file = File::open(base.join("outputs").join(name)).ok()?;
+        if !file.metadata().ok()?.is_file() || file.metadata().ok()?.len() != self.size {
+            return None;
+        }
+        let mut bytes = Vec::with_capacity(usize::try_from(self.size).ok()?);
+        file.take(self.size).read_to_end(&mut bytes).ok()?;
+        (crate::floor::hash::sha256_hex(&bytes) == self.sha256).then_some(bytes)
+    }
+
+    /// The value, when its file is whole (see [`StoredValue::read_bytes`]).
+    pub(crate) fn read(&self, base: &Path) -> Option<Value> {
+        serde_json::from_slice(&self.read_bytes(base)?).ok()
+    }
 }
 
 /// What a stage's fingerprint covers, each part hashed, as the record keeps it (so a miss can
@@ -458,6 +515,8 @@ pub struct RunFiles {
     /// large record costs at most about 5% of a run however long the run is.
     last_cost: Duration,
     dirty: bool,
+    /// The large values kept in files below `artifacts/` so far, by the SHA-256 of their bytes.
+    large: HashMap<String, StoredValue>,
 }
 
 impl RunFiles {
@@ -471,6 +530,7 @@ impl RunFiles {
             last_write: None,
             last_cost: Duration::ZERO,
             dirty: false,
+            large: HashMap::new(),
         })
     }
 
@@ -491,30 +551,58 @@ impl RunFiles {
         if crate::floor::hash::json_size(line.output) > LARGE_OUTPUT {
             let prefix = line.sha256.get(..16).unwrap_or(line.sha256);
             let file = format!("outputs/{}-{prefix}.json", line.stage);
-            let path = self.dir.join("artifacts").join(&file);
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent)?;
-            }
-            crate::floor::atomic::replace(&path, ".output.", 0o666, |out| {
-                write_json(&mut *out, line.output)
-            })?;
+            let bytes = serde_json::to_vec(line.output).map_err(std::io::Error::other)?;
+            let bytes = crate::floor::secrets::redact_bytes(&bytes);
+            let artifacts = self.dir.join("artifacts");
+            let stored = StoredValue::store(&artifacts, file, &bytes)?;
             write_json(
                 &mut self.outputs,
                 &OutputFileRef {
                     stage: line.stage,
                     fingerprint: line.fingerprint,
                     sha256: line.sha256,
-                    file: &file,
+                    file: &stored.path,
                 },
             )?;
+            // A workflow output that is this value refers to this file instead of a copy.
+            self.large.insert(stored.sha256.clone(), stored);
         } else {
             write_json(&mut self.outputs, line)?;
         }
         self.outputs.write_all(b"\n")
     }
 
+    /// Keep each `[outputs]` value larger than [`LARGE_OUTPUT`] in a file below `artifacts/`
+    /// (the one a stage's output of the same bytes is kept in, else
+    /// `outputs/output-<sha256 prefix>.json`) and name it in `record.output_files`.
+    fn store_outputs(&mut self, record: &mut RunRecord) -> std::io::Result<()> {
+        record.output_files.clear();
+        let Some(Value::Object(outputs)) = &record.outputs else {
+            return Ok(());
+        };
+        for (name, value) in outputs {
+            if crate::floor::hash::json_size(value) <= LARGE_OUTPUT {
+                continue;
+            }
+            let bytes = serde_json::to_vec(value).map_err(std::io::Error::other)?;
+            let bytes = crate::floor::secrets::redact_bytes(&bytes);
+            let sha256 = crate::floor::hash::sha256_hex(&bytes);
+            let stored = match self.large.get(&sha256) {
+                Some(stored) => stored.clone(),
+                None => {
+                    let file = format!("outputs/output-{}.json", &sha256[..16]);
+                    let stored = StoredValue::store(&self.dir.join("artifacts"), file, &bytes)?;
+                    self.large.insert(sha256, stored.clone());
+                    stored
+                }
+            };
+            record.output_files.insert(name.clone(), stored);
+        }
+        Ok(())
+    }
+
     /// Rewrite `run.json` as `when` says.
-    pub fn save(&mut self, record: &RunRecord, when: Rewrite) -> std::io::Result<()> {
+    pub fn save(&mut self, record: &mut RunRecord, when: Rewrite) -> std::io::Result<()> {
         let spacing = self.spacing();
         let recent = self.last_write.is_some_and(|at| at.elapsed() < spacing);
         if recent && when == Rewrite::IfDue {
@@ -525,6 +613,7 @@ impl RunFiles {
         // The logs first: the record never claims an output `resume` cannot find.
         let written = self
             .flush_logs()
+            .and_then(|()| self.store_outputs(record))
             .and_then(|()| replace_file(&self.dir.join("run.json"), record));
         // A failed rewrite is spaced like a written one, so a full disk is not retried in a loop;
         // the record stays due.
@@ -573,14 +662,38 @@ pub(crate) fn write_json<T: Serialize + ?Sized, W: Write + ?Sized>(
 /// Replace `run.json` by renaming a complete new one over it, so a reader, a Ctrl-C or a crash of
 /// the process sees the old record or the new one, never a mix. No rewrite waits for the disk
 /// (`fsync`, 4 ms for the 5 MB record of 10,000 stages): like the cache and the logs beside it,
-/// the newest record is the system's to write back.
-fn replace_file(path: &Path, record: &RunRecord) -> std::io::Result<()> {
+/// the newest record is the system's to write back. The outputs named in `output_files` are
+/// written as null: their files hold them.
+fn replace_file(path: &Path, record: &mut RunRecord) -> std::io::Result<()> {
     // The usual 0o666 less the umask, like any file the run writes; serialized straight into
     // the file: a record of thousands of stages is megabytes.
-    crate::floor::atomic::replace(path, ".run.json.", 0o666, |out| {
-        write_json(&mut *out, record)?;
-        out.write_all(b"\n")
-    })
+    let write = |record: &RunRecord| {
+        crate::floor::atomic::replace(path, ".run.json.", 0o666, |out| {
+            write_json(&mut *out, record)?;
+            out.write_all(b"\n")
+        })
+    };
+    if record.output_files.is_empty() {
+        return write(record);
+    }
+    let values = record.outputs.take();
+    record.outputs = values.as_ref().map(|values| match values {
+        Value::Object(outputs) => Value::Object(
+            outputs
+                .iter()
+                .map(
+                    |(name, value)| match record.output_files.contains_key(name) {
+                        true => (name.clone(), Value::Null),
+                        false => (name.clone(), value.clone()),
+                    },
+                )
+                .collect(),
+        ),
+        other => other.clone(),
+    });
+    let written = write(record);
+    record.outputs = values;
+    written
 }
 
 /// The runs folder of a state folder.
@@ -606,7 +719,7 @@ pub fn latest_real_run(state_dir: &Path, workflow: &str) -> Option<RunRecord> {
     list_runs(state_dir)
         .iter()
         .rev()
-        .filter_map(|id| read_record(state_dir, id).ok())
+        .filter_map(|id| read_record_as_written(state_dir, id).ok())
         .find(|r| r.workflow == workflow && !r.dry_run)
 }
 
@@ -655,9 +768,10 @@ pub fn is_dry_run(state_dir: &Path, id: &str) -> bool {
         .is_some_and(|head| head.dry_run)
 }
 
-/// A run record. One still `running` whose process is gone (killed, crashed, the machine
-/// restarted) is the record of an interrupted run: it is read, and rewritten, as such.
-pub fn read_record(state_dir: &Path, id: &str) -> Result<RunRecord, String> {
+/// A run record as `run.json` holds it (its large outputs null, named in `output_files`). One
+/// still `running` whose process is gone (killed, crashed, the machine restarted) is the record
+/// of an interrupted run: it is read, and rewritten, as such.
+pub fn read_record_as_written(state_dir: &Path, id: &str) -> Result<RunRecord, String> {
     let path = runs_dir(state_dir).join(id).join("run.json");
     let text = std::fs::read_to_string(&path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
@@ -681,7 +795,22 @@ pub fn read_record(state_dir: &Path, id: &str) -> Result<RunRecord, String> {
             }
         }
         // Best effort: a reader without write access still sees the record as it is.
-        let _ = replace_file(&path, &record);
+        let _ = replace_file(&path, &mut record);
+    }
+    Ok(record)
+}
+
+/// A run record, read as [`read_record_as_written`] does, with its large outputs read from their
+/// files: an output whose file is missing or damaged stays null (and named in `output_files`).
+pub fn read_record(state_dir: &Path, id: &str) -> Result<RunRecord, String> {
+    let mut record = read_record_as_written(state_dir, id)?;
+    let artifacts = runs_dir(state_dir).join(id).join("artifacts");
+    if let Some(Value::Object(outputs)) = &mut record.outputs {
+        for (name, stored) in &record.output_files {
+            if let Some(value) = stored.read(&artifacts) {
+                outputs.insert(name.clone(), value);
+            }
+        }
     }
     Ok(record)
 }
@@ -745,7 +874,11 @@ fn read_workflow_name(state_dir: &Path, id: &str) -> Option<String> {
             .ok()
     };
     // A head that does not read (a record written some other way): the whole record.
-    from_head().or_else(|| read_record(state_dir, id).ok().map(|r| r.workflow))
+    from_head().or_else(|| {
+        read_record_as_written(state_dir, id)
+            .ok()
+            .map(|r| r.workflow)
+    })
 }
 
 /// Keep the newest `keep` runs of each workflow; returns the ids removed.
@@ -938,16 +1071,16 @@ mod tests {
         let state = tempfile::tempdir().unwrap();
         let dir = runs_dir(state.path()).join("r1");
         let mut files = RunFiles::create(dir.clone()).unwrap();
-        let record: RunRecord = serde_json::from_value(serde_json::json!({
+        let mut record: RunRecord = serde_json::from_value(serde_json::json!({
             "run_id": "r1", "workflow": "w", "status": "running", "inputs": {},
             "started_at": "2026-11-30T00:00:00.000Z", "cwd": ".", "files": [], "stages": {}
         }))
         .unwrap();
         // The folder is gone: run.json cannot be written.
         std::fs::remove_dir_all(&dir).unwrap();
-        assert!(files.save(&record, Rewrite::Now).is_err());
+        assert!(files.save(&mut record, Rewrite::Now).is_err());
         // Not tried again at once, but still due.
-        assert!(files.save(&record, Rewrite::IfDue).is_ok());
+        assert!(files.save(&mut record, Rewrite::IfDue).is_ok());
         let due = files.rewrite_due_in().expect("the record is still due");
         assert!(due > Duration::from_millis(50), "retried after {due:?}");
     }

@@ -58,11 +58,11 @@ impl Recorder {
     /// keep), older records are removed while the run goes on.
     pub(crate) fn start(
         mut files: RunFiles,
-        record: RunRecord,
+        mut record: RunRecord,
         reporter: Reporter,
         prune: Option<(PathBuf, usize)>,
     ) -> std::io::Result<Self> {
-        files.save(&record, Rewrite::Now)?;
+        files.save(&mut record, Rewrite::Now)?;
         let (tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("recorder".into())
@@ -172,7 +172,7 @@ fn serve(
         let batch = match rx.try_recv() {
             Ok(batch) => batch,
             Err(TryRecvError::Disconnected) => break,
-            Err(TryRecvError::Empty) => match idle(&mut files, &record, &rx, &warn) {
+            Err(TryRecvError::Empty) => match idle(&mut files, &mut record, &rx, &warn) {
                 Some(batch) => batch,
                 None => break,
             },
@@ -182,11 +182,11 @@ fn serve(
                 warn("the run's logs", error);
             }
         }
-        if let Err(error) = files.save(&record, Rewrite::IfDue) {
+        if let Err(error) = files.save(&mut record, Rewrite::IfDue) {
             warn("run.json", error);
         }
     }
-    let result = files.save(&record, Rewrite::Now);
+    let result = files.save(&mut record, Rewrite::Now);
     (record, result)
 }
 
@@ -195,7 +195,7 @@ fn serve(
 /// any other (failed rewrites are spaced as written ones). `None` once the sender is gone.
 fn idle(
     files: &mut RunFiles,
-    record: &RunRecord,
+    record: &mut RunRecord,
     rx: &Receiver<Vec<Note>>,
     warn: &dyn Fn(&str, std::io::Error),
 ) -> Option<Vec<Note>> {
@@ -309,6 +309,7 @@ mod tests {
                 .map(|id| (id.to_string(), StageRecord::not_run()))
                 .collect(),
             outputs: None,
+            output_files: Default::default(),
             usage: Default::default(),
             holder: None,
         }
