@@ -152,6 +152,16 @@ impl Test {
         ids
     }
 
+    /// A run's events (its `events.jsonl`), parsed; a line still being written is left out.
+    pub(crate) fn events(&self, id: &str) -> Vec<Value> {
+        let path = self.state_dir().join("runs").join(id).join("events.jsonl");
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect()
+    }
+
     /// One stage's recorded output in the newest run, as `runs show ID --stage` prints it.
     pub(crate) fn stage_output(&self, stage: &str) -> String {
         let out = self.run(["runs", "show", &self.newest_run(), "--stage", stage]);
@@ -335,14 +345,41 @@ impl Output {
     }
 }
 
-/// Poll until `ready` says yes, or panic after `limit`.
-pub(crate) fn wait_for(what: &str, limit: Duration, mut ready: impl FnMut() -> bool) {
+/// Poll until `ready` says yes, or panic after `limit`. The limit bounds a wait for readiness
+/// (a marker file, a record, a process gone); it is no claim about how long the wait takes.
+pub(crate) fn wait_for(what: &str, limit: Duration, ready: impl FnMut() -> bool) {
+    assert!(
+        poll_until(limit, ready),
+        "gave up waiting {limit:?} for {what}"
+    );
+}
+
+/// Wait for a started process to end and return its exit code (`None` when a signal ended it).
+/// `limit` is only a bound against hanging: past it the process is killed and the test fails.
+pub(crate) fn wait_exit(child: &mut Child, what: &str, limit: Duration) -> Option<i32> {
+    let mut status = None;
+    let ended = poll_until(limit, || {
+        status = child.try_wait().expect("wait for a child process");
+        status.is_some()
+    });
+    if !ended {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("gave up waiting {limit:?} for {what} to end");
+    }
+    status.and_then(|status| status.code())
+}
+
+/// Poll until `ready` says yes (true) or `limit` has passed (false).
+pub(crate) fn poll_until(limit: Duration, mut ready: impl FnMut() -> bool) -> bool {
     let started = Instant::now();
-    while !ready() {
-        assert!(
-            started.elapsed() < limit,
-            "gave up waiting {limit:?} for {what}"
-        );
+    loop {
+        if ready() {
+            return true;
+        }
+        if started.elapsed() >= limit {
+            return false;
+        }
         std::thread::sleep(Duration::from_millis(25));
     }
 }
