@@ -1219,8 +1219,17 @@ mod tests {
         let with = json!({ "path": "out/f.txt", "content": "same" });
         sandbox.call("fs.write", with.clone()).expect("first");
         let path = sandbox.path("out/f.txt");
+        // Dated long past: a rewrite would show as a new modification time, however coarse.
+        fs::File::options()
+            .write(true)
+            .open(&path)
+            .and_then(|file| {
+                file.set_modified(
+                    std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000),
+                )
+            })
+            .expect("date the file");
         let before = fs::metadata(&path).expect("meta");
-        std::thread::sleep(std::time::Duration::from_millis(20));
         let again = sandbox.call("fs.write", with).expect("second");
         assert_eq!(again["changed"], json!(false));
         let after = fs::metadata(&path).expect("meta");

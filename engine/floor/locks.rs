@@ -303,12 +303,26 @@ mod tests {
     fn a_live_holder_keeps_its_lock_past_stale_after_and_a_lost_lock_is_not_released() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.lock.d");
-        let limit = Duration::from_millis(200);
+        let limit = Duration::from_secs(4);
         let Attempt::Acquired { lock, .. } = try_acquire(&path, Some(limit)).unwrap() else {
             panic!("first attempt must acquire");
         };
-        // Older than `stale_after`, but the heartbeat keeps it fresh.
-        std::thread::sleep(limit * 3);
+        // Dated long past `stale_after`, as if the holder had gone quiet: the heartbeat (every
+        // second with this limit) rewrites it. Wait for that, bounded against hanging.
+        let past = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+        std::fs::File::options()
+            .write(true)
+            .open(owner_path(&path))
+            .and_then(|file| file.set_modified(past))
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while age_of(&owner_path(&path)).is_none_or(|age| age > limit) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the heartbeat never rewrote owner.json"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
         assert!(matches!(
             try_acquire(&path, Some(limit)).unwrap(),
             Attempt::Busy { .. }
