@@ -17,9 +17,10 @@ use std::io::{BufRead, Write};
 use std::sync::Mutex;
 
 use indexmap::IndexMap;
+use schemars::JsonSchema;
 use serde_json::{json, Value};
 
-use super::fs::{object_schema, parse_with};
+use super::args::{self, parse};
 use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
 
 pub const NAME: &str = "ask";
@@ -29,48 +30,28 @@ pub(crate) fn builtins() -> Vec<Builtin> {
         name: NAME,
         description: "Ask the person a question with declared choices; the output is the choice.",
         writes: false,
-        with_schema,
+        with_schema: args::schema::<AskArgs>,
+        with_parse: args::parses::<AskArgs>,
         output_schema,
         run,
     }]
 }
 
-#[derive(serde::Deserialize)]
+/// A question with declared choices.
+#[derive(serde::Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct AskArgs {
+    /// The question, as the person reads it.
     question: String,
+    /// The answers that may be given; the output is one of them.
+    #[schemars(length(min = 1), extend("uniqueItems" = true))]
     choices: Vec<String>,
+    /// The answer taken when nobody answers (off a terminal, without --answer or --yes): the safe
+    /// one.
     default: String,
-    #[serde(default)]
+    /// The choice --yes selects (default: the first choice).
+    #[schemars(transform = args::not_null)]
     yes: Option<String>,
-}
-
-fn with_schema() -> Value {
-    object_schema(
-        "A question with declared choices.",
-        json!({
-            "question": {
-                "type": "string",
-                "description": "The question, as the person reads it.",
-            },
-            "choices": {
-                "type": "array",
-                "items": { "type": "string" },
-                "minItems": 1,
-                "uniqueItems": true,
-                "description": "The answers that may be given; the output is one of them.",
-            },
-            "default": {
-                "type": "string",
-                "description": "The answer taken when nobody answers (off a terminal, without --answer or --yes): the safe one.",
-            },
-            "yes": {
-                "type": "string",
-                "description": "The choice --yes selects (default: the first choice).",
-            },
-        }),
-        &["question", "choices", "default"],
-    )
 }
 
 fn output_schema() -> Value {
@@ -194,7 +175,7 @@ pub fn answer(
     dry_run: bool,
     ask_person: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(String, Source), BuiltinError> {
-    let args: AskArgs = parse_with(NAME, with)?;
+    let args: AskArgs = parse(NAME, with)?;
     if args.choices.is_empty() {
         return Err(BuiltinError::new("`ask` needs at least one choice"));
     }

@@ -9,9 +9,11 @@
 //! Only built-ins that write nothing can be wrapped: `try` itself writes nothing, so a dry-run
 //! executes it, and it must not carry a write past the dry-run that way.
 
+use schemars::JsonSchema;
 use serde_json::{json, Value};
 
-use super::fs::{object_schema, parse_with};
+use super::args::{self, parse};
+use super::fs::object_schema;
 use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
 
 const NAME: &str = "try";
@@ -21,22 +23,37 @@ pub(crate) fn builtins() -> Vec<Builtin> {
         name: NAME,
         description: "Run a read-only built-in; its failure becomes data ({ ok, output, error }).",
         writes: false,
-        with_schema,
+        with_schema: args::schema::<TryArgs>,
+        with_parse: args::parses::<TryArgs>,
         output_schema,
         run,
     }]
 }
 
-#[derive(serde::Deserialize)]
+/// Run a read-only built-in and report its failure as data.
+#[derive(serde::Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct TryArgs {
-    uses: String,
-    #[serde(default = "empty_object")]
-    with: Value,
+    /// The built-in to run; only built-ins that write nothing.
+    uses: Wrappable,
+    /// Its arguments, as that built-in takes them.
+    #[schemars(transform = args::not_null)]
+    with: Option<serde_json::Map<String, Value>>,
 }
 
-fn empty_object() -> Value {
-    json!({})
+/// The name of a built-in `try` may run. Its schema is an enum of the names, read from the
+/// registry when the schema is derived, which no derive can spell.
+#[derive(serde::Deserialize)]
+struct Wrappable(String);
+
+impl JsonSchema for Wrappable {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Wrappable".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "string", "enum": wrappable() })
+    }
 }
 
 /// The built-ins `try` may run: every one that writes nothing, except itself.
@@ -48,24 +65,6 @@ fn wrappable() -> Vec<&'static str> {
         })
         .map(|builtin| builtin.name)
         .collect()
-}
-
-fn with_schema() -> Value {
-    object_schema(
-        "Run a read-only built-in and report its failure as data.",
-        json!({
-            "uses": {
-                "type": "string",
-                "enum": wrappable(),
-                "description": "The built-in to run; only built-ins that write nothing.",
-            },
-            "with": {
-                "type": "object",
-                "description": "Its arguments, as that built-in takes them.",
-            },
-        }),
-        &["uses"],
-    )
 }
 
 fn output_schema() -> Value {
@@ -86,20 +85,19 @@ fn output_schema() -> Value {
 }
 
 fn run(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
-    let args: TryArgs = parse_with(NAME, with)?;
+    let args: TryArgs = parse(NAME, with)?;
+    let Wrappable(uses) = args.uses;
     // Misuse is an error of the stage, not data: only the inner action's failure is caught.
-    let inner = super::lookup(&args.uses)
-        .ok_or_else(|| BuiltinError::new(format!("`try`: unknown built-in `{}`", args.uses)))?;
+    let inner = super::lookup(&uses)
+        .ok_or_else(|| BuiltinError::new(format!("`try`: unknown built-in `{uses}`")))?;
     if inner.writes || inner.name == NAME {
         return Err(BuiltinError::new(format!(
             "`try` runs only built-ins that write nothing, not `{}`",
             inner.name
         )));
     }
-    if !args.with.is_object() {
-        return Err(BuiltinError::new("`try`: `with` must be a table"));
-    }
-    Ok(match (inner.run)(&args.with, ctx) {
+    let with = Value::Object(args.with.unwrap_or_default());
+    Ok(match (inner.run)(&with, ctx) {
         Ok(output) => json!({ "ok": true, "output": output, "error": null }),
         Err(error) => json!({ "ok": false, "output": null, "error": error.to_string() }),
     })

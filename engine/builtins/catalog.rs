@@ -19,9 +19,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::LazyLock;
 
 use regex::Regex;
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Deserializer};
 use serde_json::{json, Map, Value};
 
+use super::args;
 use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
 
 pub(crate) fn builtins() -> Vec<Builtin> {
@@ -29,7 +31,8 @@ pub(crate) fn builtins() -> Vec<Builtin> {
         name: "catalog.merge",
         description: "merge entries into a markdown catalog of areas and concepts and render it",
         writes: false,
-        with_schema,
+        with_schema: args::schema::<MergeArgs>,
+        with_parse: args::parses::<MergeArgs>,
         output_schema,
         run,
     }]
@@ -40,53 +43,145 @@ const TODO_PREFIX: &str = "TODO";
 /// How much of a conflicting definition a contradiction marker quotes, in characters.
 const CONTRADICTION_QUOTE_CHARS: usize = 80;
 
-#[derive(Debug, Clone, Deserialize)]
+/// The catalog as it is, the entries to merge into it, and its format.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct MergeArgs {
-    #[serde(default)]
+    /// The catalog file's current text; null or absent when the file does not exist yet. Parsed
+    /// leniently: hand edits survive.
     current: Option<String>,
-    entries: Vec<Map<String, Value>>,
+    /// Entries to merge, usually a model's answer. Matched to existing entries by concept name,
+    /// case-insensitively: in the same area first, then in any area. An entry without an area only
+    /// updates an existing concept.
+    entries: Vec<RawEntry>,
+    /// The line the file always starts with (one line).
+    #[schemars(length(min = 1))]
     header: String,
+    /// The bullets of every entry, in order. The first one (not a list) carries the entry's TODO
+    /// markers and is checked for contradictions.
+    #[schemars(length(min = 1))]
     keys: Vec<KeySpec>,
+    /// The list key whose items must each name a concept of the file. Absent: `relations` when a
+    /// key has that field; null: none.
     #[serde(default)]
-    relation_field: Option<String>,
+    #[schemars(extend("default" = "relations"))]
+    relation_field: Role,
+    /// The list key holding other names of a concept; a new relation naming an alias is rewritten
+    /// to the concept. Absent: `aliases` when a key has that field; null: none.
     #[serde(default)]
-    alias_field: Option<String>,
+    #[schemars(extend("default" = "aliases"))]
+    alias_field: Role,
+    /// The text key citing where an entry comes from: the newer one is kept, and its YYYY-MM-DD
+    /// date orders pruning ("inferred" or no date: oldest). Absent: `source` when a key has that
+    /// field; null: none.
     #[serde(default)]
-    source_field: Option<String>,
+    #[schemars(extend("default" = "source"))]
+    source_field: Role,
+    /// The noun the summary starts with ("Catalog updated: ...").
     #[serde(default = "default_label")]
+    #[schemars(length(min = 1))]
     label: String,
+    /// Line budget of the rendered file; the oldest unreferenced, unflagged entries are pruned
+    /// until it fits.
     #[serde(default = "default_max_lines")]
+    #[schemars(range(min = 1))]
     max_lines: usize,
+    /// Byte budget of the rendered file, pruned like max_lines.
     #[serde(default = "default_max_bytes")]
+    #[schemars(range(min = 1))]
     max_bytes: usize,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+/// One bullet: `- **<label>**: <value>`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct KeySpec {
+    /// The property name in `entries` (not `area` or `concept`).
+    #[schemars(length(min = 1))]
     field: String,
+    /// The bold label in the file.
+    #[schemars(length(min = 1))]
     label: String,
+    /// A comma-separated list ("none" when empty), merged by union; otherwise one line of text.
     #[serde(default)]
     list: bool,
 }
 
-/// The arguments, with each role field that is absent defaulting to its usual name when a key
-/// has that field (so custom keys need not switch off roles they lack); null switches it off.
-fn parse_args(with: &Value) -> Result<MergeArgs, BuiltinError> {
-    let mut args: MergeArgs = serde_json::from_value(with.clone())
-        .map_err(|err| BuiltinError::new(format!("invalid catalog.merge arguments: {err}")))?;
-    let fields: Vec<String> = args.keys.iter().map(|key| key.field.clone()).collect();
-    for (name, slot, default) in [
-        ("relation_field", &mut args.relation_field, "relations"),
-        ("alias_field", &mut args.alias_field, "aliases"),
-        ("source_field", &mut args.source_field, "source"),
-    ] {
-        if with.get(name).is_none() && fields.iter().any(|field| field == default) {
-            *slot = Some(default.to_owned());
+/// One entry to merge, as given: read leniently by [`candidate`], which warns of what it skips.
+/// Its schema names `area` and `concept` and types the key fields, whose names the keys choose;
+/// a struct could not say that, so the schema is written out here.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(transparent)]
+struct RawEntry(Map<String, Value>);
+
+impl JsonSchema for RawEntry {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "RawEntry".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "object",
+            "description": "One concept: its area, its name, and one property per key field (for the default keys: definition, aliases, relations, source).",
+            "required": ["concept"],
+            "properties": {
+                "area": { "type": "string", "description": "The area (## section) a new concept goes to; ignored when the concept already exists." },
+                "concept": { "type": "string", "minLength": 1, "description": "The concept name (### heading)." }
+            },
+            "additionalProperties": {
+                "type": ["string", "number", "boolean", "null", "array"],
+                "description": "A key's value: text, or for list keys a list of strings or a comma-separated string."
+            }
+        })
+    }
+}
+
+/// A role field as written: absent, the usual field when a key has it (so custom keys need not
+/// switch off roles they lack); null, no field plays the role; else the field named.
+#[derive(Debug, Clone, Default)]
+enum Role {
+    #[default]
+    Usual,
+    Off,
+    Field(String),
+}
+
+impl Role {
+    /// The field playing the role, `usual` standing for itself when a key has that field.
+    fn field(&self, usual: &str, keys: &[KeySpec]) -> Option<String> {
+        match self {
+            Role::Usual => keys
+                .iter()
+                .any(|key| key.field == usual)
+                .then(|| usual.to_owned()),
+            Role::Off => None,
+            Role::Field(field) => Some(field.clone()),
         }
     }
-    Ok(args)
+}
+
+impl<'de> Deserialize<'de> for Role {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(match Option::<String>::deserialize(deserializer)? {
+            Some(field) => Role::Field(field),
+            None => Role::Off,
+        })
+    }
+}
+
+impl JsonSchema for Role {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Role".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        Option::<String>::json_schema(generator)
+    }
+}
+
+fn parse_args(with: &Value) -> Result<MergeArgs, BuiltinError> {
+    serde_json::from_value(with.clone())
+        .map_err(|err| BuiltinError::new(format!("invalid catalog.merge arguments: {err}")))
 }
 
 fn default_label() -> String {
@@ -160,11 +255,14 @@ impl Format {
             )));
         }
         let role = |name: &str,
-                    field: &Option<String>,
+                    role: &Role,
+                    usual: &str,
                     list: bool|
          -> Result<Option<usize>, BuiltinError> {
-            let Some(field) = field else { return Ok(None) };
-            match args.keys.iter().position(|key| &key.field == field) {
+            let Some(field) = role.field(usual, &args.keys) else {
+                return Ok(None);
+            };
+            match args.keys.iter().position(|key| key.field == field) {
                 Some(index) if args.keys[index].list == list => Ok(Some(index)),
                 Some(_) => Err(BuiltinError::new(format!(
                     "{name} `{field}` must name a key with list = {list}"
@@ -177,9 +275,9 @@ impl Format {
         Ok(Format {
             header: header.to_owned(),
             keys: args.keys.clone(),
-            relation: role("relation_field", &args.relation_field, true)?,
-            alias: role("alias_field", &args.alias_field, true)?,
-            source: role("source_field", &args.source_field, false)?,
+            relation: role("relation_field", &args.relation_field, "relations", true)?,
+            alias: role("alias_field", &args.alias_field, "aliases", true)?,
+            source: role("source_field", &args.source_field, "source", false)?,
         })
     }
 
@@ -1152,7 +1250,7 @@ fn merge(args: &MergeArgs) -> Result<MergeOutcome, BuiltinError> {
     let candidates: Vec<Candidate> = args
         .entries
         .iter()
-        .filter_map(|raw| candidate(raw, &format, &mut warnings))
+        .filter_map(|raw| candidate(&raw.0, &format, &mut warnings))
         .collect();
     // An entry without an area can only update an existing concept; it waits until the others
     // are in, so a concept they add is found now rather than on the next merge.
@@ -1301,92 +1399,6 @@ fn run(with: &Value, _ctx: &BuiltinCtx) -> BuiltinResult {
         "warnings": outcome.warnings,
         "summary": outcome.summary,
     }))
-}
-
-fn with_schema() -> Value {
-    json!({
-        "type": "object",
-        "description": "The catalog as it is, the entries to merge into it, and its format.",
-        "additionalProperties": false,
-        "required": ["entries", "header", "keys"],
-        "properties": {
-            "current": {
-                "type": ["string", "null"],
-                "description": "The catalog file's current text; null or absent when the file does not exist yet. Parsed leniently: hand edits survive."
-            },
-            "entries": {
-                "type": "array",
-                "description": "Entries to merge, usually a model's answer. Matched to existing entries by concept name, case-insensitively: in the same area first, then in any area. An entry without an area only updates an existing concept.",
-                "items": {
-                    "type": "object",
-                    "description": "One concept: its area, its name, and one property per key field (for the default keys: definition, aliases, relations, source).",
-                    "required": ["concept"],
-                    "properties": {
-                        "area": { "type": "string", "description": "The area (## section) a new concept goes to; ignored when the concept already exists." },
-                        "concept": { "type": "string", "minLength": 1, "description": "The concept name (### heading)." }
-                    },
-                    "additionalProperties": {
-                        "type": ["string", "number", "boolean", "null", "array"],
-                        "description": "A key's value: text, or for list keys a list of strings or a comma-separated string."
-                    }
-                }
-            },
-            "header": {
-                "type": "string",
-                "minLength": 1,
-                "description": "The line the file always starts with (one line)."
-            },
-            "keys": {
-                "type": "array",
-                "minItems": 1,
-                "description": "The bullets of every entry, in order. The first one (not a list) carries the entry's TODO markers and is checked for contradictions.",
-                "items": {
-                    "type": "object",
-                    "description": "One bullet: `- **<label>**: <value>`.",
-                    "additionalProperties": false,
-                    "required": ["field", "label"],
-                    "properties": {
-                        "field": { "type": "string", "minLength": 1, "description": "The property name in `entries` (not `area` or `concept`)." },
-                        "label": { "type": "string", "minLength": 1, "description": "The bold label in the file." },
-                        "list": { "type": "boolean", "default": false, "description": "A comma-separated list (\"none\" when empty), merged by union; otherwise one line of text." }
-                    }
-                }
-            },
-            "relation_field": {
-                "type": ["string", "null"],
-                "default": "relations",
-                "description": "The list key whose items must each name a concept of the file. Absent: `relations` when a key has that field; null: none."
-            },
-            "alias_field": {
-                "type": ["string", "null"],
-                "default": "aliases",
-                "description": "The list key holding other names of a concept; a new relation naming an alias is rewritten to the concept. Absent: `aliases` when a key has that field; null: none."
-            },
-            "source_field": {
-                "type": ["string", "null"],
-                "default": "source",
-                "description": "The text key citing where an entry comes from: the newer one is kept, and its YYYY-MM-DD date orders pruning (\"inferred\" or no date: oldest). Absent: `source` when a key has that field; null: none."
-            },
-            "label": {
-                "type": "string",
-                "minLength": 1,
-                "default": "Catalog",
-                "description": "The noun the summary starts with (\"Catalog updated: ...\")."
-            },
-            "max_lines": {
-                "type": "integer",
-                "minimum": 1,
-                "default": 300,
-                "description": "Line budget of the rendered file; the oldest unreferenced, unflagged entries are pruned until it fits."
-            },
-            "max_bytes": {
-                "type": "integer",
-                "minimum": 1,
-                "default": 12288,
-                "description": "Byte budget of the rendered file, pruned like max_lines."
-            }
-        }
-    })
 }
 
 fn output_schema() -> Value {
@@ -2113,7 +2125,7 @@ mod tests {
 
     #[test]
     fn schemas_accept_and_refuse_what_they_should() {
-        let validator = jsonschema::validator_for(&with_schema()).expect("schema");
+        let validator = jsonschema::validator_for(&args::schema::<MergeArgs>()).expect("schema");
         assert!(validator.is_valid(&lexicon_format(json!({ "current": LEXICON, "entries": [{ "area": "A", "concept": "B", "aliases": ["x"] }] }))));
         // No catalog's format is built in: the header and the keys are the caller's.
         assert!(!validator.is_valid(&json!({ "current": LEXICON, "entries": [] })));

@@ -30,10 +30,12 @@ use std::process::{Command, Stdio};
 use std::sync::LazyLock;
 
 use regex::Regex;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::fs::{object_schema, parse_with, path_property};
+use super::args::{self, parse};
+use super::fs::object_schema;
 use super::{Builtin, BuiltinCtx, BuiltinResult};
 
 pub(crate) fn builtins() -> Vec<Builtin> {
@@ -41,33 +43,11 @@ pub(crate) fn builtins() -> Vec<Builtin> {
         name: "markdown.claims",
         description: "Check what a Markdown document cites against its repository: paths, commit SHAs, relative links, and drafting scaffold left in the text.",
         writes: false,
-        with_schema,
+        with_schema: args::schema::<ClaimsArgs>,
+        with_parse: args::parses::<ClaimsArgs>,
         output_schema,
         run,
     }]
-}
-
-fn with_schema() -> Value {
-    object_schema(
-        "A Markdown document and the repository its citations must resolve in.",
-        json!({
-            "text": { "type": "string", "description": "The whole document; a frontmatter at its start is skipped." },
-            "root": path_property("The repository root that cited paths are relative to."),
-            "doc": path_property("The document's own path, relative to the root; relative links resolve from its folder."),
-            "refs": {
-                "type": "array",
-                "default": [],
-                "description": "Further references to check, such as a frontmatter's source_refs: URLs are counted as external, anything else must be an existing path inside the root; items that are not strings are skipped.",
-            },
-            "creates": {
-                "type": "array",
-                "items": { "type": "string" },
-                "default": [],
-                "description": "Root-relative paths about to be created (the document, its folder); they count as existing.",
-            },
-        }),
-        &["text", "root", "doc"],
-    )
 }
 
 fn output_schema() -> Value {
@@ -116,15 +96,24 @@ fn output_schema() -> Value {
     )
 }
 
-#[derive(Deserialize)]
+/// A Markdown document and the repository its citations must resolve in.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ClaimsArgs {
+    /// The whole document; a frontmatter at its start is skipped.
     text: String,
+    /// The repository root that cited paths are relative to.
+    #[schemars(length(min = 1))]
     root: String,
+    /// The document's own path, relative to the root; relative links resolve from its folder.
+    #[schemars(length(min = 1))]
     doc: String,
-    /// Items that are not strings are left to the frontmatter gate, which names them.
+    /// Further references to check, such as a frontmatter's source_refs: URLs are counted as
+    /// external, anything else must be an existing path inside the root; items that are not strings
+    /// are skipped.
     #[serde(default)]
     refs: Vec<Value>,
+    /// Root-relative paths about to be created (the document, its folder); they count as existing.
     #[serde(default)]
     creates: Vec<String>,
 }
@@ -137,7 +126,7 @@ struct Problem {
 }
 
 fn run(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
-    let args: ClaimsArgs = parse_with("markdown.claims", with)?;
+    let args: ClaimsArgs = parse("markdown.claims", with)?;
     let root = clean(&ctx.resolve(&args.root));
     let repo = Repo {
         creates: args

@@ -26,11 +26,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use regex::Regex;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use url::Url;
 
-use super::fs::{io_error, object_schema, parse_with, value_schema};
+use super::args::{self, parse};
+use super::fs::{io_error, value_schema};
 use super::paths::sha256_hex;
 use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
 use crate::template::functions::parse_duration;
@@ -46,67 +48,68 @@ pub(crate) fn builtins() -> Vec<Builtin> {
         name: "web.crawl",
         description: "Crawl a site (sitemap or page list, robots.txt, budget) into a snapshot folder of Markdown pages with a manifest.",
         writes: true,
-        with_schema,
+        with_schema: args::schema::<Args>,
+        with_parse: args::parses::<Args>,
         output_schema,
         run: crawl,
     }]
 }
 
-#[derive(Deserialize)]
+/// Crawl one site into a snapshot folder.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Args {
+    /// The site's root url; its origin bounds the crawl.
+    #[schemars(regex(pattern = r"^[Hh][Tt][Tt][Pp][Ss]?://"))]
     url: String,
-    #[serde(default = "default_mode")]
-    mode: String,
+    /// Where the page set comes from.
     #[serde(default)]
+    mode: Mode,
+    /// sitemap mode: the sitemap to read (default: robots.txt's Sitemap lines, else /sitemap.xml).
     sitemap_url: Option<String>,
-    #[serde(default)]
+    /// list mode: the pages, in order.
     page_list: Option<Vec<String>>,
-    #[serde(default)]
+    /// Globs over the url path a page must match one of (default `/**`).
     include: Option<Vec<String>>,
-    #[serde(default)]
+    /// Globs over the url path that leave a page out.
     exclude: Option<Vec<String>>,
+    /// The most pages fetched.
     #[serde(default = "default_budget")]
+    #[schemars(range(min = 1, max = 5000))]
     budget: u64,
+    /// The snapshot folder; `{crawl_id}` in it is replaced by the crawl id.
+    #[schemars(length(min = 1))]
     to: String,
+    /// Recorded as `source_id` in the manifest.
     #[serde(default)]
     id: String,
+    /// Recorded as the crawl date in the manifest and every page's frontmatter.
+    #[schemars(length(min = 1))]
     crawl_date: String,
+    /// More frontmatter fields for every page (string, number or boolean values).
     #[serde(default)]
     frontmatter: Map<String, Value>,
+    /// Each request's time limit.
     #[serde(default = "default_timeout")]
+    #[schemars(regex(pattern = r"^([0-9]+(w|d|h|m|s|ms))+$"))]
     timeout: String,
 }
 
-fn default_mode() -> String {
-    "sitemap".into()
+/// Where the page set comes from.
+#[derive(Default, PartialEq, serde::Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[schemars(transform = args::enum_only)]
+enum Mode {
+    #[default]
+    Sitemap,
+    List,
 }
+
 fn default_budget() -> u64 {
     200
 }
 fn default_timeout() -> String {
     "15s".into()
-}
-
-fn with_schema() -> Value {
-    object_schema(
-        "Crawl one site into a snapshot folder.",
-        json!({
-            "url": { "type": "string", "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://", "description": "The site's root url; its origin bounds the crawl." },
-            "mode": { "enum": ["sitemap", "list"], "default": "sitemap", "description": "Where the page set comes from." },
-            "sitemap_url": { "type": ["string", "null"], "description": "sitemap mode: the sitemap to read (default: robots.txt's Sitemap lines, else /sitemap.xml)." },
-            "page_list": { "type": ["array", "null"], "items": { "type": "string" }, "description": "list mode: the pages, in order." },
-            "include": { "type": ["array", "null"], "items": { "type": "string" }, "description": "Globs over the url path a page must match one of (default `/**`)." },
-            "exclude": { "type": ["array", "null"], "items": { "type": "string" }, "description": "Globs over the url path that leave a page out." },
-            "budget": { "type": "integer", "minimum": 1, "maximum": 5000, "default": 200, "description": "The most pages fetched." },
-            "to": { "type": "string", "minLength": 1, "description": "The snapshot folder; `{crawl_id}` in it is replaced by the crawl id." },
-            "id": { "type": "string", "default": "", "description": "Recorded as `source_id` in the manifest." },
-            "crawl_date": { "type": "string", "minLength": 1, "description": "Recorded as the crawl date in the manifest and every page's frontmatter." },
-            "frontmatter": { "type": "object", "default": {}, "description": "More frontmatter fields for every page (string, number or boolean values)." },
-            "timeout": { "type": "string", "pattern": "^([0-9]+(w|d|h|m|s|ms))+$", "default": "15s", "description": "Each request's time limit." },
-        }),
-        &["url", "to", "crawl_date"],
-    )
 }
 
 fn output_schema() -> Value {
@@ -548,7 +551,7 @@ fn yaml_scalar(value: &Value) -> String {
 }
 
 fn crawl(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
-    let args: Args = parse_with("web.crawl", with)?;
+    let args: Args = parse("web.crawl", with)?;
     let timeout = parse_duration(&args.timeout).map_err(|why| fail(format!("timeout: {why}")))?;
     let site =
         Url::parse(&args.url).map_err(|err| fail(format!("`{}` is not a url: {err}", args.url)))?;
@@ -584,7 +587,7 @@ fn crawl(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     let mut warnings = Vec::new();
     let mut candidates = Vec::new();
     let mut sitemap_source = Value::Null;
-    if args.mode == "list" {
+    if args.mode == Mode::List {
         sitemap_source = json!("page_list");
         for page in args.page_list.iter().flatten() {
             match site.join(page) {

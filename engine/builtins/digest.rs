@@ -10,12 +10,14 @@ use std::io;
 use std::path::Path;
 
 use globset::{GlobBuilder, GlobMatcher};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use walkdir::WalkDir;
 
-use super::fs::{io_error, object_schema, parse_with, path_property, value_schema};
+use super::args::{self, parse};
+use super::fs::{io_error, value_schema};
 use super::paths::hex;
 use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
 
@@ -25,7 +27,8 @@ pub(crate) fn builtins() -> Vec<Builtin> {
             name: "fs.digest",
             description: "One SHA-256 over the relative paths and content hashes of the files a glob selects under a folder.",
             writes: false,
-            with_schema: digest_with_schema,
+            with_schema: args::schema::<DigestArgs>,
+            with_parse: args::parses::<DigestArgs>,
             output_schema: digest_output_schema,
             run: digest,
         },
@@ -33,7 +36,8 @@ pub(crate) fn builtins() -> Vec<Builtin> {
             name: "fs.compare",
             description: "Compare a folder with a sparse overlay of it, file by file: added, modified, removed, unchanged.",
             writes: false,
-            with_schema: compare_with_schema,
+            with_schema: args::schema::<CompareArgs>,
+            with_parse: args::parses::<CompareArgs>,
             output_schema: compare_output_schema,
             run: compare,
         },
@@ -101,39 +105,25 @@ fn file_sha256(path: &Path, doing: &str, cancel: super::Cancel) -> Result<String
 // ---------------------------------------------------------------------------------------------
 // fs.digest
 
-#[derive(Deserialize)]
+/// A content digest of the files under a folder.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct DigestArgs {
+    /// The folder; a symbolic link named here is followed, none below it is.
+    #[schemars(length(min = 1))]
     root: String,
+    /// A glob over paths relative to `root` (`/` separators; `*` stays within a folder, `**`
+    /// crosses folders).
     #[serde(default = "default_digest_pattern")]
+    #[schemars(length(min = 1))]
     pattern: String,
+    /// When true, a missing folder gives null instead of an error.
     #[serde(default)]
     optional: bool,
 }
 
 fn default_digest_pattern() -> String {
     "**/*.md".to_string()
-}
-
-fn digest_with_schema() -> Value {
-    object_schema(
-        "A content digest of the files under a folder.",
-        json!({
-            "root": path_property("The folder; a symbolic link named here is followed, none below it is."),
-            "pattern": {
-                "type": "string",
-                "minLength": 1,
-                "default": "**/*.md",
-                "description": "A glob over paths relative to `root` (`/` separators; `*` stays within a folder, `**` crosses folders).",
-            },
-            "optional": {
-                "type": "boolean",
-                "default": false,
-                "description": "When true, a missing folder gives null instead of an error.",
-            },
-        }),
-        &["root"],
-    )
 }
 
 fn digest_output_schema() -> Value {
@@ -167,7 +157,7 @@ fn digest_output_schema() -> Value {
 }
 
 fn digest(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
-    let args: DigestArgs = parse_with("fs.digest", with)?;
+    let args: DigestArgs = parse("fs.digest", with)?;
     let root = ctx.resolve(&args.root);
     let single = match fs::metadata(&root) {
         Ok(meta) if meta.is_dir() => None,
@@ -215,38 +205,22 @@ fn digest(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
 // ---------------------------------------------------------------------------------------------
 // fs.compare
 
-#[derive(Deserialize)]
+/// Compare a folder with a sparse overlay of it.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct CompareArgs {
+    /// The base folder (missing: empty); a symbolic link named here is followed.
+    #[schemars(length(min = 1))]
     before: String,
+    /// The overlay: the files it holds replace or add to the base's (missing: empty).
+    #[schemars(length(min = 1))]
     after: String,
+    /// Relative paths of base files the overlay removes.
     #[serde(default)]
     removed: Vec<String>,
+    /// Globs over relative paths left out of the comparison on both sides, e.g. `.review/**`.
     #[serde(default)]
     exclude: Vec<String>,
-}
-
-fn compare_with_schema() -> Value {
-    object_schema(
-        "Compare a folder with a sparse overlay of it.",
-        json!({
-            "before": path_property("The base folder (missing: empty); a symbolic link named here is followed."),
-            "after": path_property("The overlay: the files it holds replace or add to the base's (missing: empty)."),
-            "removed": {
-                "type": "array",
-                "items": { "type": "string" },
-                "default": [],
-                "description": "Relative paths of base files the overlay removes.",
-            },
-            "exclude": {
-                "type": "array",
-                "items": { "type": "string" },
-                "default": [],
-                "description": "Globs over relative paths left out of the comparison on both sides, e.g. `.review/**`.",
-            },
-        }),
-        &["before", "after"],
-    )
 }
 
 fn compare_output_schema() -> Value {
@@ -283,7 +257,7 @@ fn compare_output_schema() -> Value {
 }
 
 fn compare(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
-    let args: CompareArgs = parse_with("fs.compare", with)?;
+    let args: CompareArgs = parse("fs.compare", with)?;
     let excluded = args
         .exclude
         .iter()

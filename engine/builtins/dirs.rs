@@ -14,11 +14,13 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use globset::GlobBuilder;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use walkdir::WalkDir;
 
-use super::fs::{io_error, object_schema, parse_with, path_property};
+use super::args::{self, parse};
+use super::fs::{io_error, object_schema};
 use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
 
 pub(crate) fn builtins() -> Vec<Builtin> {
@@ -27,7 +29,8 @@ pub(crate) fn builtins() -> Vec<Builtin> {
             name: "fs.dirs",
             description: "The folders directly under each of several roots whose name matches a glob.",
             writes: false,
-            with_schema: dirs_with_schema,
+            with_schema: args::schema::<DirsArgs>,
+            with_parse: args::parses::<DirsArgs>,
             output_schema: dirs_output_schema,
             run: dirs,
         },
@@ -35,7 +38,8 @@ pub(crate) fn builtins() -> Vec<Builtin> {
             name: "fs.prune",
             description: "Remove a folder that holds only empty folders; refuse, listing them, when files remain.",
             writes: true,
-            with_schema: prune_with_schema,
+            with_schema: args::schema::<PruneArgs>,
+            with_parse: args::parses::<PruneArgs>,
             output_schema: prune_output_schema,
             run: prune,
         },
@@ -45,30 +49,16 @@ pub(crate) fn builtins() -> Vec<Builtin> {
 // ---------------------------------------------------------------------------------------------
 // fs.dirs
 
-#[derive(Deserialize)]
+/// Find folders by name directly under several roots.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct DirsArgs {
+    /// The folders to look in, in order; a missing one holds nothing.
     roots: Vec<String>,
+    /// A glob matched against each entry's name, e.g. `*-context.proposed` or
+    /// `{vite-context,vite-context.proposed}`.
+    #[schemars(length(min = 1))]
     pattern: String,
-}
-
-fn dirs_with_schema() -> Value {
-    object_schema(
-        "Find folders by name directly under several roots.",
-        json!({
-            "roots": {
-                "type": "array",
-                "items": { "type": "string" },
-                "description": "The folders to look in, in order; a missing one holds nothing.",
-            },
-            "pattern": {
-                "type": "string",
-                "minLength": 1,
-                "description": "A glob matched against each entry's name, e.g. `*-context.proposed` or `{vite-context,vite-context.proposed}`.",
-            },
-        }),
-        &["roots", "pattern"],
-    )
 }
 
 fn dirs_output_schema() -> Value {
@@ -99,7 +89,7 @@ fn dirs_output_schema() -> Value {
 }
 
 fn dirs(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
-    let args: DirsArgs = parse_with("fs.dirs", with)?;
+    let args: DirsArgs = parse("fs.dirs", with)?;
     let matcher = GlobBuilder::new(&args.pattern)
         .literal_separator(true)
         .build()
@@ -161,18 +151,13 @@ fn dirs(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
 // ---------------------------------------------------------------------------------------------
 // fs.prune
 
-#[derive(Deserialize)]
+/// Remove a folder holding only empty folders, inside the workflow's writes.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct PruneArgs {
+    /// The folder to remove; a missing one is already pruned.
+    #[schemars(length(min = 1))]
     path: String,
-}
-
-fn prune_with_schema() -> Value {
-    object_schema(
-        "Remove a folder holding only empty folders, inside the workflow's writes.",
-        json!({ "path": path_property("The folder to remove; a missing one is already pruned.") }),
-        &["path"],
-    )
 }
 
 fn prune_output_schema() -> Value {
@@ -190,7 +175,7 @@ fn prune_output_schema() -> Value {
 }
 
 fn prune(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
-    let args: PruneArgs = parse_with("fs.prune", with)?;
+    let args: PruneArgs = parse("fs.prune", with)?;
     let path = ctx.writes.check(&ctx.resolve(&args.path))?;
     match fs::symlink_metadata(&path) {
         Err(err) if err.kind() == io::ErrorKind::NotFound => {

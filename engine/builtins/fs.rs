@@ -5,8 +5,8 @@
 //! checks its target against the workflow's write roots before it touches the disk, then operates
 //! on the path the check returned.
 //!
-//! This module also holds the helpers the other file built-ins share: argument parsing, i/o error
-//! wording and schema building.
+//! This module also holds the helpers the other file built-ins share: i/o error wording and
+//! output schema building.
 
 use std::fs::{self, File};
 use std::io::{self, Read};
@@ -14,12 +14,13 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use globset::GlobBuilder;
-use serde::de::DeserializeOwned;
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Deserializer};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use walkdir::WalkDir;
 
+use super::args::{self, parse};
 use super::paths::{self, WriteOutcome};
 use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
 
@@ -29,7 +30,8 @@ pub(crate) fn builtins() -> Vec<Builtin> {
             name: "fs.read",
             description: "Read a UTF-8 text file.",
             writes: false,
-            with_schema: read_with_schema,
+            with_schema: args::schema::<ReadArgs>,
+            with_parse: args::parses::<ReadArgs>,
             output_schema: read_output_schema,
             run: read,
         },
@@ -37,7 +39,8 @@ pub(crate) fn builtins() -> Vec<Builtin> {
             name: "fs.exists",
             description: "Whether a file or folder exists.",
             writes: false,
-            with_schema: exists_with_schema,
+            with_schema: args::schema::<ExistsArgs>,
+            with_parse: args::parses::<ExistsArgs>,
             output_schema: exists_output_schema,
             run: exists,
         },
@@ -45,7 +48,8 @@ pub(crate) fn builtins() -> Vec<Builtin> {
             name: "fs.glob",
             description: "The files under a folder that match a glob pattern, sorted.",
             writes: false,
-            with_schema: glob_with_schema,
+            with_schema: args::schema::<GlobArgs>,
+            with_parse: args::parses::<GlobArgs>,
             output_schema: glob_output_schema,
             run: glob,
         },
@@ -53,7 +57,8 @@ pub(crate) fn builtins() -> Vec<Builtin> {
             name: "fs.hash",
             description: "SHA-256 of a file, or of a whole folder.",
             writes: false,
-            with_schema: hash_with_schema,
+            with_schema: args::schema::<HashArgs>,
+            with_parse: args::parses::<HashArgs>,
             output_schema: hash_output_schema,
             run: hash,
         },
@@ -61,7 +66,8 @@ pub(crate) fn builtins() -> Vec<Builtin> {
             name: "fs.write",
             description: "Write a text file atomically; identical content is not rewritten.",
             writes: true,
-            with_schema: write_with_schema,
+            with_schema: args::schema::<WriteArgs>,
+            with_parse: args::parses::<WriteArgs>,
             output_schema: write_output_schema,
             run: write,
         },
@@ -69,7 +75,8 @@ pub(crate) fn builtins() -> Vec<Builtin> {
             name: "fs.copy",
             description: "Copy a file, a symbolic link or a whole folder, never following links.",
             writes: true,
-            with_schema: copy_with_schema,
+            with_schema: args::schema::<CopyArgs>,
+            with_parse: args::parses::<CopyArgs>,
             output_schema: path_output_schema,
             run: copy,
         },
@@ -77,7 +84,8 @@ pub(crate) fn builtins() -> Vec<Builtin> {
             name: "fs.move",
             description: "Move a file, a symbolic link or a whole folder.",
             writes: true,
-            with_schema: move_with_schema,
+            with_schema: args::schema::<MoveArgs>,
+            with_parse: args::parses::<MoveArgs>,
             output_schema: path_output_schema,
             run: move_,
         },
@@ -85,7 +93,8 @@ pub(crate) fn builtins() -> Vec<Builtin> {
             name: "fs.remove",
             description: "Remove a file, a symbolic link (not its target) or a whole folder.",
             writes: true,
-            with_schema: remove_with_schema,
+            with_schema: args::schema::<RemoveArgs>,
+            with_parse: args::parses::<RemoveArgs>,
             output_schema: path_output_schema,
             run: remove,
         },
@@ -115,18 +124,6 @@ pub(super) fn value_schema(mut schema: Value) -> Value {
         map.insert("$schema".to_string(), json!(DRAFT));
     }
     schema
-}
-
-pub(super) fn path_property(description: &str) -> Value {
-    json!({ "type": "string", "minLength": 1, "description": description })
-}
-
-pub(super) fn optional_property() -> Value {
-    json!({
-        "type": "boolean",
-        "default": false,
-        "description": "When true, a missing file gives null instead of an error.",
-    })
 }
 
 /// The output of every action that writes one file: `{ path, sha256, changed }`.
@@ -159,13 +156,6 @@ pub(super) fn write_output_schema() -> Value {
 
 pub(super) fn write_output(path: &Path, outcome: WriteOutcome) -> Value {
     json!({ "path": path.display().to_string(), "sha256": outcome.sha256, "changed": outcome.changed })
-}
-
-/// `with` deserialized into an action's argument struct; `check` has validated it against the
-/// schema already, so this only fails when the action is called directly with bad arguments.
-pub(super) fn parse_with<T: DeserializeOwned>(name: &str, with: &Value) -> Result<T, BuiltinError> {
-    T::deserialize(with)
-        .map_err(|err| BuiltinError::new(format!("invalid `with` for `{name}`: {err}")))
 }
 
 /// An i/o failure as a lowercase fragment: "cannot read `x`: no such file or folder".
@@ -215,24 +205,16 @@ fn path_output_schema() -> Value {
 // ---------------------------------------------------------------------------------------------
 // fs.read
 
-/// `{ path, optional }`: the arguments of every reading built-in (`fs.read`, `json.read`).
-#[derive(Deserialize)]
+/// Read a UTF-8 text file.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(super) struct ReadArgs {
-    pub(super) path: String,
+struct ReadArgs {
+    /// The file to read; relative paths resolve against the run's working directory.
+    #[schemars(length(min = 1))]
+    path: String,
+    /// When true, a missing file gives null instead of an error.
     #[serde(default)]
-    pub(super) optional: bool,
-}
-
-fn read_with_schema() -> Value {
-    object_schema(
-        "Read a UTF-8 text file.",
-        json!({
-            "path": path_property("The file to read; relative paths resolve against the run's working directory."),
-            "optional": optional_property(),
-        }),
-        &["path"],
-    )
+    optional: bool,
 }
 
 fn read_output_schema() -> Value {
@@ -244,7 +226,7 @@ fn read_output_schema() -> Value {
 }
 
 fn read(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
-    let args: ReadArgs = parse_with("fs.read", with)?;
+    let args: ReadArgs = parse("fs.read", with)?;
     let path = ctx.resolve(&args.path);
     match read_bounded(&path, ctx) {
         Ok(bytes) => String::from_utf8(bytes)
@@ -280,18 +262,13 @@ pub(super) fn read_bounded(path: &Path, ctx: &BuiltinCtx) -> Result<Vec<u8>, Opt
 // ---------------------------------------------------------------------------------------------
 // fs.exists
 
-#[derive(Deserialize)]
+/// Whether a file or folder exists.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ExistsArgs {
+    /// The path to test; a symbolic link counts when its target exists.
+    #[schemars(length(min = 1))]
     path: String,
-}
-
-fn exists_with_schema() -> Value {
-    object_schema(
-        "Whether a file or folder exists.",
-        json!({ "path": path_property("The path to test; a symbolic link counts when its target exists.") }),
-        &["path"],
-    )
 }
 
 fn exists_output_schema() -> Value {
@@ -303,7 +280,7 @@ fn exists_output_schema() -> Value {
 }
 
 fn exists(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
-    let args: ExistsArgs = parse_with("fs.exists", with)?;
+    let args: ExistsArgs = parse("fs.exists", with)?;
     let path = ctx.resolve(&args.path);
     path.try_exists()
         .map(Value::Bool)
@@ -313,37 +290,25 @@ fn exists(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
 // ---------------------------------------------------------------------------------------------
 // fs.glob
 
-#[derive(Deserialize)]
+/// The files under a folder that match a glob pattern.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct GlobArgs {
+    /// The folder to search; a missing folder matches nothing.
+    #[schemars(length(min = 1))]
     root: String,
+    /// A glob matched against paths relative to `root`, with `/` separators: `*` stays within
+    /// one folder, `**` crosses folders, e.g. `**/*.md`.
+    #[schemars(length(min = 1))]
     pattern: String,
+    /// List symbolic links that match (true, the default), or leave them out, so that what is
+    /// listed can be read without following a link (false).
     #[serde(default = "yes")]
     links: bool,
 }
 
 fn yes() -> bool {
     true
-}
-
-fn glob_with_schema() -> Value {
-    object_schema(
-        "The files under a folder that match a glob pattern.",
-        json!({
-            "root": path_property("The folder to search; a missing folder matches nothing."),
-            "pattern": {
-                "type": "string",
-                "minLength": 1,
-                "description": "A glob matched against paths relative to `root`, with `/` separators: `*` stays within one folder, `**` crosses folders, e.g. `**/*.md`.",
-            },
-            "links": {
-                "type": "boolean",
-                "default": true,
-                "description": "List symbolic links that match (true, the default), or leave them out, so that what is listed can be read without following a link (false).",
-            },
-        }),
-        &["root", "pattern"],
-    )
 }
 
 fn glob_output_schema() -> Value {
@@ -356,7 +321,7 @@ fn glob_output_schema() -> Value {
 }
 
 fn glob(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
-    let args: GlobArgs = parse_with("fs.glob", with)?;
+    let args: GlobArgs = parse("fs.glob", with)?;
     let root = ctx.resolve(&args.root);
     let matcher = GlobBuilder::new(&args.pattern)
         .literal_separator(true)
@@ -411,18 +376,13 @@ fn walk_error(doing: &str, root: &Path, err: walkdir::Error) -> BuiltinError {
 // ---------------------------------------------------------------------------------------------
 // fs.hash
 
-#[derive(Deserialize)]
+/// SHA-256 of a file, or of a whole folder.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct HashArgs {
+    /// The file or folder to hash; a symbolic link named here is followed.
+    #[schemars(length(min = 1))]
     path: String,
-}
-
-fn hash_with_schema() -> Value {
-    object_schema(
-        "SHA-256 of a file, or of a whole folder.",
-        json!({ "path": path_property("The file or folder to hash; a symbolic link named here is followed.") }),
-        &["path"],
-    )
 }
 
 fn hash_output_schema() -> Value {
@@ -435,7 +395,7 @@ fn hash_output_schema() -> Value {
 }
 
 fn hash(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
-    let args: HashArgs = parse_with("fs.hash", with)?;
+    let args: HashArgs = parse("fs.hash", with)?;
     let path = ctx.resolve(&args.path);
     let meta = fs::metadata(&path).map_err(|err| io_error("cannot hash", &path, &err))?;
     let digest = if meta.is_dir() {
@@ -537,42 +497,66 @@ fn hash_folder(root: &Path, cancel: super::Cancel) -> Result<String, BuiltinErro
 // ---------------------------------------------------------------------------------------------
 // fs.write
 
-#[derive(Deserialize)]
+/// Write a text file atomically, inside the workflow's writes.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct WriteArgs {
+    /// The file to write; missing parent folders are created.
+    #[schemars(length(min = 1))]
     path: String,
+    /// The whole new content of the file.
     content: String,
-    /// Read raw from `with`: absent, `null` or a hash mean different things.
+    /// A precondition against concurrent edits: the SHA-256 the file must still have (as read
+    /// earlier, e.g. by fs.hash), or null when it must not exist yet. The write fails, touching
+    /// nothing, when the file changed.
     #[serde(default)]
-    #[allow(dead_code)]
-    expect_sha256: Option<Value>,
+    expect_sha256: Expected,
 }
 
-fn write_with_schema() -> Value {
-    object_schema(
-        "Write a text file atomically, inside the workflow's writes.",
-        json!({
-            "path": path_property("The file to write; missing parent folders are created."),
-            "content": { "type": "string", "description": "The whole new content of the file." },
-            "expect_sha256": {
-                "type": ["string", "null"],
-                "description": "A precondition against concurrent edits: the SHA-256 the file must still have (as read earlier, e.g. by fs.hash), or null when it must not exist yet. The write fails, touching nothing, when the file changed."
-            },
-        }),
-        &["path", "content"],
-    )
+/// What `fs.write` is told the file holds before it writes: left out, anything; `null`, nothing
+/// (the file must not exist); a hash, exactly those bytes. Its schema is a string or null, as
+/// written; `Option<Option<String>>` would say the same to serde but nothing of the difference.
+#[derive(Default)]
+enum Expected {
+    #[default]
+    Anything,
+    Missing,
+    Sha256(String),
+}
+
+impl<'de> Deserialize<'de> for Expected {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(match Option::<String>::deserialize(deserializer)? {
+            Some(hash) => Expected::Sha256(hash),
+            None => Expected::Missing,
+        })
+    }
+}
+
+impl JsonSchema for Expected {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Expected".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        Option::<String>::json_schema(generator)
+    }
 }
 
 fn write(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
-    let args: WriteArgs = parse_with("fs.write", with)?;
+    let args: WriteArgs = parse("fs.write", with)?;
     let path = ctx.writes.check(&ctx.resolve(&args.path))?;
-    if let Some(expected) = with.get("expect_sha256") {
+    let expected = match &args.expect_sha256 {
+        Expected::Anything => None,
+        Expected::Missing => Some(None),
+        Expected::Sha256(hash) => Some(Some(hash.as_str())),
+    };
+    if let Some(expected) = expected {
         let current = match std::fs::read(&path) {
             Ok(bytes) => Some(paths::sha256_hex(&bytes)),
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
             Err(err) => return Err(io_error("cannot read", &path, &err)),
         };
-        let expected = expected.as_str();
         if current.as_deref() != expected {
             let said = match expected {
                 Some(hash) => format!("to have SHA-256 {hash}"),
@@ -596,39 +580,36 @@ fn write(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
 // ---------------------------------------------------------------------------------------------
 // fs.copy, fs.move
 
-#[derive(Deserialize)]
+/// Copy a file, a symbolic link (as a link) or a whole folder (links inside copied as links).
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct FromToArgs {
+struct CopyArgs {
+    /// What to copy; a symbolic link here is copied as a link, not followed.
+    #[schemars(length(min = 1))]
     from: String,
+    /// The path of the copy, inside the workflow's writes. An existing file or link there is
+    /// replaced atomically; an existing folder is replaced by a copied folder. A folder and a
+    /// file never replace each other.
+    #[schemars(length(min = 1))]
     to: String,
 }
 
-fn from_to_schema(description: &str, from: &str, to: &str) -> Value {
-    object_schema(
-        description,
-        json!({ "from": path_property(from), "to": path_property(to) }),
-        &["from", "to"],
-    )
-}
-
-fn copy_with_schema() -> Value {
-    from_to_schema(
-        "Copy a file, a symbolic link (as a link) or a whole folder (links inside copied as links).",
-        "What to copy; a symbolic link here is copied as a link, not followed.",
-        "The path of the copy, inside the workflow's writes. An existing file or link there is replaced atomically; an existing folder is replaced by a copied folder. A folder and a file never replace each other.",
-    )
-}
-
-fn move_with_schema() -> Value {
-    from_to_schema(
-        "Move a file, a symbolic link or a whole folder; both ends must lie inside the workflow's writes.",
-        "What to move; a symbolic link here is moved as a link, not followed.",
-        "The new path. An existing file or link there is replaced; an existing folder is replaced by a moved folder. A folder and a file never replace each other.",
-    )
+/// Move a file, a symbolic link or a whole folder; both ends must lie inside the workflow's
+/// writes.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct MoveArgs {
+    /// What to move; a symbolic link here is moved as a link, not followed.
+    #[schemars(length(min = 1))]
+    from: String,
+    /// The new path. An existing file or link there is replaced; an existing folder is replaced
+    /// by a moved folder. A folder and a file never replace each other.
+    #[schemars(length(min = 1))]
+    to: String,
 }
 
 fn copy(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
-    let args: FromToArgs = parse_with("fs.copy", with)?;
+    let args: CopyArgs = parse("fs.copy", with)?;
     let from = ctx.resolve(&args.from);
     let to = ctx.writes.check(&ctx.resolve(&args.to))?;
     let meta = fs::symlink_metadata(&from).map_err(|err| io_error("cannot copy", &from, &err))?;
@@ -641,7 +622,7 @@ fn copy(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
 }
 
 fn move_(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
-    let args: FromToArgs = parse_with("fs.move", with)?;
+    let args: MoveArgs = parse("fs.move", with)?;
     let from = ctx.writes.check(&ctx.resolve(&args.from))?;
     let to = ctx.writes.check(&ctx.resolve(&args.to))?;
     let meta = fs::symlink_metadata(&from).map_err(|err| io_error("cannot move", &from, &err))?;
@@ -830,22 +811,18 @@ fn unsupported(path: &Path) -> BuiltinError {
 // ---------------------------------------------------------------------------------------------
 // fs.remove
 
-#[derive(Deserialize)]
+/// Remove a file, a symbolic link (never its target) or a whole folder; nothing there is not an
+/// error.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RemoveArgs {
+    /// What to remove, inside the workflow's writes.
+    #[schemars(length(min = 1))]
     path: String,
 }
 
-fn remove_with_schema() -> Value {
-    object_schema(
-        "Remove a file, a symbolic link (never its target) or a whole folder; nothing there is not an error.",
-        json!({ "path": path_property("What to remove, inside the workflow's writes.") }),
-        &["path"],
-    )
-}
-
 fn remove(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
-    let args: RemoveArgs = parse_with("fs.remove", with)?;
+    let args: RemoveArgs = parse("fs.remove", with)?;
     let path = ctx.writes.check(&ctx.resolve(&args.path))?;
     match fs::symlink_metadata(&path) {
         Err(err) if err.kind() == io::ErrorKind::NotFound => {}

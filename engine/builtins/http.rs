@@ -7,8 +7,12 @@
 
 use std::time::Duration;
 
+use schemars::JsonSchema;
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
 use serde_json::{json, Map, Value};
 
+use super::args;
 use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
 use crate::builtins::paths::sha256_hex;
 use crate::template::functions::parse_duration;
@@ -25,7 +29,8 @@ pub(crate) fn builtins() -> Vec<Builtin> {
             name: "http.get",
             description: "GET a url (redirects not followed): status, headers, body, sha256",
             writes: false,
-            with_schema: get_with_schema,
+            with_schema: args::schema::<GetArgs>,
+            with_parse: args::parses::<GetArgs>,
             output_schema: get_output_schema,
             run: run_get,
         },
@@ -33,33 +38,100 @@ pub(crate) fn builtins() -> Vec<Builtin> {
             name: "http.head",
             description: "HEAD a url (redirects not followed): status and location",
             writes: false,
-            with_schema: head_with_schema,
+            with_schema: args::schema::<HeadArgs>,
+            with_parse: args::parses::<HeadArgs>,
             output_schema: head_output_schema,
             run: run_head,
         },
     ]
 }
 
-fn url_schema() -> Value {
-    json!({ "type": "string", "description": "an http or https url", "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://" })
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct HeadArgs {
+    /// an http or https url
+    url: HttpUrl,
+    /// the whole request's time limit, e.g. "10s"
+    #[serde(default)]
+    timeout: Timeout,
 }
 
-fn timeout_schema() -> Value {
-    json!({
-        "type": "string",
-        "description": "the whole request's time limit, e.g. \"10s\"",
-        "pattern": DURATION_PATTERN,
-        "default": DEFAULT_TIMEOUT,
-    })
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct GetArgs {
+    /// an http or https url
+    url: HttpUrl,
+    /// the whole request's time limit, e.g. "10s"
+    #[serde(default)]
+    timeout: Timeout,
+    /// the largest body accepted; a larger one is an error
+    #[serde(default)]
+    max_bytes: MaxBytes,
 }
 
-fn head_with_schema() -> Value {
-    json!({
-        "type": "object",
-        "properties": { "url": url_schema(), "timeout": timeout_schema() },
-        "required": ["url"],
-        "additionalProperties": false,
-    })
+// The argument types below word their own failures, as these actions have always worded them
+// ("http.get: `url` is required"): `try` turns a failure into data a workflow reads, and a
+// `with` rendered from templates reaches the action unchecked.
+
+/// `url`: a string; `check` also holds it to the scheme, which the run checks again.
+#[derive(JsonSchema)]
+#[schemars(extend("pattern" = "^[Hh][Tt][Tt][Pp][Ss]?://"))]
+struct HttpUrl(String);
+
+impl<'de> Deserialize<'de> for HttpUrl {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // A missing field reads as `None` here, so its message is this type's too.
+        match Option::<Value>::deserialize(deserializer)? {
+            None => Err(D::Error::custom("`url` is required")),
+            Some(Value::String(url)) => Ok(HttpUrl(url)),
+            Some(_) => Err(D::Error::custom("`url` must be a string")),
+        }
+    }
+}
+
+/// `timeout`: a duration as `parse_duration` reads it; `null` is the default.
+#[derive(serde::Serialize, JsonSchema)]
+#[schemars(extend("pattern" = DURATION_PATTERN))]
+struct Timeout(String);
+
+impl Default for Timeout {
+    fn default() -> Self {
+        Timeout(DEFAULT_TIMEOUT.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for Timeout {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match Option::<Value>::deserialize(deserializer)? {
+            None | Some(Value::Null) => Ok(Timeout::default()),
+            Some(Value::String(text)) => Ok(Timeout(text)),
+            Some(_) => Err(D::Error::custom(
+                "`timeout` must be a duration such as \"10s\"",
+            )),
+        }
+    }
+}
+
+/// `max_bytes`: a whole number of bytes; `null` is the default.
+#[derive(serde::Serialize, JsonSchema)]
+struct MaxBytes(u64);
+
+impl Default for MaxBytes {
+    fn default() -> Self {
+        MaxBytes(DEFAULT_MAX_BYTES)
+    }
+}
+
+impl<'de> Deserialize<'de> for MaxBytes {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match Option::<Value>::deserialize(deserializer)? {
+            None | Some(Value::Null) => Ok(MaxBytes::default()),
+            Some(value) => value
+                .as_u64()
+                .map(MaxBytes)
+                .ok_or_else(|| D::Error::custom("`max_bytes` must be a whole number of bytes")),
+        }
+    }
 }
 
 fn head_output_schema() -> Value {
@@ -70,24 +142,6 @@ fn head_output_schema() -> Value {
             "location": { "type": ["string", "null"], "description": "The Location header of a redirect (not followed), or null." },
         },
         "required": ["status", "location"],
-        "additionalProperties": false,
-    })
-}
-
-fn get_with_schema() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "url": url_schema(),
-            "timeout": timeout_schema(),
-            "max_bytes": {
-                "type": "integer",
-                "minimum": 0,
-                "description": "the largest body accepted; a larger one is an error",
-                "default": DEFAULT_MAX_BYTES,
-            },
-        },
-        "required": ["url"],
         "additionalProperties": false,
     })
 }
@@ -111,33 +165,29 @@ fn get_output_schema() -> Value {
 }
 
 /// The arguments both actions share, checked.
-struct Request<'a> {
+struct Request {
     action: &'static str,
-    url: &'a str,
+    url: String,
     timeout: Duration,
-    timeout_text: &'a str,
+    timeout_text: String,
 }
 
-impl<'a> Request<'a> {
-    fn from_with(action: &'static str, with: &'a Value) -> Result<Self, BuiltinError> {
+/// `with` read into `T`, a failure worded as these actions word theirs.
+fn parse<T: serde::de::DeserializeOwned>(action: &str, with: &Value) -> Result<T, BuiltinError> {
+    T::deserialize(with).map_err(|err| BuiltinError::new(format!("{action}: {err}")))
+}
+
+impl Request {
+    fn new(action: &'static str, url: HttpUrl, timeout: Timeout) -> Result<Self, BuiltinError> {
         let fail = |message: String| BuiltinError::new(format!("{action}: {message}"));
-        let url = match with.get("url") {
-            Some(Value::String(url)) => url.as_str(),
-            Some(_) => return Err(fail("`url` must be a string".into())),
-            None => return Err(fail("`url` is required".into())),
-        };
+        let (HttpUrl(url), Timeout(timeout_text)) = (url, timeout);
         let scheme = url.split_once("://").map(|(scheme, _)| scheme);
         if !matches!(scheme, Some(scheme) if scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https"))
         {
             return Err(fail(format!("`{url}` is not an http or https url")));
         }
-        let timeout_text = match with.get("timeout") {
-            None | Some(Value::Null) => DEFAULT_TIMEOUT,
-            Some(Value::String(text)) => text.as_str(),
-            Some(_) => return Err(fail("`timeout` must be a duration such as \"10s\"".into())),
-        };
         let timeout =
-            parse_duration(timeout_text).map_err(|message| fail(format!("timeout: {message}")))?;
+            parse_duration(&timeout_text).map_err(|message| fail(format!("timeout: {message}")))?;
         if timeout.is_zero() {
             return Err(fail("`timeout` must be longer than zero".into()));
         }
@@ -193,11 +243,12 @@ fn header_text(value: &ureq::http::HeaderValue) -> String {
 }
 
 fn run_head(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
-    let request = Request::from_with("http.head", with)?;
+    let args: HeadArgs = parse("http.head", with)?;
+    let request = Request::new("http.head", args.url, args.timeout)?;
     ctx.cancel.check()?;
     let response = request
         .agent(&ctx.cancel)
-        .head(request.url)
+        .head(&request.url)
         .call()
         .map_err(|err| request.failed(&ctx.cancel, err))?;
     let location = response.headers().get("location").map(header_text);
@@ -208,17 +259,13 @@ fn run_head(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
 }
 
 fn run_get(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
-    let request = Request::from_with("http.get", with)?;
-    let max_bytes = match with.get("max_bytes") {
-        None | Some(Value::Null) => DEFAULT_MAX_BYTES,
-        Some(value) => value.as_u64().ok_or_else(|| {
-            BuiltinError::new("http.get: `max_bytes` must be a whole number of bytes")
-        })?,
-    };
+    let args: GetArgs = parse("http.get", with)?;
+    let request = Request::new("http.get", args.url, args.timeout)?;
+    let MaxBytes(max_bytes) = args.max_bytes;
     ctx.cancel.check()?;
     let mut response = request
         .agent(&ctx.cancel)
-        .get(request.url)
+        .get(&request.url)
         .call()
         .map_err(|err| request.failed(&ctx.cancel, err))?;
 
@@ -453,7 +500,7 @@ mod tests {
 
     #[test]
     fn the_with_schema_matches_what_run_accepts() {
-        let schema = get_with_schema();
+        let schema = args::schema::<GetArgs>();
         let validator = jsonschema::validator_for(&schema).unwrap();
         assert!(validator.is_valid(
             &json!({ "url": "https://example.org/", "timeout": "1h30m", "max_bytes": 5 })

@@ -10,13 +10,12 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader};
 use std::path::Path;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::fs::{
-    io_error, object_schema, optional_property, parse_with, path_property, value_schema,
-    write_output, write_output_schema, ReadArgs,
-};
+use super::args::{self, parse};
+use super::fs::{io_error, object_schema, value_schema, write_output, write_output_schema};
 use super::paths;
 use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
 
@@ -26,7 +25,8 @@ pub(crate) fn builtins() -> Vec<Builtin> {
             name: "json.read",
             description: "Read and parse a JSON file.",
             writes: false,
-            with_schema: read_with_schema,
+            with_schema: args::schema::<ReadArgs>,
+            with_parse: args::parses::<ReadArgs>,
             output_schema: read_output_schema,
             run: read,
         },
@@ -35,7 +35,8 @@ pub(crate) fn builtins() -> Vec<Builtin> {
             description:
                 "Write a value as pretty JSON, atomically; identical content is not rewritten.",
             writes: true,
-            with_schema: write_with_schema,
+            with_schema: args::schema::<WriteArgs>,
+            with_parse: args::parses::<WriteArgs>,
             output_schema: write_output_schema,
             run: write,
         },
@@ -43,7 +44,8 @@ pub(crate) fn builtins() -> Vec<Builtin> {
             name: "jsonl.read",
             description: "Read the values of a JSON Lines file after a given line.",
             writes: false,
-            with_schema: lines_with_schema,
+            with_schema: args::schema::<LinesArgs>,
+            with_parse: args::parses::<LinesArgs>,
             output_schema: lines_output_schema,
             run: read_lines,
         },
@@ -53,15 +55,16 @@ pub(crate) fn builtins() -> Vec<Builtin> {
 // ---------------------------------------------------------------------------------------------
 // json.read
 
-fn read_with_schema() -> Value {
-    object_schema(
-        "Read and parse a JSON file.",
-        json!({
-            "path": path_property("The JSON file; relative paths resolve against the run's working directory."),
-            "optional": optional_property(),
-        }),
-        &["path"],
-    )
+/// Read and parse a JSON file.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ReadArgs {
+    /// The JSON file; relative paths resolve against the run's working directory.
+    #[schemars(length(min = 1))]
+    path: String,
+    /// When true, a missing file gives null instead of an error.
+    #[serde(default)]
+    optional: bool,
 }
 
 fn read_output_schema() -> Value {
@@ -72,7 +75,7 @@ fn read_output_schema() -> Value {
 }
 
 fn read(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
-    let args: ReadArgs = parse_with("json.read", with)?;
+    let args: ReadArgs = parse("json.read", with)?;
     let path = ctx.resolve(&args.path);
     let file = match File::open(&path) {
         Ok(file) => file,
@@ -116,29 +119,25 @@ fn bare_message(err: &serde_json::Error) -> String {
 // ---------------------------------------------------------------------------------------------
 // json.write
 
-#[derive(Deserialize)]
+/// Write a value as JSON (2-space indent, trailing newline), atomically, inside the workflow's
+/// writes.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct WriteArgs {
+    /// The file to write; missing parent folders are created.
+    #[schemars(length(min = 1))]
     path: String,
+    /// Any JSON value.
     value: Value,
-    #[serde(default)]
+    /// A JSON document whose style to keep (say, the file this one replaces): every part whose
+    /// value is unchanged keeps its bytes, and what changed is written in its indentation.
+    /// Missing or not JSON: the usual style.
+    #[schemars(length(min = 1), transform = args::not_null)]
     style_of: Option<String>,
 }
 
-fn write_with_schema() -> Value {
-    object_schema(
-        "Write a value as JSON (2-space indent, trailing newline), atomically, inside the workflow's writes.",
-        json!({
-            "path": path_property("The file to write; missing parent folders are created."),
-            "value": { "description": "Any JSON value." },
-            "style_of": path_property("A JSON document whose style to keep (say, the file this one replaces): every part whose value is unchanged keeps its bytes, and what changed is written in its indentation. Missing or not JSON: the usual style."),
-        }),
-        &["path", "value"],
-    )
-}
-
 fn write(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
-    let args: WriteArgs = parse_with("json.write", with)?;
+    let args: WriteArgs = parse("json.write", with)?;
     let path = ctx.writes.check(&ctx.resolve(&args.path))?;
     let styled = args
         .style_of
@@ -165,35 +164,21 @@ fn pretty(value: &Value) -> Result<String, BuiltinError> {
 // ---------------------------------------------------------------------------------------------
 // jsonl.read
 
-#[derive(Deserialize)]
+/// Read the values of a JSON Lines file after a given line.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct LinesArgs {
+    /// The JSON Lines file.
+    #[schemars(length(min = 1))]
     path: String,
+    /// Skip this many lines first, unparsed: pass a previous read's `total_lines` to read only
+    /// what was appended since.
     #[serde(default)]
     after_line: u64,
-    #[serde(default)]
+    /// Return at most this many values; the lines after them are counted, not parsed. No limit
+    /// when absent.
+    #[schemars(transform = args::not_null)]
     max_lines: Option<u64>,
-}
-
-fn lines_with_schema() -> Value {
-    object_schema(
-        "Read the values of a JSON Lines file after a given line.",
-        json!({
-            "path": path_property("The JSON Lines file."),
-            "after_line": {
-                "type": "integer",
-                "minimum": 0,
-                "default": 0,
-                "description": "Skip this many lines first, unparsed: pass a previous read's `total_lines` to read only what was appended since.",
-            },
-            "max_lines": {
-                "type": "integer",
-                "minimum": 0,
-                "description": "Return at most this many values; the lines after them are counted, not parsed. No limit when absent.",
-            },
-        }),
-        &["path"],
-    )
 }
 
 fn lines_output_schema() -> Value {
@@ -217,7 +202,7 @@ fn lines_output_schema() -> Value {
 }
 
 fn read_lines(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
-    let args: LinesArgs = parse_with("jsonl.read", with)?;
+    let args: LinesArgs = parse("jsonl.read", with)?;
     let path = ctx.resolve(&args.path);
     let file = File::open(&path).map_err(|err| io_error("cannot read", &path, &err))?;
     let file = super::Checked {

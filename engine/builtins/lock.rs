@@ -1,8 +1,11 @@
 //! `lock.acquire`: take a `mkdir` lock (see [`crate::floor::locks`]), held by the run's own
 //! [`HeldLocks`](crate::floor::locks::HeldLocks) from its stage to the end of the run; never waits.
 
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::args::{self, parse};
 use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
 use crate::floor::locks::{try_acquire, Attempt};
 
@@ -11,22 +14,22 @@ pub(super) fn builtins() -> Vec<Builtin> {
         name: "lock.acquire",
         description: "take a mkdir lock, held until the run ends; never waits",
         writes: true,
-        with_schema,
+        with_schema: args::schema::<LockArgs>,
+        with_parse: args::parses::<LockArgs>,
         output_schema,
         run,
     }]
 }
 
-fn with_schema() -> Value {
-    json!({
-        "type": "object",
-        "additionalProperties": false,
-        "required": ["path"],
-        "properties": {
-            "path": { "type": "string", "description": "the lock folder" },
-            "stale_after": { "type": "string", "description": "a lock whose holder's heartbeat is older than this is taken over, e.g. \"600s\" (a lock whose holder is gone is taken over at once)" }
-        }
-    })
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct LockArgs {
+    /// the lock folder
+    path: String,
+    /// a lock whose holder's heartbeat is older than this is taken over, e.g. "600s" (a lock
+    /// whose holder is gone is taken over at once)
+    #[schemars(transform = args::not_null)]
+    stale_after: Option<String>,
 }
 
 fn output_schema() -> Value {
@@ -44,17 +47,14 @@ fn output_schema() -> Value {
 }
 
 fn run(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
-    let path = with
-        .get("path")
-        .and_then(Value::as_str)
-        .ok_or_else(|| BuiltinError::new("`path` is required"))?;
-    let stale_after = match with.get("stale_after").and_then(Value::as_str) {
+    let args: LockArgs = parse("lock.acquire", with)?;
+    let stale_after = match args.stale_after.as_deref() {
         Some(text) => {
             Some(crate::template::functions::parse_duration(text).map_err(BuiltinError::new)?)
         }
         None => None,
     };
-    let target = ctx.writes.check(&ctx.resolve(path))?;
+    let target = ctx.writes.check(&ctx.resolve(&args.path))?;
     let attempt = try_acquire(&target, stale_after).map_err(|e| {
         BuiltinError::new(format!("cannot create lock `{}`: {e}", target.display()))
     })?;

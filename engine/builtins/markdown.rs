@@ -16,10 +16,14 @@ use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use regex::Regex;
+use schemars::JsonSchema;
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
 use serde_json::{json, Map, Value};
 use yaml_rust2::parser::{Event, Parser, Tag};
 use yaml_rust2::scanner::{Marker, TScalarStyle};
 
+use super::args;
 use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
 
 pub(crate) fn builtins() -> Vec<Builtin> {
@@ -27,26 +31,49 @@ pub(crate) fn builtins() -> Vec<Builtin> {
         name: "markdown.frontmatter",
         description: "split a Markdown document into YAML frontmatter and body, with parser-safety problems and required fields",
         writes: false,
-        with_schema,
+        with_schema: args::schema::<Args>,
+        with_parse: args::parses::<Args>,
         output_schema,
         run,
     }]
 }
 
-fn with_schema() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "text": { "type": "string", "description": "the whole Markdown document" },
-            "require": {
-                "type": "array",
-                "description": "top-level fields that must be present and non-empty; `name[]` also requires a list",
-                "items": { "type": "string", "pattern": "^[^\\[\\]]+(\\[\\])?$" },
-            },
-        },
-        "required": ["text"],
-        "additionalProperties": false,
-    })
+// The fields word their own failures, as this action always has ("`text` must be a string"):
+// a `with` rendered from templates reaches it unchecked.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    /// the whole Markdown document
+    #[serde(deserialize_with = "text")]
+    text: String,
+    /// top-level fields that must be present and non-empty; `name[]` also requires a list
+    #[serde(default, deserialize_with = "requirements")]
+    #[schemars(with = "Vec<RequirementName>")]
+    require: Vec<Requirement>,
+}
+
+// A field name, with `[]` after it when the field must be a list.
+#[derive(JsonSchema)]
+#[schemars(extend("pattern" = r"^[^\[\]]+(\[\])?$"))]
+struct RequirementName(#[allow(dead_code)] String);
+
+fn text<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    match Value::deserialize(deserializer)? {
+        Value::String(text) => Ok(text),
+        _ => Err(D::Error::custom("`text` must be a string")),
+    }
+}
+
+fn requirements<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Requirement>, D::Error> {
+    let wrong = || D::Error::custom("`require` must be a list of field names");
+    match Value::deserialize(deserializer)? {
+        Value::Null => Ok(Vec::new()),
+        Value::Array(items) => items
+            .iter()
+            .map(|item| item.as_str().map(Requirement::parse).ok_or_else(wrong))
+            .collect(),
+        _ => Err(wrong()),
+    }
 }
 
 fn output_schema() -> Value {
@@ -79,25 +106,9 @@ fn output_schema() -> Value {
 }
 
 fn run(with: &Value, _ctx: &BuiltinCtx) -> BuiltinResult {
-    let fail = |message: &str| BuiltinError::new(format!("markdown.frontmatter: {message}"));
-    let text = with
-        .get("text")
-        .and_then(Value::as_str)
-        .ok_or_else(|| fail("`text` must be a string"))?;
-    let mut required = Vec::new();
-    match with.get("require") {
-        None | Some(Value::Null) => {}
-        Some(Value::Array(items)) => {
-            for item in items {
-                let name = item
-                    .as_str()
-                    .ok_or_else(|| fail("`require` must be a list of field names"))?;
-                required.push(Requirement::parse(name));
-            }
-        }
-        Some(_) => return Err(fail("`require` must be a list of field names")),
-    }
-    Ok(analyze(text, &required).to_json())
+    let args = Args::deserialize(with)
+        .map_err(|err| BuiltinError::new(format!("markdown.frontmatter: {err}")))?;
+    Ok(analyze(&args.text, &args.require).to_json())
 }
 
 /// One entry of `with.require`: `name`, or `name[]` when the field must be a list.

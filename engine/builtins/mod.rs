@@ -1,11 +1,13 @@
 //! Built-in actions (`uses = "fs.read"`): each declares a JSON Schema for its `with` arguments
-//! and for its output, so `check` can validate both statically, and a flag saying whether it
-//! writes, so a dry-run knows which ones it may execute.
+//! (derived from the struct its run reads them through, see [`args`]) and for its output, so
+//! `check` can validate both statically, and a flag saying whether it writes, so a dry-run knows
+//! which ones it may execute.
 
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+mod args;
 pub mod ask;
 mod attempt;
 mod catalog;
@@ -139,8 +141,12 @@ pub struct Builtin {
     pub description: &'static str,
     /// True when the action changes anything outside the run (a dry-run skips it).
     pub writes: bool,
-    /// JSON Schema of `with`, after templates are rendered.
+    /// JSON Schema of `with`, after templates are rendered: [`args::schema`] of the struct
+    /// `run` deserializes `with` into.
     pub with_schema: fn() -> Value,
+    /// Whether `with` deserializes into that struct ([`args::parses`]); `run` does the same
+    /// before it acts.
+    pub with_parse: fn(&Value) -> Result<(), BuiltinError>,
     /// JSON Schema of the output.
     pub output_schema: fn() -> Value,
     pub run: fn(&Value, &BuiltinCtx) -> BuiltinResult,
@@ -265,5 +271,119 @@ mod tests {
             );
         }
         assert!(missing.is_empty(), "undescribed properties: {missing:#?}");
+    }
+
+    /// A value of the type a property's schema names, standing for a template there: what the
+    /// template renders to is only known at run time.
+    fn rendered_stand_in(property: &Value, template: &str) -> Value {
+        if let Some(default) = property.get("default") {
+            return default.clone();
+        }
+        if let Some(first) = property.get("enum").and_then(|names| names.get(0)) {
+            return first.clone();
+        }
+        let kind = match property.get("type") {
+            Some(Value::Array(kinds)) => kinds.first().and_then(Value::as_str),
+            Some(kind) => kind.as_str(),
+            None => None,
+        };
+        match kind {
+            Some("integer" | "number") => property.get("minimum").cloned().unwrap_or(0.into()),
+            Some("boolean") => Value::Bool(false),
+            Some("array") => Value::Array(Vec::new()),
+            Some("object") => Value::Object(serde_json::Map::new()),
+            Some("null") => Value::Null,
+            _ => Value::String(template.to_string()),
+        }
+    }
+
+    /// Holds one `with` table as written in a workflow to the built-in's schema, as `check`
+    /// does (every key an argument, every required one given, every value written without a
+    /// template valid), and to its struct, as the run does (templates standing for values of
+    /// their property's type). The tables of the built-in `try` runs are held to that one's.
+    fn hold_to_builtin(builtin: &Builtin, with: &serde_json::Map<String, Value>, at: &str) {
+        let schema = (builtin.with_schema)();
+        let properties = schema["properties"].as_object().expect("properties");
+        for required in schema["required"].as_array().into_iter().flatten() {
+            let required = required.as_str().expect("a name");
+            assert!(with.contains_key(required), "{at}: `{required}` missing");
+        }
+        let mut literal = serde_json::Map::new();
+        let mut rendered = serde_json::Map::new();
+        for (key, value) in with {
+            let property = properties
+                .get(key)
+                .unwrap_or_else(|| panic!("{at}: `{key}` is no argument of {}", builtin.name));
+            match value.as_str() {
+                Some(text) if crate::template::compiled::has_syntax(text) => {
+                    rendered.insert(key.clone(), rendered_stand_in(property, text));
+                }
+                _ => {
+                    literal.insert(key.clone(), value.clone());
+                    rendered.insert(key.clone(), value.clone());
+                }
+            }
+        }
+        let mut loose = schema.clone();
+        loose.as_object_mut().expect("an object").remove("required");
+        let validator = jsonschema::validator_for(&loose).expect("the schema compiles");
+        let errors: Vec<String> = validator
+            .iter_errors(&Value::Object(literal))
+            .map(|error| error.to_string())
+            .collect();
+        assert!(errors.is_empty(), "{at}: {errors:?}");
+        let rendered = Value::Object(rendered);
+        if let Err(error) = (builtin.with_parse)(&rendered) {
+            panic!("{at}: {rendered} does not deserialize: {error}");
+        }
+        if builtin.name == "try" {
+            let inner = with["uses"].as_str().and_then(lookup).expect("a built-in");
+            let empty = serde_json::Map::new();
+            let inner_with = with
+                .get("with")
+                .and_then(Value::as_object)
+                .unwrap_or(&empty);
+            hold_to_builtin(inner, inner_with, &format!("{at}.with"));
+        }
+    }
+
+    /// Every `with` table of every shipped workflow satisfies its built-in's schema and
+    /// deserializes into the struct that schema is derived from, so the two cannot drift apart
+    /// without a workflow noticing.
+    #[test]
+    fn every_shipped_with_table_fits_its_schema_and_its_struct() {
+        let folder = Path::new(env!("CARGO_MANIFEST_DIR")).join("workflows");
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&folder)
+            .expect("workflows/")
+            .map(|entry| entry.expect("an entry").path())
+            .filter(|path| path.extension().is_some_and(|ext| ext == "toml"))
+            .collect();
+        files.sort();
+        let mut tables = 0;
+        for file in &files {
+            let text = std::fs::read_to_string(file).expect("a workflow");
+            let document: toml::Table = toml::from_str(&text).expect("TOML");
+            let document = serde_json::to_value(document).expect("JSON");
+            let stages = document["stages"].as_object().expect("stages");
+            for (id, stage) in stages {
+                let Some(uses) = stage.get("uses").and_then(Value::as_str) else {
+                    continue;
+                };
+                let builtin = lookup(uses).unwrap_or_else(|| panic!("no built-in {uses}"));
+                let empty = serde_json::Map::new();
+                let with = stage
+                    .get("with")
+                    .and_then(Value::as_object)
+                    .unwrap_or(&empty);
+                let at = format!("{}: stages.{id}", file.display());
+                hold_to_builtin(builtin, with, &at);
+                tables += 1;
+            }
+        }
+        assert!(
+            tables > 50,
+            "only {tables} `with` tables in {}",
+            folder.display()
+        );
     }
 }

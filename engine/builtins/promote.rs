@@ -27,11 +27,13 @@ use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use super::fs::{object_schema, parse_with, path_property};
+use super::args::{self, parse};
+use super::fs::object_schema;
 use super::paths::{self, hex};
 use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
 
@@ -41,7 +43,8 @@ pub(crate) fn builtins() -> Vec<Builtin> {
             name: "tree.verify",
             description: "Check a promotion manifest against a staged and a live tree: what is still to do, done, or stale.",
             writes: false,
-            with_schema: verify_with_schema,
+            with_schema: args::schema::<VerifyArgs>,
+            with_parse: args::parses::<VerifyArgs>,
             output_schema: verify_output_schema,
             run: verify,
         },
@@ -49,15 +52,18 @@ pub(crate) fn builtins() -> Vec<Builtin> {
             name: "tree.promote",
             description: "Promote a staged tree into a live one by its manifest: atomic renames, resume-safe.",
             writes: true,
-            with_schema: promote_with_schema,
+            with_schema: args::schema::<PromoteArgs>,
+            with_parse: args::parses::<PromoteArgs>,
             output_schema: promote_output_schema,
             run: promote,
         },
     ]
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+/// How the staged tree changes this file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
+#[schemars(transform = args::enum_only)]
 enum Status {
     Added,
     Modified,
@@ -76,32 +82,51 @@ impl Status {
     }
 }
 
-/// One manifest entry; other keys an entry may carry are ignored.
-#[derive(Debug, Clone, Deserialize)]
+/// One file of the tree.
+// One manifest entry; other keys an entry may carry are ignored.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 struct Entry {
+    /// Relative to both roots, `/`-separated; no `..`, `.` or empty component.
     path: String,
+    /// How the staged tree changes this file.
     status: Status,
-    #[serde(default)]
+    /// Hex prefix of the SHA-256 of the live file when staged; null when there was none (added).
+    #[schemars(regex(pattern = r"^[0-9a-f]{7,64}$"))]
     sha_before: Option<String>,
-    #[serde(default)]
+    /// Hex prefix of the SHA-256 of the staged file; null when there is none (removed).
+    #[schemars(regex(pattern = r"^[0-9a-f]{7,64}$"))]
     sha_after: Option<String>,
 }
 
-#[derive(Deserialize)]
+/// Check a promotion manifest against a staged and a live tree.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct VerifyArgs {
+    /// The staged tree's root.
+    #[schemars(length(min = 1))]
     from: String,
+    /// The live tree's root; it may not exist yet.
+    #[schemars(length(min = 1))]
     to: String,
+    /// The manifest's entries, in the order they are promoted.
     entries: Vec<Entry>,
 }
 
-#[derive(Deserialize)]
+/// Promote a staged tree into a live one by its manifest, inside the workflow's writes.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct PromoteArgs {
+    /// The staged tree's root; promoted files leave it.
+    #[schemars(length(min = 1))]
     from: String,
+    /// The live tree's root; created when missing.
+    #[schemars(length(min = 1))]
     to: String,
+    /// The manifest's entries, in the order they are promoted.
     entries: Vec<Entry>,
-    #[serde(default)]
+    /// A file to append one JSON line to before each entry is acted on ({ path, status, action });
+    /// inside the writes.
+    #[schemars(length(min = 1))]
     journal: Option<String>,
 }
 
@@ -138,61 +163,6 @@ struct Checked {
 
 // ---------------------------------------------------------------------------------------------
 // Schemas.
-
-fn entries_property() -> Value {
-    json!({
-        "type": "array",
-        "description": "The manifest's entries, in the order they are promoted.",
-        "items": {
-            "type": "object",
-            "description": "One file of the tree.",
-            "required": ["path", "status"],
-            "properties": {
-                "path": { "type": "string", "description": "Relative to both roots, `/`-separated; no `..`, `.` or empty component." },
-                "status": { "enum": ["added", "modified", "removed", "unchanged"], "description": "How the staged tree changes this file." },
-                "sha_before": {
-                    "type": ["string", "null"],
-                    "pattern": "^[0-9a-f]{7,64}$",
-                    "description": "Hex prefix of the SHA-256 of the live file when staged; null when there was none (added).",
-                },
-                "sha_after": {
-                    "type": ["string", "null"],
-                    "pattern": "^[0-9a-f]{7,64}$",
-                    "description": "Hex prefix of the SHA-256 of the staged file; null when there is none (removed).",
-                },
-            },
-        },
-    })
-}
-
-fn verify_with_schema() -> Value {
-    object_schema(
-        "Check a promotion manifest against a staged and a live tree.",
-        json!({
-            "from": path_property("The staged tree's root."),
-            "to": path_property("The live tree's root; it may not exist yet."),
-            "entries": entries_property(),
-        }),
-        &["from", "to", "entries"],
-    )
-}
-
-fn promote_with_schema() -> Value {
-    object_schema(
-        "Promote a staged tree into a live one by its manifest, inside the workflow's writes.",
-        json!({
-            "from": path_property("The staged tree's root; promoted files leave it."),
-            "to": path_property("The live tree's root; created when missing."),
-            "entries": entries_property(),
-            "journal": {
-                "type": ["string", "null"],
-                "minLength": 1,
-                "description": "A file to append one JSON line to before each entry is acted on ({ path, status, action }); inside the writes.",
-            },
-        }),
-        &["from", "to", "entries"],
-    )
-}
 
 fn counts_property() -> Value {
     json!({
@@ -512,7 +482,7 @@ fn describe(checked: &Checked) -> Value {
 }
 
 fn verify(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
-    let args: VerifyArgs = parse_with("tree.verify", with)?;
+    let args: VerifyArgs = parse("tree.verify", with)?;
     let from = tree_root(ctx, &args.from, false)?;
     let to = tree_root(ctx, &args.to, true)?;
     let checked = check_all(&from, &to, &args.entries, ctx.cancel)?;
@@ -556,7 +526,7 @@ fn journal_record(journal: &Path, entry: &Entry, action: &str) -> Result<(), Bui
 }
 
 fn promote(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
-    let args: PromoteArgs = parse_with("tree.promote", with)?;
+    let args: PromoteArgs = parse("tree.promote", with)?;
     let from = tree_root(ctx, &args.from, false)?;
     let to = tree_root(ctx, &args.to, true)?;
     let checked = check_all(&from, &to, &args.entries, ctx.cancel)?;

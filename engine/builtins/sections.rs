@@ -7,10 +7,12 @@
 //! was. That is what lets a tool own one section of a file a person edits.
 
 use regex::Regex;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::fs::{object_schema, parse_with};
+use super::args;
+use super::fs::object_schema;
 use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
 
 pub(crate) fn builtins() -> Vec<Builtin> {
@@ -19,7 +21,8 @@ pub(crate) fn builtins() -> Vec<Builtin> {
             name: "markdown.sections",
             description: "A Markdown document's sections: each heading with its level and body.",
             writes: false,
-            with_schema: sections_with_schema,
+            with_schema: args::schema::<SectionsArgs>,
+            with_parse: args::parses::<SectionsArgs>,
             output_schema: sections_output_schema,
             run: sections,
         },
@@ -27,7 +30,8 @@ pub(crate) fn builtins() -> Vec<Builtin> {
             name: "markdown.replace_section",
             description: "Replace the body of one Markdown section, keeping every other byte.",
             writes: false,
-            with_schema: replace_with_schema,
+            with_schema: args::schema::<ReplaceArgs>,
+            with_parse: args::parses::<ReplaceArgs>,
             output_schema: replace_output_schema,
             run: replace_section,
         },
@@ -128,18 +132,12 @@ fn parse(text: &str) -> Vec<Section> {
 // ---------------------------------------------------------------------------------------------
 // markdown.sections
 
-#[derive(Deserialize)]
+/// Read a Markdown document into its sections.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SectionsArgs {
+    /// The document.
     text: String,
-}
-
-fn sections_with_schema() -> Value {
-    object_schema(
-        "Read a Markdown document into its sections.",
-        json!({ "text": { "type": "string", "description": "The document." } }),
-        &["text"],
-    )
 }
 
 fn sections_output_schema() -> Value {
@@ -166,7 +164,7 @@ fn sections_output_schema() -> Value {
 }
 
 fn sections(with: &Value, _ctx: &BuiltinCtx) -> BuiltinResult {
-    let args: SectionsArgs = parse_with("markdown.sections", with)?;
+    let args: SectionsArgs = args::parse("markdown.sections", with)?;
     let found: Vec<Value> = parse(&args.text)
         .into_iter()
         .map(|section| {
@@ -184,24 +182,18 @@ fn sections(with: &Value, _ctx: &BuiltinCtx) -> BuiltinResult {
 // ---------------------------------------------------------------------------------------------
 // markdown.replace_section
 
-#[derive(Deserialize)]
+/// Replace the body of the one section whose heading matches.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ReplaceArgs {
+    /// The document.
     text: String,
+    /// A regular expression that exactly one heading's text must match, e.g. `^Step 2\b`.
+    #[schemars(length(min = 1))]
     heading: String,
+    /// The new body. It is written between one blank line after the heading and one blank line
+    /// before the next heading.
     content: String,
-}
-
-fn replace_with_schema() -> Value {
-    object_schema(
-        "Replace the body of the one section whose heading matches.",
-        json!({
-            "text": { "type": "string", "description": "The document." },
-            "heading": { "type": "string", "minLength": 1, "description": "A regular expression that exactly one heading's text must match, e.g. `^Step 2\\b`." },
-            "content": { "type": "string", "description": "The new body. It is written between one blank line after the heading and one blank line before the next heading." },
-        }),
-        &["text", "heading", "content"],
-    )
 }
 
 fn replace_output_schema() -> Value {
@@ -220,7 +212,7 @@ fn replace_output_schema() -> Value {
 }
 
 fn replace_section(with: &Value, _ctx: &BuiltinCtx) -> BuiltinResult {
-    let args: ReplaceArgs = parse_with("markdown.replace_section", with)?;
+    let args: ReplaceArgs = args::parse("markdown.replace_section", with)?;
     let pattern = Regex::new(&args.heading)
         .map_err(|err| BuiltinError::new(format!("invalid `heading` pattern: {err}")))?;
     let all = parse(&args.text);

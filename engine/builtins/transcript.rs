@@ -26,11 +26,13 @@ use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use regex::Regex;
+use schemars::JsonSchema;
 use serde::de::{Deserializer, IgnoredAny, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
+use super::args;
 use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
 
 /// Appended where a text was cut.
@@ -41,28 +43,45 @@ pub(crate) fn builtins() -> Vec<Builtin> {
         name: "transcript.delta",
         description: "the user and assistant prose of a Claude Code transcript after a line cursor",
         writes: false,
-        with_schema,
+        with_schema: args::schema::<DeltaArgs>,
+        with_parse: args::parses::<DeltaArgs>,
         output_schema,
         run,
     }]
 }
 
-#[derive(Debug, Clone, Deserialize)]
+/// Where the transcript is and which part of it to read.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct DeltaArgs {
+    /// The transcript file (JSONL, one JSON object per line); relative paths resolve against the
+    /// run's working directory.
+    #[schemars(length(min = 1))]
     path: String,
+    /// The cursor: how many lines were already read. The delta is every complete line after it;
+    /// pass the previous run's total_lines.
     #[serde(default)]
     after_line: u64,
+    /// When after_line is past the end of the file (rotated or truncated), the delta is this many
+    /// last lines instead.
     #[serde(default = "default_fallback_lines")]
     fallback_lines: u64,
+    /// Cap in bytes on the prose of one message; a longer one is cut on a character boundary and
+    /// ends with "…".
     #[serde(default = "default_max_part_bytes")]
+    #[schemars(range(min = 1))]
     max_part_bytes: usize,
+    /// Cap in bytes on the whole text; when over, the oldest messages are left out first.
     #[serde(default = "default_max_bytes")]
+    #[schemars(range(min = 1))]
     max_bytes: usize,
+    /// Before reading, wait until the file has not changed for this long (e.g. "500ms"; at most 20
+    /// times it): for a transcript its writer may still be flushing.
+    #[schemars(transform = args::not_null)]
+    settle: Option<String>,
+    /// When true, a missing file gives an empty delta with `missing` true instead of an error.
     #[serde(default)]
     optional: bool,
-    #[serde(default)]
-    settle: Option<String>,
 }
 
 fn default_fallback_lines() -> u64 {
@@ -950,55 +969,6 @@ fn read_delta(path: &Path, args: &DeltaArgs, cancel: super::Cancel) -> io::Resul
     Ok(delta)
 }
 
-fn with_schema() -> Value {
-    json!({
-        "type": "object",
-        "description": "Where the transcript is and which part of it to read.",
-        "additionalProperties": false,
-        "required": ["path"],
-        "properties": {
-            "path": {
-                "type": "string",
-                "minLength": 1,
-                "description": "The transcript file (JSONL, one JSON object per line); relative paths resolve against the run's working directory."
-            },
-            "after_line": {
-                "type": "integer",
-                "minimum": 0,
-                "default": 0,
-                "description": "The cursor: how many lines were already read. The delta is every complete line after it; pass the previous run's total_lines."
-            },
-            "fallback_lines": {
-                "type": "integer",
-                "minimum": 0,
-                "default": 500,
-                "description": "When after_line is past the end of the file (rotated or truncated), the delta is this many last lines instead."
-            },
-            "max_part_bytes": {
-                "type": "integer",
-                "minimum": 1,
-                "default": 2048,
-                "description": "Cap in bytes on the prose of one message; a longer one is cut on a character boundary and ends with \"…\"."
-            },
-            "max_bytes": {
-                "type": "integer",
-                "minimum": 1,
-                "default": 16384,
-                "description": "Cap in bytes on the whole text; when over, the oldest messages are left out first."
-            },
-            "settle": {
-                "type": "string",
-                "description": "Before reading, wait until the file has not changed for this long (e.g. \"500ms\"; at most 20 times it): for a transcript its writer may still be flushing."
-            },
-            "optional": {
-                "type": "boolean",
-                "default": false,
-                "description": "When true, a missing file gives an empty delta with `missing` true instead of an error."
-            }
-        }
-    })
-}
-
 fn output_schema() -> Value {
     let count =
         |description: &str| json!({ "type": "integer", "minimum": 0, "description": description });
@@ -1543,7 +1513,7 @@ mod tests {
         assert_eq!(present["missing"], json!(false));
         let unknown = run(&json!({ "path": "x", "cursor": 1 }), &ctx).expect_err("unknown key");
         assert!(unknown.0.contains("cursor"), "{unknown}");
-        let schema = with_schema();
+        let schema = args::schema::<DeltaArgs>();
         validate(&schema, &json!({ "path": "t.jsonl", "after_line": 3 }));
         let validator = jsonschema::validator_for(&schema).expect("schema compiles");
         assert!(!validator.is_valid(&json!({ "after_line": 3 })));

@@ -1,10 +1,12 @@
 //! Built-in url.resolve: a URL reference resolved against a base URL (RFC 3986 section 5), the
 //! way a client resolves a relative `Location` against the URL it requested.
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::fs::{object_schema, parse_with, value_schema};
+use super::args::{self, parse};
+use super::fs::value_schema;
 use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
 
 pub(crate) fn builtins() -> Vec<Builtin> {
@@ -13,28 +15,22 @@ pub(crate) fn builtins() -> Vec<Builtin> {
         description:
             "Resolve a URL reference (absolute, `//host/x`, `/x`, `../x?q=1`) against a base URL.",
         writes: false,
-        with_schema,
+        with_schema: args::schema::<Args>,
+        with_parse: args::parses::<Args>,
         output_schema,
         run: resolve,
     }]
 }
 
-#[derive(Deserialize)]
+/// Resolve a URL reference against a base URL.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Args {
+    /// An absolute URL, e.g. the URL a request was sent to.
+    #[schemars(length(min = 1))]
     base: String,
+    /// The reference; null or empty gives null.
     reference: Option<String>,
-}
-
-fn with_schema() -> Value {
-    object_schema(
-        "Resolve a URL reference against a base URL.",
-        json!({
-            "base": { "type": "string", "minLength": 1, "description": "An absolute URL, e.g. the URL a request was sent to." },
-            "reference": { "type": ["string", "null"], "description": "The reference; null or empty gives null." },
-        }),
-        &["base"],
-    )
 }
 
 fn output_schema() -> Value {
@@ -46,7 +42,7 @@ fn output_schema() -> Value {
 }
 
 fn resolve(with: &Value, _ctx: &BuiltinCtx) -> BuiltinResult {
-    let args: Args = parse_with("url.resolve", with)?;
+    let args: Args = parse("url.resolve", with)?;
     let reference = match args.reference.as_deref().map(str::trim) {
         None | Some("") => return Ok(Value::Null),
         Some(reference) => reference,

@@ -10,10 +10,12 @@ use std::fs;
 use std::io;
 use std::path::{Component, PathBuf};
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::fs::{io_error, object_schema, parse_with, path_property, value_schema};
+use super::args::{self, parse};
+use super::fs::{io_error, value_schema};
 use super::paths::lexical_absolute;
 use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
 
@@ -23,7 +25,8 @@ pub(crate) fn builtins() -> Vec<Builtin> {
             name: "fs.remove_within",
             description: "Remove a file or folder strictly inside a root, through no symbolic link.",
             writes: true,
-            with_schema: remove_with_schema,
+            with_schema: args::schema::<RemoveArgs>,
+            with_parse: args::parses::<RemoveArgs>,
             output_schema,
             run: remove,
         },
@@ -31,49 +34,40 @@ pub(crate) fn builtins() -> Vec<Builtin> {
             name: "fs.move_within",
             description: "Move a file or folder to another place strictly inside the same root, through no symbolic link.",
             writes: true,
-            with_schema: move_with_schema,
+            with_schema: args::schema::<MoveArgs>,
+            with_parse: args::parses::<MoveArgs>,
             output_schema,
             run: move_,
         },
     ]
 }
 
-#[derive(Deserialize)]
+/// Remove something strictly inside a root.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RemoveArgs {
+    /// The folder that bounds the removal; it is never removed itself.
+    #[schemars(length(min = 1))]
     root: String,
+    /// What to remove (relative paths resolve against the run's working directory); missing:
+    /// nothing to do.
+    #[schemars(length(min = 1))]
     path: String,
 }
 
-#[derive(Deserialize)]
+/// Move something to another place strictly inside the same root.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct MoveArgs {
+    /// The folder that bounds the move.
+    #[schemars(length(min = 1))]
     root: String,
+    /// What to move.
+    #[schemars(length(min = 1))]
     from: String,
+    /// Where it goes; it must not exist yet. Missing parent folders are created.
+    #[schemars(length(min = 1))]
     to: String,
-}
-
-fn remove_with_schema() -> Value {
-    object_schema(
-        "Remove something strictly inside a root.",
-        json!({
-            "root": path_property("The folder that bounds the removal; it is never removed itself."),
-            "path": path_property("What to remove (relative paths resolve against the run's working directory); missing: nothing to do."),
-        }),
-        &["root", "path"],
-    )
-}
-
-fn move_with_schema() -> Value {
-    object_schema(
-        "Move something to another place strictly inside the same root.",
-        json!({
-            "root": path_property("The folder that bounds the move."),
-            "from": path_property("What to move."),
-            "to": path_property("Where it goes; it must not exist yet. Missing parent folders are created."),
-        }),
-        &["root", "from", "to"],
-    )
 }
 
 fn output_schema() -> Value {
@@ -121,7 +115,7 @@ fn inside(ctx: &BuiltinCtx, root: &str, path: &str, action: &str) -> Result<Path
 }
 
 fn remove(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
-    let args: RemoveArgs = parse_with("fs.remove_within", with)?;
+    let args: RemoveArgs = parse("fs.remove_within", with)?;
     let path = inside(ctx, &args.root, &args.path, "cannot remove")?;
     let done = match fs::symlink_metadata(&path) {
         Err(err) if err.kind() == io::ErrorKind::NotFound => false,
@@ -140,7 +134,7 @@ fn remove(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
 }
 
 fn move_(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
-    let args: MoveArgs = parse_with("fs.move_within", with)?;
+    let args: MoveArgs = parse("fs.move_within", with)?;
     let from = inside(ctx, &args.root, &args.from, "cannot move")?;
     let to = inside(ctx, &args.root, &args.to, "cannot move to")?;
     if fs::symlink_metadata(&from).is_err() {
