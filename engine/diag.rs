@@ -8,6 +8,10 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+mod kind;
+
+pub use kind::{DiagnosticKind, Escape};
+
 /// A loaded source file, kept so diagnostics can show snippets.
 #[derive(Debug, Clone)]
 pub struct SourceFile {
@@ -56,58 +60,6 @@ pub struct Location {
     pub span: Range<usize>,
 }
 
-/// What a problem is, for the kinds that code tells apart; a diagnostic's message is rendered
-/// from its kind ([`Diagnostic::of`]). The rest are [`DiagnosticKind::Other`], their message
-/// as written.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DiagnosticKind {
-    /// Stages that depend on each other in a circle, as `a -> b -> a`.
-    #[error("dependency cycle: {0}")]
-    Cycle(String),
-    /// A reference to a stage the workflow does not have.
-    #[error("unknown stage `{0}`")]
-    UnknownStage(String),
-    /// A duration that does not parse (the parser's explanation).
-    #[error("{0}")]
-    BadDuration(String),
-    /// A prompt stage's model alias that no configuration defines.
-    #[error("stage `{stage}` uses model `{model}`, which no configuration defines")]
-    UndefinedModel {
-        /// The stage.
-        stage: String,
-        /// The alias.
-        model: String,
-    },
-    /// An ordinary stage that depends on a finally stage.
-    #[error(
-        "stage `{stage}` depends on finally stage `{target}`, which runs only after the run has ended"
-    )]
-    DependsOnFinally {
-        /// The ordinary stage.
-        stage: String,
-        /// The finally stage.
-        target: String,
-    },
-    /// `output.path` with no `[workflow] writes` to write in.
-    #[error("stage `{0}` writes its output to a file, but `[workflow] writes` is empty")]
-    OutputWithoutWrites(String),
-    /// Any other problem.
-    #[error("{0}")]
-    Other(String),
-}
-
-impl From<String> for DiagnosticKind {
-    fn from(message: String) -> Self {
-        DiagnosticKind::Other(message)
-    }
-}
-
-impl From<&str> for DiagnosticKind {
-    fn from(message: &str) -> Self {
-        DiagnosticKind::Other(message.to_string())
-    }
-}
-
 /// One problem.
 #[derive(Debug, Clone)]
 pub struct Diagnostic {
@@ -126,12 +78,12 @@ pub struct Diagnostic {
 }
 
 impl Diagnostic {
-    pub fn error(message: impl Into<String>) -> Self {
-        let message = message.into();
+    /// An error of this kind, its message rendered from it.
+    pub fn error(kind: DiagnosticKind) -> Self {
         Diagnostic {
             severity: Severity::Error,
-            kind: DiagnosticKind::Other(message.clone()),
-            message,
+            message: kind.to_string(),
+            kind,
             location: None,
             label: None,
             help: None,
@@ -139,19 +91,11 @@ impl Diagnostic {
         }
     }
 
-    /// An error of a known kind, its message rendered from it.
-    pub fn of(kind: DiagnosticKind) -> Self {
-        Diagnostic {
-            message: kind.to_string(),
-            kind,
-            ..Diagnostic::error(String::new())
-        }
-    }
-
-    pub fn warning(message: impl Into<String>) -> Self {
+    /// A warning of this kind, its message rendered from it.
+    pub fn warning(kind: DiagnosticKind) -> Self {
         Diagnostic {
             severity: Severity::Warning,
-            ..Diagnostic::error(message)
+            ..Diagnostic::error(kind)
         }
     }
 

@@ -12,7 +12,7 @@ use crate::diag::DiagnosticKind;
 use crate::format::{OnError, WorkflowFile};
 use crate::load::pointer_segment;
 
-/// One problem: the message, the JSON pointer it is about, whether the pointer names a key (the
+/// One problem: its kind, the JSON pointer it is about, whether the pointer names a key (the
 /// stage's table) rather than a value, and a help line.
 pub(crate) struct Problem {
     pub message: DiagnosticKind,
@@ -32,10 +32,7 @@ pub(crate) fn problems(file: &WorkflowFile, deps: &[BTreeSet<usize>]) -> Vec<Pro
         if def.finally {
             if def.exit_if.is_some() {
                 out.push(Problem {
-                    message: format!(
-                        "finally stage `{id}` has `exit_if`, but the run has already ended when it runs"
-                    )
-                    .into(),
+                    message: DiagnosticKind::FinallyExitIf((*id).clone()),
                     pointer: format!("{stage}/exit_if"),
                     key: true,
                     help: "read how the run ended from `run.status`, `run.exit` and `run.error`"
@@ -44,10 +41,7 @@ pub(crate) fn problems(file: &WorkflowFile, deps: &[BTreeSet<usize>]) -> Vec<Pro
             }
             if def.on_error == Some(OnError::Exit) {
                 out.push(Problem {
-                    message: format!(
-                        "finally stage `{id}` has `on_error = \"exit\"`, but the run has already ended when it runs"
-                    )
-                    .into(),
+                    message: DiagnosticKind::FinallyOnErrorExit((*id).clone()),
                     pointer: format!("{stage}/on_error"),
                     key: false,
                     help: "a finally stage's failure is recorded and never changes how the run ended; use \"fail\" or \"continue\"".into(),

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::diag::{did_you_mean, Diagnostic, SourceFile};
+use crate::diag::{did_you_mean, Diagnostic, DiagnosticKind, SourceFile};
 pub use crate::floor::hash::sha256_hex;
 
 /// How many characters and elements an instance built from a schema may hold in all.
@@ -80,7 +80,7 @@ impl Schema {
         let value: Value = serde_json::from_str(&file.text).map_err(|error| {
             let offset = offset_of(&file.text, error.line(), error.column());
             Box::new(
-                Diagnostic::error(format!("invalid JSON in schema: {error}"))
+                Diagnostic::error(DiagnosticKind::InvalidSchemaJson(error.to_string()))
                     .at(file, offset..offset + 1),
             )
         })?;
@@ -88,10 +88,11 @@ impl Schema {
         if let Some((at, key, bound)) = impossible_bound(&value, &mut String::new()) {
             let span = locate_json_pointer(&file.text, &format!("{at}/{key}"));
             return Err(Box::new(
-                Diagnostic::error(format!(
-                    "schema asks for `{key}: {bound}` at {}: no instance that large fits in memory",
-                    if at.is_empty() { "/" } else { &at }
-                ))
+                Diagnostic::error(DiagnosticKind::ImpossibleSchemaBound {
+                    at,
+                    key: key.to_string(),
+                    bound,
+                })
                 .at(file, span),
             ));
         }
@@ -100,11 +101,12 @@ impl Schema {
             Err(error) => {
                 // The schema is the instance the meta-schema rejected: point at the offending key.
                 let span = locate_json_pointer(&file.text, &error.instance_path().to_string());
-                let at = error.instance_path().to_string();
-                let at = if at.is_empty() { "/".to_string() } else { at };
                 Err(Box::new(
-                    Diagnostic::error(format!("schema does not compile: at {at}: {error}"))
-                        .at(file, span),
+                    Diagnostic::error(DiagnosticKind::SchemaDoesNotCompile {
+                        at: error.instance_path().to_string(),
+                        error: error.to_string(),
+                    })
+                    .at(file, span),
                 ))
             }
         }
@@ -148,7 +150,7 @@ impl Schema {
     }
 
     /// Whether a property path can be produced by this schema.
-    pub fn check_path(&self, path: &[&str]) -> Result<(), (String, Option<String>)> {
+    pub fn check_path(&self, path: &[&str]) -> Result<(), (DiagnosticKind, Option<String>)> {
         self.check_path_in(&self.value, path, &self.short_name(), true)
             .map_err(|(message, help, _)| (message, help))
     }
@@ -164,7 +166,7 @@ impl Schema {
         path: &[&str],
         subject: &str,
         listed_closes: bool,
-    ) -> Result<(), (String, Option<String>, bool)> {
+    ) -> Result<(), (DiagnosticKind, Option<String>, bool)> {
         let mut node = self.resolve(start);
         let mut walked: Vec<&str> = Vec::new();
         for segment in path {
@@ -206,29 +208,29 @@ impl Schema {
                         let Some(near) = did_you_mean(segment, names.iter().copied()) else {
                             return Ok(());
                         };
-                        let within = if walked.is_empty() {
-                            String::new()
-                        } else {
-                            format!(" under `{}`", walked.join("."))
-                        };
                         return Err((
-                            format!("{subject} has no declared property `{segment}`{within} (the schema leaves others open)"),
+                            DiagnosticKind::NoDeclaredProperty {
+                                subject: subject.to_string(),
+                                property: (*segment).to_string(),
+                                under: walked.join("."),
+                            },
                             Some(near),
                             false,
                         ));
                     }
-                    let within = if walked.is_empty() {
-                        String::new()
+                    let message = if let Some(scalar) = scalar_type(node) {
+                        DiagnosticKind::ScalarHasNoField {
+                            subject: subject.to_string(),
+                            scalar,
+                            under: walked.join("."),
+                            field: (*segment).to_string(),
+                        }
                     } else {
-                        format!(" under `{}`", walked.join("."))
-                    };
-                    let message = if is_scalar(node) {
-                        format!(
-                            "{subject} gives a {} here{within}; it has no field `{segment}`",
-                            node.get("type").and_then(Value::as_str).unwrap_or("scalar")
-                        )
-                    } else {
-                        format!("{subject} has no property `{segment}`{within}")
+                        DiagnosticKind::NoProperty {
+                            subject: subject.to_string(),
+                            property: (*segment).to_string(),
+                            under: walked.join("."),
+                        }
                     };
                     let help = did_you_mean(segment, names.iter().copied()).or_else(|| {
                         (!names.is_empty()).then(|| format!("properties: {}", names.join(", ")))
@@ -448,10 +450,19 @@ impl Schema {
 }
 
 fn is_scalar(node: &Value) -> bool {
-    matches!(
-        node.get("type").and_then(Value::as_str),
-        Some("string" | "integer" | "number" | "boolean" | "null")
-    )
+    scalar_type(node).is_some()
+}
+
+/// The type of a node that declares one scalar type.
+fn scalar_type(node: &Value) -> Option<&'static str> {
+    match node.get("type").and_then(Value::as_str)? {
+        "string" => Some("string"),
+        "integer" => Some("integer"),
+        "number" => Some("number"),
+        "boolean" => Some("boolean"),
+        "null" => Some("null"),
+        _ => None,
+    }
 }
 
 fn offset_of(text: &str, line: usize, column: usize) -> usize {

@@ -22,6 +22,7 @@ use serde_json::{json, Value};
 
 use super::args::{self, parse};
 use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
+use crate::diag::DiagnosticKind;
 
 pub const NAME: &str = "ask";
 
@@ -87,7 +88,7 @@ fn literal_choices(with: Option<&IndexMap<String, Value>>) -> Option<Vec<String>
 
 /// What `check` can tell of the arguments as written: `default` and `yes` must be choices.
 /// Each problem names its argument.
-pub fn problems(with: Option<&IndexMap<String, Value>>) -> Vec<(&'static str, String)> {
+pub fn problems(with: Option<&IndexMap<String, Value>>) -> Vec<(&'static str, DiagnosticKind)> {
     let Some(choices) = literal_choices(with) else {
         return Vec::new();
     };
@@ -101,10 +102,11 @@ pub fn problems(with: Option<&IndexMap<String, Value>>) -> Vec<(&'static str, St
         }
         out.push((
             key,
-            format!(
-                "`{key}` of `ask` is `{value}`, which is not one of its choices ({})",
-                choices.join(", ")
-            ),
+            DiagnosticKind::NotAChoice {
+                key,
+                value: value.to_string(),
+                choices: choices.clone(),
+            },
         ));
     }
     out
@@ -353,6 +355,6 @@ mod tests {
         let problems = problems(Some(&with));
         assert_eq!(problems.len(), 1);
         assert_eq!(problems[0].0, "default");
-        assert!(problems[0].1.contains("`no`"), "{problems:?}");
+        assert!(problems[0].1.to_string().contains("`no`"), "{problems:?}");
     }
 }

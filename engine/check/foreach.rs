@@ -13,6 +13,7 @@ use regex::Regex;
 
 use super::schemas::SchemaOf;
 use super::{stage_pointer, Checker};
+use crate::diag::DiagnosticKind;
 use crate::format::{InputType, OutputFormat};
 use crate::schema::Schema;
 
@@ -63,14 +64,6 @@ fn parse(source: &str) -> Option<Source> {
             .map(str::to_string)
             .collect(),
     })
-}
-
-/// "an object", "a string", ...
-fn a(kind: &str) -> String {
-    match kind {
-        "object" | "integer" | "array" => format!("an {kind}"),
-        _ => format!("a {kind}"),
-    }
 }
 
 impl Checker<'_> {
@@ -128,10 +121,10 @@ impl Checker<'_> {
                     }
                 };
                 self.error(
-                    format!(
-                        "`foreach` needs a list, but input `{name}` is {}",
-                        a(decl.kind.name())
-                    ),
+                    DiagnosticKind::ForeachOverInput {
+                        input: name.clone(),
+                        kind: decl.kind.name(),
+                    },
                     pointer,
                 )
                 .help = Some(help);
@@ -195,11 +188,11 @@ impl Checker<'_> {
                     _ => "loop over a list".to_string(),
                 };
                 self.error(
-                    format!(
-                        "`foreach` needs a list, but `{list}` is {} ({})",
-                        a(kind),
-                        schema.short_name()
-                    ),
+                    DiagnosticKind::ForeachOverNonList {
+                        list: list.to_string(),
+                        kind: kind.clone(),
+                        schema: schema.short_name(),
+                    },
                     pointer,
                 )
                 .help = Some(help);
@@ -207,7 +200,7 @@ impl Checker<'_> {
             }
             SchemaOf::Text if path.is_empty() => {
                 self.error(
-                    format!("`foreach` needs a list, but the output of stage `{stage}` is text, which would be looped over character by character"),
+                    DiagnosticKind::ForeachOverText(stage.clone()),
                     pointer,
                 )
                 .help = Some(format!(
@@ -230,11 +223,8 @@ impl Checker<'_> {
                 }
             }
             SchemaOf::Keys(keys) if path.is_empty() => {
-                self.error(
-                    format!("`foreach` needs a list, but the output of stage `{stage}` is an object (its sub-workflow's outputs)"),
-                    pointer,
-                )
-                .help = Some(if keys.is_empty() {
+                self.error(DiagnosticKind::ForeachOverOutputs(stage.clone()), pointer)
+                    .help = Some(if keys.is_empty() {
                     "the sub-workflow has no `[outputs]`".to_string()
                 } else {
                     format!(
@@ -248,11 +238,10 @@ impl Checker<'_> {
                 ItemOf::Unknown
             }
             SchemaOf::Nothing if path.is_empty() => {
-                self.error(
-                    format!("`foreach` loops over the output of stage `{stage}`, which has no action and so no output"),
-                    pointer,
-                )
-                .help = Some(format!("give `{stage}` an action, or loop over another stage's output"));
+                self.error(DiagnosticKind::ForeachOverNothing(stage.clone()), pointer)
+                    .help = Some(format!(
+                    "give `{stage}` an action, or loop over another stage's output"
+                ));
                 ItemOf::Unknown
             }
             _ => ItemOf::Unknown,

@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
-use crate::diag::{did_you_mean, Diagnostic};
+use crate::diag::{did_you_mean, Diagnostic, DiagnosticKind};
 use crate::format::WorkflowFile;
 use crate::load::{pointer_segment, RawWorkflow};
 
@@ -30,7 +30,7 @@ pub(crate) fn validate_format(raw: &RawWorkflow, diags: &mut Vec<Diagnostic>) ->
         .as_ref()
     else {
         diags.push(Diagnostic::error(
-            "the workflow format's schema does not compile",
+            DiagnosticKind::FormatSchemaDoesNotCompile,
         ));
         return rejected;
     };
@@ -50,9 +50,12 @@ pub(crate) fn validate_format(raw: &RawWorkflow, diags: &mut Vec<Diagnostic>) ->
                                 .then(|| format!("known keys: {}", allowed.join(", ")))
                         });
                     diags.push(
-                        Diagnostic::error(format!("unknown key `{key}`{}", where_(&pointer)))
-                            .at_opt(raw.locate_key(&key_pointer))
-                            .with_help_opt(help),
+                        Diagnostic::error(DiagnosticKind::UnknownKey {
+                            key: key.clone(),
+                            table: pointer_to_dotted(&pointer),
+                        })
+                        .at_opt(raw.locate_key(&key_pointer))
+                        .with_help_opt(help),
                     );
                 }
             }
@@ -87,14 +90,6 @@ pub(crate) fn remove_pointer(doc: &mut Value, pointer: &str) {
     }
 }
 
-fn where_(pointer: &str) -> String {
-    if pointer.is_empty() {
-        " at the top level".to_string()
-    } else {
-        format!(" in `{}`", pointer_to_dotted(pointer))
-    }
-}
-
 fn pointer_to_dotted(pointer: &str) -> String {
     pointer
         .trim_start_matches('/')
@@ -104,7 +99,7 @@ fn pointer_to_dotted(pointer: &str) -> String {
         .join(".")
 }
 
-fn describe_schema_error(error: &jsonschema::ValidationError<'_>, pointer: &str) -> String {
+fn describe_schema_error(error: &jsonschema::ValidationError<'_>, pointer: &str) -> DiagnosticKind {
     use jsonschema::error::ValidationErrorKind as K;
     let at = pointer_to_dotted(pointer);
     match &error.kind() {
@@ -121,25 +116,38 @@ fn describe_schema_error(error: &jsonschema::ValidationError<'_>, pointer: &str)
                         .collect();
                     match named.as_slice() {
                         [one] => one.clone(),
-                        _ => return format!("`{at}`: {error}"),
+                        _ => {
+                            return DiagnosticKind::FormatRule {
+                                at,
+                                error: error.to_string(),
+                            }
+                        }
                     }
                 }
             };
-            format!(
-                "`{at}` must be {}, not {}",
-                article(&expected),
-                json_type(error.instance())
-            )
+            DiagnosticKind::WrongType {
+                at,
+                expected: article(&expected),
+                found: json_type(error.instance()),
+            }
         }
-        K::Enum { options } => format!("`{at}` must be one of {options}, not {}", error.instance()),
-        K::Required { property } => format!("`{at}` is missing the required key {property}"),
-        K::AnyOf { .. } | K::OneOfNotValid { .. } => {
-            format!(
-                "`{at}` has the wrong shape ({})",
-                json_type(error.instance())
-            )
-        }
-        _ => format!("`{at}`: {error}"),
+        K::Enum { options } => DiagnosticKind::NotOneOf {
+            at,
+            options: options.to_string(),
+            found: error.instance().to_string(),
+        },
+        K::Required { property } => DiagnosticKind::MissingKey {
+            at,
+            key: property.to_string(),
+        },
+        K::AnyOf { .. } | K::OneOfNotValid { .. } => DiagnosticKind::WrongShape {
+            at,
+            found: json_type(error.instance()),
+        },
+        _ => DiagnosticKind::FormatRule {
+            at,
+            error: error.to_string(),
+        },
     }
 }
 

@@ -232,7 +232,7 @@ impl Checker<'_> {
                         self.queue(key, name, &source, Kind::Text, context, At::File(file));
                     }
                     None => {
-                        self.error(format!("template `{path}` not found"), pointer).help = Some(format!(
+                        self.error(DiagnosticKind::TemplateNotFound(path.clone()), pointer).help = Some(format!(
                             "templates are looked up under `templates/` in {} and along the search path; for inline text write {{ inline = \"...\" }}",
                             self.raw.library.display()
                         ));
@@ -255,11 +255,10 @@ impl Checker<'_> {
         let actions: Vec<&str> = ACTION_KEYS.iter().copied().filter(|k| has(k)).collect();
         if actions.len() > 1 {
             self.error_key(
-                format!(
-                    "stage `{id}` has {} actions ({}); a stage has one action, or none",
-                    actions.len(),
-                    actions.join(", ")
-                ),
+                DiagnosticKind::SeveralActions {
+                    stage: id.to_string(),
+                    actions: actions.iter().map(|a| (*a).to_string()).collect(),
+                },
                 &format!("{sp}/{}", actions[1]),
             )
             .help = Some("split it into stages ordered with `after`".into());
@@ -295,7 +294,7 @@ impl Checker<'_> {
             && def.on_error != Some(OnError::Exit)
         {
             self.diags.push(
-                Diagnostic::warning(format!("stage `{id}` has `exit_message` but no `exit_if`"))
+                Diagnostic::warning(DiagnosticKind::ExitMessageWithoutExitIf(id.to_string()))
                     .at_opt(self.raw.locate_key(&p("exit_message"))),
             );
         }
@@ -331,8 +330,11 @@ impl Checker<'_> {
             ] {
                 if set {
                     self.diags.push(
-                        Diagnostic::warning(format!("stage `{id}` has `{key}` but no `foreach`"))
-                            .at_opt(self.raw.locate_key(&p(key))),
+                        Diagnostic::warning(DiagnosticKind::ItemSettingWithoutForeach {
+                            stage: id.to_string(),
+                            key,
+                        })
+                        .at_opt(self.raw.locate_key(&p(key))),
                     );
                 }
             }
@@ -351,7 +353,7 @@ impl Checker<'_> {
                 );
                 if def.foreach.is_some() && !names_the_item(path) {
                     self.error(
-                        format!("every item of `foreach` stage `{id}` writes the same `output.path`"),
+                        DiagnosticKind::SameOutputPath(id.to_string()),
                         &p("output/path"),
                     )
                     .help = Some(
@@ -373,7 +375,7 @@ impl Checker<'_> {
                 self.load_schema(schema_name, &p("output/schema"));
                 if output.format != OutputFormat::Json {
                     self.error(
-                        format!("stage `{id}` has an output schema but its format is not json"),
+                        DiagnosticKind::SchemaWithoutJson(id.to_string()),
                         &p("output/schema"),
                     )
                     .help = Some("set `output = { format = \"json\", schema = ... }`".into());
@@ -432,10 +434,10 @@ impl Checker<'_> {
             .collect();
         for key in strays {
             self.error_key(
-                format!(
-                    "`{key}` does not apply to a stage whose action is {}",
-                    action.map_or("none".to_string(), |a| format!("`{a}`"))
-                ),
+                DiagnosticKind::StrayKey {
+                    key: key.to_string(),
+                    action: action.map(str::to_string),
+                },
                 &p(key),
             );
         }
@@ -460,10 +462,7 @@ impl Checker<'_> {
                     }
                 } else if let Some(argv) = &def.command {
                     if argv.is_empty() {
-                        self.error(
-                            format!("stage `{id}` has an empty `command`"),
-                            &p("command"),
-                        );
+                        self.error(DiagnosticKind::EmptyCommand(id.to_string()), &p("command"));
                     }
                     argc = argv.len();
                     for (a, arg) in argv.iter().enumerate() {
@@ -530,7 +529,7 @@ impl Checker<'_> {
                 let model = match &def.model {
                     Some(model) => model.clone(),
                     None => {
-                        self.error_key(format!("prompt stage `{id}` names no `model`"), &sp)
+                        self.error_key(DiagnosticKind::NoModel(id.to_string()), &sp)
                             .help = Some(
                             "add `model = \"haiku\"` (an alias from the model configuration)"
                                 .into(),
@@ -557,7 +556,7 @@ impl Checker<'_> {
                     let names: Vec<&str> = builtins::all().iter().map(|b| b.name).collect();
                     let help = did_you_mean(&name, names.iter().copied())
                         .unwrap_or_else(|| format!("built-ins: {}", names.join(", ")));
-                    self.error(format!("unknown built-in `{name}`"), &p("uses"))
+                    self.error(DiagnosticKind::UnknownBuiltin(name.clone()), &p("uses"))
                         .help = Some(help);
                     return Some(PendingAction::None);
                 };
@@ -580,8 +579,13 @@ impl Checker<'_> {
                     }
                 }
                 if builtin.writes && self.file.workflow.writes.is_empty() {
-                    self.error(format!("stage `{id}` uses `{}`, which writes, but `[workflow] writes` is empty", builtin.name), &p("uses"))
-                        .help = Some("list the folders the workflow may write in `[workflow] writes`".into());
+                    let kind = DiagnosticKind::BuiltinWithoutWrites {
+                        stage: id.to_string(),
+                        builtin: builtin.name,
+                    };
+                    self.error(kind, &p("uses")).help = Some(
+                        "list the folders the workflow may write in `[workflow] writes`".into(),
+                    );
                 }
                 PendingAction::Uses { builtin }
             }
@@ -589,10 +593,10 @@ impl Checker<'_> {
                 let name = def.workflow.clone().unwrap_or_default();
                 if visiting.contains(&name) {
                     self.error(
-                        format!(
-                            "workflow `{name}` calls itself: {} -> {name}",
-                            visiting.join(" -> ")
-                        ),
+                        DiagnosticKind::WorkflowCallsItself {
+                            name: name.clone(),
+                            chain: visiting.clone(),
+                        },
                         &p("workflow"),
                     );
                     return Some(PendingAction::None);
@@ -602,9 +606,12 @@ impl Checker<'_> {
                 let workflow = match sub {
                     Ok(workflow) => Arc::new(workflow),
                     Err(diags) => {
-                        let count = diags.iter().filter(|d| d.is_error()).count();
+                        let errors = diags.iter().filter(|d| d.is_error()).count();
                         self.error(
-                            format!("sub-workflow `{name}` does not check ({count} error(s))"),
+                            DiagnosticKind::SubWorkflowDoesNotCheck {
+                                name: name.clone(),
+                                errors,
+                            },
                             &p("workflow"),
                         );
                         self.diags.extend(diags);
@@ -616,7 +623,10 @@ impl Checker<'_> {
                     if !workflow.inputs.contains_key(key) {
                         let help = did_you_mean(key, workflow.inputs.keys().map(String::as_str));
                         self.error_key(
-                            format!("workflow `{name}` has no input `{key}`"),
+                            DiagnosticKind::NoSuchWorkflowInput {
+                                workflow: name.clone(),
+                                input: key.clone(),
+                            },
                             &p(&format!("with/{}", pointer_segment(key))),
                         )
                         .help = help;
@@ -625,7 +635,10 @@ impl Checker<'_> {
                 for (key, decl) in &workflow.inputs {
                     if decl.default.is_none() && !given.contains_key(key) {
                         self.error_key(
-                            format!("workflow `{name}` needs input `{key}`"),
+                            DiagnosticKind::MissingWorkflowInput {
+                                workflow: name.clone(),
+                                input: key.clone(),
+                            },
                             &p("workflow"),
                         );
                     }
@@ -644,11 +657,12 @@ impl Checker<'_> {
                         continue;
                     }
                     self.error(
-                        format!(
-                            "input `{key}` of workflow `{name}` is of type {}, but this is {}",
-                            decl.kind.name(),
-                            super::format_errors::json_type(value)
-                        ),
+                        DiagnosticKind::WorkflowInputType {
+                            input: key.clone(),
+                            workflow: name.clone(),
+                            expected: decl.kind.name(),
+                            found: super::format_errors::json_type(value),
+                        },
                         &p(&format!("with/{}", pointer_segment(key))),
                     )
                     .help = Some(format!(
@@ -747,11 +761,11 @@ impl Checker<'_> {
             if let Some(default) = &decl.default {
                 if !decl.kind.admits(default) {
                     self.error(
-                        format!(
-                            "the default of input `{name}` is {}, but its type is {}",
-                            super::format_errors::json_type(default),
-                            decl.kind.name()
-                        ),
+                        DiagnosticKind::BadInputDefault {
+                            input: name.clone(),
+                            found: super::format_errors::json_type(default),
+                            expected: decl.kind.name(),
+                        },
                         &format!("/inputs/{}/default", pointer_segment(name)),
                     );
                 }
@@ -766,7 +780,7 @@ impl Checker<'_> {
                 self.sizes.insert(key, bytes);
             }
             Err(error) => {
-                self.error(error, pointer).help =
+                self.error(DiagnosticKind::BadSize(error), pointer).help =
                     Some("sizes look like \"64MiB\", \"500KB\", \"1GiB\", \"4096\"".into());
             }
         }

@@ -9,6 +9,7 @@ use super::gather::{Pending, PendingAction};
 use super::key::TemplateKey;
 use super::stage_pointer;
 use super::Checker;
+use crate::diag::DiagnosticKind;
 use crate::template::Tmpl;
 
 impl Checker<'_> {
@@ -57,10 +58,12 @@ impl Checker<'_> {
                     continue;
                 }
                 let target = &ids[stage];
-                let message = format!(
-                    "stage `{id}` writes, but does not run after `{target}`, whose output `[workflow] writes` entry {entry} reads"
-                );
-                self.error(message, &stage_pointer(id)).help = Some(format!(
+                let kind = DiagnosticKind::WritesBeforeRoot {
+                    stage: id.clone(),
+                    target: target.clone(),
+                    entry,
+                };
+                self.error(kind, &stage_pointer(id)).help = Some(format!(
                     "a write root that reads a stage is known once that stage has finished: add `after = [\"{target}\"]` to `{id}`"
                 ));
             }

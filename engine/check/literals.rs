@@ -17,7 +17,7 @@ use super::foreach::ItemOf;
 use super::gather::{Context, Pending};
 use super::schemas::SchemaOf;
 use super::Checker;
-use crate::diag::did_you_mean;
+use crate::diag::{did_you_mean, DiagnosticKind};
 use crate::library::Shelf;
 use crate::schema::Schema;
 use crate::template::Tmpl;
@@ -149,7 +149,7 @@ impl Checker<'_> {
         {
             return;
         }
-        let message = format!("template `{name}` not found");
+        let message = DiagnosticKind::TemplateNotFound(name.to_string());
         self.diag_at(&pending.at, &pending.source, name, message);
         self.diags.last_mut().expect("pushed").help = Some(format!(
             "templates are looked up under `templates/` in {} and along the search path",
@@ -201,15 +201,18 @@ impl Checker<'_> {
             }
             _ => return,
         };
-        let always = if op == "==" { "false" } else { "true" };
+        let always = op != "==";
         let values = match known {
             Possible::Anything => return,
             Possible::Strings(values) => values,
             Possible::NotString(kinds) => {
                 let kind = kinds.join(" or ");
-                let message = format!(
-                    "`{path}` is {kind}, never the string `{literal}`, so this comparison is always {always}"
-                );
+                let message = DiagnosticKind::NeverAString {
+                    path: path.to_string(),
+                    kinds: kinds.clone(),
+                    literal: literal.to_string(),
+                    always,
+                };
                 let help = if kinds.iter().any(|k| k == "boolean")
                     && (literal == "true" || literal == "false")
                 {
@@ -230,8 +233,11 @@ impl Checker<'_> {
         if values.is_empty() || values.iter().any(|v| v == literal) {
             return;
         }
-        let message =
-            format!("`{path}` is never `{literal}`, so this comparison is always {always}");
+        let message = DiagnosticKind::NeverEqual {
+            path: path.to_string(),
+            literal: literal.to_string(),
+            always,
+        };
         let help = did_you_mean(literal, values.iter().map(String::as_str)).unwrap_or_else(|| {
             format!(
                 "it is one of {}",

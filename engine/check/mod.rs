@@ -119,8 +119,8 @@ fn check_inner(
         Ok(file) => file,
         Err(_) if format_failed => return Err(diags),
         Err(error) => {
-            return Err(vec![Diagnostic::error(format!(
-                "invalid workflow: {error}"
+            return Err(vec![Diagnostic::error(DiagnosticKind::InvalidWorkflow(
+                error.to_string(),
             ))
             .at(raw.file(), 0..0)]);
         }
@@ -237,17 +237,15 @@ fn is_stage_id(id: &str) -> bool {
 }
 
 impl Checker<'_> {
-    fn error(&mut self, kind: impl Into<DiagnosticKind>, pointer: &str) -> &mut Diagnostic {
+    fn error(&mut self, kind: DiagnosticKind, pointer: &str) -> &mut Diagnostic {
         let location = self.raw.locate(pointer);
-        self.diags
-            .push(Diagnostic::of(kind.into()).at_opt(location));
+        self.diags.push(Diagnostic::error(kind).at_opt(location));
         self.diags.last_mut().expect("just pushed")
     }
 
-    fn error_key(&mut self, kind: impl Into<DiagnosticKind>, pointer: &str) -> &mut Diagnostic {
+    fn error_key(&mut self, kind: DiagnosticKind, pointer: &str) -> &mut Diagnostic {
         let location = self.raw.locate_key(pointer);
-        self.diags
-            .push(Diagnostic::of(kind.into()).at_opt(location));
+        self.diags.push(Diagnostic::error(kind).at_opt(location));
         self.diags.last_mut().expect("just pushed")
     }
 
@@ -271,8 +269,11 @@ impl Checker<'_> {
                     "stage ids match ^[a-z][a-z0-9_]*$, e.g. `{}`",
                     suggest_id(id)
                 );
-                self.error_key(format!("invalid stage id `{id}`"), &stage_pointer(id))
-                    .help = Some(help);
+                self.error_key(
+                    DiagnosticKind::InvalidStageId(id.clone()),
+                    &stage_pointer(id),
+                )
+                .help = Some(help);
             }
         }
 

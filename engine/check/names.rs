@@ -14,7 +14,7 @@ use minijinja::{Environment, ErrorKind};
 use super::gather::Pending;
 use super::spans::template_problem;
 use super::Checker;
-use crate::diag::did_you_mean;
+use crate::diag::{did_you_mean, DiagnosticKind};
 
 /// Filter names offered as suggestions (each is kept only if the environment has it).
 const FILTER_NAMES: &[&str] = &[
@@ -129,6 +129,7 @@ enum Kind {
 }
 
 impl Kind {
+    #[cfg(test)]
     fn noun(self) -> &'static str {
         match self {
             Kind::Filter => "filter",
@@ -190,7 +191,10 @@ impl Checker<'_> {
                         .collect(),
                 };
                 let line = pending.source[..found.offset].matches('\n').count() + 1;
-                let message = format!("unknown {} `{}`", found.kind.noun(), found.name);
+                let message = match found.kind {
+                    Kind::Filter => DiagnosticKind::UnknownFilter(found.name.clone()),
+                    Kind::Test => DiagnosticKind::UnknownTest(found.name.clone()),
+                };
                 let mut diagnostic =
                     template_problem(self.raw, &pending.at, &pending.source, Some(line), message);
                 diagnostic = diagnostic.with_help_opt(did_you_mean(&found.name, candidates));

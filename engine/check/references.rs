@@ -30,7 +30,7 @@ impl Checker<'_> {
                 let pointer = || format!("{}/after/{position}", stage_pointer(id));
                 match index.get(after.as_str()) {
                     Some(&j) if j == i => {
-                        self.error(format!("stage `{id}` cannot run after itself"), &pointer());
+                        self.error(DiagnosticKind::AfterItself(id.clone()), &pointer());
                     }
                     Some(&j) => {
                         deps[i].insert(j);
@@ -78,8 +78,8 @@ impl Checker<'_> {
                 };
                 if target == own {
                     // `stages.<self>` inside its own templates: only `output` makes sense.
-                    let message = format!("stage `{}` refers to its own result; use `output` in `exit_if` and `assert`", ids[own]);
-                    self.diag_at(&pending.at, &pending.source, &reference, message);
+                    let kind = DiagnosticKind::RefersToItself(ids[own].clone());
+                    self.diag_at(&pending.at, &pending.source, &reference, kind);
                 } else {
                     deps[own].insert(target);
                 }
@@ -93,10 +93,11 @@ impl Checker<'_> {
             let source = &self.raw.sources[origin.source()];
             let (line, _) = source.line_col(origin.key().start);
             self.error(
-                format!(
-                    "stage `{name}` is disabled by {}:{line}",
-                    source.path.display()
-                ),
+                DiagnosticKind::DisabledStage {
+                    stage: name.to_string(),
+                    file: source.path.display().to_string(),
+                    line,
+                },
                 pointer,
             )
             .help = Some(format!("remove the reference to `{name}`, or re-enable it"));
@@ -147,7 +148,10 @@ impl Checker<'_> {
                 }
             }
             Some(ItemOf::Line { list }) if first.parse::<usize>().is_err() => (
-                format!("`item` is a line of text (an item of `{list}`); it has no field `{first}`"),
+                DiagnosticKind::LineHasNoField {
+                    list: list.clone(),
+                    field: first.to_string(),
+                },
                 Some("give the upstream stage `output = { format = \"json\", schema = ... }` to loop over records".into()),
                 true,
             ),
@@ -177,13 +181,13 @@ impl Checker<'_> {
         let problem = match path {
             [field, ..] if !FIELDS.contains(field) => Some((
                 *field,
-                format!("`run` has no field `{field}`"),
+                DiagnosticKind::NoRunField((*field).to_string()),
                 did_you_mean(field, FIELDS.iter().copied())
                     .unwrap_or_else(|| format!("`run` has {}", FIELDS.join(", "))),
             )),
             ["exit", field, ..] if !["stage", "message"].contains(field) => Some((
                 *field,
-                format!("`run.exit` has `stage` and `message`, not `{field}`"),
+                DiagnosticKind::NoRunExitField((*field).to_string()),
                 did_you_mean(field, ["stage", "message"])
                     .unwrap_or_else(|| "`run.exit` is `{ stage, message }`, or none".into()),
             )),
@@ -220,7 +224,7 @@ impl Checker<'_> {
             at,
             source,
             reference,
-            format!("no stage sets `state.{key}`"),
+            DiagnosticKind::StateNeverSet(key.to_string()),
         );
         self.diags.last_mut().expect("pushed").help = Some(help);
     }
@@ -243,7 +247,12 @@ impl Checker<'_> {
                 if let Some(input) = parts.get(1) {
                     if !self.file.inputs.contains_key(*input) {
                         let help = did_you_mean(input, self.file.inputs.keys().map(String::as_str));
-                        self.diag_at(at, source, reference, format!("unknown input `{input}`"));
+                        self.diag_at(
+                            at,
+                            source,
+                            reference,
+                            DiagnosticKind::UnknownInput((*input).to_string()),
+                        );
                         self.diags.last_mut().expect("pushed").help =
                             help.or(Some("declare it under `[inputs]`".into()));
                     }
@@ -257,7 +266,7 @@ impl Checker<'_> {
                             at,
                             source,
                             reference,
-                            format!("environment variable `{var}` is not in `[workflow] env`"),
+                            DiagnosticKind::EnvNotAllowed((*var).to_string()),
                         );
                         self.diags.last_mut().expect("pushed").help = Some(format!(
                             "templates read only the variables listed in `[workflow] env`; add \"{var}\" there{}",
@@ -278,17 +287,21 @@ impl Checker<'_> {
                             at,
                             source,
                             reference,
-                            format!(
-                                "stage `{target}` is disabled by {}:{line}",
-                                file.path.display()
-                            ),
+                            DiagnosticKind::DisabledStage {
+                                stage: (*target).to_string(),
+                                file: file.path.display().to_string(),
+                                line,
+                            },
                         );
                     } else {
                         let help = did_you_mean(target, ids.iter().map(String::as_str));
-                        self.diag_at(at, source, reference, format!("unknown stage `{target}`"));
-                        let diagnostic = self.diags.last_mut().expect("pushed");
-                        diagnostic.kind = DiagnosticKind::UnknownStage(target.to_string());
-                        diagnostic.help = help;
+                        self.diag_at(
+                            at,
+                            source,
+                            reference,
+                            DiagnosticKind::UnknownStage((*target).to_string()),
+                        );
+                        self.diags.last_mut().expect("pushed").help = help;
                     }
                     return None;
                 };
@@ -309,7 +322,10 @@ impl Checker<'_> {
                             at,
                             source,
                             reference,
-                            format!("`stages.{target}` has `output`, `status` and `error`, not `{other}`"),
+                            DiagnosticKind::NoStageField {
+                                stage: (*target).to_string(),
+                                field: (*other).to_string(),
+                            },
                         );
                         self.diags.last_mut().expect("pushed").help =
                             did_you_mean(other, ["output", "status", "error"]);
@@ -319,7 +335,7 @@ impl Checker<'_> {
             }
             "output" => {
                 if context != Context::Output {
-                    self.diag_at(at, source, reference, "`output` is only bound in `exit_if`, `exit_message`, `assert` and `set_state`".to_string());
+                    self.diag_at(at, source, reference, DiagnosticKind::OutputNotBound);
                     self.diags.last_mut().expect("pushed").help = own.map(|_| format!("read another stage's result as `stages.<id>.output`; this is stage `{stage_name}`"));
                 } else if let Some(own) = own {
                     self.check_output_path(
@@ -336,11 +352,18 @@ impl Checker<'_> {
             "item" | "index" => {
                 if context != Context::Item {
                     let message = match own {
-                        Some(i) if self.file.stages[i].foreach.is_some() => format!(
-                            "`{root}` is bound in the action of a `foreach` stage, not in `{}`",
-                            pending.clean_name().rsplit('.').next().unwrap_or_default()
-                        ),
-                        _ => format!("`{root}` is only bound in a stage with `foreach`"),
+                        Some(i) if self.file.stages[i].foreach.is_some() => {
+                            DiagnosticKind::ItemOutsideAction {
+                                name: root.to_string(),
+                                field: pending
+                                    .clean_name()
+                                    .rsplit('.')
+                                    .next()
+                                    .unwrap_or_default()
+                                    .to_string(),
+                            }
+                        }
+                        _ => DiagnosticKind::ItemWithoutForeach(root.to_string()),
                     };
                     self.diag_at(at, source, reference, message);
                 } else if root == "item" {
@@ -374,7 +397,12 @@ impl Checker<'_> {
                         names.sort_unstable();
                         format!("the functions are {}", names.join(", "))
                     });
-                self.diag_at(at, source, other, format!("unknown function `{other}`"));
+                self.diag_at(
+                    at,
+                    source,
+                    other,
+                    DiagnosticKind::UnknownFunction(other.to_string()),
+                );
                 self.diags.last_mut().expect("pushed").help = Some(help);
                 None
             }
@@ -383,7 +411,12 @@ impl Checker<'_> {
                 let help = did_you_mean(other, roots.iter().copied()).unwrap_or_else(|| {
                     "templates see inputs, env, stages, state, run, item, index and output".into()
                 });
-                self.diag_at(at, source, other, format!("undefined variable `{other}`"));
+                self.diag_at(
+                    at,
+                    source,
+                    other,
+                    DiagnosticKind::UndefinedVariable(other.to_string()),
+                );
                 self.diags.last_mut().expect("pushed").help = Some(help);
                 None
             }

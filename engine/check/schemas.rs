@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::gather::PendingAction;
 use super::Checker;
-use crate::diag::did_you_mean;
+use crate::diag::{did_you_mean, DiagnosticKind};
 use crate::format::{OutputFormat, StageDef};
 use crate::library::Shelf;
 use crate::schema::Schema;
@@ -20,7 +20,7 @@ impl Checker<'_> {
             .find_file(&self.raw.library, Shelf::Schemas, name)
         {
             None => {
-                self.error(format!("schema `{name}` not found"), pointer)
+                self.error(DiagnosticKind::SchemaNotFound(name.to_string()), pointer)
                     .help = Some(format!(
                     "schemas are looked up under `schemas/` in {} and along the search path",
                     self.raw.library.display()
@@ -31,7 +31,10 @@ impl Checker<'_> {
                 Ok(schema) => Some(Arc::new(schema)),
                 Err(diagnostic) => {
                     self.diags.push(*diagnostic);
-                    self.error(format!("schema `{name}` does not compile"), pointer);
+                    self.error(
+                        DiagnosticKind::StageSchemaDoesNotCompile(name.to_string()),
+                        pointer,
+                    );
                     None
                 }
             },
@@ -85,7 +88,8 @@ pub(crate) enum SchemaOf {
     Unknown,
 }
 
-type PathError = (String, Option<String>);
+/// What is wrong with a path, and a help line.
+type PathError = (DiagnosticKind, Option<String>);
 
 impl SchemaOf {
     pub(crate) fn check_path(&self, path: &[&str], stage: &str) -> Result<(), PathError> {
@@ -99,24 +103,36 @@ impl SchemaOf {
                     Ok(())
                 } else {
                     Err((
-                        format!("the sub-workflow of stage `{stage}` has no output `{first}`"),
+                        DiagnosticKind::NoSubWorkflowOutput {
+                            stage: stage.to_string(),
+                            output: (*first).to_string(),
+                        },
                         did_you_mean(first, keys.iter().map(String::as_str)),
                     ))
                 }
             }
             SchemaOf::Text => Err((
-                format!("the output of stage `{stage}` is text; it has no field `{first}`"),
+                DiagnosticKind::TextHasNoField {
+                    stage: stage.to_string(),
+                    field: (*first).to_string(),
+                },
                 Some(
                     "give the stage `output = { format = \"json\", schema = ... }` to read fields"
                         .into(),
                 ),
             )),
             SchemaOf::List => Err((
-                format!("the output of stage `{stage}` is a list; it has no field `{first}`"),
+                DiagnosticKind::ListHasNoField {
+                    stage: stage.to_string(),
+                    field: (*first).to_string(),
+                },
                 Some("index it (`[0]`) or loop over it".into()),
             )),
             SchemaOf::Nothing => Err((
-                format!("stage `{stage}` has no action, so no output; it has no field `{first}`"),
+                DiagnosticKind::NoOutputField {
+                    stage: stage.to_string(),
+                    field: (*first).to_string(),
+                },
                 None,
             )),
             SchemaOf::Unknown => Ok(()),

@@ -2,20 +2,20 @@
 
 use super::gather::At;
 use super::Checker;
-use crate::diag::{Diagnostic, Location};
+use crate::diag::{Diagnostic, DiagnosticKind, Location};
 use crate::load::RawWorkflow;
 
 impl Checker<'_> {
     /// An error about `needle` inside the template `source` written at `at`.
-    pub(super) fn diag_at(&mut self, at: &At, source: &str, needle: &str, message: String) {
+    pub(super) fn diag_at(&mut self, at: &At, source: &str, needle: &str, kind: DiagnosticKind) {
         let diagnostic = match at {
             At::Pointer(pointer) => {
                 let location = self.raw.locate(pointer).map(|l| narrow(l, source, needle));
-                Diagnostic::error(message).at_opt(location)
+                Diagnostic::error(kind).at_opt(location)
             }
             At::File(file) => {
                 let span = find_span(&file.text, needle).unwrap_or(0..0);
-                Diagnostic::error(message).at(file, span)
+                Diagnostic::error(kind).at(file, span)
             }
         };
         self.diags.push(diagnostic);
@@ -58,8 +58,8 @@ pub(crate) fn template_error(
     let detail = error
         .detail()
         .map_or_else(|| error.kind().to_string(), str::to_string);
-    let message = format!("template does not compile: {detail}");
-    template_problem(raw, at, source, error.line(), message)
+    let kind = DiagnosticKind::TemplateDoesNotCompile(detail);
+    template_problem(raw, at, source, error.line(), kind)
 }
 
 /// An error at a line of a template: the line in its file, or the line's text inside the TOML
@@ -69,12 +69,12 @@ pub(crate) fn template_problem(
     at: &At,
     source: &str,
     line: Option<usize>,
-    message: String,
+    kind: DiagnosticKind,
 ) -> Diagnostic {
     match at {
         At::File(file) => {
             let span = line_span(&file.text, line.unwrap_or(1));
-            Diagnostic::error(message).at(file, span)
+            Diagnostic::error(kind).at(file, span)
         }
         At::Pointer(pointer) => {
             let location = raw.locate(pointer).map(|location| {
@@ -91,7 +91,7 @@ pub(crate) fn template_problem(
                     _ => location,
                 }
             });
-            Diagnostic::error(message).at_opt(location)
+            Diagnostic::error(kind).at_opt(location)
         }
     }
 }

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::{stage_pointer, Checker};
 use crate::builtins::Builtin;
-use crate::diag::did_you_mean;
+use crate::diag::{did_you_mean, DiagnosticKind};
 use crate::format::StageDef;
 use crate::load::pointer_segment;
 use crate::template::compiled;
@@ -30,7 +30,10 @@ impl Checker<'_> {
                     ))
                 });
                 self.error_key(
-                    format!("`{}` has no argument `{key}`", builtin.name),
+                    DiagnosticKind::UnknownArgument {
+                        builtin: builtin.name,
+                        key: key.clone(),
+                    },
                     &format!("{sp}/with/{}", pointer_segment(key)),
                 )
                 .help = help;
@@ -52,7 +55,10 @@ impl Checker<'_> {
                     format!("{sp}/uses")
                 };
                 self.error(
-                    format!("`{}` needs the argument `{required}`", builtin.name),
+                    DiagnosticKind::MissingArgument {
+                        builtin: builtin.name,
+                        key: required.to_string(),
+                    },
                     &pointer,
                 );
             }
@@ -67,7 +73,11 @@ impl Checker<'_> {
             if let Ok(validator) = jsonschema::validator_for(property) {
                 if let Some(error) = validator.iter_errors(value).next() {
                     self.error(
-                        format!("argument `{key}` of `{}`: {error}", builtin.name),
+                        DiagnosticKind::BadArgument {
+                            key: key.clone(),
+                            builtin: builtin.name,
+                            error: error.to_string(),
+                        },
                         &format!("{sp}/with/{}", pointer_segment(key)),
                     );
                 }

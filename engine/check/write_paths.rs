@@ -12,6 +12,7 @@ use std::path::{Component, Path};
 
 use super::{stage_pointer, Checker};
 use crate::builtins::{self, paths::lexical_absolute, WriteRoots};
+use crate::diag::{DiagnosticKind, Escape};
 use crate::load::pointer_segment;
 use crate::template::compiled;
 
@@ -28,9 +29,7 @@ impl Checker<'_> {
         if let (true, Some(path)) = (roots.is_empty(), lock) {
             // With no roots a stage that writes is told so by gather; the lock has no stage.
             let diagnostic = self.error(
-                format!(
-                    "the lock folder `{path}` is outside the workflow's writes (none are declared)"
-                ),
+                DiagnosticKind::LockWithoutWrites(path.to_string()),
                 "/workflow/lock/path",
             );
             diagnostic.label = Some("the run creates this folder".to_string());
@@ -78,22 +77,22 @@ impl Checker<'_> {
                 }
             }
         }
-        let listed = roots
-            .iter()
-            .map(|root| format!("`{root}`"))
-            .collect::<Vec<_>>()
-            .join(", ");
         for (path, pointer, label) in found {
             if path.is_empty() || compiled::has_syntax(&path) || inside(self.cwd, roots, &path) {
                 continue;
             }
             let written = Path::new(&path);
-            let message = if written.components().any(|c| c == Component::ParentDir) {
-                format!("path `{path}` climbs out of the workflow's writes with `..` ({listed})")
+            let escape = if written.components().any(|c| c == Component::ParentDir) {
+                Escape::ParentDir
             } else if written.is_absolute() {
-                format!("absolute path `{path}` is outside the workflow's writes ({listed})")
+                Escape::Absolute
             } else {
-                format!("path `{path}` is outside the workflow's writes ({listed})")
+                Escape::Elsewhere
+            };
+            let message = DiagnosticKind::WriteOutsideRoots {
+                path: path.clone(),
+                escape,
+                roots: roots.clone(),
             };
             let help = "a workflow writes only inside the folders of `[workflow] writes`: \
                         write inside one of them, or add this folder there"

@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{undefined_models, Engine};
-use crate::diag::{has_errors, Diagnostic, Severity};
+use crate::diag::{has_errors, Diagnostic, DiagnosticKind, Severity};
 use crate::library::{Library, Shelf};
 use crate::models::Models;
 use crate::JSON_VERSION;
@@ -149,7 +149,9 @@ impl Engine {
             Err(error) => {
                 report
                     .diagnostics
-                    .push(Diagnostic::error(format!("model configuration: {error}")));
+                    .push(Diagnostic::error(DiagnosticKind::ModelConfiguration(
+                        error.to_string(),
+                    )));
                 None
             }
         };

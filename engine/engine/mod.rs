@@ -135,7 +135,7 @@ pub fn undefined_models(
                     .collect();
                 let help = did_you_mean(model, known.iter().map(String::as_str))
                     .unwrap_or_else(|| format!("define it in stagegraph.toml: [models.{model}] provider = \"command\" command = [...]"));
-                let mut diagnostic = Diagnostic::of(DiagnosticKind::UndefinedModel {
+                let mut diagnostic = Diagnostic::error(DiagnosticKind::UndefinedModel {
                     stage: stage.id.clone(),
                     model: model.clone(),
                 })

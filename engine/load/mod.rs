@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 use serde_json::{Map, Value};
 use toml::de::{DeTable, DeValue};
 
-use crate::diag::{did_you_mean, Diagnostic, Location, SourceFile};
+use crate::diag::{did_you_mean, Diagnostic, DiagnosticKind, Location, SourceFile};
 use crate::format::{WorkflowFile, ACTION_KEYS};
 use crate::library::{Found, Library, SearchPath};
 use documents::{Documents, Kept};
@@ -173,9 +173,9 @@ pub fn load_with(
         )
         .unwrap_or_else(|| "`stagegraph list` shows the workflows on the search path".into());
         let message = if reference.ends_with(".toml") {
-            format!("cannot read workflow file `{reference}`")
+            DiagnosticKind::CannotReadWorkflowFile(reference.to_string())
         } else {
-            format!("no workflow named `{reference}` on the search path")
+            DiagnosticKind::NoSuchWorkflow(reference.to_string())
         };
         return Err(vec![Diagnostic::error(message).with_help(help)]);
     };
@@ -198,9 +198,8 @@ pub fn load_found(
     let key = found.source.path.display().to_string();
     if chain.contains(&key) {
         chain.push(key);
-        return Err(vec![Diagnostic::error(format!(
-            "`extends` loops: {}",
-            chain.join(" -> ")
+        return Err(vec![Diagnostic::error(DiagnosticKind::ExtendsLoops(
+            chain.clone(),
         ))]);
     }
     chain.push(key);
@@ -264,14 +263,10 @@ pub fn load_found(
         search.find_workflow_from(&base_name, start)
     };
     let Some(base_found) = base_found else {
-        let further = if base_name == name {
-            " further down the search path"
-        } else {
-            ""
-        };
-        return Err(vec![Diagnostic::error(format!(
-            "`extends` names `{base_name}`, but no workflow of that name exists{further}"
-        ))
+        return Err(vec![Diagnostic::error(DiagnosticKind::NoSuchBase {
+            further: base_name == name,
+            base: base_name.clone(),
+        })
         .at_opt(extends_location)
         .with_help_opt(did_you_mean(
             &base_name,
@@ -314,16 +309,15 @@ pub fn parse_document(
             // The mistake is where the bracket opened, not where the parser noticed.
             Some((at, bracket)) => {
                 let closing = if bracket == '[' { ']' } else { '}' };
-                let mut diagnostic =
-                    Diagnostic::error(format!("invalid TOML: this `{bracket}` is never closed"))
-                        .at(source, at..at + 1);
+                let mut diagnostic = Diagnostic::error(DiagnosticKind::UnclosedBracket(bracket))
+                    .at(source, at..at + 1);
                 diagnostic.label = Some(format!("opened here; add `{closing}`"));
                 diagnostic.help = Some(format!(
                     "the parser noticed at line {line}, column {column}: {message}"
                 ));
                 diagnostic
             }
-            None => Diagnostic::error(format!("invalid TOML: {message}")).at(source, span),
+            None => Diagnostic::error(DiagnosticKind::InvalidToml(message)).at(source, span),
         };
         return Err(vec![diagnostic]);
     }
@@ -573,11 +567,15 @@ fn overlay(top: &mut RawWorkflow, base: RawWorkflow) -> Result<(), Vec<Diagnosti
                             .unwrap_or(Origin::new(0, 0..0, 0..0));
                         if !exists {
                             diagnostics.push(
-                                Diagnostic::error(format!(
-                                    "cannot disable stage `{id}`: the base workflow `{base_name}` has no such stage"
-                                ))
+                                Diagnostic::error(DiagnosticKind::CannotDisable {
+                                    stage: id.clone(),
+                                    base: base_name.clone(),
+                                })
                                 .at_opt(top.locate_key(&pointer))
-                                .with_help_opt(did_you_mean(&id, stage_ids(&merged_doc).iter().map(String::as_str))),
+                                .with_help_opt(did_you_mean(
+                                    &id,
+                                    stage_ids(&merged_doc).iter().map(String::as_str),
+                                )),
                             );
                             continue;
                         }
@@ -592,11 +590,15 @@ fn overlay(top: &mut RawWorkflow, base: RawWorkflow) -> Result<(), Vec<Diagnosti
                     if !exists {
                         if !has_action {
                             diagnostics.push(
-                                Diagnostic::error(format!(
-                                    "stage `{id}` overlays nothing: the base workflow `{base_name}` has no such stage, and it has no action of its own"
-                                ))
+                                Diagnostic::error(DiagnosticKind::OverlaysNothing {
+                                    stage: id.clone(),
+                                    base: base_name.clone(),
+                                })
                                 .at_opt(top.locate_key(&pointer))
-                                .with_help_opt(did_you_mean(&id, stage_ids(&merged_doc).iter().map(String::as_str)))
+                                .with_help_opt(did_you_mean(
+                                    &id,
+                                    stage_ids(&merged_doc).iter().map(String::as_str),
+                                )),
                             );
                             continue;
                         }
