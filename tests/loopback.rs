@@ -5,7 +5,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -186,6 +186,51 @@ fn serve(stream: TcpStream, seen: &Mutex<Vec<Seen>>, handler: &Handler, load: &L
             || writer.flush().is_err()
         {
             return;
+        }
+    }
+}
+
+/// Holds requests in a handler until `size` of them are waiting (or all `total` have come), then
+/// lets them go together: a client allowed `size` calls at once is seen with `size` in flight
+/// however loaded the machine is, where answering after a fixed delay only makes it likely.
+/// A wait is bounded (30 s) against hanging: past it the waiting requests go, and a test
+/// counting calls at once sees fewer than `size`.
+pub(crate) struct Batches {
+    size: usize,
+    total: usize,
+    /// Requests arrived, requests let go.
+    counts: Mutex<(usize, usize)>,
+    changed: Condvar,
+}
+
+impl Batches {
+    pub(crate) fn new(size: usize, total: usize) -> Arc<Batches> {
+        Arc::new(Batches {
+            size,
+            total,
+            counts: Mutex::new((0, 0)),
+            changed: Condvar::new(),
+        })
+    }
+
+    /// Wait, in a handler, until this request's batch goes.
+    pub(crate) fn hold(&self) {
+        let mut counts = self.counts.lock().unwrap();
+        let ticket = counts.0;
+        counts.0 += 1;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (arrived, released) = *counts;
+            if released > ticket {
+                return;
+            }
+            let now = Instant::now();
+            if arrived - released >= self.size || arrived >= self.total || now >= deadline {
+                counts.1 = arrived;
+                self.changed.notify_all();
+                return;
+            }
+            counts = self.changed.wait_timeout(counts, deadline - now).unwrap().0;
         }
     }
 }

@@ -6,9 +6,10 @@
 
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
-use crate::loopback::{anthropic_stream, Reply, Server};
+use crate::loopback::{anthropic_stream, Batches, Reply, Server};
 use crate::support::{make_executable, stage, Test};
 
 const SCHEMA: &str = r#"{
@@ -799,10 +800,11 @@ fn a_budget_holds_with_sixteen_calls_in_flight() {
 
 #[test]
 fn max_concurrency_is_shared_by_every_stage_and_item_of_the_run() {
-    let api = Server::start(|_, _| {
-        let mut reply = Reply::json(200, &openai_reply("ok"));
-        reply.delay = Duration::from_millis(150);
-        reply
+    // Each call is answered once three are in flight: more would show as four at once.
+    let batches = Batches::new(3, 16);
+    let api = Server::start(move |_, _| {
+        batches.hold();
+        Reply::json(200, &openai_reply("ok"))
     });
     let workflow = r#"
 [inputs.n]
@@ -828,10 +830,10 @@ model = "m"
     assert_eq!(api.most_at_once(), 3, "two stages, one queue of three");
 
     // One stage runs as many items at once as its model allows, whatever --jobs says.
-    let api = Server::start(|_, _| {
-        let mut reply = Reply::json(200, &openai_reply("ok"));
-        reply.delay = Duration::from_millis(150);
-        reply
+    let batches = Batches::new(4, 12);
+    let api = Server::start(move |_, _| {
+        batches.hold();
+        Reply::json(200, &openai_reply("ok"))
     });
     let test = project(
         &foreach_workflow("m", 12, ""),
@@ -844,10 +846,10 @@ model = "m"
 
 #[test]
 fn two_aliases_of_one_provider_model_share_its_queue() {
-    let api = Server::start(|_, _| {
-        let mut reply = Reply::json(200, &openai_reply("ok"));
-        reply.delay = Duration::from_millis(150);
-        reply
+    let batches = Batches::new(3, 16);
+    let api = Server::start(move |_, _| {
+        batches.hold();
+        Reply::json(200, &openai_reply("ok"))
     });
     let workflow = r#"
 [inputs.n]
@@ -879,19 +881,44 @@ model = "cheap"
     assert_eq!(api.most_at_once(), 3, "two aliases, one queue of three");
 }
 
+/// The body of the refused call, and whether it has come again.
+type Refused = (Option<Value>, bool);
+
 #[test]
 fn a_rate_limit_pauses_the_model_for_every_call_and_the_retry_is_counted() {
-    let api = Server::start(|_, index| {
+    // The first four calls go out together and the third is refused with `retry-after: 1`.
+    // The other three are answered only once the refused call has come again, so they keep
+    // their places through the pause: the refused call's place is the only one free.
+    let batch = Batches::new(4, 13);
+    let refused: Arc<(Mutex<Refused>, Condvar)> = Arc::default();
+    let api = Server::start(move |seen, index| {
+        let (state, changed) = &*refused;
+        if index < 4 {
+            batch.hold();
+        }
         if index == 2 {
+            state.lock().unwrap().0 = Some(seen.body.clone());
             return Reply::json(
                 429,
                 &json!({"error": {"type": "rate_limit_error", "message": "slow down"}}),
             )
             .header("retry-after", "1");
         }
-        let mut reply = Reply::json(200, &openai_reply("ok"));
-        reply.delay = Duration::from_millis(50);
-        reply
+        let mut state = state.lock().unwrap();
+        if index < 4 {
+            // Bounded against hanging; past it the test fails on the retry's timing.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !state.1 && Instant::now() < deadline {
+                state = changed
+                    .wait_timeout(state, Duration::from_millis(100))
+                    .unwrap()
+                    .0;
+            }
+        } else if state.0.as_ref() == Some(&seen.body) {
+            state.1 = true;
+            changed.notify_all();
+        }
+        Reply::json(200, &openai_reply("ok"))
     });
     let test = project(
         &foreach_workflow("m", 12, ""),
@@ -901,19 +928,28 @@ fn a_rate_limit_pauses_the_model_for_every_call_and_the_retry_is_counted() {
     let posts = api.posts();
     assert_eq!(posts.len(), 13, "twelve items and one retry");
     let limited = posts[2].at;
-    // Calls already sent when the 429 came back may land just after it; after that, nothing
-    // reaches the server until the second the server asked for has passed.
-    let early: Vec<Duration> = posts
+    let retry = posts
         .iter()
-        .filter(|seen| seen.at > limited)
-        .map(|seen| seen.at - limited)
-        .filter(|after| *after > Duration::from_millis(100) && *after < Duration::from_millis(950))
+        .skip(3)
+        .find(|seen| seen.body == posts[2].body)
+        .expect("the refused call came again");
+    // The pause began after the refusal arrived, so its second can only be overstated here.
+    assert!(
+        retry.at - limited >= Duration::from_secs(1),
+        "retried {:?} after the refusal",
+        retry.at - limited
+    );
+    // Nothing else could reach the server within the second but a call that took the refused
+    // call's place before the pause began: a queue that let its other calls go on would have
+    // sent the eight items left through that place by then.
+    let during: Vec<usize> = posts
+        .iter()
+        .enumerate()
+        .skip(4)
+        .filter(|(_, seen)| seen.at - limited < Duration::from_secs(1))
+        .map(|(index, _)| index)
         .collect();
-    assert!(early.is_empty(), "requests during the pause: {early:?}");
-    let resumed = posts
-        .iter()
-        .filter(|seen| seen.at > limited + Duration::from_millis(950));
-    assert!(resumed.count() >= 8, "the queue resumed");
+    assert!(during.len() <= 1, "calls during the pause: {during:?}");
 
     let record = test.last_run();
     assert_eq!(record["status"], "completed");
