@@ -80,11 +80,12 @@ struct HttpUrl(String);
 
 impl<'de> Deserialize<'de> for HttpUrl {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        // A missing field reads as `None` here, so its message is this type's too.
-        match Option::<Value>::deserialize(deserializer)? {
-            None => Err(D::Error::custom("`url` is required")),
-            Some(Value::String(url)) => Ok(HttpUrl(url)),
-            Some(_) => Err(D::Error::custom("`url` must be a string")),
+        // Whatever is given reads as a `Value`: only a missing `url` fails to, and serde asks
+        // this type for a missing field's error too.
+        match Value::deserialize(deserializer) {
+            Err(_) => Err(D::Error::custom("`url` is required")),
+            Ok(Value::String(url)) => Ok(HttpUrl(url)),
+            Ok(_) => Err(D::Error::custom("`url` must be a string")),
         }
     }
 }
@@ -484,6 +485,17 @@ mod tests {
     fn bad_arguments() {
         let err = run("http.get", json!({})).unwrap_err();
         assert_eq!(err.0, "http.get: `url` is required");
+        let err = run("http.head", json!({ "url": null })).unwrap_err();
+        assert_eq!(err.0, "http.head: `url` must be a string");
+        let err = run(
+            "http.get",
+            json!({ "url": "http://127.0.0.1/", "timeout": 5 }),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.0,
+            "http.get: `timeout` must be a duration such as \"10s\""
+        );
         let err = run(
             "http.get",
             json!({ "url": "http://127.0.0.1/", "timeout": "soon" }),

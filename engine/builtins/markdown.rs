@@ -44,8 +44,7 @@ pub(crate) fn builtins() -> Vec<Builtin> {
 #[serde(deny_unknown_fields)]
 struct Args {
     /// the whole Markdown document
-    #[serde(deserialize_with = "text")]
-    text: String,
+    text: Document,
     /// top-level fields that must be present and non-empty; `name[]` also requires a list
     #[serde(default, deserialize_with = "requirements")]
     #[schemars(with = "Vec<RequirementName>")]
@@ -57,10 +56,18 @@ struct Args {
 #[schemars(extend("pattern" = r"^[^\[\]]+(\[\])?$"))]
 struct RequirementName(#[allow(dead_code)] String);
 
-fn text<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
-    match Value::deserialize(deserializer)? {
-        Value::String(text) => Ok(text),
-        _ => Err(D::Error::custom("`text` must be a string")),
+// The document, a string.
+#[derive(JsonSchema)]
+struct Document(String);
+
+impl<'de> Deserialize<'de> for Document {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // Whatever is given reads as a `Value`: only a missing `text` fails to, and serde asks
+        // this type for a missing field's error too.
+        match Value::deserialize(deserializer) {
+            Ok(Value::String(text)) => Ok(Document(text)),
+            _ => Err(D::Error::custom("`text` must be a string")),
+        }
     }
 }
 
@@ -108,7 +115,7 @@ fn output_schema() -> Value {
 fn run(with: &Value, _ctx: &BuiltinCtx) -> BuiltinResult {
     let args = Args::deserialize(with)
         .map_err(|err| BuiltinError::new(format!("markdown.frontmatter: {err}")))?;
-    Ok(analyze(&args.text, &args.require).to_json())
+    Ok(analyze(&args.text.0, &args.require).to_json())
 }
 
 /// One entry of `with.require`: `name`, or `name[]` when the field must be a list.
@@ -1327,6 +1334,8 @@ mod tests {
             max_output: u64::MAX,
         };
         let err = (builtin.run)(&json!({ "text": 3 }), &ctx).unwrap_err();
+        assert_eq!(err.0, "markdown.frontmatter: `text` must be a string");
+        let err = (builtin.run)(&json!({}), &ctx).unwrap_err();
         assert_eq!(err.0, "markdown.frontmatter: `text` must be a string");
         let err = (builtin.run)(&json!({ "text": "", "require": "title" }), &ctx).unwrap_err();
         assert!(err.0.contains("`require` must be a list"), "{err}");
