@@ -81,3 +81,116 @@ fn sigint_ends_a_builtin_that_never_ends_by_itself() {
 fn sigterm_ends_a_builtin_that_never_ends_by_itself() {
     interrupted_by(libc::SIGTERM);
 }
+
+/// `fs.read` of a FIFO nobody writes to: opening it would wait for a writer, in the system,
+/// for ever.
+const FIFO: &str = r#"
+[workflow]
+description = "read a pipe nobody writes to"
+
+[stages.r]
+uses = "fs.read"
+with = { path = "pipe" }
+"#;
+
+fn make_fifo(test: &Test, name: &str) {
+    let path = std::ffi::CString::new(test.path(name).into_os_string().into_encoded_bytes())
+        .expect("a path without NUL");
+    // SAFETY: a NUL-terminated path this test owns.
+    let made = unsafe { libc::mkfifo(path.as_ptr(), 0o600) };
+    assert_eq!(made, 0, "mkfifo: {}", std::io::Error::last_os_error());
+}
+
+/// How the engine ended, waited for no longer than [`PATIENCE`]: an engine still blocked then
+/// is killed (so the test fails instead of hanging) and the test fails.
+fn ended(child: &mut std::process::Child, what: &str) -> std::process::ExitStatus {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status;
+        }
+        if started.elapsed() > PATIENCE {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the engine was still blocked {PATIENCE:?} after {what}");
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+#[test]
+fn reading_a_fifo_nobody_writes_to_fails_at_the_stage_timeout() {
+    let test = Test::new();
+    make_fifo(&test, "pipe");
+    test.write(
+        "lib/workflows/fifo.toml",
+        &format!("{FIFO}timeout = \"1s\"\n"),
+    );
+    let started = std::time::Instant::now();
+    let mut child = test.command(["-L", "lib", "run", "fifo"]).spawn();
+    let status = ended(&mut child, "the stage's timeout of 1s");
+    eprintln!(
+        "fs.read of a FIFO with timeout 1s ended after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(status.code(), Some(1), "{status:?}");
+    let stderr = test.read("spawned.stderr");
+    assert!(stderr.contains("timed out after 1s"), "{stderr}");
+    let record = test.last_run();
+    assert_eq!(record["status"], "failed", "{record:#}");
+    assert_eq!(stage(&record, "r")["status"], "failed", "{record:#}");
+}
+
+#[test]
+fn sigint_ends_a_read_of_a_fifo_nobody_writes_to() {
+    let test = Test::new();
+    make_fifo(&test, "pipe");
+    test.write("lib/workflows/fifo.toml", FIFO);
+    let mut child = test.command(["-L", "lib", "run", "fifo"]).spawn();
+    wait_for("the stage to start", PATIENCE, || {
+        let Some(id) = test.run_ids().pop() else {
+            return false;
+        };
+        test.read_opt(&format!("state/runs/{id}/events.jsonl"))
+            .is_some_and(|events| events.contains("\"stage_started\""))
+    });
+    let pid = i32::try_from(child.id()).expect("a pid");
+    let sent = std::time::Instant::now();
+    // SAFETY: a signal to the child this test started.
+    unsafe {
+        libc::kill(pid, libc::SIGINT);
+    }
+    let status = ended(&mut child, "SIGINT");
+    eprintln!("the run ended {:?} after SIGINT", sent.elapsed());
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    let record = test.last_run();
+    assert_eq!(record["status"], "interrupted", "{record:#}");
+    let r = stage(&record, "r");
+    assert_eq!(r["status"], "failed", "{record:#}");
+    assert!(
+        r["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("interrupted")),
+        "{record:#}"
+    );
+}
+
+/// A FIFO with a writer is read as before: all the writer wrote, up to its end.
+#[test]
+fn a_fifo_with_a_writer_is_read_to_its_end() {
+    let test = Test::new();
+    make_fifo(&test, "pipe");
+    test.write("lib/workflows/fifo.toml", FIFO);
+    let mut child = test.command(["-L", "lib", "run", "fifo"]).spawn();
+    // The writer opens the pipe (waiting for the engine's reader) and writes in two pieces.
+    let mut writer = std::fs::OpenOptions::new()
+        .write(true)
+        .open(test.path("pipe"))
+        .expect("open the pipe for writing");
+    std::io::Write::write_all(&mut writer, b"first ").expect("write");
+    std::io::Write::write_all(&mut writer, b"second").expect("write");
+    drop(writer);
+    let status = ended(&mut child, "the writer closed the pipe");
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    assert_eq!(test.stage_output("r"), "first second");
+}

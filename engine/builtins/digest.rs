@@ -93,11 +93,7 @@ fn files(
 
 fn file_sha256(path: &Path, doing: &str, cancel: super::Cancel) -> Result<String, BuiltinError> {
     let mut hasher = Sha256::new();
-    let file = fs::File::open(path).map_err(|err| io_error(doing, path, &err))?;
-    let mut file = super::Checked {
-        inner: file,
-        cancel,
-    };
+    let mut file = super::Checked::open(path, cancel).map_err(|err| io_error(doing, path, &err))?;
     io::copy(&mut file, &mut hasher).map_err(|err| io_error(doing, path, &err))?;
     Ok(hex(&hasher.finalize()))
 }

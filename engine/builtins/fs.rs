@@ -242,16 +242,12 @@ fn read(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
 /// past it) and stopping on an interrupt or at the stage's deadline: a 1 GiB file, or
 /// `/dev/zero`, costs no more memory than the limit.
 pub(super) fn read_bounded(path: &Path, ctx: &BuiltinCtx) -> Result<Vec<u8>, Option<io::Error>> {
-    let file = File::open(path).map_err(Some)?;
-    let known = file.metadata().map_or(0, |meta| meta.len());
+    let mut reader = super::Checked::open(path, ctx.cancel).map_err(Some)?;
+    let known = reader.inner.metadata().map_or(0, |meta| meta.len());
     if known > ctx.max_output {
         return Err(None);
     }
     let mut bytes = Vec::with_capacity(known.min(ctx.max_output) as usize);
-    let mut reader = super::Checked {
-        inner: file,
-        cancel: ctx.cancel,
-    };
     match crate::floor::process::read_capped(&mut reader, ctx.max_output, &mut bytes) {
         Ok(false) => Ok(bytes),
         Ok(true) => Err(None),
@@ -402,11 +398,8 @@ fn hash(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
         hash_folder(&path, ctx.cancel)?
     } else {
         let mut hasher = Sha256::new();
-        let file = File::open(&path).map_err(|err| io_error("cannot hash", &path, &err))?;
-        let mut file = super::Checked {
-            inner: file,
-            cancel: ctx.cancel,
-        };
+        let mut file = super::Checked::open(&path, ctx.cancel)
+            .map_err(|err| io_error("cannot hash", &path, &err))?;
         io::copy(&mut file, &mut hasher).map_err(|err| io_error("cannot hash", &path, &err))?;
         paths::hex(&hasher.finalize())
     };
@@ -474,11 +467,8 @@ fn hash_folder(root: &Path, cancel: super::Cancel) -> Result<String, BuiltinErro
                 hasher.update(b"f");
                 hasher.update(&relative);
                 hasher.update(format!("\0{len}\0"));
-                let file = File::open(&path).map_err(|err| io_error("cannot hash", &path, &err))?;
-                let file = super::Checked {
-                    inner: file,
-                    cancel,
-                };
+                let file = super::Checked::open(&path, cancel)
+                    .map_err(|err| io_error("cannot hash", &path, &err))?;
                 // Read one byte past the announced length so a file that grew is noticed too.
                 let copied = io::copy(&mut file.take(len + 1), &mut hasher)
                     .map_err(|err| io_error("cannot hash", &path, &err))?;
@@ -721,10 +711,7 @@ fn copy_entry(
             .suffix(".tmp")
             .tempfile_in(parent)
             .map_err(fail)?;
-        let mut source = super::Checked {
-            inner: File::open(from).map_err(fail)?,
-            cancel,
-        };
+        let mut source = super::Checked::open(from, cancel).map_err(fail)?;
         io::copy(&mut source, temp.as_file_mut()).map_err(fail)?;
         temp.as_file()
             .set_permissions(meta.permissions())

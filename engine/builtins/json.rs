@@ -6,7 +6,6 @@
 //! taken for a write in progress: it is neither returned nor counted, and the next read picks it
 //! up once it is complete.
 
-use std::fs::File;
 use std::io::{self, BufRead, BufReader};
 use std::path::Path;
 
@@ -77,7 +76,7 @@ fn read_output_schema() -> Value {
 fn read(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     let args: ReadArgs = parse("json.read", with)?;
     let path = ctx.resolve(&args.path);
-    let file = match File::open(&path) {
+    let file = match super::Checked::open(&path, ctx.cancel) {
         Ok(file) => file,
         Err(err) if err.kind() == io::ErrorKind::NotFound && args.optional => {
             return Ok(Value::Null)
@@ -85,15 +84,12 @@ fn read(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
         Err(err) => return Err(io_error("cannot read", &path, &err)),
     };
     if file
+        .inner
         .metadata()
         .is_ok_and(|meta| meta.len() > ctx.max_output)
     {
         return Err(super::too_large(&path, ctx.max_output));
     }
-    let file = super::Checked {
-        inner: file,
-        cancel: ctx.cancel,
-    };
     serde_json::from_reader(BufReader::new(file)).map_err(|err| {
         if err.is_io() {
             BuiltinError::new(format!("cannot read `{}`: {err}", path.display()))
@@ -204,11 +200,8 @@ fn lines_output_schema() -> Value {
 fn read_lines(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     let args: LinesArgs = parse("jsonl.read", with)?;
     let path = ctx.resolve(&args.path);
-    let file = File::open(&path).map_err(|err| io_error("cannot read", &path, &err))?;
-    let file = super::Checked {
-        inner: file,
-        cancel: ctx.cancel,
-    };
+    let file = super::Checked::open(&path, ctx.cancel)
+        .map_err(|err| io_error("cannot read", &path, &err))?;
     let (lines, total_lines) = scan_lines(
         BufReader::with_capacity(256 * 1024, file),
         &path,

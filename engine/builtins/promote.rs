@@ -22,7 +22,7 @@
 //! written and closed before the entry is touched (a write-ahead record), so a promotion that was
 //! killed says which entry it was working on.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -293,11 +293,8 @@ fn no_links_below(root: &Path, parts: &[&str], entry: &str) -> Result<bool, Buil
 }
 
 fn file_sha256(path: &Path, cancel: super::Cancel) -> Result<String, BuiltinError> {
-    let file = File::open(path).map_err(|err| super::fs::io_error("cannot hash", path, &err))?;
-    let mut file = super::Checked {
-        inner: file,
-        cancel,
-    };
+    let mut file = super::Checked::open(path, cancel)
+        .map_err(|err| super::fs::io_error("cannot hash", path, &err))?;
     let mut hasher = Sha256::new();
     io::copy(&mut file, &mut hasher)
         .map_err(|err| super::fs::io_error("cannot hash", path, &err))?;

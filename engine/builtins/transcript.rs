@@ -19,7 +19,6 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
-use std::fs::File;
 use std::io::{self, BufRead, BufReader, Seek, SeekFrom};
 use std::path::Path;
 use std::sync::LazyLock;
@@ -906,10 +905,7 @@ fn cap_text(text: &str, cap: usize) -> String {
 }
 
 fn read_delta(path: &Path, args: &DeltaArgs, cancel: super::Cancel) -> io::Result<Delta> {
-    let file = super::Checked {
-        inner: File::open(path)?,
-        cancel,
-    };
+    let file = super::Checked::open(path, cancel)?;
     let mut reader = BufReader::with_capacity(1 << 16, file);
     let mut delta = Delta::new(args);
     let mut buf = Vec::new();
@@ -1377,7 +1373,7 @@ mod tests {
     fn a_large_transcript_streams_correctly() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("t.jsonl");
-        let mut file = io::BufWriter::new(File::create(&path).expect("create"));
+        let mut file = io::BufWriter::new(std::fs::File::create(&path).expect("create"));
         let payload = "x".repeat(4000);
         let mut lines = 0u64;
         let mut written = 0usize;
