@@ -1721,7 +1721,7 @@ fn a_probe_that_hangs_leaves_that_source_unknown_and_no_other() {
     home.test.write(&file, &text);
     home.test.write(
         ".stagegraph/workflows/refresh.toml",
-        "[workflow]\nextends = \"refresh\"\n\n[stages.probe]\ntimeout = \"1s\"\n",
+        "[workflow]\nextends = \"refresh\"\n\n[stages.probe]\ntimeout = \"5s\"\n",
     );
     home.refresh(&[]).code(0);
     let record = home.record();

@@ -284,7 +284,7 @@ fn set_state_is_visible_to_the_next_run() {
 #[test]
 fn held_lock_with_busy_exit_ends_the_run_early() {
     let t = test();
-    std::fs::create_dir(t.path("busy.lock.d")).expect("hold the lock");
+    support::hold_lock(&t.path("busy.lock.d"));
     t.run(["run", "lock"]).code(0);
     let record = t.last_run();
     assert_eq!(status(&record), "exited");
@@ -295,7 +295,7 @@ fn held_lock_with_busy_exit_ends_the_run_early() {
         "a lock it did not take was removed"
     );
 
-    std::fs::remove_dir(t.path("busy.lock.d")).expect("release the lock");
+    support::release_lock(&t.path("busy.lock.d"));
     t.run(["run", "lock"]).code(0);
     assert_eq!(status(&t.last_run()), "completed");
     assert!(t.exists("work-ran"));
@@ -326,7 +326,7 @@ fn interrupt(child: &std::process::Child) {
 #[test]
 fn held_lock_with_busy_wait_waits_for_its_release() {
     let t = test();
-    std::fs::create_dir(t.path("wait.lock.d")).expect("hold the lock");
+    support::hold_lock(&t.path("wait.lock.d"));
     let mut child = spawn_until(&t, "lock_wait", "waiting for lock");
     // It said it waits; it has started no stage, and goes on only once the lock is let go.
     assert!(!t.exists("work-ran"), "the run did not wait");
@@ -334,7 +334,7 @@ fn held_lock_with_busy_wait_waits_for_its_release() {
         !events(&t).iter().any(|e| e["event"] == "stage_started"),
         "a stage started while the lock was held"
     );
-    std::fs::remove_dir(t.path("wait.lock.d")).expect("release the lock");
+    support::release_lock(&t.path("wait.lock.d"));
     assert_eq!(finish(&mut child), Some(0));
     assert!(t.exists("work-ran"));
     assert_eq!(status(&t.last_run()), "completed");
@@ -349,7 +349,7 @@ fn held_lock_with_busy_wait_waits_for_its_release() {
 #[test]
 fn ctrl_c_while_waiting_for_a_lock_is_an_interruption() {
     let t = test();
-    std::fs::create_dir(t.path("wait.lock.d")).expect("hold the lock");
+    support::hold_lock(&t.path("wait.lock.d"));
     let mut child = spawn_until(&t, "lock_wait", "waiting for lock");
     interrupt(&child);
     assert_eq!(finish(&mut child), Some(130));

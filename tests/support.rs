@@ -384,6 +384,34 @@ pub(crate) fn poll_until(limit: Duration, mut ready: impl FnMut() -> bool) -> bo
     }
 }
 
+/// Hold a `mkdir` lock as a live run on this machine holds it: the folder, and in it the
+/// `owner.json` naming this test process. A bare folder would do only for a while: a lock
+/// folder with no owner counts as stale after a few seconds, which a loaded machine can let
+/// pass before the run under test looks at it.
+pub(crate) fn hold_lock(path: &Path) {
+    let mut buffer = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; the name is NUL-terminated when it fits.
+    let named = unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) } == 0;
+    assert!(named, "gethostname");
+    let end = buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len());
+    let owner = serde_json::json!({
+        "pid": std::process::id(),
+        "host": String::from_utf8_lossy(&buffer[..end]),
+        "token": "held-by-the-test",
+        "since": "2026-01-01T00:00:00.000Z",
+    });
+    std::fs::create_dir(path).expect("take the lock");
+    std::fs::write(path.join("owner.json"), owner.to_string()).expect("write its owner");
+}
+
+/// Let go of a lock [`hold_lock`] took: renamed aside first, so a run waiting for it never
+/// sees a half-removed folder.
+pub(crate) fn release_lock(path: &Path) {
+    let aside = path.with_extension("released");
+    std::fs::rename(path, &aside).expect("release the lock");
+    std::fs::remove_dir_all(&aside).expect("remove the released lock");
+}
+
 /// Make a file executable (a script a test puts on PATH or names as a model's command).
 pub(crate) fn make_executable(path: &Path) {
     use std::os::unix::fs::PermissionsExt;
