@@ -420,6 +420,38 @@ mod tests {
         }
     }
 
+    /// Every built-in's struct reads a table of every argument its schema names, and one of only
+    /// the required ones: the schema `check` holds a table to and the struct the run reads it
+    /// into are wired to the same type, for the built-ins no shipped workflow uses too.
+    #[test]
+    fn every_builtin_reads_every_argument_its_schema_names() {
+        for builtin in all() {
+            let schema = (builtin.with_schema)();
+            let properties = schema["properties"].as_object().expect("properties");
+            let required: Vec<&str> = schema["required"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            let every: serde_json::Map<String, Value> = properties
+                .iter()
+                .map(|(key, property)| (key.clone(), rendered_stand_in(property, "x")))
+                .collect();
+            let fewest: serde_json::Map<String, Value> = every
+                .iter()
+                .filter(|(key, _)| required.contains(&key.as_str()))
+                .map(|(key, value)| (key.clone(), value.clone()))
+                .collect();
+            for with in [every, fewest] {
+                let with = Value::Object(with);
+                if let Err(error) = (builtin.with_parse)(&with) {
+                    panic!("{}: {with} does not deserialize: {error}", builtin.name);
+                }
+            }
+        }
+    }
+
     /// Every `with` table of every shipped workflow satisfies its built-in's schema and
     /// deserializes into the struct that schema is derived from, so the two cannot drift apart
     /// without a workflow noticing.
