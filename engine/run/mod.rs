@@ -253,7 +253,7 @@ pub fn state_dir_for(
             }));
             let rendered = tmpl
                 .render(&scope)
-                .map_err(|e| format!("`[workflow] records.project`: {}", stage::describe(&e)))?;
+                .map_err(|e| stage_error::Part::RecordsProject.failed(e).to_string())?;
             cwd.join(rendered.trim())
         }
         None => cwd.to_path_buf(),
@@ -547,7 +547,7 @@ impl<'w, 'r> Executor<'w, 'r> {
         let prepared = match stage::Prepared::new(workflow, &base, &self.runtime.cwd) {
             Ok(prepared) => prepared,
             Err(error) => {
-                self.record.error = Some(error);
+                self.record.error = Some(error.to_string());
                 self.finish(RunStatus::Failed);
                 return;
             }
@@ -710,8 +710,8 @@ impl<'w, 'r> Executor<'w, 'r> {
                         outputs.insert(name.clone(), Value::Null);
                     }
                     Err(error) => {
-                        self.record.error =
-                            Some(format!("output `{name}`: {}", stage::describe(&error)));
+                        let error = stage_error::Part::Output(name.clone()).failed(error);
+                        self.record.error = Some(error.to_string());
                         self.finish(RunStatus::Failed);
                         return;
                     }
@@ -1216,7 +1216,7 @@ pub(crate) fn write_roots(
     workflow: &Workflow,
     scope: &minijinja::Value,
     cwd: &Path,
-) -> Result<WriteRoots, String> {
+) -> Result<WriteRoots, stage_error::RenderError> {
     let mut roots = Vec::new();
     let mut late = Vec::new();
     for (entry, tmpl) in workflow.writes.iter().enumerate() {
@@ -1224,7 +1224,7 @@ pub(crate) fn write_roots(
         if stages.is_empty() {
             roots.push(
                 tmpl.render(scope)
-                    .map_err(|e| format!("`[workflow] writes`: {}", stage::describe(&e)))?,
+                    .map_err(|e| stage_error::Part::Writes.failed(e))?,
             );
         } else {
             late.push(LateRoot {

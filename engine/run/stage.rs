@@ -13,7 +13,7 @@ use serde_json::{json, Map, Value};
 
 use super::cache::Cache;
 use super::record::{FingerprintDocument, ModelCall, OutputLine, StageStatus};
-use super::stage_error::StageError;
+use super::stage_error::{Part, PromptError, RenderError, StageError, WithProblem};
 use super::{Reporter, RunOptions, RunStatus, Runtime};
 use crate::builtins::{ask, BuiltinCtx, WriteRoots};
 use crate::check::{Action, ProcessAction, Stage, WithTree, Workflow};
@@ -47,13 +47,13 @@ impl Prepared {
         workflow: &Workflow,
         base: &minijinja::Value,
         cwd: &Path,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, RenderError> {
         let writes = super::write_roots(workflow, base, cwd)?;
         let mut child_env = Vec::new();
         for (name, tmpl) in &workflow.child_env {
             let value = tmpl
                 .render(base)
-                .map_err(|e| format!("`child_env.{name}`: {}", describe(&e)))?;
+                .map_err(|e| Part::ChildEnv(name.clone()).failed(e))?;
             child_env.push((name.clone(), value));
         }
         Ok(Prepared {
@@ -256,6 +256,7 @@ impl StageRunner<'_> {
         let mut outcome = StageOutcome::new();
         outcome.reuse_only = reuse_only;
         if let Err(error) = self.run_inner(stage, &mut outcome) {
+            let error = error.to_string();
             outcome.status = StageStatus::Failed;
             outcome.output = None;
             outcome.set_state.clear();
@@ -274,12 +275,10 @@ impl StageRunner<'_> {
         outcome
     }
 
-    fn run_inner(&self, stage: &Stage, outcome: &mut StageOutcome) -> Result<(), String> {
+    fn run_inner(&self, stage: &Stage, outcome: &mut StageOutcome) -> Result<(), StageError> {
         let base = self.base_scope.to_value();
         if let Some(condition) = &stage.if_ {
-            let value = condition
-                .eval(&base)
-                .map_err(|e| format!("`if`: {}", describe(&e)))?;
+            let value = condition.eval(&base).map_err(|e| Part::If.failed(e))?;
             if !value.is_true() {
                 outcome.status = StageStatus::Skipped;
                 if self.options.explain {
@@ -298,15 +297,13 @@ impl StageRunner<'_> {
         let units: Vec<Scope> = match &stage.foreach {
             None => vec![self.base_scope.clone()],
             Some(list) => {
-                let value = list
-                    .eval(&base)
-                    .map_err(|e| format!("`foreach`: {}", describe(&e)))?;
+                let value = list.eval(&base).map_err(|e| Part::Foreach.failed(e))?;
                 if value.is_none() || value.is_undefined() {
                     Vec::new()
                 } else {
                     let items = value
                         .try_iter()
-                        .map_err(|_| format!("`foreach` must give a list, not {}", value.kind()))?;
+                        .map_err(|_| RenderError::NotAList(value.kind()))?;
                     items
                         .enumerate()
                         .map(|(i, item)| self.base_scope.with_item(item, i))
@@ -333,7 +330,7 @@ impl StageRunner<'_> {
                 let key = match &spec.key {
                     Some(key) => Some(
                         key.render(&units.first().map(Scope::to_value).unwrap_or(base.clone()))
-                            .map_err(|e| format!("`cache.key`: {}", describe(&e)))?,
+                            .map_err(|e| Part::CacheKey.failed(e))?,
                     ),
                     None => None,
                 };
@@ -458,15 +455,20 @@ impl StageRunner<'_> {
         for (position, (that, message)) in stage.asserts.iter().enumerate() {
             let held = that
                 .eval(with_output())
-                .map_err(|e| format!("`assert`: {}", describe(&e)))?;
+                .map_err(|e| Part::Assert.failed(e))?;
             if !held.is_true() {
-                let text = match message {
-                    Some(message) => message
-                        .render(with_output())
-                        .map_err(|e| format!("assert message: {}", describe(&e)))?,
-                    None => format!("assertion failed: {}", stage.text.asserts[position]),
+                let message = match message {
+                    Some(message) => Some(
+                        message
+                            .render(with_output())
+                            .map_err(|e| Part::AssertMessage.failed(e))?,
+                    ),
+                    None => None,
                 };
-                return Err(text);
+                return Err(StageError::Assertion {
+                    that: stage.text.asserts[position].clone(),
+                    message,
+                });
             }
         }
         // `output.path`: the artifact also written where the workflow asked, once it passed
@@ -483,21 +485,21 @@ impl StageRunner<'_> {
             for (unit, value) in per_unit {
                 let target = path
                     .render(&unit.to_value())
-                    .map_err(|e| format!("`output.path`: {}", describe(&e)))?;
+                    .map_err(|e| Part::OutputPath.failed(e))?;
                 let target = self.runtime.cwd.join(target);
-                let target = self
-                    .prepared
-                    .writes
-                    .check(&target)
-                    .map_err(|e| e.to_string())?;
+                let target = self.prepared.writes.check(&target)?;
                 let bytes = artifact_bytes(&value, stage.format);
                 if self.options.dry_run {
                     outcome
                         .notes
                         .push(format!("(dry-run) would write {}", target.display()));
                 } else {
-                    crate::builtins::paths::write_atomic(&target, &bytes)
-                        .map_err(|e| format!("cannot write {}: {e}", target.display()))?;
+                    crate::builtins::paths::write_atomic(&target, &bytes).map_err(|error| {
+                        StageError::WriteOutput {
+                            path: target.clone(),
+                            error,
+                        }
+                    })?;
                 }
             }
         }
@@ -505,7 +507,7 @@ impl StageRunner<'_> {
         for (name, tmpl) in &stage.set_state {
             let value = tmpl
                 .eval(with_output())
-                .map_err(|e| format!("`set_state.{name}`: {}", describe(&e)))?;
+                .map_err(|e| Part::SetState(name.clone()).failed(e))?;
             outcome.set_state.push((
                 name.clone(),
                 serde_json::to_value(&value).unwrap_or(Value::Null),
@@ -514,12 +516,12 @@ impl StageRunner<'_> {
         if let Some(exit_if) = &stage.exit_if {
             let exits = exit_if
                 .eval(with_output())
-                .map_err(|e| format!("`exit_if`: {}", describe(&e)))?;
+                .map_err(|e| Part::ExitIf.failed(e))?;
             if exits.is_true() {
                 let message = match &stage.exit_message {
                     Some(message) => message
                         .render(with_output())
-                        .map_err(|e| format!("`exit_message`: {}", describe(&e)))?,
+                        .map_err(|e| Part::ExitMessage.failed(e))?,
                     None => format!(
                         "stage `{}`: `{}` is true",
                         stage.id,
@@ -603,11 +605,8 @@ impl StageRunner<'_> {
         }
     }
 
-    fn render(&self, stage: &Stage, scope: &minijinja::Value) -> Result<Rendered, String> {
-        let render = |tmpl: &Tmpl, what: &str| {
-            tmpl.render(scope)
-                .map_err(|e| format!("{what}: {}", describe(&e)))
-        };
+    fn render(&self, stage: &Stage, scope: &minijinja::Value) -> Result<Rendered, RenderError> {
+        let render = |tmpl: &Tmpl, part: Part| tmpl.render(scope).map_err(|e| part.failed(e));
         Ok(match &stage.action {
             Action::None => Rendered::None,
             Action::Command(process) | Action::Shell(process) => {
@@ -621,14 +620,14 @@ impl StageRunner<'_> {
             } => Rendered::Prompt(ModelRequest {
                 alias: model.clone(),
                 system: match system {
-                    Some(system) => Some(render(system, "`system`")?),
+                    Some(system) => Some(render(system, Part::System)?),
                     None => None,
                 },
                 prefix: match prefix {
-                    Some(prefix) => Some(render(prefix, "`prompt_prefix`")?),
+                    Some(prefix) => Some(render(prefix, Part::PromptPrefix)?),
                     None => None,
                 },
-                prompt: render(prompt, "`prompt`")?,
+                prompt: render(prompt, Part::Prompt)?,
                 temperature: stage.temperature,
                 max_tokens: stage.max_tokens,
                 timeout: stage.timeout,
@@ -641,7 +640,7 @@ impl StageRunner<'_> {
                 },
                 corrections: Vec::new(),
             }),
-            Action::Template(template) => Rendered::Template(render(template, "`template`")?),
+            Action::Template(template) => Rendered::Template(render(template, Part::Template)?),
             Action::Uses { with, .. } => Rendered::Builtin(eval_with(with, scope)?),
             Action::Workflow { with, .. } => {
                 let mut inputs = Map::new();
@@ -658,14 +657,14 @@ impl StageRunner<'_> {
         stage: &Stage,
         process: &ProcessAction,
         scope: &minijinja::Value,
-    ) -> Result<ProcessSpec, String> {
+    ) -> Result<ProcessSpec, RenderError> {
         // A script `sh` reads (a `shell` stage's, or the one a `command` hands to a shell
         // with `-c`) gets its values through the environment, never as script text.
         let mut argv = Vec::with_capacity(process.argv.len());
         let mut script_env = Vec::new();
         let mut script_at = matches!(stage.action, Action::Shell(_)).then_some(2);
         for (i, arg) in process.argv.iter().enumerate() {
-            let failed = |e: minijinja::Error| format!("argument {}: {}", i + 1, describe(&e));
+            let failed = |e: minijinja::Error| Part::Argument(i + 1).failed(e);
             if script_at == Some(i) {
                 let script = crate::template::shell::render_script(arg, scope).map_err(failed)?;
                 argv.push(script.text);
@@ -677,12 +676,10 @@ impl StageRunner<'_> {
                 // a value printed into it is refused.
                 let code = crate::template::shell::render_script(arg, scope).map_err(failed)?;
                 if !code.env.is_empty() {
-                    return Err(format!(
-                        "argument {}: a value is printed into the code `{interpreter}` runs, where \
-                         it would be read as code; pass it as a separate argument or through \
-                         `env` instead",
-                        i + 1
-                    ));
+                    return Err(RenderError::IntoCode {
+                        position: i + 1,
+                        interpreter: interpreter.to_string(),
+                    });
                 }
                 argv.push(code.text);
                 continue;
@@ -696,17 +693,16 @@ impl StageRunner<'_> {
             Some(stdin) => Some(
                 stdin
                     .render(scope)
-                    .map_err(|e| format!("`stdin`: {}", describe(&e)))?
+                    .map_err(|e| Part::Stdin.failed(e))?
                     .into_bytes(),
             ),
             None => None,
         };
         let cwd = match &process.cwd {
             Some(cwd) => Some(
-                self.runtime.cwd.join(
-                    cwd.render(scope)
-                        .map_err(|e| format!("`cwd`: {}", describe(&e)))?,
-                ),
+                self.runtime
+                    .cwd
+                    .join(cwd.render(scope).map_err(|e| Part::Cwd.failed(e))?),
             ),
             None => Some(self.runtime.cwd.clone()),
         };
@@ -717,7 +713,7 @@ impl StageRunner<'_> {
                 name.clone(),
                 value
                     .render(scope)
-                    .map_err(|e| format!("`env.{name}`: {}", describe(&e)))?,
+                    .map_err(|e| Part::Env(name.clone()).failed(e))?,
             ));
         }
         Ok(ProcessSpec {
@@ -871,16 +867,16 @@ impl StageRunner<'_> {
     }
 
     /// Fail a stage whose output, as JSON, is larger than its limit.
-    fn check_size(&self, stage: &Stage, output: &Value) -> Result<(), String> {
+    fn check_size(&self, stage: &Stage, output: &Value) -> Result<(), StageError> {
         let size = crate::floor::hash::json_size(output);
         if size > self.max_output(stage) {
-            return Err(self.too_large(
+            return Err(StageError::Limit(self.too_large(
                 stage,
                 &format!(
                     "the output is {}, over",
                     crate::floor::size::format_size(size)
                 ),
-            ));
+            )));
         }
         Ok(())
     }
@@ -893,7 +889,7 @@ impl StageRunner<'_> {
         rendered: &[Rendered],
         outcome: &mut StageOutcome,
         parts: &super::record::FingerprintParts,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, StageError> {
         if stage.foreach.is_none() {
             let (result, attempts, calls, stderr) =
                 self.execute_with_retries(stage, &rendered[0], None);
@@ -902,7 +898,7 @@ impl StageRunner<'_> {
             if !stderr.is_empty() {
                 outcome.stderr = Some(stderr);
             }
-            return result.map_err(|error| error.to_string());
+            return result;
         }
         // Model calls wait on the network, not on a core: a prompt stage whose model sets
         // `max_concurrency` runs that many items at once, whatever `--jobs` says.
@@ -985,8 +981,7 @@ impl StageRunner<'_> {
         let mut first_error = None;
         for (i, result) in results.into_iter().enumerate() {
             let Some((result, attempts, calls, stderr)) = result else {
-                first_error
-                    .get_or_insert_with(|| format!("item {i} did not run: an earlier item failed"));
+                first_error.get_or_insert(StageError::ItemNotRun(i));
                 continue;
             };
             outcome.attempts = outcome.attempts.max(attempts);
@@ -1005,7 +1000,10 @@ impl StageRunner<'_> {
                     outputs.push(Value::Null);
                 }
                 Err(error) => {
-                    first_error.get_or_insert_with(|| format!("item {i}: {error}"));
+                    first_error.get_or_insert_with(|| StageError::Item {
+                        index: i,
+                        error: Box::new(error),
+                    });
                 }
             }
         }
@@ -1013,7 +1011,7 @@ impl StageRunner<'_> {
             return Err(error);
         }
         if outcome.failed_items > 0 && outcome.failed_items == outputs.len() {
-            return Err(format!("all {} items failed", outputs.len()));
+            return Err(StageError::AllItemsFailed(outputs.len()));
         }
         Ok(Value::Array(outputs))
     }
@@ -1115,9 +1113,7 @@ impl StageRunner<'_> {
             Rendered::Template(text) => self
                 .parse_and_validate(stage, text, false)
                 .map_err(StageError::Output),
-            Rendered::Prompt(request) => self
-                .prompt(stage, request, calls)
-                .map_err(StageError::Prompt),
+            Rendered::Prompt(request) => Ok(self.prompt(stage, request, calls)?),
             Rendered::Builtin(args) => {
                 let Action::Uses { builtin, .. } = &stage.action else {
                     return Err(StageError::Internal("a built-in stage without a built-in"));
@@ -1188,18 +1184,14 @@ impl StageRunner<'_> {
         stage: &Stage,
         request: &ModelRequest,
         calls: &mut Vec<ModelCall>,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, PromptError> {
         let mut request = request.clone();
-        for attempt in 0..=stage.repair {
+        let mut attempt = 0;
+        loop {
             if Interrupt::global().is_set() {
-                return Err("interrupted".into());
+                return Err(PromptError::Interrupted);
             }
-            // The model layer's errors name the model already.
-            let reply = self
-                .runtime
-                .models
-                .complete(&request)
-                .map_err(|e| e.to_string())?;
+            let reply = self.runtime.models.complete(&request)?;
             calls.push(ModelCall {
                 model: request.alias.clone(),
                 attempt: attempt + 1,
@@ -1218,10 +1210,10 @@ impl StageRunner<'_> {
                         call.rejected = Some(summary.clone());
                     }
                     if attempt == stage.repair {
-                        return Err(format!(
-                            "the model's reply was rejected after {} attempt(s): {summary}",
-                            attempt + 1
-                        ));
+                        return Err(PromptError::Rejected {
+                            attempts: attempt + 1,
+                            problems,
+                        });
                     }
                     request.corrections.push(crate::models::Correction {
                         reply: reply.text,
@@ -1232,8 +1224,8 @@ impl StageRunner<'_> {
                     });
                 }
             }
+            attempt += 1;
         }
-        Err("no attempt was made".into())
     }
 
     /// Read an action's text per the stage's output format, and validate it.
@@ -1301,15 +1293,21 @@ fn sleep_interruptibly(total: Duration) {
 }
 
 /// Evaluate a `with` tree: strings are templates, a single `{{ expression }}` keeps its type.
-fn eval_with(tree: &WithTree, scope: &minijinja::Value) -> Result<Value, String> {
+fn eval_with(tree: &WithTree, scope: &minijinja::Value) -> Result<Value, RenderError> {
+    let failed = |problem| RenderError::With {
+        keys: Vec::new(),
+        problem,
+    };
     Ok(match tree {
         WithTree::Literal(value) => value.clone(),
         WithTree::Template(tmpl) => {
-            let value = tmpl.eval(scope).map_err(|e| describe(&e))?;
+            let value = tmpl
+                .eval(scope)
+                .map_err(|e| failed(WithProblem::Template(e)))?;
             if value.is_undefined() {
-                return Err("undefined value in `with`".into());
+                return Err(failed(WithProblem::Undefined));
             }
-            serde_json::to_value(&value).map_err(|e| e.to_string())?
+            serde_json::to_value(&value).map_err(|e| failed(WithProblem::NotJson(e)))?
         }
         WithTree::Array(items) => Value::Array(
             items
@@ -1320,10 +1318,13 @@ fn eval_with(tree: &WithTree, scope: &minijinja::Value) -> Result<Value, String>
         WithTree::Object(entries) => {
             let mut map = Map::new();
             for (key, value) in entries {
-                map.insert(
-                    key.clone(),
-                    eval_with(value, scope).map_err(|e| format!("`with.{key}`: {e}"))?,
-                );
+                let value = eval_with(value, scope).map_err(|mut error| {
+                    if let RenderError::With { keys, .. } = &mut error {
+                        keys.insert(0, key.clone());
+                    }
+                    error
+                })?;
+                map.insert(key.clone(), value);
             }
             Value::Object(map)
         }

@@ -49,18 +49,29 @@ fn invalid(message: impl Into<String>) -> Error {
 // ---------------------------------------------------------------------------------------------
 // time
 
+/// A time that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum TimeError {
+    /// `STAGEGRAPH_NOW` set to what is not an RFC 3339 time.
+    #[error("{NOW_ENV} is `{0}`, which is not an RFC 3339 time", NOW_ENV = NOW_ENV)]
+    BadNow(String),
+    /// `timestamp()` of what is neither an RFC 3339 time nor a date.
+    #[error("timestamp: `{0}` is neither an RFC 3339 time nor a YYYY-MM-DD date")]
+    BadTimestamp(String),
+}
+
 /// The current time in UTC, or the time `STAGEGRAPH_NOW` pins.
-pub(crate) fn now() -> Result<DateTime<Utc>, String> {
+pub(crate) fn now() -> Result<DateTime<Utc>, TimeError> {
     let pinned = std::env::var(NOW_ENV).ok();
     now_from(pinned.as_deref(), Utc::now())
 }
 
-fn now_from(pinned: Option<&str>, clock: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
+fn now_from(pinned: Option<&str>, clock: DateTime<Utc>) -> Result<DateTime<Utc>, TimeError> {
     match pinned {
         None => Ok(clock),
         Some(text) => DateTime::parse_from_rfc3339(text.trim())
             .map(|time| time.with_timezone(&Utc))
-            .map_err(|_| format!("{NOW_ENV} is `{text}`, which is not an RFC 3339 time")),
+            .map_err(|_| TimeError::BadNow(text.to_string())),
     }
 }
 
@@ -70,11 +81,13 @@ pub(crate) fn format_rfc3339(time: DateTime<Utc>) -> String {
 }
 
 fn now_fn() -> Result<String, Error> {
-    now().map(format_rfc3339).map_err(invalid)
+    now()
+        .map(format_rfc3339)
+        .map_err(|error| invalid(error.to_string()))
 }
 
 /// Seconds since the epoch of an RFC 3339 time or a `YYYY-MM-DD` date (midnight UTC).
-pub(crate) fn parse_timestamp(text: &str) -> Result<i64, String> {
+pub(crate) fn parse_timestamp(text: &str) -> Result<i64, TimeError> {
     if let Ok(time) = DateTime::parse_from_rfc3339(text) {
         return Ok(time.timestamp());
     }
@@ -90,13 +103,11 @@ pub(crate) fn parse_timestamp(text: &str) -> Result<i64, String> {
             }
         }
     }
-    Err(format!(
-        "timestamp: `{text}` is neither an RFC 3339 time nor a YYYY-MM-DD date"
-    ))
+    Err(TimeError::BadTimestamp(text.to_string()))
 }
 
 fn timestamp_fn(text: &str) -> Result<i64, Error> {
-    parse_timestamp(text).map_err(invalid)
+    parse_timestamp(text).map_err(|error| invalid(error.to_string()))
 }
 
 pub use crate::floor::duration::parse as parse_duration;
@@ -437,7 +448,7 @@ mod tests {
             format_rfc3339(now_from(None, clock).unwrap()),
             "2000-01-01T00:00:00Z"
         );
-        let bad = now_from(Some("yesterday"), clock).unwrap_err();
+        let bad = now_from(Some("yesterday"), clock).unwrap_err().to_string();
         assert!(
             bad.contains("STAGEGRAPH_NOW") && bad.contains("yesterday"),
             "{bad}"
