@@ -194,3 +194,74 @@ fn a_fifo_with_a_writer_is_read_to_its_end() {
     assert_eq!(status.code(), Some(0), "{status:?}");
     assert_eq!(test.stage_output("r"), "first second");
 }
+
+/// A server on 127.0.0.1 that reads each request, says so on the returned channel, and never
+/// answers: the connections stay open until the test process ends.
+fn silent_server() -> (u16, std::sync::mpsc::Receiver<()>) {
+    use std::io::Read;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let port = listener.local_addr().expect("an address").port();
+    let (seen, heard) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut open = Vec::new();
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = seen.send(());
+            // Held, unanswered.
+            open.push(stream);
+        }
+    });
+    (port, heard)
+}
+
+/// An `http.get` waiting on a server that never answers, its own timeout far away: a SIGINT
+/// ends the run at once, not at the request's timeout.
+#[test]
+fn sigint_ends_an_http_request_in_flight() {
+    let (port, heard) = silent_server();
+    let test = Test::new();
+    test.write(
+        "lib/workflows/hang.toml",
+        &format!(
+            r#"
+[workflow]
+description = "a request nobody answers"
+
+[stages.get]
+uses = "http.get"
+with = {{ url = "http://127.0.0.1:{port}/never", timeout = "300s" }}
+"#
+        ),
+    );
+    let mut child = test.command(["-L", "lib", "run", "hang"]).spawn();
+    heard
+        .recv_timeout(PATIENCE)
+        .expect("the request to reach the server");
+    let pid = i32::try_from(child.id()).expect("a pid");
+    let sent = std::time::Instant::now();
+    // SAFETY: a signal to the child this test started.
+    unsafe {
+        libc::kill(pid, libc::SIGINT);
+    }
+    let status = ended(&mut child, "SIGINT during a request");
+    eprintln!("the run ended {:?} after SIGINT", sent.elapsed());
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    let record = test.last_run();
+    assert_eq!(record["status"], "interrupted", "{record:#}");
+    let get = stage(&record, "get");
+    assert_eq!(get["status"], "failed", "{record:#}");
+    assert!(
+        get["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("interrupted")),
+        "{record:#}"
+    );
+}

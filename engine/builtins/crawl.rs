@@ -141,6 +141,8 @@ fn fail(message: impl std::fmt::Display) -> BuiltinError {
 
 struct Client {
     agent: ureq::Agent,
+    /// Each request is waited for with this handle checked, on a thread of its own.
+    cancel: super::Cancel,
 }
 
 /// One answer: status, final url, body text.
@@ -152,7 +154,7 @@ struct Answer {
 }
 
 impl Client {
-    fn new(timeout: Duration) -> Client {
+    fn new(timeout: Duration, cancel: super::Cancel) -> Client {
         let agent = ureq::Agent::config_builder()
             .max_redirects(0)
             .http_status_as_error(false)
@@ -160,61 +162,65 @@ impl Client {
             .user_agent(AGENT)
             .build()
             .into();
-        Client { agent }
+        Client { agent, cancel }
     }
 
-    /// GET with redirects followed within `origin` (at most 5).
+    /// GET with redirects followed within `origin` (at most 5). The requests run on a thread
+    /// of their own, so an interrupt or the stage's deadline ends the wait for one at once (the
+    /// crawl then stops at its next check); the request itself ends at its timeout, unheard.
     fn get(&self, url: &Url, origin: &url::Origin) -> Result<Answer, String> {
-        let mut at = url.clone();
-        for _ in 0..6 {
-            let mut response = self
-                .agent
-                .get(at.as_str())
-                .call()
-                .map_err(|err| match err {
-                    ureq::Error::Timeout(_) => "timed out".to_string(),
-                    ureq::Error::ConnectionFailed | ureq::Error::Io(_) => {
-                        "connection failed".to_string()
-                    }
-                    ureq::Error::HostNotFound => "host not found".to_string(),
-                    other => other.to_string(),
-                })?;
-            let status = response.status().as_u16();
-            if (300..400).contains(&status) {
-                let location = response
-                    .headers()
-                    .get("location")
-                    .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
-                    .ok_or_else(|| format!("HTTP {status} without a Location"))?;
-                let next = at
-                    .join(&location)
-                    .map_err(|err| format!("bad Location `{location}`: {err}"))?;
-                if &next.origin() != origin {
-                    return Err(format!("HTTP {status} to another origin ({next})"));
-                }
-                at = next;
-                continue;
-            }
-            let html = response.headers().get("content-type").is_some_and(|value| {
-                String::from_utf8_lossy(value.as_bytes())
-                    .to_ascii_lowercase()
-                    .contains("html")
-            });
-            let bytes = response
-                .body_mut()
-                .with_config()
-                .limit(MAX_PAGE_BYTES)
-                .read_to_vec()
-                .map_err(|err| err.to_string())?;
-            return Ok(Answer {
-                status,
-                url: at,
-                body: String::from_utf8_lossy(&bytes).into_owned(),
-                html,
-            });
-        }
-        Err("too many redirects".to_string())
+        let (agent, url, origin) = (self.agent.clone(), url.clone(), origin.clone());
+        self.cancel
+            .wait_for(move || fetch(&agent, &url, &origin))
+            .map_err(|error| error.0)?
     }
+}
+
+/// The requests of [`Client::get`], made on the thread it waits for.
+fn fetch(agent: &ureq::Agent, url: &Url, origin: &url::Origin) -> Result<Answer, String> {
+    let mut at = url.clone();
+    for _ in 0..6 {
+        let mut response = agent.get(at.as_str()).call().map_err(|err| match err {
+            ureq::Error::Timeout(_) => "timed out".to_string(),
+            ureq::Error::ConnectionFailed | ureq::Error::Io(_) => "connection failed".to_string(),
+            ureq::Error::HostNotFound => "host not found".to_string(),
+            other => other.to_string(),
+        })?;
+        let status = response.status().as_u16();
+        if (300..400).contains(&status) {
+            let location = response
+                .headers()
+                .get("location")
+                .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
+                .ok_or_else(|| format!("HTTP {status} without a Location"))?;
+            let next = at
+                .join(&location)
+                .map_err(|err| format!("bad Location `{location}`: {err}"))?;
+            if &next.origin() != origin {
+                return Err(format!("HTTP {status} to another origin ({next})"));
+            }
+            at = next;
+            continue;
+        }
+        let html = response.headers().get("content-type").is_some_and(|value| {
+            String::from_utf8_lossy(value.as_bytes())
+                .to_ascii_lowercase()
+                .contains("html")
+        });
+        let bytes = response
+            .body_mut()
+            .with_config()
+            .limit(MAX_PAGE_BYTES)
+            .read_to_vec()
+            .map_err(|err| err.to_string())?;
+        return Ok(Answer {
+            status,
+            url: at,
+            body: String::from_utf8_lossy(&bytes).into_owned(),
+            html,
+        });
+    }
+    Err("too many redirects".to_string())
 }
 
 /// One robots.txt rule: (allow, path pattern).
@@ -567,7 +573,7 @@ fn crawl(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
         Some(left) => timeout.min(left.max(Duration::from_millis(1))),
         None => timeout,
     };
-    let client = Client::new(timeout);
+    let client = Client::new(timeout, ctx.cancel);
     let include = glob_set(args.include.as_deref().unwrap_or(&["/**".to_string()]))?;
     let exclude = glob_set(args.exclude.as_deref().unwrap_or(&[]))?;
 

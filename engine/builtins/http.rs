@@ -246,56 +246,68 @@ fn header_text(value: &ureq::http::HeaderValue) -> String {
 fn run_head(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     let args: HeadArgs = parse("http.head", with)?;
     let request = Request::new("http.head", args.url, args.timeout)?;
-    ctx.cancel.check()?;
-    let response = request
-        .agent(&ctx.cancel)
-        .head(&request.url)
-        .call()
-        .map_err(|err| request.failed(&ctx.cancel, err))?;
-    let location = response.headers().get("location").map(header_text);
-    Ok(json!({
-        "status": response.status().as_u16(),
-        "location": location,
-    }))
+    let cancel = ctx.cancel;
+    // On a thread of its own: a request in flight waits in the system, and an interrupt or the
+    // stage's deadline ends the wait at once (the request ends at its own timeout, unheard).
+    cancel.wait_for(move || {
+        let response = request
+            .agent(&cancel)
+            .head(&request.url)
+            .call()
+            .map_err(|err| request.failed(&cancel, err))?;
+        let location = response.headers().get("location").map(header_text);
+        Ok(json!({
+            "status": response.status().as_u16(),
+            "location": location,
+        }))
+    })?
 }
 
 fn run_get(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     let args: GetArgs = parse("http.get", with)?;
     let request = Request::new("http.get", args.url, args.timeout)?;
     let MaxBytes(max_bytes) = args.max_bytes;
-    ctx.cancel.check()?;
-    let mut response = request
-        .agent(&ctx.cancel)
-        .get(&request.url)
-        .call()
-        .map_err(|err| request.failed(&ctx.cancel, err))?;
+    let (cancel, limit) = (ctx.cancel, max_bytes.min(ctx.max_output));
+    // As `http.head`: the request and its body are read on a thread the stage stops waiting for
+    // when it is interrupted or out of time.
+    cancel.wait_for(move || request.get(&cancel, limit))?
+}
 
-    let mut headers = Map::new();
-    for (name, value) in response.headers() {
-        // `HeaderName` is lowercase already; repeated headers fold as HTTP allows.
-        let value = header_text(value);
-        match headers.get_mut(name.as_str()) {
-            Some(Value::String(existing)) => {
-                existing.push_str(", ");
-                existing.push_str(&value);
-            }
-            _ => {
-                headers.insert(name.as_str().to_string(), Value::String(value));
+impl Request {
+    /// A GET of `url` and its body, read no further than `limit` bytes.
+    fn get(&self, cancel: &super::Cancel, limit: u64) -> BuiltinResult {
+        let mut response = self
+            .agent(cancel)
+            .get(&self.url)
+            .call()
+            .map_err(|err| self.failed(cancel, err))?;
+        let mut headers = Map::new();
+        for (name, value) in response.headers() {
+            // `HeaderName` is lowercase already; repeated headers fold as HTTP allows.
+            let value = header_text(value);
+            match headers.get_mut(name.as_str()) {
+                Some(Value::String(existing)) => {
+                    existing.push_str(", ");
+                    existing.push_str(&value);
+                }
+                _ => {
+                    headers.insert(name.as_str().to_string(), Value::String(value));
+                }
             }
         }
+        let bytes = response
+            .body_mut()
+            .with_config()
+            .limit(limit)
+            .read_to_vec()
+            .map_err(|err| self.failed(cancel, err))?;
+        Ok(json!({
+            "status": response.status().as_u16(),
+            "headers": headers,
+            "body": String::from_utf8_lossy(&bytes),
+            "sha256": sha256_hex(&bytes),
+        }))
     }
-    let bytes = response
-        .body_mut()
-        .with_config()
-        .limit(max_bytes.min(ctx.max_output))
-        .read_to_vec()
-        .map_err(|err| request.failed(&ctx.cancel, err))?;
-    Ok(json!({
-        "status": response.status().as_u16(),
-        "headers": headers,
-        "body": String::from_utf8_lossy(&bytes),
-        "sha256": sha256_hex(&bytes),
-    }))
 }
 
 #[cfg(test)]

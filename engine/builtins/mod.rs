@@ -79,6 +79,38 @@ impl Cancel {
         self.deadline
             .map(|(at, _)| at.saturating_duration_since(std::time::Instant::now()))
     }
+
+    /// Run `work`, a call that blocks in the system until its own timeout at worst (an HTTP
+    /// request), on a thread of its own, and wait for its answer with this handle checked every
+    /// [`POLL_SLICE`]: an interrupt or the stage's deadline ends the wait at once, with the
+    /// error saying which. The thread is then left to end at the call's own timeout, its answer
+    /// dropped.
+    pub(crate) fn wait_for<T: Send + 'static>(
+        self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, BuiltinError> {
+        use std::sync::mpsc::{sync_channel, RecvTimeoutError};
+        self.check()?;
+        let (tx, rx) = sync_channel(1);
+        std::thread::Builder::new()
+            .name("builtin-call".into())
+            .spawn(move || {
+                // Nobody waits for an abandoned call's answer.
+                let _ = tx.send(work());
+            })
+            .map_err(|error| BuiltinError::new(format!("cannot start a thread: {error}")))?;
+        loop {
+            match rx.recv_timeout(POLL_SLICE) {
+                Ok(answer) => return Ok(answer),
+                Err(RecvTimeoutError::Timeout) => self.check()?,
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(BuiltinError::new(
+                        "the call's thread stopped without an answer",
+                    ))
+                }
+            }
+        }
+    }
 }
 
 impl BuiltinCtx<'_> {
