@@ -315,7 +315,7 @@ impl Bench {
             let state = self
                 .state_home()
                 .join("stagegraph")
-                .join(stagegraph::run::record::project_key(&self.project))
+                .join(stagegraph::StateDir::project_key(&self.project))
                 .join("state");
             fs::create_dir_all(&state).expect("state");
             let recent = (chrono::Utc::now() - chrono::Duration::seconds(60)).to_rfc3339();

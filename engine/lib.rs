@@ -13,6 +13,10 @@ pub mod engine;
 pub(crate) mod finally;
 pub mod floor;
 pub mod format;
+/// Not part of the API: the entry points of the fuzz targets, for the fuzz crate and the
+/// regression test that replays its inputs.
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod library;
 pub mod load;
 pub mod mcp;

@@ -227,7 +227,7 @@ impl Project {
 
     /// Where this project's records, state and cache live: out of the project tree.
     fn state_dir(&self) -> PathBuf {
-        let key = stagegraph::run::record::project_key(self.root());
+        let key = stagegraph::StateDir::project_key(self.root());
         self.path("state-home/stagegraph").join(key)
     }
 
@@ -1754,7 +1754,7 @@ fn the_real_claude_cli_fires_the_hook_after_each_turn_and_the_lexicon_is_written
     );
     let state_dir = test
         .path("state-home/stagegraph")
-        .join(stagegraph::run::record::project_key(&project));
+        .join(stagegraph::StateDir::project_key(&project));
     let hook_runs = |session: &str| -> Vec<Value> {
         let mut runs: Vec<(String, Value)> = fs::read_dir(state_dir.join("runs"))
             .into_iter()

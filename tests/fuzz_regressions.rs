@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-#[allow(unreachable_pub, dead_code)]
+#[allow(unreachable_pub, dead_code, unused_imports)]
 #[path = "../fuzz/src/targets.rs"]
 mod targets;
 
