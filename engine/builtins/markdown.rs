@@ -47,14 +47,8 @@ struct Args {
     text: Document,
     /// top-level fields that must be present and non-empty; `name[]` also requires a list
     #[serde(default, deserialize_with = "requirements")]
-    #[schemars(with = "Vec<RequirementName>")]
     require: Vec<Requirement>,
 }
-
-// A field name, with `[]` after it when the field must be a list.
-#[derive(JsonSchema)]
-#[schemars(extend("pattern" = r"^[^\[\]]+(\[\])?$"))]
-struct RequirementName(#[allow(dead_code)] String);
 
 // The document, a string.
 #[derive(JsonSchema)]
@@ -123,6 +117,18 @@ fn run(with: &Value, _ctx: &BuiltinCtx) -> BuiltinResult {
 struct Requirement {
     name: String,
     list: bool,
+}
+
+/// Written as a string: a field name with `[]` after it when the field must be a list, which
+/// only a pattern can say.
+impl JsonSchema for Requirement {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Requirement".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "string", "pattern": r"^[^\[\]]+(\[\])?$" })
+    }
 }
 
 impl Requirement {

@@ -82,9 +82,9 @@ impl Status {
     }
 }
 
-/// One file of the tree.
-// One manifest entry; other keys an entry may carry are ignored.
+/// One manifest entry; other keys an entry may carry are ignored (the schema leaves it open).
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[schemars(description = "One file of the tree.")]
 struct Entry {
     /// Relative to both roots, `/`-separated; no `..`, `.` or empty component.
     path: String,
