@@ -497,6 +497,38 @@ mod tests {
     }
 
     #[test]
+    fn each_problem_has_its_kind_with_typed_fields() {
+        use crate::diag::DiagnosticKind as K;
+        let dir = tempfile::tempdir().expect("a temp dir");
+        std::fs::write(
+            dir.path().join("w.toml"),
+            "[stages.a]\ncommand = [\"true\"]\nshell = \"echo\"\nafter = [\"a\"]\n\
+             [stages.b]\nprompt = { inline = \"{{ stages.zz.output }}\" }\n\
+             [stages.c]\nuses = \"nope\"\n",
+        )
+        .expect("write the workflow");
+        let engine = crate::Engine::new(&[], dir.path());
+        let diags = engine.load("w.toml").expect_err("the workflow has errors");
+        let kinds: Vec<&K> = diags.iter().map(|d| &d.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                &K::SeveralActions {
+                    stage: "a".into(),
+                    actions: vec!["command".into(), "shell".into()],
+                },
+                &K::AfterItself("a".into()),
+                &K::NoModel("b".into()),
+                &K::UnknownStage("zz".into()),
+                &K::UnknownBuiltin("nope".into()),
+            ]
+        );
+        for diagnostic in &diags {
+            assert_eq!(diagnostic.message, diagnostic.kind.to_string());
+        }
+    }
+
+    #[test]
     fn zero_concurrency_is_left_to_the_schema() {
         let d = doc("[stages.a]\nforeach = \"inputs.xs\"\nconcurrency = 0\ncommand = [\"true\"]");
         assert!(WorkflowFile::deserialize(&d).is_ok());
