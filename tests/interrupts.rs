@@ -182,14 +182,17 @@ fn a_fifo_with_a_writer_is_read_to_its_end() {
     make_fifo(&test, "pipe");
     test.write("lib/workflows/fifo.toml", FIFO);
     let mut child = test.command(["-L", "lib", "run", "fifo"]).spawn();
-    // The writer opens the pipe (waiting for the engine's reader) and writes in two pieces.
-    let mut writer = std::fs::OpenOptions::new()
-        .write(true)
-        .open(test.path("pipe"))
-        .expect("open the pipe for writing");
-    std::io::Write::write_all(&mut writer, b"first ").expect("write");
-    std::io::Write::write_all(&mut writer, b"second").expect("write");
-    drop(writer);
+    // The writer opens the pipe (waiting for the engine's reader) and writes in two pieces; on
+    // a thread, so an engine that never opens it fails the test instead of hanging it.
+    let pipe = test.path("pipe");
+    std::thread::spawn(move || {
+        let mut writer = std::fs::OpenOptions::new()
+            .write(true)
+            .open(pipe)
+            .expect("open the pipe for writing");
+        std::io::Write::write_all(&mut writer, b"first ").expect("write");
+        std::io::Write::write_all(&mut writer, b"second").expect("write");
+    });
     let status = ended(&mut child, "the writer closed the pipe");
     assert_eq!(status.code(), Some(0), "{status:?}");
     assert_eq!(test.stage_output("r"), "first second");

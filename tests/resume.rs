@@ -219,6 +219,97 @@ fn a_resume_stops_what_the_killed_run_left_running_before_the_stage_runs_again()
     }
 }
 
+/// The same through a sub-workflow: stage `sub` runs workflow `inner` (once, then as the one
+/// item of a `foreach`), whose stage `b` starts the work detached (`setsid`). The work carries
+/// `sub`'s marker and is journaled as `sub`'s (and its item's); after a kill -9 of the engine,
+/// the resume stops it before `sub` (and so `b`) runs again.
+#[test]
+fn a_resume_stops_what_a_sub_workflow_of_the_killed_run_left_running() {
+    if !std::path::Path::new("/proc/self/environ").exists() {
+        eprintln!("skipped: no /proc");
+        return;
+    }
+    for (foreach, item) in [("", "-"), ("foreach = \"[0]\"\n", "0")] {
+        let t = Test::new();
+        let _release = Release(t.path("go"));
+        t.write("lib/workflows/inner.toml", &leftover_workflow("setsid"));
+        t.write(
+            "lib/workflows/outer.toml",
+            &format!(
+                "[workflow]\ndescription = \"d\"\n\n[stages.sub]\nworkflow = \"inner\"\n{foreach}"
+            ),
+        );
+        let processes = |t: &Test| {
+            std::fs::read_to_string(
+                t.state_dir()
+                    .join("runs")
+                    .join(t.newest_run())
+                    .join("artifacts")
+                    .join("processes.jsonl"),
+            )
+            .unwrap_or_default()
+        };
+        let mut child = t.command(["-L", "lib", "run", "outer"]).spawn();
+        wait_for("the work to start", PATIENCE, || {
+            t.read_opt("b.log").is_some_and(|log| log.ends_with('\n'))
+                && t.exists("state/runs")
+                && processes(&t).ends_with('\n')
+        });
+        let journaled: Value =
+            serde_json::from_str(processes(&t).lines().next().expect("a line")).expect("JSON");
+        assert_eq!(journaled["stage"], "sub", "{journaled}");
+        assert_eq!(
+            journaled["item"]
+                .as_u64()
+                .map_or("-".to_string(), |i| i.to_string()),
+            item,
+            "{journaled}"
+        );
+        child.kill().expect("kill -9 the engine");
+        child.wait().expect("reap the engine");
+        let old = t
+            .read("b.log")
+            .trim()
+            .strip_prefix("start ")
+            .expect("a start")
+            .to_string();
+        assert!(running(&old), "{item}: the work died with the engine");
+        let environ = std::fs::read(format!("/proc/{old}/environ")).unwrap_or_default();
+        let marker = format!("STAGEGRAPH_PROCESS={} {item} sub", t.newest_run());
+        assert!(
+            environ
+                .split(|&b| b == 0)
+                .any(|entry| entry == marker.as_bytes()),
+            "the work does not carry `{marker}`"
+        );
+
+        let mut resume = t.command(["-L", "lib", "resume", "last"]).spawn();
+        wait_for("the stage to start again", PATIENCE, || {
+            t.read("b.log").matches("start ").count() == 2
+        });
+        t.write("go", "");
+        let status = resume.wait().expect("the resume ends");
+        let log = t.read("b.log");
+        assert!(status.success(), "{item}: the resume failed\n{log}");
+        assert!(
+            !log.contains("overlap"),
+            "{item}: the stage ran twice at once:\n{log}"
+        );
+        assert!(!running(&old), "{item}: the leftover still runs");
+        assert!(
+            !log.contains(&format!("end {old}")),
+            "{item}: the leftover was not stopped:\n{log}"
+        );
+        let said = t.read("spawned.stderr");
+        assert!(
+            said.contains("left stage `sub` ")
+                && said.contains(" running (process ")
+                && said.contains(&old),
+            "{item}: the resume did not say what it stopped:\n{said}"
+        );
+    }
+}
+
 /// A run whose engine is still running is not resumed: its stages would run twice at once.
 #[test]
 fn a_run_still_running_is_not_resumed() {
