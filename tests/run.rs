@@ -639,6 +639,20 @@ command = ["sh", "-c", "if [ -e hang ]; then echo $$ > second.pid; exec sleep 30
     wait_for("the second stage to start", Duration::from_secs(20), || {
         t.exists("second.pid") && t.read("second.pid").trim().parse::<i32>().is_ok()
     });
+    // The record is written by a thread of its own: `first` is kept once run.json says so
+    // (its output and events reach their files before every rewrite of run.json).
+    wait_for(
+        "run.json to show `first` finished",
+        Duration::from_secs(60),
+        || {
+            support::recorded_runs(&t.state_dir())
+                .last()
+                .is_some_and(|id| {
+                    support::read_record(&t.state_dir(), id)["stages"]["first"]["status"]
+                        == "succeeded"
+                })
+        },
+    );
     // SIGKILL: no handler runs, nothing is cleaned up; the record must still be usable.
     child.kill().expect("kill stagegraph");
     let _ = child.wait();
