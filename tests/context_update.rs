@@ -1756,19 +1756,13 @@ fn the_real_claude_cli_fires_the_hook_after_each_turn_and_the_lexicon_is_written
         .path("state-home/stagegraph")
         .join(stagegraph::StateDir::project_key(&project));
     let hook_runs = |session: &str| -> Vec<Value> {
-        let mut runs: Vec<(String, Value)> = fs::read_dir(state_dir.join("runs"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|entry| {
-                let text = fs::read_to_string(entry.path().join("run.json")).ok()?;
-                let record: Value = serde_json::from_str(&text).ok()?;
-                (record["inputs"]["session_id"] == session && record["status"] != "running")
-                    .then(|| (entry.file_name().to_string_lossy().into_owned(), record))
+        support::recorded_runs(&state_dir)
+            .iter()
+            .map(|id| support::read_record(&state_dir, id))
+            .filter(|record| {
+                record["inputs"]["session_id"] == session && record["status"] != "running"
             })
-            .collect();
-        runs.sort_by(|a, b| a.0.cmp(&b.0));
-        runs.into_iter().map(|(_, record)| record).collect()
+            .collect()
     };
     let turns = [
         "We call the seed tray rack the Propagation Bench; the Grower owns it.",
