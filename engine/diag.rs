@@ -46,10 +46,13 @@ fn floor_char_boundary(text: &str, mut offset: usize) -> usize {
     offset
 }
 
+/// How bad a diagnostic is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
+    /// Worth a look; the workflow still runs (`check --deny-warnings` fails on it).
     Warning,
+    /// The workflow is invalid and does not run.
     Error,
 }
 
@@ -63,23 +66,23 @@ pub struct Location {
 /// One problem.
 #[derive(Debug, Clone)]
 pub struct Diagnostic {
-    pub severity: Severity,
+    pub(crate) severity: Severity,
     /// What the problem is.
-    pub kind: DiagnosticKind,
+    pub(crate) kind: DiagnosticKind,
     /// A lowercase fragment that reads after "error: ": the kind, rendered.
-    pub message: String,
-    pub location: Option<Location>,
+    pub(crate) message: String,
+    pub(crate) location: Option<Location>,
     /// The label under the carets.
-    pub label: Option<String>,
+    pub(crate) label: Option<String>,
     /// A suggestion ("did you mean `gate`?").
-    pub help: Option<String>,
+    pub(crate) help: Option<String>,
     /// The workflow the problem belongs to, when not evident from the location.
-    pub workflow: Option<String>,
+    pub(crate) workflow: Option<String>,
 }
 
 impl Diagnostic {
     /// An error of this kind, its message rendered from it.
-    pub fn error(kind: DiagnosticKind) -> Self {
+    pub(crate) fn error(kind: DiagnosticKind) -> Self {
         Diagnostic {
             severity: Severity::Error,
             message: kind.to_string(),
@@ -92,14 +95,14 @@ impl Diagnostic {
     }
 
     /// A warning of this kind, its message rendered from it.
-    pub fn warning(kind: DiagnosticKind) -> Self {
+    pub(crate) fn warning(kind: DiagnosticKind) -> Self {
         Diagnostic {
             severity: Severity::Warning,
             ..Diagnostic::error(kind)
         }
     }
 
-    pub fn at(mut self, source: &SourceFile, span: Range<usize>) -> Self {
+    pub(crate) fn at(mut self, source: &SourceFile, span: Range<usize>) -> Self {
         self.location = Some(Location {
             source: source.clone(),
             span,
@@ -107,34 +110,46 @@ impl Diagnostic {
         self
     }
 
-    pub fn at_opt(self, location: Option<Location>) -> Self {
+    pub(crate) fn at_opt(self, location: Option<Location>) -> Self {
         match location {
             Some(location) => self.at(&location.source, location.span),
             None => self,
         }
     }
 
-    pub fn with_help(mut self, help: impl Into<String>) -> Self {
+    pub(crate) fn with_help(mut self, help: impl Into<String>) -> Self {
         self.help = Some(help.into());
         self
     }
 
-    pub fn with_help_opt(mut self, help: Option<String>) -> Self {
+    pub(crate) fn with_help_opt(mut self, help: Option<String>) -> Self {
         if help.is_some() {
             self.help = help;
         }
         self
     }
 
-    pub fn with_label(mut self, label: impl Into<String>) -> Self {
-        self.label = Some(label.into());
-        self
-    }
-
+    /// Whether it is an error (a workflow with one is invalid), not a warning.
     pub fn is_error(&self) -> bool {
         self.severity == Severity::Error
     }
 
+    /// What the problem is, with the values its message names.
+    pub fn kind(&self) -> &DiagnosticKind {
+        &self.kind
+    }
+
+    /// Whether it is an error or a warning.
+    pub fn severity(&self) -> Severity {
+        self.severity
+    }
+
+    /// What is wrong, as a lowercase fragment that reads after "error: ".
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The file it points into, if it points anywhere.
     pub fn file(&self) -> Option<&Path> {
         self.location.as_ref().map(|l| l.source.path.as_path())
     }

@@ -9,11 +9,11 @@ use serde_json::{json, Value};
 use crate::check::{Action, Workflow};
 
 pub struct Plan<'w> {
-    pub workflow: &'w Workflow,
+    pub(crate) workflow: &'w Workflow,
     /// Stage indexes by wave (finally stages are not in them).
-    pub waves: Vec<Vec<usize>>,
+    pub(crate) waves: Vec<Vec<usize>>,
     /// Finally stages by wave: they run once the run has ended, ordered among themselves.
-    pub finally: Vec<Vec<usize>>,
+    pub(crate) finally: Vec<Vec<usize>>,
 }
 
 impl<'w> Plan<'w> {

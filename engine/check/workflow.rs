@@ -20,39 +20,39 @@ pub const DEFAULT_MAX_OUTPUT: u64 = 64 << 20;
 
 /// A checked workflow: every reference resolved, every template and schema compiled.
 pub struct Workflow {
-    pub name: String,
+    pub(crate) name: String,
     /// `[workflow] description`.
-    pub description: Option<String>,
+    pub(crate) description: Option<String>,
     /// The declared inputs.
-    pub inputs: IndexMap<String, InputDecl>,
+    pub(crate) inputs: IndexMap<String, InputDecl>,
     /// `[workflow] env`: the environment variables templates may read.
-    pub env: Vec<String>,
+    pub(crate) env: Vec<String>,
     /// `[workflow] always_exit_zero`.
-    pub always_exit_zero: bool,
+    pub(crate) always_exit_zero: bool,
     /// `[workflow] records`: where and how the run's records are kept.
-    pub records: Option<RecordsDef>,
+    pub(crate) records: Option<RecordsDef>,
     /// `[workflow] budget_usd`: the most the run's model calls may cost.
-    pub budget_usd: Option<f64>,
+    pub(crate) budget_usd: Option<f64>,
     /// `[workflow] max_output` in bytes, or the default.
-    pub max_output: u64,
+    pub(crate) max_output: u64,
     /// The files as loaded, for locations in diagnostics found after check (the document
     /// itself is freed).
-    pub raw: RawWorkflow,
-    pub stages: Vec<Stage>,
+    pub(crate) raw: RawWorkflow,
+    pub(crate) stages: Vec<Stage>,
     /// Stage indexes in a topological order.
-    pub order: Vec<usize>,
+    pub(crate) order: Vec<usize>,
     /// For each stage, the stages that wait for it.
-    pub dependents: Vec<Vec<usize>>,
-    pub outputs: Vec<(String, Tmpl)>,
-    pub child_env: Vec<(String, Tmpl)>,
-    pub writes: Vec<Tmpl>,
-    pub lock: Option<CheckedLock>,
+    pub(crate) dependents: Vec<Vec<usize>>,
+    pub(crate) outputs: Vec<(String, Tmpl)>,
+    pub(crate) child_env: Vec<(String, Tmpl)>,
+    pub(crate) writes: Vec<Tmpl>,
+    pub(crate) lock: Option<CheckedLock>,
     /// `[workflow] records.project`: the project folder a user-located record is keyed by.
-    pub records_project: Option<Tmpl>,
+    pub(crate) records_project: Option<Tmpl>,
     /// SHA-256 of every file of the chain, top first.
-    pub file_hashes: Vec<(String, String)>,
+    pub(crate) file_hashes: Vec<(String, String)>,
     /// Warnings found while checking.
-    pub warnings: Vec<Diagnostic>,
+    pub(crate) warnings: Vec<Diagnostic>,
 }
 
 impl Workflow {
@@ -95,41 +95,41 @@ pub struct CheckedLock {
 
 /// One checked stage.
 pub struct Stage {
-    pub id: String,
-    pub index: usize,
+    pub(crate) id: String,
+    pub(crate) index: usize,
     /// The stage's texts as written, for display and messages.
-    pub text: StageText,
-    pub action: Action,
+    pub(crate) text: StageText,
+    pub(crate) action: Action,
     /// The stages that must finish first (explicit `after` and inferred references), sorted.
-    pub deps: Vec<usize>,
-    pub if_: Option<Tmpl>,
-    pub exit_if: Option<Tmpl>,
-    pub exit_message: Option<Tmpl>,
-    pub asserts: Vec<(Tmpl, Option<Tmpl>)>,
-    pub foreach: Option<Tmpl>,
-    pub format: OutputFormat,
-    pub schema: Option<Arc<Schema>>,
-    pub output_path: Option<Tmpl>,
-    pub set_state: Vec<(String, Tmpl)>,
-    pub cache: Option<CacheSpec>,
-    pub timeout: Option<Duration>,
+    pub(crate) deps: Vec<usize>,
+    pub(crate) if_: Option<Tmpl>,
+    pub(crate) exit_if: Option<Tmpl>,
+    pub(crate) exit_message: Option<Tmpl>,
+    pub(crate) asserts: Vec<(Tmpl, Option<Tmpl>)>,
+    pub(crate) foreach: Option<Tmpl>,
+    pub(crate) format: OutputFormat,
+    pub(crate) schema: Option<Arc<Schema>>,
+    pub(crate) output_path: Option<Tmpl>,
+    pub(crate) set_state: Vec<(String, Tmpl)>,
+    pub(crate) cache: Option<CacheSpec>,
+    pub(crate) timeout: Option<Duration>,
     /// The stage's own `max_output`, in bytes.
-    pub max_output: Option<u64>,
-    pub retries: u32,
-    pub retry_backoff: Duration,
-    pub repair: u32,
-    pub on_error: OnError,
+    pub(crate) max_output: Option<u64>,
+    pub(crate) retries: u32,
+    pub(crate) retry_backoff: Duration,
+    pub(crate) repair: u32,
+    pub(crate) on_error: OnError,
     /// Runs once the run has ended (`finally = true`).
-    pub finally: bool,
+    pub(crate) finally: bool,
     /// Items of a `foreach` that run at once, at most (besides `--jobs`).
-    pub concurrency: Option<usize>,
-    pub on_item_error: OnItemError,
-    pub temperature: Option<f64>,
-    pub max_tokens: Option<u32>,
+    pub(crate) concurrency: Option<usize>,
+    pub(crate) on_item_error: OnItemError,
+    pub(crate) temperature: Option<f64>,
+    pub(crate) max_tokens: Option<u32>,
     /// The output a dry-run assumes for the stage.
-    pub dry_run_output: Option<Value>,
+    pub(crate) dry_run_output: Option<Value>,
     /// SHA-256 of the stage's definition as written (after overlays).
-    pub definition_hash: String,
+    pub(crate) definition_hash: String,
 }
 
 /// A stage's texts as written: what `plan` shows and what messages quote.

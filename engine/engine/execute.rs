@@ -180,7 +180,7 @@ impl Engine {
     }
 
     /// The models of a run: the configuration, recording or replaying, with its budgets.
-    pub fn models(&self, request: &RunRequest) -> Result<Models, RunFailure> {
+    pub(crate) fn models(&self, request: &RunRequest) -> Result<Models, RunFailure> {
         let mut models = Models::load(&self.cwd).map_err(|e| RunFailure::invalid(e.to_string()))?;
         if let Some(dir) = &request.record {
             models.set_record(self.cwd.join(dir));

@@ -18,9 +18,9 @@ pub struct Listing {
     /// `[workflow] description`, or empty.
     pub description: String,
     /// The library it resolves to.
-    pub library: Library,
+    pub(crate) library: Library,
     /// Libraries lower on the path with a workflow of the same name, which it overlays.
-    pub overlays: Vec<Library>,
+    pub(crate) overlays: Vec<Library>,
 }
 
 impl Listing {

@@ -31,11 +31,11 @@ pub use listing::{CheckReport, Listing};
 /// A search path and a working directory: everything needed to find and check workflows.
 pub struct Engine {
     /// Where workflows, templates and schemas are looked up.
-    pub search: SearchPath,
+    pub(crate) search: SearchPath,
     /// The working directory: paths of the command line are relative to it.
-    pub cwd: PathBuf,
+    pub(crate) cwd: PathBuf,
     /// Where parsed documents are kept between loads, if anywhere.
-    pub documents: Option<Documents>,
+    pub(crate) documents: Option<Documents>,
     /// The `--library` folders, relative to `cwd`.
     libraries: Vec<PathBuf>,
 }

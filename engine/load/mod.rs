@@ -70,25 +70,25 @@ pub type Origins = foldhash::HashMap<String, Origin>;
 /// A workflow document, overlays merged, every key's origin known.
 #[derive(Debug, Clone)]
 pub struct RawWorkflow {
-    pub name: String,
-    pub doc: Value,
+    pub(crate) name: String,
+    pub(crate) doc: Value,
     /// See [`RawWorkflow::origins`].
     origins: OnceLock<Origins>,
     /// The files of the chain, the top overlay first.
-    pub sources: Vec<SourceFile>,
+    pub(crate) sources: Vec<SourceFile>,
     /// The library of the top file (templates and schemas are looked up there first).
-    pub library: Library,
+    pub(crate) library: Library,
     /// Stages removed by `disabled = true`, with where that was said.
-    pub disabled: HashMap<String, Origin>,
+    pub(crate) disabled: HashMap<String, Origin>,
     /// The typed reading of a kept document, read straight from it: `doc` is then `Null`
     /// until a diagnostic needs it ([`RawWorkflow::need_document`]).
-    pub typed: Option<Box<WorkflowFile>>,
+    pub(crate) typed: Option<Box<WorkflowFile>>,
 }
 
 impl RawWorkflow {
     /// The document, parsed again from the file's text if it was read straight as the typed
     /// workflow (a file on its own: the only kind read that way).
-    pub fn need_document(&mut self) {
+    pub(crate) fn need_document(&mut self) {
         if self.doc.is_null() && self.sources.len() == 1 {
             if let Ok((doc, _)) = parse_document(&self.sources[0], 0, false) {
                 self.doc = doc;
@@ -100,7 +100,7 @@ impl RawWorkflow {
     /// workflow of one file finds them when first asked, which is when there is something to
     /// point at: its text, kept in memory, is parsed again and gives the same document. A valid
     /// workflow of 10,000 stages is checked and run without building 50,000 pointers.
-    pub fn origins(&self) -> &Origins {
+    pub(crate) fn origins(&self) -> &Origins {
         self.origins.get_or_init(|| {
             parse_document(&self.sources[0], 0, true)
                 .map(|(_, origins)| origins)
@@ -109,12 +109,12 @@ impl RawWorkflow {
     }
 
     /// The location of a pointer's value, or of the closest enclosing key that has one.
-    pub fn locate(&self, pointer: &str) -> Option<Location> {
+    pub(crate) fn locate(&self, pointer: &str) -> Option<Location> {
         self.locate_with(pointer, Origin::value)
     }
 
     /// The location of a pointer's key.
-    pub fn locate_key(&self, pointer: &str) -> Option<Location> {
+    pub(crate) fn locate_key(&self, pointer: &str) -> Option<Location> {
         self.locate_with(pointer, Origin::key)
     }
 
@@ -137,7 +137,7 @@ impl RawWorkflow {
     }
 
     /// The top file.
-    pub fn file(&self) -> &SourceFile {
+    pub(crate) fn file(&self) -> &SourceFile {
         &self.sources[0]
     }
 }

@@ -93,20 +93,20 @@ pub struct Runtime<'a> {
 
 /// A run to resume from: its id and the outputs it recorded.
 pub struct ResumeFrom {
-    pub run_id: String,
-    pub outputs: HashMap<String, OutputLine>,
+    pub(crate) run_id: String,
+    pub(crate) outputs: HashMap<String, OutputLine>,
     /// The `foreach` items it finished (of stages it did not finish).
-    pub items: journal::FinishedItems,
+    pub(crate) items: journal::FinishedItems,
     /// The stage processes it started, to stop those it left running.
-    pub processes: Vec<journal::ProcessLine>,
+    pub(crate) processes: Vec<journal::ProcessLine>,
     /// It did not end on its own (killed, crashed): what it left running of the stages this run
     /// runs again is stopped first. (A run that ended waited for its stages' processes; what
     /// they left behind on purpose is theirs.)
-    pub interrupted: bool,
+    pub(crate) interrupted: bool,
     /// A dry-run's rehearsal of the run's real path: a stage with work whose fingerprint is
     /// the same as in that run takes the output it recorded instead of an assumed one (the run
     /// is not resumed: nothing that a real run would execute is marked reused).
-    pub rehearsal: bool,
+    pub(crate) rehearsal: bool,
 }
 
 /// Errors that stop a run before it starts.

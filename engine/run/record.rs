@@ -23,17 +23,24 @@ use serde_json::Value;
 
 use crate::models::Usage;
 
+/// How a run ended, or that it is still running (`status` in `run.json`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
+    /// Still running (a record whose process is gone reads as interrupted).
     Running,
+    /// Every stage that could run did.
     Completed,
+    /// Ended early, successfully, by a stage's `exit_if`.
     Exited,
+    /// A stage failed, or the run could not start.
     Failed,
+    /// Stopped by Ctrl-C or a signal, or its process was killed.
     Interrupted,
 }
 
 impl RunStatus {
+    /// The status as `run.json` spells it.
     pub fn as_str(self) -> &'static str {
         match self {
             RunStatus::Running => "running",
@@ -278,40 +285,40 @@ pub struct FileHash {
 /// `run.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunRecord {
-    pub run_id: String,
-    pub workflow: String,
-    pub status: RunStatus,
+    pub(crate) run_id: String,
+    pub(crate) workflow: String,
+    pub(crate) status: RunStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exit: Option<ExitInfo>,
+    pub(crate) exit: Option<ExitInfo>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    pub inputs: serde_json::Map<String, Value>,
-    pub started_at: String,
+    pub(crate) error: Option<String>,
+    pub(crate) inputs: serde_json::Map<String, Value>,
+    pub(crate) started_at: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub finished_at: Option<String>,
+    pub(crate) finished_at: Option<String>,
     #[serde(default)]
-    pub duration_ms: u64,
+    pub(crate) duration_ms: u64,
     #[serde(default)]
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resumed_from: Option<String>,
-    pub cwd: String,
-    pub files: Vec<FileHash>,
+    pub(crate) resumed_from: Option<String>,
+    pub(crate) cwd: String,
+    pub(crate) files: Vec<FileHash>,
     #[serde(serialize_with = "stages_as_written")]
-    pub stages: IndexMap<String, StageRecord, foldhash::fast::RandomState>,
+    pub(crate) stages: IndexMap<String, StageRecord, foldhash::fast::RandomState>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub outputs: Option<Value>,
+    pub(crate) outputs: Option<Value>,
     /// The `[outputs]` values larger than [`LARGE_OUTPUT`], each kept once in a file below
     /// `artifacts/`: `run.json` holds null in their place in `outputs`, and a record is read
     /// with them put back ([`read_record`]).
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
-    pub output_files: IndexMap<String, StoredValue>,
+    pub(crate) output_files: IndexMap<String, StoredValue>,
     #[serde(default)]
-    pub usage: UsageTotals,
+    pub(crate) usage: UsageTotals,
     /// The process writing the record while it runs: a record still `running` whose process
     /// is gone was killed or crashed, and reads as `interrupted`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub holder: Option<super::holder::Holder>,
+    pub(crate) holder: Option<super::holder::Holder>,
 }
 
 /// A value kept in a file of its own: where (a path below the folder that holds the
