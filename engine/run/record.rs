@@ -358,8 +358,8 @@ impl StoredValue {
         if name.is_empty() || name.contains('/') || name.starts_with('.') {
             return None;
         }
-        let file = File::open(base.join("outputs").join(name)).ok()?;
-        if !file.metadata().ok()?.is_file() || file.metadata().ok()?.len() != self.size {
+        let file = open_plain(&base.join("outputs").join(name))?;
+        if file.metadata().ok()?.len() != self.size {
             return None;
         }
         let mut bytes = Vec::with_capacity(usize::try_from(self.size).ok()?);
@@ -854,8 +854,20 @@ pub(super) fn read_output_file(artifacts: &Path, file: &str) -> Option<Value> {
     if name.is_empty() || name.contains('/') || name.starts_with('.') {
         return None;
     }
-    let file = File::open(artifacts.join("outputs").join(name)).ok()?;
+    let file = open_plain(&artifacts.join("outputs").join(name))?;
     serde_json::from_reader(BufReader::new(file)).ok()
+}
+
+/// `path` opened for reading when it is a regular file; opened without waiting, so a FIFO put
+/// in its place is refused rather than waited on.
+fn open_plain(path: &Path) -> Option<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    file.metadata().ok()?.is_file().then_some(file)
 }
 
 /// The workflow a run record belongs to, read from the head of its `run.json` (the record's
@@ -1122,6 +1134,66 @@ mod tests {
         record.stages["a"].write_once();
         record.stages["a"].duration_ms = 7;
         assert_eq!(serde_json::to_string(&record).unwrap(), before);
+    }
+
+    /// A large `[outputs]` value is kept in a file, null in `run.json`, and read back; a
+    /// missing or damaged file leaves it null and still named.
+    #[test]
+    fn a_large_run_output_is_kept_in_a_file_and_read_back() {
+        let state = tempfile::tempdir().unwrap();
+        let dir = runs_dir(state.path()).join("r1");
+        let mut files = RunFiles::create(dir.clone()).unwrap();
+        let big = Value::from("x".repeat(usize::try_from(LARGE_OUTPUT).unwrap()));
+        let mut record: RunRecord = serde_json::from_value(serde_json::json!({
+            "run_id": "r1", "workflow": "w", "status": "completed", "inputs": {},
+            "started_at": "2026-11-30T00:00:00.000Z", "cwd": ".", "files": [], "stages": {},
+            "outputs": { "big": big, "small": 1 }
+        }))
+        .unwrap();
+        files.save(&mut record, Rewrite::Now).unwrap();
+        // The record in memory keeps the value; the file on disk does not.
+        assert_eq!(record.outputs.as_ref().unwrap()["big"], big);
+        let text = std::fs::read_to_string(dir.join("run.json")).unwrap();
+        assert!(text.len() < 2_000, "{} bytes", text.len());
+        let raw: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            raw["outputs"],
+            serde_json::json!({ "big": null, "small": 1 })
+        );
+        let stored: StoredValue =
+            serde_json::from_value(raw["output_files"]["big"].clone()).unwrap();
+        assert_eq!(stored.size, LARGE_OUTPUT + 2);
+        assert!(
+            stored.path.starts_with("outputs/output-"),
+            "{}",
+            stored.path
+        );
+        // Saved again: the same file, written once.
+        files.save(&mut record, Rewrite::Now).unwrap();
+        assert_eq!(
+            std::fs::read_dir(dir.join("artifacts/outputs"))
+                .unwrap()
+                .count(),
+            1
+        );
+
+        let read = read_record(state.path(), "r1").unwrap();
+        assert_eq!(read.outputs.as_ref().unwrap()["big"], big);
+        assert_eq!(read.outputs.as_ref().unwrap()["small"], 1);
+        let as_written = read_record_as_written(state.path(), "r1").unwrap();
+        assert_eq!(as_written.outputs.as_ref().unwrap()["big"], Value::Null);
+
+        // Damaged (same size, other bytes), then missing: null, still named.
+        let file = dir.join("artifacts").join(&stored.path);
+        let mut bytes = std::fs::read(&file).unwrap();
+        bytes[1] = b'y';
+        std::fs::write(&file, bytes).unwrap();
+        let read = read_record(state.path(), "r1").unwrap();
+        assert_eq!(read.outputs.as_ref().unwrap()["big"], Value::Null);
+        assert!(read.output_files.contains_key("big"));
+        std::fs::remove_file(&file).unwrap();
+        let read = read_record(state.path(), "r1").unwrap();
+        assert_eq!(read.outputs.as_ref().unwrap()["big"], Value::Null);
     }
 
     #[test]
