@@ -13,13 +13,13 @@ use serde_json::{json, Map, Value};
 /// What the hook runs, after the program: the payload arrives on stdin, and `--detach` checks it
 /// and goes on in a session of its own, so the hook returns at once and the run outlives the
 /// session that fired it (Claude Code kills what a hook started when it exits).
-pub const HOOK_ARGS: &str = "run context-update --inputs-json - --quiet --detach";
+pub(crate) const HOOK_ARGS: &str = "run context-update --inputs-json - --quiet --detach";
 
 /// The same hook as written before `--detach`; recognised so `uninstall-hook` removes it too.
 const OLD_HOOK_ARGS: &str = "run context-update --inputs-json - --quiet";
 
 /// Seconds Claude Code gives the hook: it only checks the payload and starts the run.
-pub const HOOK_TIMEOUT_SECS: u64 = 30;
+pub(crate) const HOOK_TIMEOUT_SECS: u64 = 30;
 
 /// Which settings file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,23 +49,39 @@ impl SettingsScope {
 /// Why the settings cannot be changed.
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsError {
+    /// `$HOME` is not set, so the user settings file cannot be found.
     #[error("$HOME is not set: cannot find the user settings")]
     NoHome,
+    /// The settings file exists but cannot be read.
     #[error("cannot read {}: {source}", path.display())]
     Read {
+        /// The settings file.
         path: PathBuf,
+        /// Why it cannot be read.
         source: std::io::Error,
     },
+    /// The settings file is not valid JSON; it is left as it is.
     #[error("{} is not valid JSON ({source}); fix it first, nothing was changed", path.display())]
     Parse {
+        /// The settings file.
         path: PathBuf,
+        /// Where and why it does not parse.
         source: serde_json::Error,
     },
+    /// The file, or the part of it the hook goes in, is not a JSON object; it is left as it is.
     #[error("{} must hold a JSON object{}; nothing was changed", path.display(), at)]
-    Shape { path: PathBuf, at: String },
+    Shape {
+        /// The settings file.
+        path: PathBuf,
+        /// Which part is not an object (" at `hooks`"), or empty for the whole file.
+        at: String,
+    },
+    /// The changed settings cannot be written.
     #[error("cannot write {}: {source}", path.display())]
     Write {
+        /// The settings file.
         path: PathBuf,
+        /// Why it cannot be written.
         source: std::io::Error,
     },
 }
@@ -186,7 +202,7 @@ impl fmt::Debug for HookChange {
 
 /// The hook's command line: `stagegraph` when the one on PATH is this binary, else this binary's
 /// absolute path (quoted for the shell Claude Code runs hooks with).
-pub fn hook_command() -> String {
+pub(crate) fn hook_command() -> String {
     let exe = std::env::current_exe().ok();
     let on_path = which::which("stagegraph").ok();
     let same = match (&exe, &on_path) {

@@ -14,14 +14,14 @@ pub use kind::{DiagnosticKind, Escape};
 
 /// A loaded source file, kept so diagnostics can show snippets.
 #[derive(Debug, Clone)]
-pub struct SourceFile {
+pub(crate) struct SourceFile {
     /// The path shown to users (`<built-in>/workflows/x.toml` for embedded files).
     pub path: PathBuf,
     pub text: Arc<str>,
 }
 
 impl SourceFile {
-    pub fn new(path: impl Into<PathBuf>, text: impl Into<Arc<str>>) -> Self {
+    pub(crate) fn new(path: impl Into<PathBuf>, text: impl Into<Arc<str>>) -> Self {
         SourceFile {
             path: path.into(),
             text: text.into(),
@@ -29,7 +29,7 @@ impl SourceFile {
     }
 
     /// 1-based line and column (in characters) of a byte offset.
-    pub fn line_col(&self, offset: usize) -> (usize, usize) {
+    pub(crate) fn line_col(&self, offset: usize) -> (usize, usize) {
         let offset = offset.min(self.text.len());
         let before = &self.text[..floor_char_boundary(&self.text, offset)];
         let line = before.matches('\n').count() + 1;
@@ -58,7 +58,7 @@ pub enum Severity {
 
 /// Where a diagnostic points.
 #[derive(Debug, Clone)]
-pub struct Location {
+pub(crate) struct Location {
     pub source: SourceFile,
     pub span: Range<usize>,
 }
@@ -314,7 +314,7 @@ impl miette::Diagnostic for SnippetReport {
 }
 
 /// The closest candidate to a misspelt name, when one is close enough to suggest.
-pub fn did_you_mean<'a>(
+pub(crate) fn did_you_mean<'a>(
     name: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<String> {
@@ -329,6 +329,6 @@ pub fn did_you_mean<'a>(
 }
 
 /// Whether any diagnostic is an error.
-pub fn has_errors(diagnostics: &[Diagnostic]) -> bool {
+pub(crate) fn has_errors(diagnostics: &[Diagnostic]) -> bool {
     diagnostics.iter().any(Diagnostic::is_error)
 }

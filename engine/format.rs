@@ -11,7 +11,7 @@ use serde_json::Value;
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 #[schemars(title = "stagegraph workflow")]
-pub struct WorkflowFile {
+pub(crate) struct WorkflowFile {
     /// Settings of the workflow as a whole.
     #[serde(default)]
     pub workflow: WorkflowSection,
@@ -30,7 +30,7 @@ pub struct WorkflowFile {
 /// `[workflow]`
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct WorkflowSection {
+pub(crate) struct WorkflowSection {
     /// One line, shown by `list`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
@@ -72,7 +72,7 @@ pub struct WorkflowSection {
 /// `[workflow] records`: where a workflow's run records, `set_state` values and cache live.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RecordsDef {
+pub(crate) struct RecordsDef {
     /// `project` (the state folder: `.stagegraph/` or `--state-dir`) or `user`
     /// (`$XDG_STATE_HOME/stagegraph/<project key>/`, default `~/.local/state`), for a workflow
     /// that must leave nothing in the project tree. `--state-dir` still wins.
@@ -93,7 +93,7 @@ pub struct RecordsDef {
 /// Where a workflow's records live.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum RecordsLocation {
+pub(crate) enum RecordsLocation {
     /// The state folder of the run (`.stagegraph/` in the working directory, or `--state-dir`).
     #[default]
     Project,
@@ -108,7 +108,7 @@ fn is_false(value: &bool) -> bool {
 /// A `mkdir`-based lock.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct LockDef {
+pub(crate) struct LockDef {
     /// Template naming the lock folder.
     pub path: String,
     /// What to do when another run holds it.
@@ -126,7 +126,7 @@ pub struct LockDef {
 /// What a run does when its lock is held.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum Busy {
+pub(crate) enum Busy {
     /// End the run early and successfully.
     #[default]
     Exit,
@@ -139,7 +139,7 @@ pub enum Busy {
 /// `[inputs.<name>]`
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct InputDecl {
+pub(crate) struct InputDecl {
     #[serde(rename = "type")]
     pub kind: InputType,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -152,7 +152,7 @@ pub struct InputDecl {
 /// The type of an input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum InputType {
+pub(crate) enum InputType {
     String,
     Integer,
     Number,
@@ -162,7 +162,7 @@ pub enum InputType {
 }
 
 impl InputType {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             InputType::String => "string",
             InputType::Integer => "integer",
@@ -174,7 +174,7 @@ impl InputType {
     }
 
     /// Whether a JSON value is of this type.
-    pub fn admits(self, value: &Value) -> bool {
+    pub(crate) fn admits(self, value: &Value) -> bool {
         match self {
             InputType::String => value.is_string(),
             InputType::Integer => value.is_i64() || value.is_u64(),
@@ -189,7 +189,7 @@ impl InputType {
 /// `[stages.<id>]`
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct StageDef {
+pub(crate) struct StageDef {
     /// One line, shown by `plan`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
@@ -319,7 +319,7 @@ impl StageDef {
     /// Whether the stage says `key`, for the keys whose presence `check` weighs (the actions
     /// and the settings that belong to one). Read from the typed stage, not the document, so
     /// it holds however the workflow was read: an empty table (`env = {}`) says nothing.
-    pub fn has(&self, key: &str) -> bool {
+    pub(crate) fn has(&self, key: &str) -> bool {
         match key {
             "command" => self.command.is_some(),
             "shell" => self.shell.is_some(),
@@ -344,12 +344,13 @@ impl StageDef {
 }
 
 /// The keys that name a stage's action.
-pub const ACTION_KEYS: [&str; 6] = ["command", "shell", "prompt", "template", "uses", "workflow"];
+pub(crate) const ACTION_KEYS: [&str; 6] =
+    ["command", "shell", "prompt", "template", "uses", "workflow"];
 
 /// A template: a file found in the libraries, or inline text.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
-pub enum TemplateRef {
+pub(crate) enum TemplateRef {
     /// A file under `templates/`.
     File(String),
     /// `{ inline = "..." }`
@@ -358,14 +359,14 @@ pub enum TemplateRef {
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct InlineTemplate {
+pub(crate) struct InlineTemplate {
     pub inline: String,
 }
 
 /// `{ that = "expr", message = "template" }`
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct AssertDef {
+pub(crate) struct AssertDef {
     pub that: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
@@ -374,7 +375,7 @@ pub struct AssertDef {
 /// `output = { format, schema, path }`
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct OutputDef {
+pub(crate) struct OutputDef {
     #[serde(default)]
     pub format: OutputFormat,
     /// A JSON Schema file under `schemas/` the output must satisfy.
@@ -387,7 +388,7 @@ pub struct OutputDef {
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum OutputFormat {
+pub(crate) enum OutputFormat {
     #[default]
     Text,
     Json,
@@ -396,7 +397,7 @@ pub enum OutputFormat {
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum OnError {
+pub(crate) enum OnError {
     /// The run fails.
     #[default]
     Fail,
@@ -408,7 +409,7 @@ pub enum OnError {
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum OnItemError {
+pub(crate) enum OnItemError {
     /// The items not started are not run; the stage fails.
     #[default]
     Fail,
@@ -419,14 +420,14 @@ pub enum OnItemError {
 /// `cache = true` or `{ key = "template", ttl = "7d" }`
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
-pub enum CacheDef {
+pub(crate) enum CacheDef {
     Enabled(bool),
     Keyed(CacheKeyed),
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CacheKeyed {
+pub(crate) struct CacheKeyed {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -434,7 +435,7 @@ pub struct CacheKeyed {
 }
 
 /// The JSON Schema of the workflow format.
-pub fn workflow_schema() -> Value {
+pub(crate) fn workflow_schema() -> Value {
     let schema = schemars::schema_for!(WorkflowFile);
     serde_json::to_value(schema).unwrap_or(Value::Null)
 }

@@ -5,28 +5,30 @@
 //! `load` (TOML -> [`load::RawWorkflow`]), `check` (-> [`check::Workflow`]), `plan`
 //! (-> [`plan::Plan`]) and `run` (-> [`run::RunRecord`]).
 
-pub mod builtins;
-pub mod check;
-pub mod claude;
-pub mod diag;
-pub mod engine;
-pub(crate) mod finally;
-pub mod floor;
-pub mod format;
-/// Not part of the API: the entry points of the fuzz targets, for the fuzz crate and the
-/// regression test that replays its inputs.
-#[doc(hidden)]
-pub mod fuzzing;
-pub mod library;
-pub mod load;
-pub mod mcp;
+// The phases and what they stand on; none of them is public, the face below is.
+mod builtins;
+mod check;
+mod claude;
+mod diag;
+mod engine;
+mod finally;
+mod floor;
+mod format;
+mod library;
+mod load;
+mod mcp;
 // Model errors carry the provider's error body for the user; they are rare and off the hot path.
 #[allow(clippy::result_large_err)]
-pub mod models;
-pub mod plan;
-pub mod run;
-pub mod schema;
-pub mod template;
+mod models;
+mod plan;
+mod run;
+mod schema;
+mod template;
+
+/// Not part of the API: the entry points of the fuzz targets, for the fuzz crate and the
+/// regression test that replays its inputs. It may change with any release.
+#[doc(hidden)]
+pub mod fuzzing;
 
 pub use check::{Stage, Workflow};
 pub use claude::{HookChange, SettingsError, SettingsScope};

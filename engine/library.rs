@@ -17,14 +17,14 @@ static BUILTIN_SCHEMAS: Dir = include_dir!("$CARGO_MANIFEST_DIR/schemas");
 
 /// The three kinds of file a library holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shelf {
+pub(crate) enum Shelf {
     Workflows,
     Templates,
     Schemas,
 }
 
 impl Shelf {
-    pub fn folder(self) -> &'static str {
+    pub(crate) fn folder(self) -> &'static str {
         match self {
             Shelf::Workflows => "workflows",
             Shelf::Templates => "templates",
@@ -43,7 +43,7 @@ impl Shelf {
 
 /// One library on the search path.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Library {
+pub(crate) struct Library {
     /// The folder, or `None` for the built-in library.
     pub root: Option<PathBuf>,
     /// Why it is on the path (`--library`, `STAGEGRAPH_PATH`, `project`, `user`, `built-in`).
@@ -51,26 +51,22 @@ pub struct Library {
 }
 
 impl Library {
-    pub fn builtin() -> Self {
+    pub(crate) fn builtin() -> Self {
         Library {
             root: None,
             origin: "built-in",
         }
     }
 
-    pub fn dir(root: impl Into<PathBuf>, origin: &'static str) -> Self {
+    pub(crate) fn dir(root: impl Into<PathBuf>, origin: &'static str) -> Self {
         Library {
             root: Some(root.into()),
             origin,
         }
     }
 
-    pub fn is_builtin(&self) -> bool {
-        self.root.is_none()
-    }
-
     /// How the library is shown to users.
-    pub fn display(&self) -> String {
+    pub(crate) fn display(&self) -> String {
         match &self.root {
             Some(root) => root.display().to_string(),
             None => "<built-in>".to_string(),
@@ -78,7 +74,7 @@ impl Library {
     }
 
     /// A file of this library, read.
-    pub fn read(&self, shelf: Shelf, relative: &str) -> Option<SourceFile> {
+    pub(crate) fn read(&self, shelf: Shelf, relative: &str) -> Option<SourceFile> {
         if relative.split('/').any(|part| part == "..") {
             return None;
         }
@@ -99,16 +95,8 @@ impl Library {
         }
     }
 
-    /// Whether the library has that file.
-    pub fn has(&self, shelf: Shelf, relative: &str) -> bool {
-        match &self.root {
-            Some(root) => root.join(shelf.folder()).join(relative).is_file(),
-            None => shelf.builtin().get_file(relative).is_some(),
-        }
-    }
-
     /// The workflow names this library holds, sorted.
-    pub fn workflow_names(&self) -> Vec<String> {
+    pub(crate) fn workflow_names(&self) -> Vec<String> {
         let mut names: Vec<String> = match &self.root {
             Some(root) => std::fs::read_dir(root.join("workflows"))
                 .into_iter()
@@ -132,7 +120,7 @@ impl Library {
     }
 
     /// Every file of a shelf, as relative paths (for `eject`).
-    pub fn files(&self, shelf: Shelf, prefix: &str) -> Vec<String> {
+    pub(crate) fn files(&self, shelf: Shelf, prefix: &str) -> Vec<String> {
         let mut out = Vec::new();
         match &self.root {
             Some(root) => {
@@ -169,13 +157,13 @@ fn collect_embedded(dir: &Dir<'_>, prefix: &str, out: &mut Vec<String>) {
 
 /// The ordered list of libraries.
 #[derive(Debug, Clone)]
-pub struct SearchPath {
+pub(crate) struct SearchPath {
     pub libraries: Vec<Library>,
 }
 
 /// Where a workflow was found.
 #[derive(Debug, Clone)]
-pub struct Found {
+pub(crate) struct Found {
     pub library: Library,
     /// Index on the search path, or `None` for a workflow named by its path.
     pub position: Option<usize>,
@@ -185,7 +173,7 @@ pub struct Found {
 impl SearchPath {
     /// The search path of the spec, from the command line's `--library` folders, the
     /// environment and the working directory.
-    pub fn from_env(cli: &[PathBuf], cwd: &Path) -> Self {
+    pub(crate) fn from_env(cli: &[PathBuf], cwd: &Path) -> Self {
         let mut libraries: Vec<Library> = cli
             .iter()
             .map(|dir| Library::dir(cwd.join(dir), "--library"))
@@ -206,12 +194,12 @@ impl SearchPath {
     }
 
     /// Only the given libraries (tests, embedding).
-    pub fn new(libraries: Vec<Library>) -> Self {
+    pub(crate) fn new(libraries: Vec<Library>) -> Self {
         SearchPath { libraries }
     }
 
     /// A workflow by name (first match) or by path (ending in `.toml`).
-    pub fn find_workflow(&self, reference: &str, cwd: &Path) -> Option<Found> {
+    pub(crate) fn find_workflow(&self, reference: &str, cwd: &Path) -> Option<Found> {
         if reference.ends_with(".toml") {
             return workflow_at_path(&cwd.join(reference));
         }
@@ -219,7 +207,7 @@ impl SearchPath {
     }
 
     /// The first workflow of that name at or after `start` on the path.
-    pub fn find_workflow_from(&self, name: &str, start: usize) -> Option<Found> {
+    pub(crate) fn find_workflow_from(&self, name: &str, start: usize) -> Option<Found> {
         let file = format!("{name}.toml");
         self.libraries
             .iter()
@@ -240,7 +228,12 @@ impl SearchPath {
     /// override one template of a shipped workflow with a file in `.stagegraph/templates/`;
     /// then the workflow's own library, so its files win over those of libraries below it. A
     /// workflow named by its path (not on the search path) looks in its own library first.
-    pub fn find_file(&self, own: &Library, shelf: Shelf, relative: &str) -> Option<SourceFile> {
+    pub(crate) fn find_file(
+        &self,
+        own: &Library,
+        shelf: Shelf,
+        relative: &str,
+    ) -> Option<SourceFile> {
         if !self.libraries.contains(own) {
             if let Some(found) = own.read(shelf, relative) {
                 return Some(found);
@@ -252,7 +245,7 @@ impl SearchPath {
     }
 
     /// Every workflow name on the path, each with the library it resolves to.
-    pub fn workflows(&self) -> Vec<(String, Library, Vec<Library>)> {
+    pub(crate) fn workflows(&self) -> Vec<(String, Library, Vec<Library>)> {
         let mut out: Vec<(String, Library, Vec<Library>)> = Vec::new();
         for library in &self.libraries {
             for name in library.workflow_names() {
@@ -267,7 +260,7 @@ impl SearchPath {
     }
 
     /// Names a typo might have meant.
-    pub fn workflow_names(&self) -> Vec<String> {
+    pub(crate) fn workflow_names(&self) -> Vec<String> {
         self.workflows()
             .into_iter()
             .map(|(name, _, _)| name)
@@ -291,7 +284,7 @@ fn workflow_at_path(path: &Path) -> Option<Found> {
 }
 
 /// `$XDG_CONFIG_HOME`, or `~/.config`.
-pub fn user_config_dir() -> Option<PathBuf> {
+pub(crate) fn user_config_dir() -> Option<PathBuf> {
     match std::env::var_os("XDG_CONFIG_HOME") {
         Some(dir) if !dir.is_empty() => Some(PathBuf::from(dir)),
         _ => std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".config")),

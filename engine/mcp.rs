@@ -29,7 +29,7 @@ const STDERR_LIMIT: usize = 64 * 1024;
 
 /// What the server needs to run this binary again as the command line would.
 #[derive(Clone)]
-pub struct McpOptions {
+pub(crate) struct McpOptions {
     /// `--library` folders, in order.
     pub libraries: Vec<PathBuf>,
     /// `--state-dir`, when given.
@@ -41,7 +41,7 @@ pub struct McpOptions {
 }
 
 /// Serve the protocol on stdin and stdout until the client closes the connection.
-pub fn serve(options: McpOptions) -> std::io::Result<()> {
+pub(crate) fn serve(options: McpOptions) -> std::io::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -8,6 +8,8 @@ use serde_json::{json, Value};
 
 use crate::check::{Action, Workflow};
 
+/// The order a checked workflow's stages run in: waves of stages that may run at once, each
+/// wave after the one before, then the finally stages.
 pub struct Plan<'w> {
     pub(crate) workflow: &'w Workflow,
     /// Stage indexes by wave (finally stages are not in them).
@@ -17,6 +19,7 @@ pub struct Plan<'w> {
 }
 
 impl<'w> Plan<'w> {
+    /// The plan of a checked workflow.
     pub fn new(workflow: &'w Workflow) -> Self {
         let waves_of = |finally: bool| {
             let mut level = vec![0usize; workflow.stages.len()];
@@ -66,6 +69,7 @@ impl<'w> Plan<'w> {
         }
     }
 
+    /// `plan` as text: the workflow, then each wave with its stages and what each does.
     pub fn to_text(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(
@@ -121,6 +125,7 @@ impl<'w> Plan<'w> {
         out
     }
 
+    /// `plan --format json`: the stages with their waves and dependencies.
     pub fn to_json(&self) -> Value {
         let stages: Vec<Value> = self
             .waves
@@ -154,6 +159,7 @@ impl<'w> Plan<'w> {
         })
     }
 
+    /// `plan --format dot`: the stage graph for graphviz.
     pub fn to_dot(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "digraph {} {{", dot_id(&self.workflow.name));
@@ -197,6 +203,7 @@ impl<'w> Plan<'w> {
         out
     }
 
+    /// `plan --format mermaid`: the stage graph as a mermaid flowchart.
     pub fn to_mermaid(&self) -> String {
         let mut out = String::from("flowchart LR\n");
         for &i in &self.workflow.order {

@@ -4,14 +4,13 @@
 use serde_json::{Map, Value};
 
 use crate::diag::{did_you_mean, Diagnostic, DiagnosticKind, SourceFile};
-pub use crate::floor::hash::sha256_hex;
 
 /// How many characters and elements an instance built from a schema may hold in all.
-pub const EXAMPLE_BUDGET: u64 = 1 << 20;
+pub(crate) const EXAMPLE_BUDGET: u64 = 1 << 20;
 
 /// The largest `minLength`, `minItems` or `minProperties` a schema may ask for: an instance
 /// that large could not be held in memory.
-pub const LARGEST_BOUND: f64 = (1u64 << 32) as f64;
+pub(crate) const LARGEST_BOUND: f64 = (1u64 << 32) as f64;
 
 /// A count a schema states (`minItems: 3`, or `3.0`, or `1e11`), saturating.
 fn as_count(value: &Value) -> Option<u64> {
@@ -61,7 +60,7 @@ fn impossible_bound(node: &Value, at: &mut String) -> Option<(String, &'static s
 }
 
 /// A compiled JSON Schema.
-pub struct Schema {
+pub(crate) struct Schema {
     pub name: String,
     pub value: Value,
     pub sha256: String,
@@ -76,7 +75,7 @@ impl std::fmt::Debug for Schema {
 
 impl Schema {
     /// Parse and compile a schema file.
-    pub fn compile(file: &SourceFile) -> Result<Schema, Box<Diagnostic>> {
+    pub(crate) fn compile(file: &SourceFile) -> Result<Schema, Box<Diagnostic>> {
         let value: Value = serde_json::from_str(&file.text).map_err(|error| {
             let offset = offset_of(&file.text, error.line(), error.column());
             Box::new(
@@ -112,7 +111,7 @@ impl Schema {
         }
     }
 
-    pub fn from_value(value: Value, name: &str) -> Result<Schema, String> {
+    pub(crate) fn from_value(value: Value, name: &str) -> Result<Schema, String> {
         let validator = jsonschema::validator_for(&value).map_err(|e| e.to_string())?;
         Ok(Schema::with_validator(value, name, validator))
     }
@@ -128,7 +127,7 @@ impl Schema {
     }
 
     /// Every validation error, as `at /path: message` lines.
-    pub fn validate(&self, instance: &Value) -> Result<(), Vec<String>> {
+    pub(crate) fn validate(&self, instance: &Value) -> Result<(), Vec<String>> {
         let errors: Vec<String> = self
             .validator
             .iter_errors(instance)
@@ -150,7 +149,7 @@ impl Schema {
     }
 
     /// Whether a property path can be produced by this schema.
-    pub fn check_path(&self, path: &[&str]) -> Result<(), (DiagnosticKind, Option<String>)> {
+    pub(crate) fn check_path(&self, path: &[&str]) -> Result<(), (DiagnosticKind, Option<String>)> {
         self.check_path_in(&self.value, path, &self.short_name(), true)
             .map_err(|(message, help, _)| (message, help))
     }
@@ -160,7 +159,7 @@ impl Schema {
     /// its properties and says nothing of others is taken to mean the ones listed; without it,
     /// such an object is open, and a name outside it is reported only when it is a near miss of
     /// a listed one (the third value is then false: likely a typo, not certainly wrong).
-    pub fn check_path_in(
+    pub(crate) fn check_path_in(
         &self,
         start: &Value,
         path: &[&str],
@@ -244,7 +243,7 @@ impl Schema {
     }
 
     /// The node a property path leads to (`$ref`s followed), when the schema says what it is.
-    pub fn node_at(&self, path: &[&str]) -> Option<&Value> {
+    pub(crate) fn node_at(&self, path: &[&str]) -> Option<&Value> {
         let mut node = self.resolve(&self.value);
         for segment in path {
             let next = if segment.parse::<usize>().is_ok() {
@@ -261,7 +260,7 @@ impl Schema {
 
     /// The JSON types a node of this schema declares (`type`, or the type of a `const` or of
     /// every `enum` value); empty when it declares none.
-    pub fn types_of(node: &Value) -> Vec<String> {
+    pub(crate) fn types_of(node: &Value) -> Vec<String> {
         match node.get("type") {
             Some(Value::String(kind)) => vec![kind.clone()],
             Some(Value::Array(kinds)) => kinds
@@ -295,7 +294,7 @@ impl Schema {
     }
 
     /// The properties of an object node whose declared type is an array.
-    pub fn array_properties(&self, node: &Value) -> Vec<String> {
+    pub(crate) fn array_properties(&self, node: &Value) -> Vec<String> {
         node.get("properties")
             .and_then(Value::as_object)
             .map(|properties| {
@@ -310,11 +309,6 @@ impl Schema {
                     .collect()
             })
             .unwrap_or_default()
-    }
-
-    /// A node with its `$ref`s followed.
-    pub fn resolved<'a>(&'a self, node: &'a Value) -> &'a Value {
-        self.resolve(node)
     }
 
     pub(crate) fn short_name(&self) -> String {
@@ -353,7 +347,7 @@ impl Schema {
     /// The instance is bounded: past [`EXAMPLE_BUDGET`] characters and elements in all, strings
     /// and arrays stop growing (such an instance may fall short of its schema's minimums, which
     /// a dry-run then reports rather than running out of memory).
-    pub fn synthesize(&self) -> Value {
+    pub(crate) fn synthesize(&self) -> Value {
         let mut budget = EXAMPLE_BUDGET;
         self.synthesize_node(&self.value, 0, &mut budget)
     }

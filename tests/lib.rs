@@ -1,3 +1,6 @@
+//! The integration tests, one module per area, most of them driving the real `stagegraph`
+//! binary in a temporary folder (see `support`).
+
 mod loopback;
 mod support;
 

@@ -24,7 +24,7 @@ use super::args::{self, parse};
 use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
 use crate::diag::DiagnosticKind;
 
-pub const NAME: &str = "ask";
+pub(crate) const NAME: &str = "ask";
 
 pub(crate) fn builtins() -> Vec<Builtin> {
     vec![Builtin {
@@ -63,7 +63,7 @@ fn output_schema() -> Value {
 }
 
 /// The output's schema for these arguments: an enum of the choices when they are written out.
-pub fn output_schema_for(with: Option<&IndexMap<String, Value>>) -> Value {
+pub(crate) fn output_schema_for(with: Option<&IndexMap<String, Value>>) -> Value {
     let mut schema = output_schema();
     if let Some(choices) = literal_choices(with) {
         schema["enum"] = json!(choices);
@@ -88,7 +88,9 @@ fn literal_choices(with: Option<&IndexMap<String, Value>>) -> Option<Vec<String>
 
 /// What `check` can tell of the arguments as written: `default` and `yes` must be choices.
 /// Each problem names its argument.
-pub fn problems(with: Option<&IndexMap<String, Value>>) -> Vec<(&'static str, DiagnosticKind)> {
+pub(crate) fn problems(
+    with: Option<&IndexMap<String, Value>>,
+) -> Vec<(&'static str, DiagnosticKind)> {
     let Some(choices) = literal_choices(with) else {
         return Vec::new();
     };
@@ -121,7 +123,7 @@ fn run(_with: &Value, _ctx: &BuiltinCtx) -> BuiltinResult {
 
 /// What the command line says about answers.
 #[derive(Debug, Clone, Default)]
-pub struct Answers {
+pub(crate) struct Answers {
     /// `--answer STAGE_ID=VALUE`.
     pub given: BTreeMap<String, String>,
     /// `--yes`.
@@ -132,7 +134,7 @@ pub struct Answers {
 
 /// Where an answer came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
+pub(crate) enum Source {
     Answer,
     Yes,
     Default,
@@ -140,7 +142,7 @@ pub enum Source {
 }
 
 impl Source {
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             Source::Answer => "from --answer",
             Source::Yes => "from --yes",
@@ -152,7 +154,7 @@ impl Source {
 
 impl Answers {
     /// Where the answer of stage `stage` comes from (a dry-run never asks).
-    pub fn source(&self, stage: &str, dry_run: bool) -> Source {
+    pub(crate) fn source(&self, stage: &str, dry_run: bool) -> Source {
         if self.given.contains_key(stage) {
             Source::Answer
         } else if self.yes {
@@ -170,7 +172,7 @@ static PROMPT: Mutex<()> = Mutex::new(());
 
 /// The answer of stage `stage` to the question in `with`, and where it came from. `ask_person`
 /// prompts on the terminal and reads one line (`None` at the end of input).
-pub fn answer(
+pub(crate) fn answer(
     stage: &str,
     with: &Value,
     answers: &Answers,
@@ -252,7 +254,7 @@ fn choose(choices: &[String], reply: &str, prefix: bool) -> Option<String> {
 }
 
 /// Prompt on stderr and read one line of stdin.
-pub fn ask_on_terminal(prompt: &str) -> Option<String> {
+pub(crate) fn ask_on_terminal(prompt: &str) -> Option<String> {
     let mut stderr = std::io::stderr().lock();
     let _ = stderr.write_all(crate::floor::secrets::redact(prompt).as_bytes());
     let _ = stderr.flush();

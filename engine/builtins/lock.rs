@@ -67,7 +67,7 @@ fn run(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
             ctx.locks.hold(lock);
             json!({ "acquired": true, "path": shown, "took_over_stale": took_over_stale })
         }
-        Attempt::Busy { .. } => {
+        Attempt::Busy => {
             json!({ "acquired": false, "path": shown, "took_over_stale": false })
         }
     })

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 mod args;
-pub mod ask;
+pub(crate) mod ask;
 mod attempt;
 mod catalog;
 mod claims;
@@ -21,17 +21,17 @@ mod json;
 mod json_style;
 mod lock;
 mod markdown;
-pub mod paths;
+pub(crate) mod paths;
 mod promote;
 mod sections;
 mod transcript;
 mod url;
 mod within;
 
-pub use paths::{LateRoot, LateRoots, LateState, WriteRoots};
+pub(crate) use paths::{LateRoot, LateRoots, LateState, WriteRoots};
 
 /// What a built-in may see of the run.
-pub struct BuiltinCtx<'a> {
+pub(crate) struct BuiltinCtx<'a> {
     /// The run's working directory; relative paths resolve against it.
     pub cwd: &'a Path,
     /// The `[workflow] writes` roots; every write must land inside one of them.
@@ -48,21 +48,21 @@ pub struct BuiltinCtx<'a> {
 
 /// A built-in's cancellation handle: the run's interrupt and the stage's deadline.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Cancel {
+pub(crate) struct Cancel {
     /// When the stage's `timeout` runs out, and the timeout itself, for the message.
     deadline: Option<(std::time::Instant, std::time::Duration)>,
 }
 
 impl Cancel {
     /// Cancelled by an interrupt, and by `timeout` from now on when there is one.
-    pub fn after(timeout: Option<std::time::Duration>) -> Cancel {
+    pub(crate) fn after(timeout: Option<std::time::Duration>) -> Cancel {
         Cancel {
             deadline: timeout.map(|after| (std::time::Instant::now() + after, after)),
         }
     }
 
     /// An error once the run is interrupted or the stage's time is up.
-    pub fn check(&self) -> Result<(), BuiltinError> {
+    pub(crate) fn check(&self) -> Result<(), BuiltinError> {
         if crate::floor::process::Interrupt::global().is_set() {
             return Err(BuiltinError::new("interrupted"));
         }
@@ -75,7 +75,7 @@ impl Cancel {
     }
 
     /// The time left before the deadline, when there is one.
-    pub fn remaining(&self) -> Option<std::time::Duration> {
+    pub(crate) fn remaining(&self) -> Option<std::time::Duration> {
         self.deadline
             .map(|(at, _)| at.saturating_duration_since(std::time::Instant::now()))
     }
@@ -115,7 +115,7 @@ impl Cancel {
 
 impl BuiltinCtx<'_> {
     /// A path argument resolved against the run's working directory.
-    pub fn resolve(&self, path: &str) -> PathBuf {
+    pub(crate) fn resolve(&self, path: &str) -> PathBuf {
         self.cwd.join(path)
     }
 }
@@ -230,19 +230,22 @@ pub(crate) fn too_large(path: &Path, limit: u64) -> BuiltinError {
 /// A built-in action's failure: a lowercase message that reads after "error: ".
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{0}")]
-pub struct BuiltinError(pub String);
+pub(crate) struct BuiltinError(pub String);
 
 impl BuiltinError {
-    pub fn new(message: impl Into<String>) -> Self {
+    pub(crate) fn new(message: impl Into<String>) -> Self {
         BuiltinError(message.into())
     }
 }
 
-pub type BuiltinResult = Result<Value, BuiltinError>;
+pub(crate) type BuiltinResult = Result<Value, BuiltinError>;
 
 /// One built-in action.
-pub struct Builtin {
+pub(crate) struct Builtin {
     pub name: &'static str,
+    /// What it does, in one line: the registry's account of each built-in for a reader of
+    /// the code (the README's table says it to users); no code reads it.
+    #[allow(dead_code)]
     pub description: &'static str,
     /// True when the action changes anything outside the run (a dry-run skips it).
     pub writes: bool,
@@ -251,6 +254,7 @@ pub struct Builtin {
     pub with_schema: fn() -> Value,
     /// Whether `with` deserializes into that struct ([`args::parses`]); `run` does the same
     /// before it acts.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub with_parse: fn(&Value) -> Result<(), BuiltinError>,
     /// JSON Schema of the output.
     pub output_schema: fn() -> Value,
@@ -258,19 +262,19 @@ pub struct Builtin {
 }
 
 /// Every built-in, sorted by name.
-pub fn all() -> &'static [Builtin] {
+pub(crate) fn all() -> &'static [Builtin] {
     &REGISTRY
 }
 
 /// The built-in of that name.
-pub fn lookup(name: &str) -> Option<&'static Builtin> {
+pub(crate) fn lookup(name: &str) -> Option<&'static Builtin> {
     REGISTRY.iter().find(|builtin| builtin.name == name)
 }
 
 /// The `with` arguments of a writing built-in that name what it writes, moves or removes: each
 /// is checked against the write roots when it runs, and by `check` when it is written without a
 /// template.
-pub fn written_arguments(name: &str) -> &'static [&'static str] {
+pub(crate) fn written_arguments(name: &str) -> &'static [&'static str] {
     match name {
         "fs.write" | "fs.remove" | "fs.prune" | "json.write" | "lock.acquire"
         | "fs.remove_within" => &["path"],

@@ -16,7 +16,7 @@ use super::BuiltinError;
 
 /// The folders that writing actions may touch, resolved to absolute paths.
 #[derive(Debug, Clone, Default)]
-pub struct WriteRoots {
+pub(crate) struct WriteRoots {
     roots: Vec<PathBuf>,
     /// Roots that read a stage's output, known once that stage has finished (shared with the
     /// run that resolves them).
@@ -28,13 +28,13 @@ pub struct WriteRoots {
 /// folder like any other root. `check` proves that every stage that writes runs after those
 /// stages, so no write ever races the root it needs.
 #[derive(Debug, Default)]
-pub struct LateRoots {
+pub(crate) struct LateRoots {
     slots: RwLock<Vec<LateRoot>>,
 }
 
 /// One late root: which `writes` entry, the stages it waits for, and what is known of it.
 #[derive(Debug, Clone)]
-pub struct LateRoot {
+pub(crate) struct LateRoot {
     /// Its position in `[workflow] writes`.
     pub entry: usize,
     /// The stages it reads (indexes into the workflow's stages) and their ids.
@@ -43,7 +43,7 @@ pub struct LateRoot {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum LateState {
+pub(crate) enum LateState {
     /// Some stage it reads has not finished.
     Waiting,
     Resolved(PathBuf),
@@ -52,14 +52,14 @@ pub enum LateState {
 }
 
 impl LateRoots {
-    pub fn new(slots: Vec<LateRoot>) -> Self {
+    pub(crate) fn new(slots: Vec<LateRoot>) -> Self {
         LateRoots {
             slots: RwLock::new(slots),
         }
     }
 
     /// The roots still waiting.
-    pub fn waiting(&self) -> Vec<(usize, LateRoot)> {
+    pub(crate) fn waiting(&self) -> Vec<(usize, LateRoot)> {
         self.read()
             .iter()
             .enumerate()
@@ -68,7 +68,7 @@ impl LateRoots {
             .collect()
     }
 
-    pub fn settle(&self, slot: usize, state: LateState) {
+    pub(crate) fn settle(&self, slot: usize, state: LateState) {
         let mut slots = self
             .slots
             .write()
@@ -87,7 +87,7 @@ impl LateRoots {
 
 impl WriteRoots {
     /// Roots given relative to `cwd` are resolved against it.
-    pub fn new(cwd: &Path, roots: &[String]) -> Self {
+    pub(crate) fn new(cwd: &Path, roots: &[String]) -> Self {
         WriteRoots {
             roots: roots.iter().map(|root| cwd.join(root)).collect(),
             late: None,
@@ -96,17 +96,17 @@ impl WriteRoots {
 
     /// With roots that are known only once the stages they read have finished.
     #[must_use]
-    pub fn with_late(mut self, late: Arc<LateRoots>) -> Self {
+    pub(crate) fn with_late(mut self, late: Arc<LateRoots>) -> Self {
         self.late = Some(late);
         self
     }
 
-    pub fn late(&self) -> Option<&Arc<LateRoots>> {
+    pub(crate) fn late(&self) -> Option<&Arc<LateRoots>> {
         self.late.as_ref()
     }
 
     /// The roots known now: the fixed ones, then the late ones already resolved.
-    pub fn roots(&self) -> Vec<PathBuf> {
+    pub(crate) fn roots(&self) -> Vec<PathBuf> {
         let mut roots = self.roots.clone();
         if let Some(late) = &self.late {
             roots.extend(late.read().iter().filter_map(|slot| match &slot.state {
@@ -150,7 +150,7 @@ impl WriteRoots {
     /// counts as inside). The returned path has `..` resolved and the symbolic links of its
     /// existing ancestors resolved; writing actions operate on it, so what was checked is what is
     /// touched. An empty root list lets nothing through.
-    pub fn check(&self, path: &Path) -> Result<PathBuf, BuiltinError> {
+    pub(crate) fn check(&self, path: &Path) -> Result<PathBuf, BuiltinError> {
         let target = resolve_target(path).map_err(|err| {
             BuiltinError::new(format!("cannot resolve `{}`: {err}", path.display()))
         })?;
@@ -251,9 +251,9 @@ fn resolve_existing(absolute: &Path) -> io::Result<PathBuf> {
 }
 
 pub(crate) use crate::floor::atomic::{split_parent, sync_dir, temp_prefix};
-pub use crate::floor::atomic::{write_atomic, WriteOutcome};
+pub(crate) use crate::floor::atomic::{write_atomic, WriteOutcome};
 pub(crate) use crate::floor::hash::hex;
-pub use crate::floor::hash::{sha256_hex, sha256_json};
+pub(crate) use crate::floor::hash::sha256_hex;
 
 #[cfg(test)]
 mod tests {

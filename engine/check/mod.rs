@@ -62,13 +62,13 @@ use key::{DurationKey, SizeKey};
 #[cfg(test)]
 pub(crate) use literals::{RUN_STATUSES, STAGE_STATUSES};
 use schemas::SchemaOf;
-pub use workflow::{
-    Action, CacheSpec, CheckedLock, ProcessAction, Stage, StageText, WithTree, Workflow,
-    DEFAULT_MAX_OUTPUT,
+pub(crate) use workflow::{
+    Action, CacheSpec, CheckedLock, ProcessAction, StageText, WithTree, DEFAULT_MAX_OUTPUT,
 };
+pub use workflow::{Stage, Workflow};
 
 /// Check a loaded workflow. Sub-workflows are loaded and checked through `search`.
-pub fn check(
+pub(crate) fn check(
     raw: RawWorkflow,
     search: &SearchPath,
     cwd: &Path,

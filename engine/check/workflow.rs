@@ -16,7 +16,7 @@ use crate::schema::Schema;
 use crate::template::Tmpl;
 
 /// How large an output may be unless the workflow or the stage says (`max_output`).
-pub const DEFAULT_MAX_OUTPUT: u64 = 64 << 20;
+pub(crate) const DEFAULT_MAX_OUTPUT: u64 = 64 << 20;
 
 /// A checked workflow: every reference resolved, every template and schema compiled.
 pub struct Workflow {
@@ -86,7 +86,7 @@ impl std::fmt::Debug for Workflow {
     }
 }
 
-pub struct CheckedLock {
+pub(crate) struct CheckedLock {
     pub path: Tmpl,
     pub busy: crate::format::Busy,
     pub stale_after: Option<Duration>,
@@ -134,7 +134,7 @@ pub struct Stage {
 
 /// A stage's texts as written: what `plan` shows and what messages quote.
 #[derive(Debug, Default)]
-pub struct StageText {
+pub(crate) struct StageText {
     pub description: Option<String>,
     /// The action's own text: the command line, the first line of the shell script, the name
     /// of the template file (or `inline`); empty for the other actions.
@@ -146,13 +146,13 @@ pub struct StageText {
     pub asserts: Vec<String>,
 }
 
-pub struct CacheSpec {
+pub(crate) struct CacheSpec {
     pub key: Option<Tmpl>,
     pub ttl: Option<Duration>,
 }
 
 /// What a stage does.
-pub enum Action {
+pub(crate) enum Action {
     None,
     Command(ProcessAction),
     Shell(ProcessAction),
@@ -197,7 +197,7 @@ impl Stage {
 }
 
 impl Action {
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Action::None => "none",
             Action::Command(_) => "command",
@@ -211,7 +211,7 @@ impl Action {
 }
 
 /// `command` and `shell`: argv templates (a shell is `sh -c <script>`), stdin, cwd, env.
-pub struct ProcessAction {
+pub(crate) struct ProcessAction {
     pub argv: Vec<Tmpl>,
     pub stdin: Option<Tmpl>,
     pub cwd: Option<Tmpl>,
@@ -220,7 +220,7 @@ pub struct ProcessAction {
 }
 
 /// A `with` value: literals stay literals, strings are templates, tables and arrays recurse.
-pub enum WithTree {
+pub(crate) enum WithTree {
     Literal(Value),
     Template(Tmpl),
     Array(Vec<WithTree>),
@@ -229,7 +229,7 @@ pub enum WithTree {
 
 impl WithTree {
     /// The value as written, when no part of it is a template.
-    pub fn literal(&self) -> Option<Value> {
+    pub(crate) fn literal(&self) -> Option<Value> {
         match self {
             WithTree::Literal(value) => Some(value.clone()),
             WithTree::Template(Tmpl::Literal(text)) => Some(Value::String(text.clone())),
@@ -248,7 +248,7 @@ impl WithTree {
     }
 
     /// The entries of a table whose values are written without templates.
-    pub fn literal_entries(&self) -> IndexMap<String, Value> {
+    pub(crate) fn literal_entries(&self) -> IndexMap<String, Value> {
         match self {
             WithTree::Object(entries) => entries
                 .iter()

@@ -143,7 +143,6 @@ impl Engine {
         };
         let runtime = Runtime {
             models: &models,
-            search: &self.search,
             cwd: self.cwd.clone(),
             state_dir: state_dir.clone(),
             previous: if request.explain {
@@ -250,7 +249,6 @@ impl Engine {
         };
         let runtime = Runtime {
             models: &models,
-            search: &self.search,
             cwd: self.cwd.clone(),
             state_dir,
             previous: None,

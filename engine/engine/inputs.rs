@@ -8,7 +8,8 @@ use serde_json::{Map, Value};
 use crate::builtins::ask;
 use crate::check::{Action, Workflow};
 use crate::diag::did_you_mean;
-pub use crate::run::inputs::{parse_input_value, resolve_inputs, InputError};
+pub(crate) use crate::run::inputs::resolve_inputs;
+pub use crate::run::inputs::InputError;
 
 fn input_error(message: impl Into<String>) -> InputError {
     InputError {
@@ -19,7 +20,7 @@ fn input_error(message: impl Into<String>) -> InputError {
 /// How `ask` stages are answered: `--answer STAGE=VALUE` pairs (each STAGE an `ask` stage of the
 /// workflow or of a sub-workflow, a written-out choice checked now), `--yes`, and whether a
 /// person can be asked (stdin and stderr are terminals).
-pub fn resolve_answers(
+pub(crate) fn resolve_answers(
     workflow: &Workflow,
     pairs: &[String],
     yes: bool,

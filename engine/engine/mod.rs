@@ -25,7 +25,8 @@ pub use host::{
     config_schema, interrupt, migrate_recordings, redact, register_secrets, spawn_detached,
     workflow_schema,
 };
-pub use inputs::{parse_input_value, read_inputs, resolve_answers, resolve_inputs, InputError};
+pub(crate) use inputs::resolve_answers;
+pub use inputs::{read_inputs, InputError};
 pub use listing::{CheckReport, Listing};
 
 /// A search path and a working directory: everything needed to find and check workflows.
@@ -118,7 +119,7 @@ impl Engine {
 
 /// Prompt stages whose model alias no configuration defines (sub-workflows included), as
 /// diagnostics of the given severity: a warning for `check`, an error before a run.
-pub fn undefined_models(
+pub(crate) fn undefined_models(
     workflow: &Workflow,
     models: &Models,
     severity: Severity,

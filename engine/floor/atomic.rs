@@ -16,7 +16,7 @@ use super::hash::sha256_hex;
 /// Replace `path` by a file that `fill` writes (buffered), renamed into place whole. The
 /// temporary file is a sibling starting with `prefix`; the new file gets `mode` less the umask.
 /// Nothing waits for the disk.
-pub fn replace(
+pub(crate) fn replace(
     path: &Path,
     prefix: &str,
     mode: u32,
@@ -41,7 +41,7 @@ pub fn replace(
 
 /// What [`write_atomic`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WriteOutcome {
+pub(crate) struct WriteOutcome {
     /// SHA-256 hex of the bytes now at the path.
     pub sha256: String,
     /// False when the file already held exactly these bytes and was left alone.
@@ -53,7 +53,7 @@ pub struct WriteOutcome {
 /// mix. Missing parent folders are created. A file that already holds exactly these bytes is not
 /// rewritten (its mtime stays). A symbolic link at `path` is replaced, never followed. The caller
 /// checks `path` against the write roots first.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<WriteOutcome> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<WriteOutcome> {
     let sha256 = sha256_hex(bytes);
     let existing = fs::symlink_metadata(path).ok();
     if let Some(meta) = &existing {

@@ -7,7 +7,7 @@ use std::time::Duration;
 /// A duration such as `300s`, `10m`, `2h`, `7d`, `1w`, `1h30m` or `500ms`: one or more
 /// `<digits><unit>` terms with units `w`, `d`, `h`, `m`, `s`, `ms`, each at most once and from the
 /// largest to the smallest; `0` alone is also accepted.
-pub fn parse(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse(text: &str) -> Result<Duration, String> {
     let fail = |why: &str| {
         Err(format!(
             "`{text}` is not a duration ({why}; e.g. \"300s\", \"10m\", \"1h30m\", \"7d\", \"500ms\")"

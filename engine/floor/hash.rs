@@ -4,12 +4,12 @@
 use sha2::{Digest, Sha256};
 
 /// SHA-256 of `bytes`, lowercase hex.
-pub fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
 /// SHA-256 of a value's compact JSON (what `to_string` gives), hashed as it is written.
-pub fn sha256_json(value: &impl serde::Serialize) -> String {
+pub(crate) fn sha256_json(value: &impl serde::Serialize) -> String {
     let mut hasher = Sha256::new();
     // Writing JSON into a hasher cannot fail.
     let _ = serde_json::to_writer(&mut hasher, value);
@@ -17,7 +17,7 @@ pub fn sha256_json(value: &impl serde::Serialize) -> String {
 }
 
 /// How many bytes `value` takes as compact JSON, counted without keeping them.
-pub fn json_size(value: &impl serde::Serialize) -> u64 {
+pub(crate) fn json_size(value: &impl serde::Serialize) -> u64 {
     struct Count(u64);
     impl std::io::Write for Count {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
@@ -34,7 +34,7 @@ pub fn json_size(value: &impl serde::Serialize) -> u64 {
 }
 
 /// Lowercase hex of a digest.
-pub fn hex(digest: &[u8]) -> String {
+pub(crate) fn hex(digest: &[u8]) -> String {
     // Into a buffer rather than char by char: a run hashes every stage's fingerprint and
     // output, and formatting cost as much as the hashing.
     let mut out = vec![0u8; digest.len() * 2];

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// A process, as recorded by whoever holds a run or a lock.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Holder {
+pub(crate) struct Holder {
     pub pid: u32,
     /// The process's start time in clock ticks since boot (`/proc/<pid>/stat`, field 22); 0
     /// where it cannot be read.
@@ -17,7 +17,7 @@ pub struct Holder {
 
 /// Whether a holder is still running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Liveness {
+pub(crate) enum Liveness {
     Alive,
     Gone,
     /// On another host: only a heartbeat can tell.
@@ -26,7 +26,7 @@ pub enum Liveness {
 
 impl Holder {
     /// This process.
-    pub fn current() -> Holder {
+    pub(crate) fn current() -> Holder {
         let pid = std::process::id();
         Holder {
             pid,
@@ -37,7 +37,7 @@ impl Holder {
 
     /// Whether the process is still there: on this host, a process with its pid and start
     /// time that is not a zombie.
-    pub fn liveness(&self) -> Liveness {
+    pub(crate) fn liveness(&self) -> Liveness {
         if self.host != hostname() {
             return Liveness::Unknown;
         }
@@ -79,12 +79,12 @@ fn process_state(pid: u32) -> Option<(char, u64)> {
 }
 
 /// A process's start time, in clock ticks since boot.
-pub fn process_start(pid: u32) -> Option<u64> {
+pub(crate) fn process_start(pid: u32) -> Option<u64> {
     process_state(pid).map(|(_, started)| started)
 }
 
 /// This host's name.
-pub fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     let mut buffer = [0u8; 256];
     // SAFETY: the buffer is valid for its length; the name is NUL-terminated when it fits.
     let ok = unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) } == 0;
@@ -96,7 +96,7 @@ pub fn hostname() -> String {
 }
 
 /// A random token: 128 bits as hex.
-pub fn token() -> String {
+pub(crate) fn token() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 

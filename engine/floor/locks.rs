@@ -29,7 +29,7 @@ const UNOWNED_GRACE: Duration = Duration::from_secs(5);
 
 /// What `owner.json` holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Owner {
+pub(crate) struct Owner {
     #[serde(flatten)]
     pub holder: Holder,
     pub token: String,
@@ -38,17 +38,11 @@ pub struct Owner {
 
 /// A held lock; released (the folder removed, if still ours) when dropped.
 #[derive(Debug)]
-pub struct DirLock {
+pub(crate) struct DirLock {
     path: PathBuf,
     token: String,
     /// Dropping it stops the heartbeat.
     heartbeat: Option<(mpsc::Sender<()>, std::thread::JoinHandle<()>)>,
-}
-
-impl DirLock {
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
 }
 
 impl Drop for DirLock {
@@ -65,14 +59,13 @@ impl Drop for DirLock {
 
 /// The result of one attempt.
 #[derive(Debug)]
-pub enum Attempt {
+pub(crate) enum Attempt {
     Acquired {
         lock: DirLock,
         took_over_stale: bool,
     },
-    Busy {
-        age: Option<Duration>,
-    },
+    /// Another holder has it, and it is not stale.
+    Busy,
 }
 
 fn owner_path(lock: &Path) -> PathBuf {
@@ -109,7 +102,7 @@ fn age_of(path: &Path) -> Option<Duration> {
 
 /// Whether the lock at `path` may be taken over, and the token it holds (to check that what a
 /// takeover renames aside is the lock judged stale).
-fn judge(path: &Path, stale_after: Option<Duration>) -> (bool, Option<String>, Option<Duration>) {
+fn judge(path: &Path, stale_after: Option<Duration>) -> (bool, Option<String>) {
     let older = |age: Option<Duration>, limit: Duration| age.is_some_and(|age| age > limit);
     match read_owner(path) {
         Some(owner) => {
@@ -120,12 +113,12 @@ fn judge(path: &Path, stale_after: Option<Duration>) -> (bool, Option<String>, O
                     stale_after.is_some_and(|limit| older(heartbeat, limit))
                 }
             };
-            (stale, Some(owner.token), heartbeat)
+            (stale, Some(owner.token))
         }
         None => {
             let age = age_of(path);
             let limit = stale_after.unwrap_or(UNOWNED_GRACE).max(UNOWNED_GRACE);
-            (older(age, limit), None, age)
+            (older(age, limit), None)
         }
     }
 }
@@ -140,7 +133,7 @@ fn remove_lock(path: &Path) {
 }
 
 /// Try once to take the lock; a stale one (see the module docs) is taken over.
-pub fn try_acquire(path: &Path, stale_after: Option<Duration>) -> std::io::Result<Attempt> {
+pub(crate) fn try_acquire(path: &Path, stale_after: Option<Duration>) -> std::io::Result<Attempt> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
     }
@@ -169,20 +162,20 @@ pub fn try_acquire(path: &Path, stale_after: Option<Duration>) -> std::io::Resul
                 });
             }
             Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
-                let (stale, token, age) = judge(path, stale_after);
+                let (stale, token) = judge(path, stale_after);
                 if !stale || took_over_stale {
-                    return Ok(Attempt::Busy { age });
+                    return Ok(Attempt::Busy);
                 }
                 // Rename the stale lock aside; of several takers one wins. What was renamed
                 // must be the lock judged stale: if a new holder got in between, put it back.
                 let aside = path.with_extension(format!("stale-{}", holder::token()));
                 if std::fs::rename(path, &aside).is_err() {
-                    return Ok(Attempt::Busy { age });
+                    return Ok(Attempt::Busy);
                 }
                 let renamed = read_owner(&aside).map(|owner| owner.token);
                 if renamed != token {
                     let _ = std::fs::rename(&aside, path);
-                    return Ok(Attempt::Busy { age: None });
+                    return Ok(Attempt::Busy);
                 }
                 let _ = std::fs::remove_dir_all(&aside);
                 took_over_stale = true;
@@ -190,7 +183,7 @@ pub fn try_acquire(path: &Path, stale_after: Option<Duration>) -> std::io::Resul
             Err(error) => return Err(error),
         }
     }
-    Ok(Attempt::Busy { age: None })
+    Ok(Attempt::Busy)
 }
 
 /// Rewrites `owner.json` every quarter of `stale_after` (or every [`HEARTBEAT`]) while the
@@ -224,22 +217,14 @@ fn start_heartbeat(
 /// The locks `lock.acquire` took in one run: released when the run ends (when this is
 /// dropped), never shared with another run in the same process.
 #[derive(Debug, Default)]
-pub struct HeldLocks(Mutex<Vec<DirLock>>);
+pub(crate) struct HeldLocks(Mutex<Vec<DirLock>>);
 
 impl HeldLocks {
-    pub fn hold(&self, lock: DirLock) {
+    pub(crate) fn hold(&self, lock: DirLock) {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(lock);
-    }
-
-    /// Releases every lock held.
-    pub fn release_all(&self) {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clear();
     }
 }
 
@@ -254,10 +239,7 @@ mod tests {
         let Attempt::Acquired { lock, .. } = try_acquire(&path, None).unwrap() else {
             panic!("first attempt must acquire");
         };
-        assert!(matches!(
-            try_acquire(&path, None).unwrap(),
-            Attempt::Busy { .. }
-        ));
+        assert!(matches!(try_acquire(&path, None).unwrap(), Attempt::Busy));
         drop(lock);
         assert!(!path.exists());
         assert!(matches!(
@@ -325,7 +307,7 @@ mod tests {
         }
         assert!(matches!(
             try_acquire(&path, Some(limit)).unwrap(),
-            Attempt::Busy { .. }
+            Attempt::Busy
         ));
         // Someone else's lock in its place: the release leaves it.
         remove_lock(&path);
@@ -351,10 +333,7 @@ mod tests {
             .open(owner_path(&path))
             .unwrap();
         file.set_modified(old).unwrap();
-        assert!(matches!(
-            try_acquire(&path, None).unwrap(),
-            Attempt::Busy { .. }
-        ));
+        assert!(matches!(try_acquire(&path, None).unwrap(), Attempt::Busy));
         assert!(matches!(
             try_acquire(&path, Some(Duration::from_secs(30))).unwrap(),
             Attempt::Acquired {

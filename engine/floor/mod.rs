@@ -3,13 +3,13 @@
 //! once; nothing in this folder imports
 //! a phase (`load`, `check`, `plan`, `run`) or the built-ins.
 
-pub mod atomic;
-pub mod duration;
-pub mod hash;
-pub mod holder;
-pub mod locks;
-pub mod process;
-pub mod retry;
-pub mod secrets;
-pub mod size;
-pub mod time;
+pub(crate) mod atomic;
+pub(crate) mod duration;
+pub(crate) mod hash;
+pub(crate) mod holder;
+pub(crate) mod locks;
+pub(crate) mod process;
+pub(crate) mod retry;
+pub(crate) mod secrets;
+pub(crate) mod size;
+pub(crate) mod time;

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 /// What to run.
 #[derive(Debug, Clone, Default)]
-pub struct ProcessSpec {
+pub(crate) struct ProcessSpec {
     pub argv: Vec<String>,
     pub stdin: Option<Vec<u8>>,
     pub cwd: Option<PathBuf>,
@@ -32,7 +32,11 @@ pub struct ProcessSpec {
 /// Start `program` with `args` in a session of its own (so the caller's end, and the signals
 /// it sends its process group, do not reach it), `stdin` written to its standard input, its
 /// stdout and stderr going nowhere, and return without waiting for it (`run --detach`).
-pub fn spawn_detached(program: &Path, args: &[OsString], stdin: &[u8]) -> std::io::Result<()> {
+pub(crate) fn spawn_detached(
+    program: &Path,
+    args: &[OsString],
+    stdin: &[u8],
+) -> std::io::Result<()> {
     let mut command = Command::new(program);
     command
         .args(args)
@@ -56,11 +60,11 @@ pub fn spawn_detached(program: &Path, args: &[OsString], stdin: &[u8]) -> std::i
 }
 
 /// How much of stderr is kept: its last this many bytes (and a note of what was dropped).
-pub const STDERR_KEPT_BYTES: usize = 64 * 1024;
+pub(crate) const STDERR_KEPT_BYTES: usize = 64 * 1024;
 
 /// What a finished process left.
 #[derive(Debug, Clone)]
-pub struct ProcessOutput {
+pub(crate) struct ProcessOutput {
     /// The exit code, or `128 + signal` when a signal ended it.
     pub code: i32,
     pub stdout: Vec<u8>,
@@ -69,13 +73,13 @@ pub struct ProcessOutput {
 
 impl ProcessOutput {
     /// The last lines of stderr, for an error message.
-    pub fn stderr_tail(&self) -> String {
+    pub(crate) fn stderr_tail(&self) -> String {
         tail(&self.stderr, 2000)
     }
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ProcessError {
+pub(crate) enum ProcessError {
     #[error("empty command")]
     Empty,
     #[error("command `{program}` not found; is it installed and on PATH?")]
@@ -102,13 +106,13 @@ pub enum ProcessError {
 }
 
 /// Run a process to completion, honouring its timeout and the global interrupt.
-pub fn run(spec: &ProcessSpec) -> Result<ProcessOutput, ProcessError> {
+pub(crate) fn run(spec: &ProcessSpec) -> Result<ProcessOutput, ProcessError> {
     run_observed(spec, &|_| {})
 }
 
 /// [`run`], telling `started` the process's pid as soon as it is running (before it is waited
 /// for), so a caller can record it.
-pub fn run_observed(
+pub(crate) fn run_observed(
     spec: &ProcessSpec,
     started: &dyn Fn(u32),
 ) -> Result<ProcessOutput, ProcessError> {
@@ -288,7 +292,11 @@ fn read_bounded(mut pipe: impl Read, limit: Option<u64>, pgid: i32) -> (Vec<u8>,
 /// Append what `reader` gives to `out`, up to `limit` bytes; says whether there was more. The
 /// buffer grows by doubling but never past the limit, so reading costs at most the limit (a
 /// plain `read_to_end` may double to twice it).
-pub fn read_capped(reader: &mut impl Read, limit: u64, out: &mut Vec<u8>) -> std::io::Result<bool> {
+pub(crate) fn read_capped(
+    reader: &mut impl Read,
+    limit: u64,
+    out: &mut Vec<u8>,
+) -> std::io::Result<bool> {
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
     let mut chunk = vec![0u8; 64 * 1024];
     loop {
@@ -396,7 +404,7 @@ fn kill_group(pgid: i32, signal: i32) {
 
 /// The last `max` bytes of a byte buffer as lossy UTF-8, trimmed; secrets are redacted from the
 /// whole buffer before it is cut, so none leaves a part of itself at the cut.
-pub fn tail(bytes: &[u8], max: usize) -> String {
+pub(crate) fn tail(bytes: &[u8], max: usize) -> String {
     let bytes = super::secrets::redact_bytes(bytes);
     let start = bytes.len().saturating_sub(max);
     let text = String::from_utf8_lossy(&bytes[start..]);
@@ -405,24 +413,24 @@ pub fn tail(bytes: &[u8], max: usize) -> String {
 
 /// The process-wide interrupt: set by Ctrl-C, it kills every registered process group.
 #[derive(Default)]
-pub struct Interrupt {
+pub(crate) struct Interrupt {
     flag: AtomicBool,
     groups: Mutex<HashSet<i32>>,
 }
 
 impl Interrupt {
-    pub fn global() -> &'static Interrupt {
+    pub(crate) fn global() -> &'static Interrupt {
         static GLOBAL: OnceLock<Interrupt> = OnceLock::new();
         GLOBAL.get_or_init(Interrupt::default)
     }
 
-    pub fn is_set(&self) -> bool {
+    pub(crate) fn is_set(&self) -> bool {
         self.flag.load(Ordering::SeqCst)
     }
 
     /// Mark the run interrupted and stop every running child: SIGTERM first, SIGKILL to what is
     /// left after a short grace period.
-    pub fn trigger(&self) {
+    pub(crate) fn trigger(&self) {
         self.flag.store(true, Ordering::SeqCst);
         let groups: Vec<i32> = self.lock().iter().copied().collect();
         for pgid in &groups {

@@ -7,7 +7,7 @@ use std::time::Duration;
 /// At most `retries` attempts after the first; the wait before retry `n` is
 /// `first * 2^(n-1)` (the exponent at most 16), no longer than `max` when it is given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetryPolicy {
+pub(crate) struct RetryPolicy {
     /// Attempts after the first.
     pub retries: u32,
     /// The wait before the first retry.
@@ -18,7 +18,7 @@ pub struct RetryPolicy {
 
 /// What to do after a failed attempt.
 #[derive(Debug)]
-pub enum AfterFailure<E> {
+pub(crate) enum AfterFailure<E> {
     /// Try again (the caller has waited as it sees fit).
     Retry,
     /// Stop with this error.
@@ -27,7 +27,7 @@ pub enum AfterFailure<E> {
 
 impl RetryPolicy {
     /// `retries` more attempts, the first after `first`, uncapped.
-    pub fn new(retries: u32, first: Duration) -> Self {
+    pub(crate) fn new(retries: u32, first: Duration) -> Self {
         RetryPolicy {
             retries,
             first,
@@ -36,7 +36,7 @@ impl RetryPolicy {
     }
 
     /// The same, no wait longer than `max`.
-    pub fn capped(self, max: Duration) -> Self {
+    pub(crate) fn capped(self, max: Duration) -> Self {
         RetryPolicy {
             max: Some(max),
             ..self
@@ -44,13 +44,13 @@ impl RetryPolicy {
     }
 
     /// The wait after failed attempt `attempt` (counted from 1), before the next.
-    pub fn delay(&self, attempt: u32) -> Duration {
+    pub(crate) fn delay(&self, attempt: u32) -> Duration {
         let exponent = attempt.saturating_sub(1).min(16);
         self.clamp(self.first.saturating_mul(1 << exponent))
     }
 
     /// A wait asked for from outside (a server's `retry-after`), held to the cap.
-    pub fn clamp(&self, wait: Duration) -> Duration {
+    pub(crate) fn clamp(&self, wait: Duration) -> Duration {
         match self.max {
             Some(max) => wait.min(max),
             None => wait,
@@ -60,7 +60,7 @@ impl RetryPolicy {
     /// Run `attempt` (given its number, from 1) until it succeeds or the retries run out; after
     /// each failure that may be retried, `failed` is given the error, the attempt's number and
     /// the policy's wait, and waits or stops. Returns the outcome and the number of attempts.
-    pub fn run<T, E>(
+    pub(crate) fn run<T, E>(
         &self,
         mut attempt: impl FnMut(u32) -> Result<T, E>,
         mut failed: impl FnMut(E, u32, Duration) -> AfterFailure<E>,

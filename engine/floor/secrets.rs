@@ -17,10 +17,10 @@ use std::sync::{Arc, RwLock};
 use serde_json::Value;
 
 /// The shortest value treated as a secret, in bytes.
-pub const MIN_LEN: usize = 8;
+pub(crate) const MIN_LEN: usize = 8;
 
 /// What a secret is replaced with.
-pub const MARK: &str = "[redacted]";
+pub(crate) const MARK: &str = "[redacted]";
 
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 static PATTERNS: RwLock<Option<Arc<Vec<Vec<u8>>>>> = RwLock::new(None);
@@ -28,7 +28,7 @@ static PATTERNS: RwLock<Option<Arc<Vec<Vec<u8>>>>> = RwLock::new(None);
 /// Treat `value` as a secret from now on (with the surrounding whitespace trimmed, and also as
 /// JSON escapes it, for records that hold it inside a JSON string). Says whether it was taken:
 /// a value shorter than [`MIN_LEN`] is not.
-pub fn register(value: &str) -> bool {
+pub(crate) fn register(value: &str) -> bool {
     let value = value.trim();
     if value.len() < MIN_LEN {
         return false;
@@ -57,7 +57,7 @@ pub fn register(value: &str) -> bool {
 }
 
 /// Register the value of each variable that is set.
-pub fn register_variables<'a>(names: impl IntoIterator<Item = &'a str>) {
+pub(crate) fn register_variables<'a>(names: impl IntoIterator<Item = &'a str>) {
     for name in names {
         if let Ok(value) = std::env::var(name) {
             register(&value);
@@ -66,7 +66,7 @@ pub fn register_variables<'a>(names: impl IntoIterator<Item = &'a str>) {
 }
 
 /// Whether any secret is registered: when none is, every function here returns its input.
-pub fn active() -> bool {
+pub(crate) fn active() -> bool {
     ACTIVE.load(Ordering::Acquire)
 }
 
@@ -81,12 +81,12 @@ fn patterns() -> Option<Arc<Vec<Vec<u8>>>> {
 }
 
 /// The length in bytes of the longest registered secret (0 when none is).
-pub fn longest() -> usize {
+pub(crate) fn longest() -> usize {
     patterns().map_or(0, |patterns| patterns.first().map_or(0, Vec::len))
 }
 
 /// `bytes` with every registered secret replaced by [`MARK`].
-pub fn redact_bytes(bytes: &[u8]) -> Cow<'_, [u8]> {
+pub(crate) fn redact_bytes(bytes: &[u8]) -> Cow<'_, [u8]> {
     let Some(patterns) = patterns() else {
         return Cow::Borrowed(bytes);
     };
@@ -111,7 +111,7 @@ pub fn redact_bytes(bytes: &[u8]) -> Cow<'_, [u8]> {
 }
 
 /// `text` with every registered secret replaced by [`MARK`].
-pub fn redact(text: &str) -> Cow<'_, str> {
+pub(crate) fn redact(text: &str) -> Cow<'_, str> {
     match redact_bytes(text.as_bytes()) {
         Cow::Borrowed(_) => Cow::Borrowed(text),
         // Secrets are whole strings and the mark is ASCII, so what remains is still UTF-8.
@@ -123,7 +123,7 @@ pub fn redact(text: &str) -> Cow<'_, str> {
 }
 
 /// [`redact`] for an owned string, which is handed back untouched when it holds no secret.
-pub fn redact_string(text: String) -> String {
+pub(crate) fn redact_string(text: String) -> String {
     match redact(&text) {
         Cow::Borrowed(_) => text,
         Cow::Owned(redacted) => redacted,
@@ -131,7 +131,7 @@ pub fn redact_string(text: String) -> String {
 }
 
 /// A JSON value with every string (and key) redacted; `None` when nothing had to change.
-pub fn redact_value(value: &Value) -> Option<Value> {
+pub(crate) fn redact_value(value: &Value) -> Option<Value> {
     if !active() {
         return None;
     }
@@ -185,7 +185,7 @@ pub fn redact_value(value: &Value) -> Option<Value> {
 }
 
 /// At most `max` characters of `text`, redacted first (then `...` when cut).
-pub fn excerpt(text: &str, max: usize) -> String {
+pub(crate) fn excerpt(text: &str, max: usize) -> String {
     let text = redact(text);
     if text.chars().count() <= max {
         text.into_owned()

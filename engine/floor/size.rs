@@ -2,7 +2,7 @@
 
 /// A size: a whole number, optionally followed by `B`, `KB`, `MB`, `GB` (powers of 1000) or
 /// `KiB`, `MiB`, `GiB` (powers of 1024); case and a space before the unit do not matter.
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     let trimmed = text.trim();
     let digits = trimmed
         .find(|c: char| !c.is_ascii_digit())
@@ -30,7 +30,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 }
 
 /// A size as people read it: `64 MiB`, `1.5 GiB`, `512 bytes`.
-pub fn format_size(bytes: u64) -> String {
+pub(crate) fn format_size(bytes: u64) -> String {
     const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
     for (factor, unit) in UNITS {
         if bytes >= factor {

@@ -1,7 +1,7 @@
 //! The clock as records and locks write it: RFC 3339 in UTC with milliseconds.
 
 /// Now, in RFC 3339 with milliseconds (`2026-11-30T00:15:00.123Z`).
-pub fn now_rfc3339() -> String {
+pub(crate) fn now_rfc3339() -> String {
     rfc3339_millis(chrono::Utc::now())
 }
 

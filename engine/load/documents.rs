@@ -28,26 +28,26 @@ use crate::load;
 const FORMAT: &str = "stagegraph-document-1";
 
 /// What [`Documents::read`] gives: the typed reading of a kept document, or the document.
-pub enum Kept<T> {
+pub(crate) enum Kept<T> {
     Typed(T),
     Document(Value),
 }
 
 /// A folder of kept documents (`<state>/cache/documents`).
 #[derive(Debug, Clone)]
-pub struct Documents {
+pub(crate) struct Documents {
     dir: PathBuf,
 }
 
 impl Documents {
-    pub fn new(dir: PathBuf) -> Self {
+    pub(crate) fn new(dir: PathBuf) -> Self {
         Documents { dir }
     }
 
     /// The document of `source`: the kept one when its text is unchanged, else parsed (and
     /// kept, when it parses). A kept document is first read straight as a `T` (the typed
     /// reading the caller would make of it), which is given instead when `usable` says so.
-    pub fn read<T: DeserializeOwned>(
+    pub(crate) fn read<T: DeserializeOwned>(
         &self,
         source: &SourceFile,
         usable: impl FnOnce(&T) -> bool,

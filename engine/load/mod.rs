@@ -5,7 +5,7 @@
 //! (`extends`) are merged here: the result is one document whose keys each remember the file
 //! they came from.
 
-pub mod documents;
+pub(crate) mod documents;
 mod effective;
 
 use std::collections::HashMap;
@@ -24,7 +24,7 @@ use documents::{Documents, Kept};
 /// Where a key of the merged document was written. Kept compact (20 bytes): a workflow of
 /// thousands of stages has an origin for every key.
 #[derive(Debug, Clone, Copy)]
-pub struct Origin {
+pub(crate) struct Origin {
     /// Index into [`RawWorkflow::sources`].
     source: u32,
     /// The key's span (or the value's, for array elements).
@@ -33,7 +33,7 @@ pub struct Origin {
 }
 
 impl Origin {
-    pub fn new(source: usize, key: Range<usize>, value: Range<usize>) -> Self {
+    pub(crate) fn new(source: usize, key: Range<usize>, value: Range<usize>) -> Self {
         let narrow = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
         Origin {
             source: narrow(source),
@@ -43,15 +43,15 @@ impl Origin {
     }
 
     /// Index into [`RawWorkflow::sources`].
-    pub fn source(&self) -> usize {
+    pub(crate) fn source(&self) -> usize {
         self.source as usize
     }
 
-    pub fn key(&self) -> Range<usize> {
+    pub(crate) fn key(&self) -> Range<usize> {
         self.key[0] as usize..self.key[1] as usize
     }
 
-    pub fn value(&self) -> Range<usize> {
+    pub(crate) fn value(&self) -> Range<usize> {
         self.value[0] as usize..self.value[1] as usize
     }
 
@@ -65,7 +65,7 @@ impl Origin {
 
 /// JSON pointer -> origin. A workflow of thousands of stages has tens of thousands of pointers:
 /// hashed with foldhash, not SipHash (the files hashed are the user's own).
-pub type Origins = foldhash::HashMap<String, Origin>;
+pub(crate) type Origins = foldhash::HashMap<String, Origin>;
 
 /// A workflow document, overlays merged, every key's origin known.
 #[derive(Debug, Clone)]
@@ -143,7 +143,7 @@ impl RawWorkflow {
 }
 
 /// Escape one JSON pointer segment.
-pub fn pointer_segment(segment: &str) -> String {
+pub(crate) fn pointer_segment(segment: &str) -> String {
     if !segment.contains(['~', '/']) {
         return segment.to_string();
     }
@@ -151,7 +151,7 @@ pub fn pointer_segment(segment: &str) -> String {
 }
 
 /// Load a workflow by name or path, following `extends`.
-pub fn load(
+pub(crate) fn load(
     search: &SearchPath,
     reference: &str,
     cwd: &Path,
@@ -160,7 +160,7 @@ pub fn load(
 }
 
 /// [`load`], reading a file's document from `documents` while its text is unchanged.
-pub fn load_with(
+pub(crate) fn load_with(
     search: &SearchPath,
     reference: &str,
     cwd: &Path,
@@ -183,7 +183,7 @@ pub fn load_with(
 }
 
 /// Load a workflow already found.
-pub fn load_found(
+pub(crate) fn load_found(
     search: &SearchPath,
     found: Found,
     chain: &mut Vec<String>,
@@ -290,7 +290,7 @@ pub fn load_found(
 
 /// Parse one TOML file into a JSON document and, `with_origins`, the origins of its keys (else
 /// none).
-pub fn parse_document(
+pub(crate) fn parse_document(
     source: &SourceFile,
     source_index: usize,
     with_origins: bool,

@@ -9,7 +9,7 @@ use crate::floor::process::ProcessError;
 
 /// One problem in a configuration file, located by file, line and column.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ConfigProblem {
+pub(crate) struct ConfigProblem {
     /// The file the problem is in (`built-in` for the built-in configuration).
     pub file: String,
     pub line: usize,
@@ -31,7 +31,7 @@ impl fmt::Display for ConfigProblem {
 
 /// The recorded request closest to one that was never recorded, for a replay miss.
 #[derive(Debug, Clone, PartialEq)]
-pub struct NearestRecording {
+pub(crate) struct NearestRecording {
     /// The recording's file name.
     pub file: String,
     pub alias: String,
@@ -42,7 +42,7 @@ pub struct NearestRecording {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ModelError {
+pub(crate) enum ModelError {
     /// Every problem found in the configuration files, one per line.
     #[error("{}", join_problems(.problems))]
     Config { problems: Vec<ConfigProblem> },
@@ -180,7 +180,8 @@ impl ModelError {
     }
 
     /// Whether sending the same request again might succeed.
-    pub fn is_retryable(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_retryable(&self) -> bool {
         match self {
             ModelError::Transport { retryable, .. } | ModelError::Command { retryable, .. } => {
                 *retryable
@@ -198,17 +199,6 @@ impl ModelError {
             | ModelError::ReplayMiss { .. }
             | ModelError::Recording { .. } => false,
         }
-    }
-
-    /// Whether the problem is in the configuration rather than in a request.
-    pub fn is_config(&self) -> bool {
-        matches!(
-            self,
-            ModelError::Config { .. }
-                | ModelError::ConfigRead { .. }
-                | ModelError::UndefinedAlias { .. }
-                | ModelError::MissingKey { .. }
-        )
     }
 }
 

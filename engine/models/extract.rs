@@ -5,7 +5,7 @@
 /// The JSON document in a model reply: the content of a fenced block that parses (a block labeled
 /// `json` first), else the whole reply when it parses, else the first balanced `{...}` or `[...]`
 /// that parses. `None` when there is none.
-pub fn extract_json(text: &str) -> Option<&str> {
+pub(crate) fn extract_json(text: &str) -> Option<&str> {
     let fences = fenced_blocks(text);
     let labeled = fences
         .iter()

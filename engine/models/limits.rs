@@ -160,6 +160,7 @@ impl Budget {
         }
     }
 
+    #[cfg(test)]
     pub(crate) fn spent(&self) -> f64 {
         self.lock().spent
     }

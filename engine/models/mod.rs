@@ -22,9 +22,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use error::{ConfigProblem, ModelError, NearestRecording};
-pub use extract::extract_json;
-pub use recording::{migrate as migrate_recordings, Migration};
+pub(crate) use error::ModelError;
+pub(crate) use extract::extract_json;
+pub(crate) use recording::migrate as migrate_recordings;
+pub use recording::Migration;
 
 use config::{Alias, Price, Provider, BUILTIN_CONFIG, BUILTIN_ORIGIN};
 use limits::{Budget, Limiter};
@@ -32,7 +33,7 @@ use recording::CanonicalRequest;
 
 /// One request to a model, after its prompt was rendered.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ModelRequest {
+pub(crate) struct ModelRequest {
     /// The alias the stage named (`haiku`).
     pub alias: String,
     pub system: Option<String>,
@@ -54,7 +55,7 @@ pub struct ModelRequest {
 
 /// A rejected reply and the problems found in it, for a repair turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Correction {
+pub(crate) struct Correction {
     pub reply: String,
     pub problems: String,
 }
@@ -62,14 +63,14 @@ pub struct Correction {
 /// Who speaks a message of a conversation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Role {
+pub(crate) enum Role {
     User,
     Assistant,
 }
 
 impl ModelRequest {
     /// The first user message: the prefix, when there is one, then the prompt.
-    pub fn first_message(&self) -> String {
+    pub(crate) fn first_message(&self) -> String {
         match &self.prefix {
             Some(prefix) => format!("{prefix}{}", self.prompt),
             None => self.prompt.clone(),
@@ -77,7 +78,7 @@ impl ModelRequest {
     }
 
     /// The conversation: the first user message, then each rejected reply and its problems.
-    pub fn messages(&self) -> Vec<(Role, String)> {
+    pub(crate) fn messages(&self) -> Vec<(Role, String)> {
         let mut messages = vec![(Role::User, self.first_message())];
         for correction in &self.corrections {
             messages.push((Role::Assistant, correction.reply.clone()));
@@ -103,7 +104,7 @@ impl ModelRequest {
 /// Token counts, where the provider reports them. `input_tokens` excludes the tokens read from
 /// or written to a prompt cache, which are counted apart.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Usage {
+pub(crate) struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -130,7 +131,7 @@ impl Usage {
 
 /// A model's answer.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ModelReply {
+pub(crate) struct ModelReply {
     pub text: String,
     pub usage: Option<Usage>,
     pub latency_ms: u64,
@@ -158,7 +159,7 @@ const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 
 /// The model aliases in effect and the way requests are answered.
 #[derive(Clone)]
-pub struct Models {
+pub(crate) struct Models {
     aliases: BTreeMap<String, Alias>,
     mode: Mode,
     agent: ureq::Agent,
@@ -242,7 +243,7 @@ const CLI_SECRET_VARIABLES: [&str; 3] = [
 /// (the Anthropic provider's default when it names none), and the variables the Claude Code CLI
 /// authenticates with. The files are read leniently, so a configuration with a mistake
 /// elsewhere still has its keys kept out of what the engine writes.
-pub fn secret_variables(cwd: &Path) -> std::collections::BTreeSet<String> {
+pub(crate) fn secret_variables(cwd: &Path) -> std::collections::BTreeSet<String> {
     let paths = ConfigPaths::from_env(cwd);
     let mut names: std::collections::BTreeSet<String> = CLI_SECRET_VARIABLES
         .iter()
@@ -279,7 +280,7 @@ pub fn secret_variables(cwd: &Path) -> std::collections::BTreeSet<String> {
 
 /// Keep the values of [`secret_variables`] out of everything the engine writes or prints from
 /// now on (see [`crate::floor::secrets`]).
-pub fn register_secrets(cwd: &Path) {
+pub(crate) fn register_secrets(cwd: &Path) {
     let names = secret_variables(cwd);
     crate::floor::secrets::register_variables(names.iter().map(String::as_str));
 }
@@ -321,7 +322,7 @@ impl Models {
     /// `~/.config/stagegraph/config.toml`), the project's `stagegraph.toml` (in `cwd` or the
     /// nearest ancestor), the file named by `STAGEGRAPH_CONFIG`. A later definition of an alias
     /// replaces the earlier one whole.
-    pub fn load(cwd: &Path) -> Result<Models, ModelError> {
+    pub(crate) fn load(cwd: &Path) -> Result<Models, ModelError> {
         Models::load_from(&ConfigPaths::from_env(cwd))
     }
 
@@ -353,7 +354,7 @@ impl Models {
     /// Exactly the given layers, lowest precedence first, each an origin (a file name for
     /// messages and for resolving relative paths) and its TOML text. The built-in layer is not
     /// added. Every problem in every layer is reported.
-    pub fn from_layers(layers: Vec<(PathBuf, String)>) -> Result<Models, ModelError> {
+    pub(crate) fn from_layers(layers: Vec<(PathBuf, String)>) -> Result<Models, ModelError> {
         let mut problems = Vec::new();
         let mut aliases = BTreeMap::new();
         for (origin, text) in &layers {
@@ -384,40 +385,34 @@ impl Models {
     /// Refuse to start a model call that would take what the run has spent past `usd`;
     /// `source` names where the limit was set (`--max-cost`, `budget_usd`) for the message.
     /// The lower of two budgets wins.
-    pub fn set_budget(&self, usd: f64, source: &str) {
+    pub(crate) fn set_budget(&self, usd: f64, source: &str) {
         self.budget.limit(usd, source);
-    }
-
-    /// What the calls made through these models have cost so far, in USD (replies from
-    /// recordings cost nothing).
-    pub fn spent_usd(&self) -> f64 {
-        self.budget.spent()
     }
 
     /// How many calls to the alias may be in flight at once, when its configuration (or that
     /// of another alias naming the same provider model) says.
-    pub fn max_concurrency(&self, alias: &str) -> Option<usize> {
+    pub(crate) fn max_concurrency(&self, alias: &str) -> Option<usize> {
         self.limiters.get(alias).and_then(|limiter| limiter.max())
     }
 
     /// Ask the providers and save every exchange as `DIR/<sha256>.json` (`--record DIR`).
     /// Replaces a replay mode set before.
-    pub fn set_record(&mut self, dir: PathBuf) {
+    pub(crate) fn set_record(&mut self, dir: PathBuf) {
         self.mode = Mode::Record(dir);
     }
 
     /// Answer every alias from `DIR` (`--replay DIR`); a request never recorded is an error.
     /// Replaces a record mode set before.
-    pub fn set_replay(&mut self, dir: PathBuf) {
+    pub(crate) fn set_replay(&mut self, dir: PathBuf) {
         self.mode = Mode::Replay(dir);
     }
 
-    pub fn defines(&self, alias: &str) -> bool {
+    pub(crate) fn defines(&self, alias: &str) -> bool {
         self.aliases.contains_key(alias)
     }
 
     /// Every alias, by name, with the file that defined it (or `built-in`).
-    pub fn aliases(&self) -> Vec<(String, String)> {
+    pub(crate) fn aliases(&self) -> Vec<(String, String)> {
         self.aliases
             .iter()
             .map(|(name, alias)| (name.clone(), alias.origin.clone()))
@@ -426,14 +421,14 @@ impl Models {
 
     /// A stable, secret-free identity of the provider behind the alias, for cache fingerprints:
     /// `command:claude -p --model haiku`, `anthropic:claude-sonnet-4-5@https://api.anthropic.com`.
-    pub fn identity(&self, alias: &str) -> Option<String> {
+    pub(crate) fn identity(&self, alias: &str) -> Option<String> {
         self.aliases
             .get(alias)
             .map(|alias| alias.provider.identity())
     }
 
     /// Send one request to the alias's provider, or answer it from recordings.
-    pub fn complete(&self, request: &ModelRequest) -> Result<ModelReply, ModelError> {
+    pub(crate) fn complete(&self, request: &ModelRequest) -> Result<ModelReply, ModelError> {
         let alias = self.resolve(&request.alias)?;
         let canonical = CanonicalRequest::new(request, alias.provider.model_identity());
         let started = Instant::now();
@@ -477,7 +472,7 @@ impl Models {
     }
 
     /// The JSON Schema of the configuration file.
-    pub fn config_schema() -> serde_json::Value {
+    pub(crate) fn config_schema() -> serde_json::Value {
         config::schema()
     }
 

@@ -338,7 +338,7 @@ pub struct Migration {
 /// command's program path becomes its file name), each is saved under its new name and the old
 /// file removed. The first format did not record the schema, so a migrated recording answers
 /// its request whatever schema the stage now has. Running it again changes nothing.
-pub fn migrate(dir: &Path) -> Result<Migration, String> {
+pub(crate) fn migrate(dir: &Path) -> Result<Migration, String> {
     let entries =
         fs::read_dir(dir).map_err(|error| format!("cannot read {}: {error}", dir.display()))?;
     let mut paths: Vec<PathBuf> = entries

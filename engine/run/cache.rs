@@ -54,7 +54,7 @@ static READ_AHEAD: Mutex<Option<(PathBuf, std::thread::JoinHandle<Entries>)>> = 
 
 /// Start reading a workflow's cache file on another thread, so that a run finds it read: a
 /// rerun of thousands of cached stages reads the file while the workflow is checked.
-pub fn read_ahead(state_dir: &Path, workflow: &str) {
+pub(crate) fn read_ahead(state_dir: &Path, workflow: &str) {
     let path = cache_path(state_dir, workflow);
     if !path.is_file() {
         return;
@@ -114,7 +114,7 @@ fn corrupt(path: &Path, line: usize) -> String {
     format!("ignoring corrupt cache entry at {}:{line}", path.display())
 }
 
-pub struct Cache {
+pub(crate) struct Cache {
     path: PathBuf,
     entries: Mutex<Option<HashMap<String, Box<Stored>>>>,
     warnings: Mutex<Vec<String>>,
@@ -148,7 +148,7 @@ fn append_lines(file: &mut std::fs::File, lines: &[u8]) -> std::io::Result<()> {
 }
 
 impl Cache {
-    pub fn new(state_dir: &Path, workflow: &str) -> Self {
+    pub(crate) fn new(state_dir: &Path, workflow: &str) -> Self {
         Cache {
             path: cache_path(state_dir, workflow),
             entries: Mutex::new(None),
@@ -159,7 +159,7 @@ impl Cache {
     }
 
     /// The id of an execution: its fingerprint and cache key.
-    pub fn entry_id(fingerprint: &str, key: Option<&str>) -> String {
+    pub(crate) fn entry_id(fingerprint: &str, key: Option<&str>) -> String {
         match key {
             Some(key) => sha256_hex(format!("{fingerprint}\0{key}").as_bytes()),
             None => fingerprint.to_string(),
@@ -192,7 +192,7 @@ impl Cache {
 
     /// Compacts the file if a line of it did not parse (see [`Cache::compact`]), after
     /// appending what is buffered.
-    pub fn close(&self) -> std::io::Result<()> {
+    pub(crate) fn close(&self) -> std::io::Result<()> {
         self.flush()?;
         if self.torn.swap(false, std::sync::atomic::Ordering::Relaxed) {
             self.compact()?;
@@ -224,7 +224,7 @@ impl Cache {
 
     /// A stored output and its SHA-256, unless older than `ttl`, corrupt, or kept in a file
     /// that is missing or damaged.
-    pub fn get(&self, id: &str, ttl: Option<Duration>) -> Option<(Value, String)> {
+    pub(crate) fn get(&self, id: &str, ttl: Option<Duration>) -> Option<(Value, String)> {
         let mut guard = self
             .entries
             .lock()
@@ -276,7 +276,7 @@ impl Cache {
     }
 
     /// Store an output (already validated).
-    pub fn put(&self, id: &str, output: &Value) -> std::io::Result<()> {
+    pub(crate) fn put(&self, id: &str, output: &Value) -> std::io::Result<()> {
         // Redacted before it is hashed: the entry read back must match its own hash.
         let redacted = crate::floor::secrets::redact_value(output);
         let output = redacted.as_ref().unwrap_or(output);
@@ -344,7 +344,7 @@ impl Cache {
 
     /// Append what `put` has buffered. Also done when the cache is dropped; a run calls it
     /// whenever it waits, so a crash loses at most the entries of the last moments.
-    pub fn flush(&self) -> std::io::Result<()> {
+    pub(crate) fn flush(&self) -> std::io::Result<()> {
         let mut appender = self
             .appender
             .lock()
@@ -359,7 +359,7 @@ impl Cache {
         }
     }
 
-    pub fn take_warnings(&self) -> Vec<String> {
+    pub(crate) fn take_warnings(&self) -> Vec<String> {
         std::mem::take(
             &mut *self
                 .warnings

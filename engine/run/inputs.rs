@@ -12,6 +12,7 @@ use crate::format::InputType;
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
 pub struct InputError {
+    /// What is wrong with the inputs, naming the input.
     pub message: String,
 }
 
@@ -30,7 +31,11 @@ fn with_article(kind: InputType) -> String {
 }
 
 /// Parse `--input K=V` text by the declared type.
-pub fn parse_input_value(kind: InputType, name: &str, text: &str) -> Result<Value, InputError> {
+pub(crate) fn parse_input_value(
+    kind: InputType,
+    name: &str,
+    text: &str,
+) -> Result<Value, InputError> {
     let bad = || {
         input_error(format!(
             "input `{name}` must be {}, not `{text}`",
@@ -62,7 +67,7 @@ pub fn parse_input_value(kind: InputType, name: &str, text: &str) -> Result<Valu
 
 /// Combine `--inputs-json` (unknown keys ignored: payloads grow new fields) and `--input K=V`
 /// (unknown keys are errors), apply defaults, check types and required inputs.
-pub fn resolve_inputs(
+pub(crate) fn resolve_inputs(
     workflow: &Workflow,
     json: Map<String, Value>,
     pairs: &Map<String, Value>,

@@ -30,14 +30,14 @@ use super::holder::Holder;
 use super::record::LARGE_OUTPUT;
 
 /// The environment variable every stage process gets: `<run id> <item index or -> <stage id>`.
-pub const MARKER: &str = "STAGEGRAPH_PROCESS";
+pub(crate) const MARKER: &str = "STAGEGRAPH_PROCESS";
 
 const ITEMS: &str = "items.jsonl";
 const PROCESSES: &str = "processes.jsonl";
 
 /// One finished `foreach` item, as `items.jsonl` keeps it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ItemLine {
+pub(crate) struct ItemLine {
     pub stage: String,
     pub index: usize,
     /// What the item executed (see `StageRunner::item_fingerprint`): a resume reuses the output
@@ -65,7 +65,7 @@ struct ItemLineRef<'a> {
 
 /// One stage process, as `processes.jsonl` keeps it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ProcessLine {
+pub(crate) struct ProcessLine {
     pub stage: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub item: Option<usize>,
@@ -75,13 +75,13 @@ pub struct ProcessLine {
 
 /// The items a run finished, by stage and fingerprint.
 #[derive(Debug, Clone, Default)]
-pub struct FinishedItems {
+pub(crate) struct FinishedItems {
     by_fingerprint: HashMap<(String, String), ItemLine>,
 }
 
 impl FinishedItems {
     /// The items recorded in a run's folder (`runs/<id>`); none when it has no item journal.
-    pub fn read(run_dir: &Path) -> FinishedItems {
+    pub(crate) fn read(run_dir: &Path) -> FinishedItems {
         let artifacts = run_dir.join("artifacts");
         let mut by_fingerprint = HashMap::new();
         for mut line in read_lines::<ItemLine>(&artifacts.join(ITEMS)) {
@@ -98,19 +98,19 @@ impl FinishedItems {
         FinishedItems { by_fingerprint }
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.by_fingerprint.is_empty()
     }
 
     /// The output of an item of `stage` whose fingerprint is `fingerprint`.
-    pub fn get(&self, stage: &str, fingerprint: &str) -> Option<&Value> {
+    pub(crate) fn get(&self, stage: &str, fingerprint: &str) -> Option<&Value> {
         self.by_fingerprint
             .get(&(stage.to_string(), fingerprint.to_string()))
             .map(|line| &line.output)
     }
 
     /// Whether item `index` of `stage` finished.
-    pub fn has_index(&self, stage: &str, index: usize) -> bool {
+    pub(crate) fn has_index(&self, stage: &str, index: usize) -> bool {
         self.by_fingerprint
             .values()
             .any(|line| line.stage == stage && line.index == index)
@@ -118,7 +118,7 @@ impl FinishedItems {
 }
 
 /// The stage processes a run recorded, in the order they started.
-pub fn read_processes(run_dir: &Path) -> Vec<ProcessLine> {
+pub(crate) fn read_processes(run_dir: &Path) -> Vec<ProcessLine> {
     read_lines(&run_dir.join("artifacts").join(PROCESSES))
 }
 

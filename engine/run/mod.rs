@@ -16,25 +16,25 @@ use serde_json::{json, Map, Value};
 use crate::builtins::{LateRoot, LateRoots, LateState, WriteRoots};
 use crate::check::{Action, Stage, Workflow};
 use crate::format::Busy;
-use crate::library::SearchPath;
 use crate::models::Models;
 use crate::template::{Scope, StageSlot, StageTable};
 
-pub mod cache;
-pub mod inputs;
-pub mod journal;
+pub(crate) mod cache;
+pub(crate) mod inputs;
+pub(crate) mod journal;
 mod orphans;
 /// Child processes, their holders and `mkdir` locks live on the ground floor; the old paths
 /// stay for the code that names them.
-pub use crate::floor::{holder, locks, process};
+pub(crate) use crate::floor::{holder, locks, process};
 mod progress;
-pub mod record;
+pub(crate) mod record;
 mod record_text;
 mod recorder;
 mod stage;
-pub mod stage_error;
+pub(crate) mod stage_error;
 
-pub use record::{ExitInfo, RunRecord, RunStatus, StageRecord, StageStatus};
+pub(crate) use record::{ExitInfo, StageRecord, StageStatus};
+pub use record::{RunRecord, RunStatus};
 
 use progress::Reporter;
 use record::{Event, FileHash, OutputLine, RunFiles, Stamped, UsageTotals};
@@ -43,7 +43,7 @@ use stage::{StageOutcome, StageRunner};
 
 /// How to run.
 #[derive(Debug, Clone)]
-pub struct RunOptions {
+pub(crate) struct RunOptions {
     pub jobs: usize,
     pub dry_run: bool,
     pub no_cache: bool,
@@ -82,9 +82,8 @@ impl Default for RunOptions {
 }
 
 /// What the run may use of the world.
-pub struct Runtime<'a> {
+pub(crate) struct Runtime<'a> {
     pub models: &'a Models,
-    pub search: &'a SearchPath,
     pub cwd: PathBuf,
     pub state_dir: PathBuf,
     /// With `explain`: the run to compare fingerprints with.
@@ -111,7 +110,7 @@ pub struct ResumeFrom {
 
 /// Errors that stop a run before it starts.
 #[derive(Debug, thiserror::Error)]
-pub enum RunError {
+pub(crate) enum RunError {
     #[error("{0}")]
     Invalid(String),
     #[error("cannot write the run record: {0}")]
@@ -119,7 +118,7 @@ pub enum RunError {
 }
 
 /// Run a workflow with validated inputs, recording under the state folder.
-pub fn run(
+pub(crate) fn run(
     workflow: &Workflow,
     runtime: &Runtime,
     options: &RunOptions,
@@ -230,7 +229,7 @@ fn stop_leftovers(resume: &ResumeFrom, reporter: &Reporter, dry_run: bool) -> Re
 /// The state folder a run of `workflow` records in: `explicit` (`--state-dir`) when given, else
 /// the user folder its `[workflow] records` names (keyed by the project folder its `project`
 /// template renders to, with `inputs` and the allowed `env`), else `default`.
-pub fn state_dir_for(
+pub(crate) fn state_dir_for(
     workflow: &Workflow,
     inputs: &Map<String, Value>,
     cwd: &Path,
@@ -268,7 +267,7 @@ pub fn state_dir_for(
 /// Record a run that failed before its first stage (its inputs were invalid, its command line
 /// wrong): a run record with status `failed` and the error, so `runs show last` tells what
 /// happened to a call nobody watched (a hook's).
-pub fn record_failure(
+pub(crate) fn record_failure(
     workflow: &Workflow,
     runtime: &Runtime,
     options: &RunOptions,
@@ -589,7 +588,7 @@ impl<'w, 'r> Executor<'w, 'r> {
                 loop {
                     match locks::try_acquire(&path, lock.stale_after) {
                         Ok(locks::Attempt::Acquired { lock, .. }) => break Some(lock),
-                        Ok(locks::Attempt::Busy { .. }) => {
+                        Ok(locks::Attempt::Busy) => {
                             if lock.busy == Busy::Wait && !process::Interrupt::global().is_set() {
                                 if announced.is_none_or(|at| at.elapsed().as_secs() >= 10) {
                                     self.reporter
@@ -1275,7 +1274,6 @@ mod tests {
         let models = Models::load(dir).expect("no model configuration is fine");
         let runtime = Runtime {
             models: &models,
-            search: &engine.search,
             cwd: dir.to_path_buf(),
             state_dir: dir.join(".stagegraph"),
             previous: None,

@@ -54,7 +54,7 @@ impl RunStatus {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum StageStatus {
+pub(crate) enum StageStatus {
     Running,
     Succeeded,
     Cached,
@@ -64,7 +64,7 @@ pub enum StageStatus {
 }
 
 impl StageStatus {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             StageStatus::Running => "running",
             StageStatus::Succeeded => "succeeded",
@@ -76,21 +76,21 @@ impl StageStatus {
     }
 
     /// Whether the stage produced an output others can read.
-    pub fn has_output(self) -> bool {
+    pub(crate) fn has_output(self) -> bool {
         matches!(self, StageStatus::Succeeded | StageStatus::Cached)
     }
 }
 
 /// Why the run ended early.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct ExitInfo {
+pub(crate) struct ExitInfo {
     pub stage: Option<String>,
     pub message: String,
 }
 
 /// One model call, for usage accounting.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct ModelCall {
+pub(crate) struct ModelCall {
     pub model: String,
     pub attempt: u32,
     pub latency_ms: u64,
@@ -111,7 +111,7 @@ pub struct ModelCall {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct StageRecord {
+pub(crate) struct StageRecord {
     pub status: StageStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<String>,
@@ -167,7 +167,7 @@ pub struct StageRecord {
 
 impl StageRecord {
     /// Keep the stage's JSON as it is now; see [`StageRecord::written`].
-    pub fn write_once(&mut self) {
+    pub(crate) fn write_once(&mut self) {
         self.written = None;
         self.written = serde_json::value::to_raw_value(self).ok();
     }
@@ -199,7 +199,7 @@ fn is_zero_usize(n: &usize) -> bool {
 }
 
 impl StageRecord {
-    pub fn not_run() -> Self {
+    pub(crate) fn not_run() -> Self {
         StageRecord {
             status: StageStatus::NotRun,
             started_at: None,
@@ -233,7 +233,7 @@ fn is_zero_u64(n: &u64) -> bool {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct UsageTotals {
+pub(crate) struct UsageTotals {
     pub model_calls: u64,
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -255,7 +255,7 @@ pub struct UsageTotals {
 
 impl UsageTotals {
     /// Count one model call.
-    pub fn add(&mut self, call: &ModelCall) {
+    pub(crate) fn add(&mut self, call: &ModelCall) {
         self.model_calls += 1;
         self.latency_ms += call.latency_ms;
         self.retries += u64::from(call.retries);
@@ -277,7 +277,7 @@ impl UsageTotals {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct FileHash {
+pub(crate) struct FileHash {
     pub path: String,
     pub sha256: String,
 }
@@ -325,7 +325,7 @@ pub struct RunRecord {
 /// references, `outputs/...`), how many bytes, and their SHA-256. The file holds the value's
 /// compact JSON (secrets redacted); it is read back only when its size and hash match.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StoredValue {
+pub(crate) struct StoredValue {
     pub path: String,
     pub size: u64,
     pub sha256: String,
@@ -376,7 +376,7 @@ impl StoredValue {
 /// What a stage's fingerprint covers, each part hashed, as the record keeps it (so a miss can
 /// say what changed). The fingerprint itself is the hash of [`FingerprintDocument`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FingerprintParts {
+pub(crate) struct FingerprintParts {
     pub version: String,
     pub definition: String,
     pub action: String,
@@ -392,7 +392,7 @@ pub struct FingerprintParts {
 /// its status, when it has no output), as compact JSON, fields in this order, every one
 /// written (absent parts as `null`). Changing these bytes changes every fingerprint.
 #[derive(Serialize)]
-pub struct FingerprintDocument<'a> {
+pub(crate) struct FingerprintDocument<'a> {
     pub version: &'a str,
     pub definition: &'a str,
     pub action: &'a str,
@@ -411,7 +411,7 @@ fn as_map<S: serde::Serializer>(
 }
 
 impl<'a> FingerprintDocument<'a> {
-    pub fn of(parts: &'a FingerprintParts, deps: &'a [(&'a str, Option<&'a str>)]) -> Self {
+    pub(crate) fn of(parts: &'a FingerprintParts, deps: &'a [(&'a str, Option<&'a str>)]) -> Self {
         FingerprintDocument {
             version: &parts.version,
             definition: &parts.definition,
@@ -428,7 +428,7 @@ impl<'a> FingerprintDocument<'a> {
 /// stages writes two of these per stage.
 #[derive(Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
-pub enum Event<'a> {
+pub(crate) enum Event<'a> {
     RunStarted {
         workflow: &'a str,
         inputs: &'a serde_json::Map<String, Value>,
@@ -459,7 +459,7 @@ pub enum Event<'a> {
 
 /// An [`Event`] with when it happened and the run it belongs to.
 #[derive(Serialize)]
-pub struct Stamped<'a> {
+pub(crate) struct Stamped<'a> {
     #[serde(flatten)]
     pub event: Event<'a>,
     pub at: String,
@@ -468,7 +468,7 @@ pub struct Stamped<'a> {
 
 /// A stage output as kept in `artifacts/outputs.jsonl`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct OutputLine {
+pub(crate) struct OutputLine {
     pub stage: String,
     pub fingerprint: String,
     pub sha256: String,
@@ -483,7 +483,7 @@ pub struct OutputLine {
 
 /// An output larger than this (as JSON) is stored once in a file of its own and the line of
 /// `outputs.jsonl` refers to it, so the log stays small and is never a copy of a huge value.
-pub const LARGE_OUTPUT: u64 = 1 << 20;
+pub(crate) const LARGE_OUTPUT: u64 = 1 << 20;
 
 /// A line of `outputs.jsonl` that refers to the file holding its output.
 #[derive(Serialize)]
@@ -496,7 +496,7 @@ struct OutputFileRef<'a> {
 
 /// An [`OutputLine`] to write, borrowed from the outcome it records.
 #[derive(Serialize)]
-pub struct OutputLineRef<'a> {
+pub(crate) struct OutputLineRef<'a> {
     pub stage: &'a str,
     pub fingerprint: &'a str,
     pub sha256: &'a str,
@@ -505,7 +505,7 @@ pub struct OutputLineRef<'a> {
 
 /// When [`RunFiles::save`] rewrites `run.json`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rewrite {
+pub(crate) enum Rewrite {
     /// Unless the last rewrite was too recent (it is then due later).
     IfDue,
     /// Now: the first record of a run, and the record as the run leaves it.
@@ -513,7 +513,7 @@ pub enum Rewrite {
 }
 
 /// The files of one run, open for appending.
-pub struct RunFiles {
+pub(crate) struct RunFiles {
     pub dir: PathBuf,
     events: BufWriter<File>,
     outputs: BufWriter<File>,
@@ -527,7 +527,7 @@ pub struct RunFiles {
 }
 
 impl RunFiles {
-    pub fn create(dir: PathBuf) -> std::io::Result<Self> {
+    pub(crate) fn create(dir: PathBuf) -> std::io::Result<Self> {
         std::fs::create_dir_all(dir.join("artifacts"))?;
         let open = |path: PathBuf| OpenOptions::new().create(true).append(true).open(path);
         Ok(RunFiles {
@@ -542,19 +542,19 @@ impl RunFiles {
     }
 
     /// Append an event; it reaches the file at the latest with the next `run.json` rewrite.
-    pub fn event(&mut self, event: &Stamped) -> std::io::Result<()> {
+    pub(crate) fn event(&mut self, event: &Stamped) -> std::io::Result<()> {
         write_json(&mut self.events, event)?;
         self.events.write_all(b"\n")
     }
 
     /// Append an event already written as its line.
-    pub fn event_line(&mut self, line: &[u8]) -> std::io::Result<()> {
+    pub(crate) fn event_line(&mut self, line: &[u8]) -> std::io::Result<()> {
         self.events
             .write_all(&crate::floor::secrets::redact_bytes(line))
     }
 
     /// Append a stage's output; it reaches the file before `run.json` says the stage finished.
-    pub fn output(&mut self, line: &OutputLineRef) -> std::io::Result<()> {
+    pub(crate) fn output(&mut self, line: &OutputLineRef) -> std::io::Result<()> {
         if crate::floor::hash::json_size(line.output) > LARGE_OUTPUT {
             let prefix = line.sha256.get(..16).unwrap_or(line.sha256);
             let file = format!("outputs/{}-{prefix}.json", line.stage);
@@ -609,7 +609,7 @@ impl RunFiles {
     }
 
     /// Rewrite `run.json` as `when` says.
-    pub fn save(&mut self, record: &mut RunRecord, when: Rewrite) -> std::io::Result<()> {
+    pub(crate) fn save(&mut self, record: &mut RunRecord, when: Rewrite) -> std::io::Result<()> {
         let spacing = self.spacing();
         let recent = self.last_write.is_some_and(|at| at.elapsed() < spacing);
         if recent && when == Rewrite::IfDue {
@@ -631,13 +631,13 @@ impl RunFiles {
     }
 
     /// Push the buffered logs to their files.
-    pub fn flush_logs(&mut self) -> std::io::Result<()> {
+    pub(crate) fn flush_logs(&mut self) -> std::io::Result<()> {
         self.outputs.flush()?;
         self.events.flush()
     }
 
     /// How long until a held-back `run.json` rewrite may happen; `None` when none is pending.
-    pub fn rewrite_due_in(&self) -> Option<Duration> {
+    pub(crate) fn rewrite_due_in(&self) -> Option<Duration> {
         if !self.dirty {
             return None;
         }
@@ -704,12 +704,12 @@ fn replace_file(path: &Path, record: &mut RunRecord) -> std::io::Result<()> {
 }
 
 /// The runs folder of a state folder.
-pub fn runs_dir(state_dir: &Path) -> PathBuf {
+pub(crate) fn runs_dir(state_dir: &Path) -> PathBuf {
     state_dir.join("runs")
 }
 
 /// Every run id, oldest first.
-pub fn list_runs(state_dir: &Path) -> Vec<String> {
+pub(crate) fn list_runs(state_dir: &Path) -> Vec<String> {
     let mut ids: Vec<String> = std::fs::read_dir(runs_dir(state_dir))
         .into_iter()
         .flatten()
@@ -722,7 +722,7 @@ pub fn list_runs(state_dir: &Path) -> Vec<String> {
 }
 
 /// The newest run of a workflow that was not a dry-run.
-pub fn latest_real_run(state_dir: &Path, workflow: &str) -> Option<RunRecord> {
+pub(crate) fn latest_real_run(state_dir: &Path, workflow: &str) -> Option<RunRecord> {
     list_runs(state_dir)
         .iter()
         .rev()
@@ -730,39 +730,9 @@ pub fn latest_real_run(state_dir: &Path, workflow: &str) -> Option<RunRecord> {
         .find(|r| r.workflow == workflow && !r.dry_run)
 }
 
-/// Resolve `last` or a unique prefix to a run id.
-pub fn resolve_run_id(state_dir: &Path, id: &str) -> Result<String, String> {
-    let ids = list_runs(state_dir);
-    if id == "last" {
-        return ids
-            .iter()
-            .rev()
-            .find(|id| !is_dry_run(state_dir, id))
-            .cloned()
-            .ok_or_else(|| {
-                format!(
-                    "no runs recorded in {} (dry-runs aside)",
-                    runs_dir(state_dir).display()
-                )
-            });
-    }
-    let matches: Vec<&String> = ids.iter().filter(|r| r.starts_with(id)).collect();
-    match matches.as_slice() {
-        [one] => Ok((*one).clone()),
-        [] => Err(format!(
-            "no run `{id}` in {}",
-            runs_dir(state_dir).display()
-        )),
-        many => Err(format!(
-            "`{id}` matches {} runs; give more of the id",
-            many.len()
-        )),
-    }
-}
-
 /// Whether a recorded run was a dry-run: `last` means the last real run. An unreadable record
 /// counts as real, so that `runs show last` shows what is wrong with it.
-pub fn is_dry_run(state_dir: &Path, id: &str) -> bool {
+pub(crate) fn is_dry_run(state_dir: &Path, id: &str) -> bool {
     #[derive(Deserialize)]
     struct Head {
         #[serde(default)]
@@ -778,7 +748,7 @@ pub fn is_dry_run(state_dir: &Path, id: &str) -> bool {
 /// A run record as `run.json` holds it (its large outputs null, named in `output_files`). One
 /// still `running` whose process is gone (killed, crashed, the machine restarted) is the record
 /// of an interrupted run: it is read, and rewritten, as such.
-pub fn read_record_as_written(state_dir: &Path, id: &str) -> Result<RunRecord, String> {
+pub(crate) fn read_record_as_written(state_dir: &Path, id: &str) -> Result<RunRecord, String> {
     let path = runs_dir(state_dir).join(id).join("run.json");
     let text = std::fs::read_to_string(&path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
@@ -809,7 +779,7 @@ pub fn read_record_as_written(state_dir: &Path, id: &str) -> Result<RunRecord, S
 
 /// A run record, read as [`read_record_as_written`] does, with its large outputs read from their
 /// files: an output whose file is missing or damaged stays null (and named in `output_files`).
-pub fn read_record(state_dir: &Path, id: &str) -> Result<RunRecord, String> {
+pub(crate) fn read_record(state_dir: &Path, id: &str) -> Result<RunRecord, String> {
     let mut record = read_record_as_written(state_dir, id)?;
     let artifacts = runs_dir(state_dir).join(id).join("artifacts");
     if let Some(Value::Object(outputs)) = &mut record.outputs {
@@ -823,7 +793,7 @@ pub fn read_record(state_dir: &Path, id: &str) -> Result<RunRecord, String> {
 }
 
 /// The outputs a run produced, by stage (the last line of a stage wins).
-pub fn read_outputs(state_dir: &Path, id: &str) -> HashMap<String, OutputLine> {
+pub(crate) fn read_outputs(state_dir: &Path, id: &str) -> HashMap<String, OutputLine> {
     let artifacts = runs_dir(state_dir).join(id).join("artifacts");
     let mut out = HashMap::new();
     if let Ok(file) = File::open(artifacts.join("outputs.jsonl")) {
@@ -901,7 +871,7 @@ fn read_workflow_name(state_dir: &Path, id: &str) -> Option<String> {
 }
 
 /// Keep the newest `keep` runs of each workflow; returns the ids removed.
-pub fn prune(state_dir: &Path, keep: usize) -> Vec<String> {
+pub(crate) fn prune(state_dir: &Path, keep: usize) -> Vec<String> {
     let mut by_workflow: HashMap<String, Vec<String>> = HashMap::new();
     let ids = list_runs(state_dir);
     if ids.len() <= keep {
@@ -929,7 +899,7 @@ pub fn prune(state_dir: &Path, keep: usize) -> Vec<String> {
 
 /// The user's stagegraph state folder: `$XDG_STATE_HOME/stagegraph`, else
 /// `~/.local/state/stagegraph`; `None` when neither variable names an absolute folder.
-pub fn user_state_root() -> Option<PathBuf> {
+pub(crate) fn user_state_root() -> Option<PathBuf> {
     let absolute = |name: &str| {
         std::env::var_os(name)
             .map(PathBuf::from)
@@ -943,7 +913,7 @@ pub fn user_state_root() -> Option<PathBuf> {
 /// The name of a project's folder under [`user_state_root`]: the project folder's name (for a
 /// person browsing the folder) and 16 hex digits of the SHA-256 of its canonical path (so two
 /// projects of the same name never share records).
-pub fn project_key(project: &Path) -> String {
+pub(crate) fn project_key(project: &Path) -> String {
     use sha2::{Digest, Sha256};
     let canonical = std::fs::canonicalize(project).unwrap_or_else(|_| project.to_path_buf());
     let name: String = canonical
@@ -970,14 +940,14 @@ pub fn project_key(project: &Path) -> String {
 }
 
 /// The user state folder of a project, when there is a user state root.
-pub fn user_state_dir(project: &Path) -> Option<PathBuf> {
+pub(crate) fn user_state_dir(project: &Path) -> Option<PathBuf> {
     user_state_root().map(|root| root.join(project_key(project)))
 }
 
 /// The user state folders of `cwd` and each of its ancestors that exist: where `runs` and
 /// `resume` look, besides the state folder, for records kept out of the project tree (a
 /// project's records are found from the project folder or any folder below it).
-pub fn user_state_dirs_above(cwd: &Path) -> Vec<PathBuf> {
+pub(crate) fn user_state_dirs_above(cwd: &Path) -> Vec<PathBuf> {
     let Some(root) = user_state_root() else {
         return Vec::new();
     };
@@ -993,7 +963,7 @@ pub fn user_state_dirs_above(cwd: &Path) -> Vec<PathBuf> {
 }
 
 /// Every run id of several state folders, oldest first, each with its folder.
-pub fn list_runs_in(dirs: &[PathBuf]) -> Vec<(String, PathBuf)> {
+pub(crate) fn list_runs_in(dirs: &[PathBuf]) -> Vec<(String, PathBuf)> {
     let mut all: Vec<(String, PathBuf)> = Vec::new();
     for dir in dirs {
         for id in list_runs(dir) {
@@ -1008,7 +978,7 @@ pub fn list_runs_in(dirs: &[PathBuf]) -> Vec<(String, PathBuf)> {
 
 /// Resolve `last` or a unique prefix to a run id across several state folders, with the folder
 /// that holds it.
-pub fn locate_run(dirs: &[PathBuf], id: &str) -> Result<(String, PathBuf), String> {
+pub(crate) fn locate_run(dirs: &[PathBuf], id: &str) -> Result<(String, PathBuf), String> {
     let all = list_runs_in(dirs);
     let places = || {
         dirs.iter()
@@ -1036,7 +1006,7 @@ pub fn locate_run(dirs: &[PathBuf], id: &str) -> Result<(String, PathBuf), Strin
 }
 
 /// Creates `dir` (and its parents) and makes it owner-only (0700), whatever it was.
-pub fn make_private(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn make_private(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -1048,7 +1018,7 @@ pub fn make_private(dir: &Path) -> std::io::Result<()> {
 /// Makes everything under `dir` owner-only: folders 0700, files 0600. Symbolic links are not
 /// followed. Entries already owner-only are left alone, so a folder of kept runs costs a stat
 /// each.
-pub fn restrict_tree(dir: &Path) {
+pub(crate) fn restrict_tree(dir: &Path) {
     use std::os::unix::fs::PermissionsExt;
     for entry in walkdir::WalkDir::new(dir)
         .follow_links(false)
@@ -1070,7 +1040,7 @@ pub fn restrict_tree(dir: &Path) {
 }
 
 /// A new run id: sorts in start order.
-pub fn new_run_id() -> String {
+pub(crate) fn new_run_id() -> String {
     let now = chrono::Utc::now();
     format!(
         "{}-{:04x}",
@@ -1079,7 +1049,7 @@ pub fn new_run_id() -> String {
     )
 }
 
-pub use crate::floor::time::now_rfc3339;
+pub(crate) use crate::floor::time::now_rfc3339;
 
 #[cfg(test)]
 mod tests {

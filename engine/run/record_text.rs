@@ -9,7 +9,7 @@ use crate::JSON_VERSION;
 
 impl UsageTotals {
     /// One line of model usage: calls, tokens, latency, retries and cost (`runs show`).
-    pub fn summary_line(&self) -> String {
+    pub(crate) fn summary_line(&self) -> String {
         let mut line = format!(
             "model calls: {}  tokens in: {}  out: {}",
             self.model_calls, self.input_tokens, self.output_tokens

@@ -13,7 +13,7 @@ use crate::run::stage::describe;
 
 /// Why a stage (or one `foreach` item) failed.
 #[derive(Debug, thiserror::Error)]
-pub enum StageError {
+pub(crate) enum StageError {
     /// A template or expression of the stage did not render.
     #[error(transparent)]
     Render(#[from] RenderError),
@@ -95,7 +95,7 @@ pub enum StageError {
 
 /// A template or expression that did not render or evaluate.
 #[derive(Debug, thiserror::Error)]
-pub enum RenderError {
+pub(crate) enum RenderError {
     /// Rendering failed (minijinja's error, with where and why).
     #[error("{part}: {}", describe(.error))]
     Template {
@@ -131,7 +131,7 @@ pub enum RenderError {
 
 /// Why a `with` value did not evaluate.
 #[derive(Debug, thiserror::Error)]
-pub enum WithProblem {
+pub(crate) enum WithProblem {
     /// Its template failed.
     #[error("{}", describe(.0))]
     Template(minijinja::Error),
@@ -149,7 +149,7 @@ fn with_keys(keys: &[String]) -> String {
 
 /// Which template of a stage (or of the workflow) a render error is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Part {
+pub(crate) enum Part {
     /// `if`.
     If,
     /// `foreach`.
@@ -231,7 +231,7 @@ impl Part {
 
 /// Why a prompt stage's model call, or the repair of its reply, failed.
 #[derive(Debug, thiserror::Error)]
-pub enum PromptError {
+pub(crate) enum PromptError {
     /// The run was interrupted before a call.
     #[error("interrupted")]
     Interrupted,

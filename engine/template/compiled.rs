@@ -11,7 +11,7 @@ use minijinja::value::{Enumerator, Object, Value};
 use minijinja::{Environment, Error, Expression, Template};
 
 /// A template string, compiled.
-pub enum Tmpl {
+pub(crate) enum Tmpl {
     /// No template syntax at all: the text as is.
     Literal(String),
     /// Text and `{{ a.b.c }}` lookups only, evaluated without minijinja's compiler or VM.
@@ -24,7 +24,7 @@ pub enum Tmpl {
 }
 
 /// The environment a compiled template or expression was made in.
-pub type SharedEnvironment = Arc<Environment<'static>>;
+pub(crate) type SharedEnvironment = Arc<Environment<'static>>;
 
 type TemplateIn<'env> = Template<'env, 'env>;
 type ExpressionIn<'env> = Expression<'env, 'static>;
@@ -59,12 +59,12 @@ impl std::fmt::Debug for Tmpl {
 }
 
 /// Whether a string uses template syntax.
-pub fn has_syntax(source: &str) -> bool {
+pub(crate) fn has_syntax(source: &str) -> bool {
     source.contains("{{") || source.contains("{%") || source.contains("{#")
 }
 
 /// The expression of a template that is exactly one `{{ ... }}` block.
-pub fn single_expression(source: &str) -> Option<&str> {
+pub(crate) fn single_expression(source: &str) -> Option<&str> {
     let inner = source.trim().strip_prefix("{{")?.strip_suffix("}}")?;
     if inner.contains("{{") || inner.contains("}}") || inner.contains("{%") {
         return None;
@@ -76,13 +76,13 @@ pub fn single_expression(source: &str) -> Option<&str> {
 
 impl Tmpl {
     /// A template whose source was added to `env` under `name`.
-    pub fn text(env: &SharedEnvironment, name: &str) -> Result<Tmpl, Error> {
+    pub(crate) fn text(env: &SharedEnvironment, name: &str) -> Result<Tmpl, Error> {
         let template = TextTemplate::try_new(env.clone(), |env| env.get_template(name))?;
         Ok(Tmpl::Text(Box::new(template)))
     }
 
     /// A bare expression, compiled in `env`.
-    pub fn expression(env: &SharedEnvironment, source: &str) -> Result<Tmpl, Error> {
+    pub(crate) fn expression(env: &SharedEnvironment, source: &str) -> Result<Tmpl, Error> {
         let expression = super::guarded(|| {
             NativeExpression::try_new(env.clone(), |env| {
                 env.compile_expression_owned(source.to_string())
@@ -92,7 +92,7 @@ impl Tmpl {
     }
 
     /// Evaluate: a string for text templates, the value for native ones.
-    pub fn eval(&self, scope: &Value) -> Result<Value, Error> {
+    pub(crate) fn eval(&self, scope: &Value) -> Result<Value, Error> {
         match self {
             Tmpl::Literal(text) => Ok(Value::from(text.as_str())),
             Tmpl::Interpolated(interpolation) => interpolation.eval(scope),
@@ -104,7 +104,7 @@ impl Tmpl {
     }
 
     /// Evaluate to text (a native value is formatted as minijinja prints it).
-    pub fn render(&self, scope: &Value) -> Result<String, Error> {
+    pub(crate) fn render(&self, scope: &Value) -> Result<String, Error> {
         match self {
             Tmpl::Literal(text) => Ok(text.clone()),
             Tmpl::Interpolated(interpolation) => interpolation.render(scope),
@@ -116,7 +116,7 @@ impl Tmpl {
     }
 
     /// The variables it reads, as dotted paths (`stages.gate.output.update`).
-    pub fn references(&self) -> HashSet<String> {
+    pub(crate) fn references(&self) -> HashSet<String> {
         match self {
             Tmpl::Literal(_) => HashSet::new(),
             Tmpl::Interpolated(interpolation) => interpolation.references(),
@@ -133,7 +133,7 @@ impl Tmpl {
 /// template costs about 8 KB and tens of microseconds to build; this costs the parts' text.
 /// Whenever a lookup does not give a printable value (undefined, a safe string), the template
 /// is handed to minijinja whole, so errors and edge cases read exactly as they would there.
-pub struct Interpolation {
+pub(crate) struct Interpolation {
     parts: Vec<Part>,
     /// Evaluates to the value of its one lookup rather than to text (an expression).
     native: bool,
@@ -198,7 +198,7 @@ impl Interpolation {
 
     /// The template as text and lookups, unless it needs minijinja. `native` is an
     /// expression; a `value:` template that is one `{{ ... }}` keeps its value native too.
-    pub fn parse(name: &str, source: &str, native: bool) -> Option<Self> {
+    pub(crate) fn parse(name: &str, source: &str, native: bool) -> Option<Self> {
         let single = |expression: &str| Some(vec![Part::Lookup(lookup_path(expression.trim())?)]);
         let (parts, native) = if native {
             (single(source)?, true)
@@ -320,7 +320,7 @@ fn text_of_expression(value: &Value) -> Result<String, Error> {
 /// How a value becomes text in a command argument, a prompt or a file: strings as they are,
 /// `none` as the empty string, booleans as `true`/`false`, lists and maps as JSON, numbers as
 /// numbers (not Python's `None`/`True`/`['a']`, which minijinja prints by default).
-pub fn value_to_text(value: &Value) -> String {
+pub(crate) fn value_to_text(value: &Value) -> String {
     if let Some(text) = value.as_str() {
         return text.to_string();
     }
@@ -338,7 +338,7 @@ pub fn value_to_text(value: &Value) -> String {
 
 /// The results of the run so far, shared with every render.
 #[derive(Debug, Default)]
-pub struct StageTable {
+pub(crate) struct StageTable {
     pub ids: Vec<String>,
     pub index: foldhash::HashMap<String, usize>,
     pub slots: RwLock<Vec<Option<StageSlot>>>,
@@ -346,7 +346,7 @@ pub struct StageTable {
 
 /// A finished stage as templates see it.
 #[derive(Debug, Clone)]
-pub struct StageSlot {
+pub(crate) struct StageSlot {
     pub output: Value,
     pub status: &'static str,
     /// SHA-256 of the status and output, for the fingerprints of the stages after it.
@@ -358,7 +358,7 @@ pub struct StageSlot {
 }
 
 impl StageTable {
-    pub fn new(ids: Vec<String>) -> Self {
+    pub(crate) fn new(ids: Vec<String>) -> Self {
         let index = ids
             .iter()
             .enumerate()
@@ -368,7 +368,7 @@ impl StageTable {
         StageTable { ids, index, slots }
     }
 
-    pub fn set(&self, index: usize, slot: StageSlot) {
+    pub(crate) fn set(&self, index: usize, slot: StageSlot) {
         let mut slots = self
             .slots
             .write()
@@ -376,13 +376,13 @@ impl StageTable {
         slots[index] = Some(slot);
     }
 
-    pub fn get(&self, index: usize) -> Option<StageSlot> {
+    pub(crate) fn get(&self, index: usize) -> Option<StageSlot> {
         self.read().get(index).cloned().flatten()
     }
 
     /// Every slot, read in place (a fingerprint reads several stages' hashes without copying
     /// them).
-    pub fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<Option<StageSlot>>> {
+    pub(crate) fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<Option<StageSlot>>> {
         self.slots
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -423,7 +423,7 @@ impl Object for StagesView {
 
 /// Everything a template or expression can see.
 #[derive(Debug, Clone, Default)]
-pub struct Scope {
+pub(crate) struct Scope {
     pub inputs: Value,
     pub env: Value,
     pub stages: Value,
@@ -435,16 +435,16 @@ pub struct Scope {
 }
 
 impl Scope {
-    pub fn stages_view(table: Arc<StageTable>) -> Value {
+    pub(crate) fn stages_view(table: Arc<StageTable>) -> Value {
         Value::from_object(StagesView(table))
     }
 
     /// The scope as a template context.
-    pub fn to_value(&self) -> Value {
+    pub(crate) fn to_value(&self) -> Value {
         Value::from_object(self.clone())
     }
 
-    pub fn with_item(&self, item: Value, index: usize) -> Scope {
+    pub(crate) fn with_item(&self, item: Value, index: usize) -> Scope {
         Scope {
             item: Some(item),
             index: Some(Value::from(index)),
@@ -452,7 +452,7 @@ impl Scope {
         }
     }
 
-    pub fn with_output(&self, output: Value) -> Scope {
+    pub(crate) fn with_output(&self, output: Value) -> Scope {
         Scope {
             output: Some(output),
             ..self.clone()
@@ -493,7 +493,7 @@ const ROOTS: [&str; 8] = [
 ];
 
 /// The names every template may read at the top level.
-pub fn known_roots() -> BTreeSet<&'static str> {
+pub(crate) fn known_roots() -> BTreeSet<&'static str> {
     ROOTS.into_iter().collect()
 }
 

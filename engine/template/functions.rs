@@ -16,10 +16,10 @@ use minijinja::{Environment, Error, ErrorKind, Value};
 use regex::Regex;
 
 /// The environment variable that, when set to an RFC 3339 time, pins what `now()` returns.
-pub const NOW_ENV: &str = "STAGEGRAPH_NOW";
+pub(crate) const NOW_ENV: &str = "STAGEGRAPH_NOW";
 
 /// Register every engine function and filter on `env`.
-pub fn register(env: &mut Environment<'static>) {
+pub(crate) fn register(env: &mut Environment<'static>) {
     env.add_function("now", now_fn);
     env.add_function("timestamp", timestamp_fn);
     env.add_filter("timestamp", timestamp_fn);
@@ -110,7 +110,7 @@ fn timestamp_fn(text: &str) -> Result<i64, Error> {
     parse_timestamp(text).map_err(|error| invalid(error.to_string()))
 }
 
-pub use crate::floor::duration::parse as parse_duration;
+pub(crate) use crate::floor::duration::parse as parse_duration;
 
 /// Whole seconds as an integer; a duration with a fraction of a second (`"1500ms"`) as a float,
 /// so that no precision is lost.
@@ -381,7 +381,7 @@ fn path_join_fn(parts: Rest<Value>) -> Result<String, Error> {
 
 /// `text` as one POSIX shell word: bare when it is made only of `[A-Za-z0-9_./:=@%+,-]`,
 /// otherwise in single quotes with each `'` written as `'\''`.
-pub fn shell_quote(text: &str) -> String {
+pub(crate) fn shell_quote(text: &str) -> String {
     let safe = |byte: u8| byte.is_ascii_alphanumeric() || b"_./:=@%+,-".contains(&byte);
     if !text.is_empty() && text.bytes().all(safe) {
         return text.to_string();

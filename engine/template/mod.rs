@@ -12,14 +12,14 @@
 
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 
-pub mod compiled;
-pub mod functions;
-pub mod shell;
+pub(crate) mod compiled;
+pub(crate) mod functions;
+pub(crate) mod shell;
 
-pub use compiled::{Scope, StageSlot, StageTable, Tmpl};
+pub(crate) use compiled::{Scope, StageSlot, StageTable, Tmpl};
 
 /// A fresh environment with the engine's functions and filters and strict undefined.
-pub fn environment() -> Environment<'static> {
+pub(crate) fn environment() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_undefined_behavior(UndefinedBehavior::Strict);
     env.set_keep_trailing_newline(true);
@@ -52,7 +52,9 @@ pub fn environment() -> Environment<'static> {
 
 /// Runs a minijinja compile (or a render that compiles) and turns a panic inside it into a
 /// syntax error, without the panic's message reaching the terminal.
-pub fn guarded<T>(f: impl FnOnce() -> Result<T, minijinja::Error>) -> Result<T, minijinja::Error> {
+pub(crate) fn guarded<T>(
+    f: impl FnOnce() -> Result<T, minijinja::Error>,
+) -> Result<T, minijinja::Error> {
     use std::cell::Cell;
     thread_local! {
         static QUIET: Cell<bool> = const { Cell::new(false) };

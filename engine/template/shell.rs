@@ -17,7 +17,7 @@ use super::compiled::value_to_text;
 use super::Tmpl;
 
 /// The prefix of the environment variables that carry a script's values.
-pub const VARIABLE_PREFIX: &str = "SG_V";
+pub(crate) const VARIABLE_PREFIX: &str = "SG_V";
 
 /// A marker: NUL, the value's number, NUL. NUL cannot reach `sh` (an argument is a C string),
 /// so a marker left over is caught, and the author's text cannot spell one by accident.
@@ -82,13 +82,13 @@ fn resolve(text: &str, values: &[String]) -> String {
 
 /// A rendered script: the text `sh` reads and the environment that carries its values.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Script {
+pub(crate) struct Script {
     pub text: String,
     pub env: Vec<(String, String)>,
 }
 
 /// Renders a shell script so that no value becomes script text (see the module docs).
-pub fn render_script(tmpl: &Tmpl, scope: &Value) -> Result<Script, Error> {
+pub(crate) fn render_script(tmpl: &Tmpl, scope: &Value) -> Result<Script, Error> {
     struct Reset(Option<Vec<String>>);
     impl Drop for Reset {
         fn drop(&mut self) {
@@ -110,7 +110,7 @@ const SHELLS: [&str; 7] = ["sh", "bash", "dash", "zsh", "ksh", "mksh", "ash"];
 /// The index of the argument that will be the script, when the arguments so far start a
 /// shell with `-c` and the script is the next one (`["sh", "-c", SCRIPT]`,
 /// `["bash", "-euo", "pipefail", "-c", SCRIPT]`).
-pub fn script_argument(argv: &[String]) -> Option<usize> {
+pub(crate) fn script_argument(argv: &[String]) -> Option<usize> {
     let program = argv.first()?;
     let name = program.rsplit('/').next().unwrap_or(program);
     if !SHELLS.contains(&name) {
@@ -156,7 +156,7 @@ const INTERPRETERS: [(&str, &[&str]); 10] = [
 
 /// The interpreter whose code the next argument will be, when the arguments so far name one
 /// and end with its code flag (`["python3", "-c"]`).
-pub fn code_argument(argv: &[String]) -> Option<&str> {
+pub(crate) fn code_argument(argv: &[String]) -> Option<&str> {
     let program = argv.first()?;
     let name = program.rsplit('/').next().unwrap_or(program);
     let flags = INTERPRETERS
