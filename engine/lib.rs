@@ -1,9 +1,11 @@
 //! stagegraph: a declarative pipeline engine. A workflow is a TOML stage graph; one generic
 //! executor loads, checks, plans and runs it.
 //!
-//! The phases, each a module with a type that proves it ran:
-//! `load` (TOML -> [`load::RawWorkflow`]), `check` (-> [`check::Workflow`]), `plan`
-//! (-> [`plan::Plan`]) and `run` (-> [`run::RunRecord`]).
+//! The phases, each a private module with a type that proves it ran: `load` (TOML ->
+//! [`RawWorkflow`]), `check` (-> [`Workflow`]), `plan` (-> [`Plan`]) and `run` (->
+//! [`RunRecord`]). What is public is the face re-exported here: [`Engine`], which finds, loads,
+//! checks, runs and resumes workflows, the types its methods take and return, a few functions
+//! for the program that hosts it, [`exit`] codes and [`JSON_VERSION`].
 
 // The phases and what they stand on; none of them is public, the face below is.
 mod builtins;

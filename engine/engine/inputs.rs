@@ -88,7 +88,9 @@ pub(crate) fn resolve_answers(
 }
 
 /// A run's inputs from the command line: the object of `--inputs-json` (a file relative to
-/// `cwd`, or `-` for stdin) and the `--input K=V` pairs, resolved by [`resolve_inputs`].
+/// `cwd`, or `-` for stdin; keys the workflow does not declare are ignored) and the `--input K=V`
+/// pairs (an undeclared key is an error), typed by the declarations, defaults applied and
+/// required inputs checked.
 pub fn read_inputs(
     workflow: &Workflow,
     inputs_json: Option<&str>,

@@ -35,7 +35,7 @@ impl Listing {
         })
     }
 
-    /// Where it comes from: "<library> (<origin>)", then ", overlays <libraries>" if any.
+    /// Where it comes from: `<library> (<origin>)`, then `, overlays <libraries>` if any.
     pub fn origin(&self) -> String {
         let mut origin = format!("{} ({})", self.library.display(), self.library.origin);
         if !self.overlays.is_empty() {

@@ -46,7 +46,7 @@ impl RunStatus {
 }
 
 impl RunRecord {
-    /// How the run ended, after "run <id> ": "completed in 0.12s", "exited early at `x`: ...",
+    /// How the run ended, after `run <id> `: "completed in 0.12s", "exited early at `x`: ...",
     /// "failed: ...".
     pub fn summary(&self) -> String {
         let seconds = self.duration_ms as f64 / 1000.0;
@@ -67,7 +67,7 @@ impl RunRecord {
         }
     }
 
-    /// Each stage's explain verdict (`--explain`), "not reached (<status>)" for a stage that
+    /// Each stage's explain verdict (`--explain`), `not reached (<status>)` for a stage that
     /// has none.
     pub fn verdicts(&self) -> Vec<(&str, String)> {
         self.stages
