@@ -370,3 +370,91 @@ fn a_large_workflow_output_is_stored_once_and_read_back_whole_and_the_cache_refe
     );
     assert_eq!(test.count("big.count"), 3, "an inline entry missed");
 }
+
+/// A 2 MB output kept by the cache for an hour, its last byte read from `version.txt`.
+const EXPIRING: &str = r#"
+[workflow]
+description = "a large cached output whose entry expires"
+
+[stages.big]
+shell = "head -c 2000000 /dev/zero | tr '\\0' a; cat version.txt; echo >> big.count"
+cache = { ttl = "1h" }
+"#;
+
+/// The names of the files of `state/cache/outputs/`.
+fn cached_outputs(test: &Test) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(test.state_dir().join("cache/outputs"))
+        .expect("the cache's outputs folder")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The only line of the workflow's cache file, and the name of the output file it names.
+fn only_entry(test: &Test) -> (serde_json::Value, String) {
+    let text = test.read("state/cache/expiring.jsonl");
+    let lines: Vec<_> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "{text:.2000}");
+    let entry: serde_json::Value = serde_json::from_str(lines[0]).expect("a cache entry");
+    let path = entry["file"]["path"].as_str().expect("a file").to_string();
+    let name = path
+        .strip_prefix("outputs/")
+        .expect("below outputs/")
+        .to_string();
+    (entry, name)
+}
+
+/// Sets a file's modification time two hours back, as if an earlier run had written it.
+fn backdate(path: &std::path::Path) {
+    let file = std::fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    file.set_modified(std::time::SystemTime::now() - Duration::from_secs(2 * 3600))
+        .expect("backdate");
+}
+
+/// An entry stored again under its id (its ttl expired, and the command's output changed)
+/// supersedes the first: the run that stores it compacts the cache file to one line and removes
+/// the output file no entry names any more, once it is older than the grace period (an hour),
+/// and the kept entry still hits. A younger unnamed file is kept: a run sharing the folder may
+/// have written it for a line it has yet to append.
+#[test]
+fn a_superseded_cache_entry_loses_its_output_file_once_it_is_old() {
+    let test = Test::new();
+    test.write("lib/workflows/expiring.toml", EXPIRING);
+    for backdated in [true, false] {
+        std::fs::remove_dir_all(test.state_dir().join("cache")).ok();
+        std::fs::remove_file(test.path("big.count")).ok();
+        test.write("version.txt", "1");
+        test.run(["-L", "lib", "run", "expiring"]).code(0);
+        let (mut entry, first) = only_entry(&test);
+        assert_eq!(cached_outputs(&test), std::slice::from_ref(&first));
+
+        // Two hours on: the entry has expired; the command now writes another last byte.
+        entry["created_at"] = (entry["created_at"].as_i64().unwrap() - 2 * 3600).into();
+        test.write("state/cache/expiring.jsonl", &format!("{entry}\n"));
+        if backdated {
+            backdate(&test.state_dir().join("cache/outputs").join(&first));
+        }
+        test.write("version.txt", "2");
+        test.run(["-L", "lib", "run", "expiring"]).code(0);
+        assert_eq!(test.count("big.count"), 2, "an expired entry hit");
+        let (_, second) = only_entry(&test);
+        assert_ne!(first, second);
+        let mut expected = vec![second.clone()];
+        if !backdated {
+            expected.push(first.clone());
+        }
+        expected.sort();
+        assert_eq!(cached_outputs(&test), expected, "backdated: {backdated}");
+
+        // The kept entry hits, its output whole.
+        let out = test.run(["-L", "lib", "run", "expiring", "--format", "json"]);
+        out.code(0);
+        assert_eq!(test.count("big.count"), 2, "the kept entry missed");
+        assert!(!out.stderr.contains("warning"), "{}", out.stderr);
+    }
+}

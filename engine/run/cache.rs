@@ -9,6 +9,12 @@
 //! line whatever the file ends with, so the fragment never swallows the next entry; the fragment
 //! is reported once, by the run that reads it, which then compacts the file (rewrites it with
 //! its whole lines only) as it closes the cache.
+//!
+//! An entry stored again under the same id (its `ttl` expired, its output file was damaged)
+//! supersedes the earlier line, which no run reads again: a run that reads or writes such a
+//! line compacts the file as it closes too, keeping the last line of each id. After a
+//! compaction, the files of `outputs/` that no line of any workflow's cache file names are
+//! removed (see [`remove_orphans`]).
 
 use foldhash::{HashMap, HashMapExt};
 use std::fs::OpenOptions;
@@ -46,8 +52,10 @@ struct Stored {
     verified: bool,
 }
 
-/// Boxed: a map of 10,000 entries holds a pointer a slot rather than the entry itself.
-type Entries = (HashMap<String, Box<Stored>>, Vec<String>);
+/// Boxed: a map of 10,000 entries holds a pointer a slot rather than the entry itself. Beside
+/// the entries: a warning for each line that does not parse, and whether a line was superseded
+/// by a later one of the same id.
+type Entries = (HashMap<String, Box<Stored>>, Vec<String>, bool);
 
 /// A cache file being read on another thread.
 static READ_AHEAD: Mutex<Option<(PathBuf, std::thread::JoinHandle<Entries>)>> = Mutex::new(None);
@@ -82,8 +90,9 @@ fn cache_path(state_dir: &Path, workflow: &str) -> PathBuf {
 fn read_entries(path: &Path) -> Entries {
     let mut entries = HashMap::new();
     let mut warnings = Vec::new();
+    let mut superseded = false;
     let Ok(file) = std::fs::File::open(path) else {
-        return (entries, warnings);
+        return (entries, warnings, superseded);
     };
     for (number, line) in BufReader::new(file).lines().enumerate() {
         let Ok(line) = line else { break };
@@ -97,12 +106,14 @@ fn read_entries(path: &Path) -> Entries {
                     line: number + 1,
                     verified: false,
                 };
-                entries.insert(stored.entry.id.clone(), Box::new(stored));
+                superseded |= entries
+                    .insert(stored.entry.id.clone(), Box::new(stored))
+                    .is_some();
             }
             Err(_) => warnings.push(corrupt(path, number + 1)),
         }
     }
-    (entries, warnings)
+    (entries, warnings, superseded)
 }
 
 /// Where below the cache's folder an output of this SHA-256 is kept.
@@ -121,7 +132,8 @@ pub(crate) struct Cache {
     /// The file, opened for appending at the first `put` and kept open for the run, and the
     /// whole lines not yet appended.
     appender: Mutex<Option<(std::fs::File, Vec<u8>)>>,
-    /// A line that did not parse was read: the file is compacted when the cache closes.
+    /// A line that did not parse was read, or a line superseded by a later one of its id was
+    /// read or written: the file is compacted when the cache closes.
     torn: std::sync::atomic::AtomicBool,
 }
 
@@ -176,11 +188,11 @@ impl Cache {
                 .take_if(|(path, _)| *path == self.path)
                 .map(|(_, reading)| reading)
         };
-        let (entries, warnings) = match ahead.map(std::thread::JoinHandle::join) {
+        let (entries, warnings, superseded) = match ahead.map(std::thread::JoinHandle::join) {
             Some(Ok(read)) => read,
             _ => read_entries(&self.path),
         };
-        if !warnings.is_empty() {
+        if !warnings.is_empty() || superseded {
             self.torn.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         self.warnings
@@ -190,23 +202,35 @@ impl Cache {
         entries
     }
 
-    /// Compacts the file if a line of it did not parse (see [`Cache::compact`]), after
-    /// appending what is buffered.
+    /// Compacts the file if a line of it did not parse or was superseded (see
+    /// [`Cache::compact`]), after appending what is buffered, then removes the output files no
+    /// entry names any more (see [`remove_orphans`]).
     pub(crate) fn close(&self) -> std::io::Result<()> {
         self.flush()?;
         if self.torn.swap(false, std::sync::atomic::Ordering::Relaxed) {
             self.compact()?;
+            remove_orphans(self.folder(), std::time::SystemTime::now());
         }
         Ok(())
     }
 
-    /// Rewrites the file with the lines that parse, dropping torn and corrupt ones (atomically:
-    /// a complete new file is renamed over it).
+    /// Rewrites the file with the last line of each id, dropping torn and corrupt lines and
+    /// lines a later one of their id superseded (atomically: a complete new file is renamed
+    /// over it).
     fn compact(&self) -> std::io::Result<()> {
         let text = std::fs::read(&self.path)?;
+        let lines: Vec<(&[u8], String)> = text
+            .split(|&b| b == b'\n')
+            .filter(|line| !line.is_empty())
+            .filter_map(|line| Some((line, serde_json::from_slice::<Entry>(line).ok()?.id)))
+            .collect();
+        let mut last = HashMap::with_capacity(lines.len());
+        for (index, (_, id)) in lines.iter().enumerate() {
+            last.insert(id.as_str(), index);
+        }
         let mut kept = Vec::with_capacity(text.len());
-        for line in text.split(|&b| b == b'\n') {
-            if !line.is_empty() && serde_json::from_slice::<Entry>(line).is_ok() {
+        for (index, (line, id)) in lines.iter().enumerate() {
+            if last.get(id.as_str()) == Some(&index) {
                 kept.extend_from_slice(line);
                 kept.push(b'\n');
             }
@@ -292,7 +316,12 @@ impl Cache {
         let mut line = if crate::floor::hash::json_size(output) > LARGE_OUTPUT {
             let bytes = serde_json::to_vec(output).map_err(std::io::Error::other)?;
             let file = output_file(&entry.sha256);
-            entry.file = Some(StoredValue::store(self.folder(), file, &bytes)?);
+            let stored = StoredValue::store(self.folder(), file, &bytes)?;
+            // A file kept from before is as new as the line about to name it: a compaction of
+            // another run removes only files older than ORPHAN_GRACE.
+            // Best effort: a file left as it was can at worst be removed, the entry then a miss.
+            let _ = touch(&self.folder().join(&stored.path));
+            entry.file = Some(stored);
             let line = serde_json::to_vec(&entry).map_err(std::io::Error::other)?;
             entry.output = output.clone();
             line
@@ -337,7 +366,12 @@ impl Cache {
                 line: 0,
                 verified: true,
             };
-            entries.insert(stored.entry.id.clone(), Box::new(stored));
+            if entries
+                .insert(stored.entry.id.clone(), Box::new(stored))
+                .is_some()
+            {
+                self.torn.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
         }
         Ok(())
     }
@@ -367,6 +401,100 @@ impl Cache {
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         )
     }
+}
+
+/// How old an output file no entry names must be before a compaction removes it. A run writes
+/// (or touches) an output's file before it appends the line that names it, and appends its
+/// lines whenever it waits and as it ends; an hour covers that gap for a run of another
+/// workflow, or of the same one, sharing the folder (with a workflow lock or without).
+const ORPHAN_GRACE: Duration = Duration::from_secs(60 * 60);
+
+/// Sets a file's modification time to now, through no symbolic link.
+fn touch(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    file.set_modified(std::time::SystemTime::now())
+}
+
+/// Whether a name is one [`output_file`] gives: 64 lowercase hex digits and `.json`.
+fn is_output_name(name: &str) -> bool {
+    name.strip_suffix(".json").is_some_and(|hash| {
+        hash.len() == 64 && hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
+}
+
+/// The output files the entries of every workflow's cache file in `folder` name (lines that do
+/// not parse name none), or None when a cache file cannot be read: nothing is then removed.
+fn named_outputs(folder: &Path) -> Option<foldhash::HashSet<String>> {
+    let mut named = foldhash::HashSet::default();
+    for item in std::fs::read_dir(folder).ok()? {
+        let item = item.ok()?;
+        let path = item.path();
+        if path.extension().is_none_or(|e| e != "jsonl") || !item.file_type().ok()?.is_file() {
+            continue;
+        }
+        let file = match std::fs::File::open(&path) {
+            Ok(file) => file,
+            // Renamed away by a compaction of its own since it was listed: its lines live on
+            // in the file renamed over it, which was listed too.
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(_) => return None,
+        };
+        for line in BufReader::new(file).split(b'\n') {
+            if let Ok(Some(stored)) =
+                serde_json::from_slice::<Entry>(&line.ok()?).map(|entry| entry.file)
+            {
+                named.insert(stored.path);
+            }
+        }
+    }
+    Some(named)
+}
+
+/// Removes the files of `<folder>/outputs/` that no line of any workflow's cache file in
+/// `folder` names and that were last modified more than [`ORPHAN_GRACE`] before `now`. Only
+/// plain files named as [`output_file`] names them, listed in that folder itself (a symbolic
+/// link, to a file or as the folder, is never followed nor removed). The cache files are read
+/// before the folder is listed, so a file written after them is younger than the grace period;
+/// should a file a concurrent run just touched be removed all the same, its entry is a miss
+/// (with a warning), never a wrong output. Best effort: what cannot be read is kept.
+fn remove_orphans(folder: &Path, now: std::time::SystemTime) -> usize {
+    let outputs = folder.join("outputs");
+    if !std::fs::symlink_metadata(&outputs).is_ok_and(|m| m.is_dir()) {
+        return 0;
+    }
+    let Some(named) = named_outputs(folder) else {
+        return 0;
+    };
+    let Ok(listing) = std::fs::read_dir(&outputs) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for item in listing.flatten() {
+        let name = item.file_name();
+        let Some(name) = name.to_str().filter(|name| is_output_name(name)) else {
+            continue;
+        };
+        if named.contains(&output_file(name.trim_end_matches(".json"))) {
+            continue;
+        }
+        let path = outputs.join(name);
+        let Ok(metadata) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let old = metadata
+            .modified()
+            .ok()
+            .and_then(|modified| now.duration_since(modified).ok())
+            .is_some_and(|age| age > ORPHAN_GRACE);
+        if metadata.is_file() && old && std::fs::remove_file(&path).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
 }
 
 impl Drop for Cache {
@@ -401,5 +529,121 @@ mod tests {
             warnings.len() == 1 && warnings[0].ends_with(":2"),
             "{warnings:?}"
         );
+    }
+
+    /// A value whose JSON is larger than [`LARGE_OUTPUT`], so the cache keeps it in a file.
+    fn large(tag: &str) -> Value {
+        Value::String(format!(
+            "{tag}{}",
+            "x".repeat(usize::try_from(LARGE_OUTPUT).unwrap() + 1)
+        ))
+    }
+
+    /// The files of `cache/outputs/`, by name.
+    fn outputs(state: &Path) -> Vec<String> {
+        let mut names: Vec<_> = std::fs::read_dir(state.join("cache/outputs"))
+            .map(|listing| {
+                listing
+                    .flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
+    /// Sets a file's (not a link's target's) modification time two grace periods back.
+    fn backdate(path: &Path) {
+        let file = std::fs::File::options().write(true).open(path).unwrap();
+        file.set_modified(std::time::SystemTime::now() - 2 * ORPHAN_GRACE)
+            .unwrap();
+    }
+
+    fn name_of(value: &Value) -> String {
+        format!("{}.json", sha256_json(value))
+    }
+
+    #[test]
+    fn a_superseded_entry_is_compacted_away_and_its_old_file_removed() {
+        let state = tempfile::tempdir().unwrap();
+        let (first, second) = (large("first"), large("second"));
+        let cache = Cache::new(state.path(), "w");
+        assert!(cache.get("a", None).is_none());
+        cache.put("a", &first).unwrap();
+        cache.close().unwrap();
+        assert_eq!(outputs(state.path()), [name_of(&first)]);
+        backdate(&state.path().join("cache/outputs").join(name_of(&first)));
+
+        // The same id stored again (its ttl expired, say): the line written first is superseded.
+        let cache = Cache::new(state.path(), "w");
+        assert_eq!(cache.get("a", None).unwrap().0, first);
+        cache.put("a", &second).unwrap();
+        cache.close().unwrap();
+        let text = std::fs::read_to_string(cache_path(state.path(), "w")).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert_eq!(outputs(state.path()), [name_of(&second)]);
+
+        let cache = Cache::new(state.path(), "w");
+        assert_eq!(
+            cache.get("a", None).unwrap().0,
+            second,
+            "the kept entry hits"
+        );
+        assert!(cache.take_warnings().is_empty());
+    }
+
+    #[test]
+    fn files_an_entry_names_young_files_links_and_other_names_are_kept() {
+        let state = tempfile::tempdir().unwrap();
+        let (first, second, other) = (large("first"), large("second"), large("other"));
+        // Another workflow's entry names a file of the shared folder, old as it may be.
+        let neighbour = Cache::new(state.path(), "neighbour");
+        neighbour.put("n", &other).unwrap();
+        neighbour.close().unwrap();
+        let dir = state.path().join("cache/outputs");
+        backdate(&dir.join(name_of(&other)));
+        // An unnamed file too young to judge: a concurrent run may be about to name it.
+        let young = format!("{}.json", "b".repeat(64));
+        std::fs::write(dir.join(&young), "\"young\"").unwrap();
+        // A link named as an output, to an old file outside the folder; a file of another name.
+        let outside = state.path().join("outside.json");
+        std::fs::write(&outside, "\"outside\"").unwrap();
+        backdate(&outside);
+        let link = format!("{}.json", "c".repeat(64));
+        std::os::unix::fs::symlink(&outside, dir.join(&link)).unwrap();
+        std::fs::write(dir.join("notes.txt"), "kept").unwrap();
+        backdate(&dir.join("notes.txt"));
+
+        let cache = Cache::new(state.path(), "w");
+        cache.put("a", &first).unwrap();
+        cache.close().unwrap();
+        // Not backdated: the superseded entry's file is young, so it stays for now.
+        let cache = Cache::new(state.path(), "w");
+        assert!(cache.get("a", None).is_some());
+        cache.put("a", &second).unwrap();
+        cache.close().unwrap();
+
+        let mut expected = vec![
+            name_of(&first),
+            name_of(&second),
+            name_of(&other),
+            young,
+            link,
+            "notes.txt".to_string(),
+        ];
+        expected.sort();
+        assert_eq!(outputs(state.path()), expected);
+        assert!(outside.exists());
+        let neighbour = Cache::new(state.path(), "neighbour");
+        assert_eq!(neighbour.get("n", None).unwrap().0, other);
+
+        // Once old, the superseded entry's file goes at the next compaction, and only it.
+        backdate(&dir.join(name_of(&first)));
+        assert_eq!(
+            remove_orphans(&state.path().join("cache"), std::time::SystemTime::now()),
+            1
+        );
+        assert!(!dir.join(name_of(&first)).exists());
     }
 }
