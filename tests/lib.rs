@@ -16,6 +16,7 @@ mod context_update;
 mod contract;
 mod diagnostics;
 mod explain;
+mod face;
 mod finally;
 mod first_workflow;
 mod fuzz_regressions;
