@@ -220,7 +220,7 @@ impl Engine {
             return Err(failure);
         }
         let state_dir = run::state_dir_for(workflow, inputs, &self.cwd, &state.dir, state.explicit)
-            .map_err(RunFailure::invalid)?;
+            .map_err(|error| RunFailure::invalid(error.to_string()))?;
         Ok((models, state_dir))
     }
 
@@ -274,8 +274,9 @@ impl Engine {
         state: &StateDir,
         run_id: &str,
     ) -> Result<(RunRecord, String, ResumeFrom), String> {
-        let (id, dir) = record::locate_run(&state.search(&self.cwd), run_id)?;
-        let previous = record::read_record(&dir, &id)?;
+        let (id, dir) =
+            record::locate_run(&state.search(&self.cwd), run_id).map_err(|e| e.to_string())?;
+        let previous = record::read_record(&dir, &id).map_err(|e| e.to_string())?;
         // Its stages are still running: a resume now would run them a second time beside them.
         if let Some(holder) = previous.holder.as_ref().filter(|holder| {
             previous.status == RunStatus::Running

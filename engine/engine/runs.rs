@@ -24,7 +24,7 @@ impl StateDir {
     /// Resolve `last` or a unique prefix of a run id to the id, with the state folder that
     /// holds the run.
     pub fn locate(&self, cwd: &Path, run_id: &str) -> Result<(String, PathBuf), String> {
-        record::locate_run(&self.search(cwd), run_id)
+        record::locate_run(&self.search(cwd), run_id).map_err(|e| e.to_string())
     }
 
     /// Keep the newest `keep` runs of each workflow in every state folder searched; returns
@@ -55,13 +55,13 @@ impl RunRecord {
     /// The record of run `id` in state folder `state_dir`. A record still `running` whose
     /// process is gone is read (and rewritten) as interrupted.
     pub fn read(state_dir: &Path, id: &str) -> Result<RunRecord, String> {
-        record::read_record(state_dir, id)
+        record::read_record(state_dir, id).map_err(|e| e.to_string())
     }
 
     /// The record as [`RunRecord::read`] reads it, but for the large outputs kept in files of
     /// their own, left null (a listing of runs reads no output).
     pub fn read_as_written(state_dir: &Path, id: &str) -> Result<RunRecord, String> {
-        record::read_record_as_written(state_dir, id)
+        record::read_record_as_written(state_dir, id).map_err(|e| e.to_string())
     }
 
     /// The output that stage `stage` of run `id` recorded, if it recorded one.

@@ -226,6 +226,20 @@ fn stop_leftovers(resume: &ResumeFrom, reporter: &Reporter, dry_run: bool) -> Re
     )))
 }
 
+/// Why a workflow's state folder could not be found.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StateDirError {
+    /// `[workflow] records.project` failed to render.
+    #[error(transparent)]
+    Project(#[from] stage_error::RenderError),
+    /// The records go under the user's state folder, and there is none.
+    #[error(
+        "`[workflow] records` puts the records under the user's state folder, but neither \
+         XDG_STATE_HOME nor HOME names an absolute folder"
+    )]
+    NoUserStateDir,
+}
+
 /// The state folder a run of `workflow` records in: `explicit` (`--state-dir`) when given, else
 /// the user folder its `[workflow] records` names (keyed by the project folder its `project`
 /// template renders to, with `inputs` and the allowed `env`), else `default`.
@@ -235,7 +249,7 @@ pub(crate) fn state_dir_for(
     cwd: &Path,
     default: &Path,
     explicit: bool,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, StateDirError> {
     use crate::format::RecordsLocation;
     let user = workflow
         .records
@@ -252,16 +266,12 @@ pub(crate) fn state_dir_for(
             }));
             let rendered = tmpl
                 .render(&scope)
-                .map_err(|e| stage_error::Part::RecordsProject.failed(e).to_string())?;
+                .map_err(|e| stage_error::Part::RecordsProject.failed(e))?;
             cwd.join(rendered.trim())
         }
         None => cwd.to_path_buf(),
     };
-    record::user_state_dir(&project).ok_or_else(|| {
-        "`[workflow] records` puts the records under the user's state folder, but neither \
-         XDG_STATE_HOME nor HOME names an absolute folder"
-            .to_string()
-    })
+    record::user_state_dir(&project).ok_or(StateDirError::NoUserStateDir)
 }
 
 /// Record a run that failed before its first stage (its inputs were invalid, its command line
@@ -1284,6 +1294,33 @@ mod tests {
             ..RunOptions::default()
         };
         run(&workflow, &runtime, &options, Map::new(), None).expect("the run starts")
+    }
+
+    /// A `records.project` that fails to render is a typed error, rendered as the template's.
+    #[test]
+    fn a_records_project_that_fails_to_render_is_a_typed_error() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("records.toml"),
+            "[workflow]\ndescription = \"d\"\nrecords = { location = \"user\", project = \"{{ 1 // 0 }}\" }\n\n[stages.a]\ntemplate = { inline = \"a\" }\n",
+        )
+        .unwrap();
+        let engine = crate::Engine::new(&[], dir.path());
+        let workflow = engine.load("records.toml").expect("the workflow checks");
+        let state = dir.path().join(".stagegraph");
+        match state_dir_for(&workflow, &Map::new(), dir.path(), &state, false) {
+            Err(error @ StateDirError::Project(_)) => assert!(
+                error
+                    .to_string()
+                    .starts_with("`[workflow] records.project`"),
+                "{error}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            state_dir_for(&workflow, &Map::new(), dir.path(), &state, true).unwrap(),
+            state
+        );
     }
 
     #[test]

@@ -745,15 +745,36 @@ pub(crate) fn is_dry_run(state_dir: &Path, id: &str) -> bool {
         .is_some_and(|head| head.dry_run)
 }
 
+/// Why a run record could not be read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RecordError {
+    /// Its `run.json` is missing or unreadable.
+    #[error("cannot read {}: {source}", path.display())]
+    Unreadable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// Its `run.json` does not parse as a run record.
+    #[error("{} is not a run record: {source}", path.display())]
+    NotARecord {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+}
+
 /// A run record as `run.json` holds it (its large outputs null, named in `output_files`). One
 /// still `running` whose process is gone (killed, crashed, the machine restarted) is the record
 /// of an interrupted run: it is read, and rewritten, as such.
-pub(crate) fn read_record_as_written(state_dir: &Path, id: &str) -> Result<RunRecord, String> {
+pub(crate) fn read_record_as_written(state_dir: &Path, id: &str) -> Result<RunRecord, RecordError> {
     let path = runs_dir(state_dir).join(id).join("run.json");
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let mut record: RunRecord = serde_json::from_str(&text)
-        .map_err(|e| format!("{} is not a run record: {e}", path.display()))?;
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(source) => return Err(RecordError::Unreadable { path, source }),
+    };
+    let mut record: RunRecord = match serde_json::from_str(&text) {
+        Ok(record) => record,
+        Err(source) => return Err(RecordError::NotARecord { path, source }),
+    };
     let gone = record
         .holder
         .as_ref()
@@ -779,7 +800,7 @@ pub(crate) fn read_record_as_written(state_dir: &Path, id: &str) -> Result<RunRe
 
 /// A run record, read as [`read_record_as_written`] does, with its large outputs read from their
 /// files: an output whose file is missing or damaged stays null (and named in `output_files`).
-pub(crate) fn read_record(state_dir: &Path, id: &str) -> Result<RunRecord, String> {
+pub(crate) fn read_record(state_dir: &Path, id: &str) -> Result<RunRecord, RecordError> {
     let mut record = read_record_as_written(state_dir, id)?;
     let artifacts = runs_dir(state_dir).join(id).join("artifacts");
     if let Some(Value::Object(outputs)) = &mut record.outputs {
@@ -976,32 +997,53 @@ pub(crate) fn list_runs_in(dirs: &[PathBuf]) -> Vec<(String, PathBuf)> {
     all
 }
 
+/// Why `last` or a prefix names no one run.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LocateError {
+    /// `last`, and no real run is recorded in the folders searched.
+    #[error("no runs recorded in {} (dry-runs aside)", places(.searched))]
+    NoRuns { searched: Vec<PathBuf> },
+    /// No run id starts with the prefix.
+    #[error("no run `{id}` in {}", places(.searched))]
+    NoSuchRun { id: String, searched: Vec<PathBuf> },
+    /// Several run ids start with the prefix.
+    #[error("`{id}` matches {count} runs; give more of the id")]
+    Ambiguous { id: String, count: usize },
+}
+
+/// The runs folders of state folders, as an error names them.
+fn places(dirs: &[PathBuf]) -> String {
+    dirs.iter()
+        .map(|dir| runs_dir(dir).display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Resolve `last` or a unique prefix to a run id across several state folders, with the folder
 /// that holds it.
-pub(crate) fn locate_run(dirs: &[PathBuf], id: &str) -> Result<(String, PathBuf), String> {
+pub(crate) fn locate_run(dirs: &[PathBuf], id: &str) -> Result<(String, PathBuf), LocateError> {
     let all = list_runs_in(dirs);
-    let places = || {
-        dirs.iter()
-            .map(|dir| runs_dir(dir).display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     if id == "last" {
         return all
             .iter()
             .rev()
             .find(|(id, dir)| !is_dry_run(dir, id))
             .cloned()
-            .ok_or_else(|| format!("no runs recorded in {} (dry-runs aside)", places()));
+            .ok_or_else(|| LocateError::NoRuns {
+                searched: dirs.to_vec(),
+            });
     }
     let matches: Vec<&(String, PathBuf)> = all.iter().filter(|(r, _)| r.starts_with(id)).collect();
     match matches.as_slice() {
         [one] => Ok((*one).clone()),
-        [] => Err(format!("no run `{id}` in {}", places())),
-        many => Err(format!(
-            "`{id}` matches {} runs; give more of the id",
-            many.len()
-        )),
+        [] => Err(LocateError::NoSuchRun {
+            id: id.to_string(),
+            searched: dirs.to_vec(),
+        }),
+        many => Err(LocateError::Ambiguous {
+            id: id.to_string(),
+            count: many.len(),
+        }),
     }
 }
 
@@ -1164,6 +1206,63 @@ mod tests {
         std::fs::remove_file(&file).unwrap();
         let read = read_record(state.path(), "r1").unwrap();
         assert_eq!(read.outputs.as_ref().unwrap()["big"], Value::Null);
+    }
+
+    /// Reading a record and finding a run fail with typed errors, rendered as they always were.
+    #[test]
+    fn unreadable_records_and_unfound_runs_are_typed_errors() {
+        let state = tempfile::tempdir().unwrap();
+        let runs = runs_dir(state.path());
+        let path = runs.join("r1").join("run.json");
+        match read_record(state.path(), "r1") {
+            Err(error @ RecordError::Unreadable { .. }) => assert_eq!(
+                error.to_string(),
+                format!(
+                    "cannot read {}: No such file or directory (os error 2)",
+                    path.display()
+                )
+            ),
+            other => panic!("{other:?}"),
+        }
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, "{").unwrap();
+        match read_record_as_written(state.path(), "r1") {
+            Err(error @ RecordError::NotARecord { .. }) => {
+                let text = error.to_string();
+                let prefix = format!("{} is not a run record: ", path.display());
+                assert!(text.starts_with(&prefix), "{text}");
+            }
+            other => panic!("{other:?}"),
+        }
+
+        let dirs = [state.path().to_path_buf()];
+        let empty = tempfile::tempdir().unwrap();
+        match locate_run(&[empty.path().to_path_buf()], "last") {
+            Err(error @ LocateError::NoRuns { .. }) => assert_eq!(
+                error.to_string(),
+                format!(
+                    "no runs recorded in {} (dry-runs aside)",
+                    runs_dir(empty.path()).display()
+                )
+            ),
+            other => panic!("{other:?}"),
+        }
+        match locate_run(&dirs, "x") {
+            Err(error @ LocateError::NoSuchRun { .. }) => assert_eq!(
+                error.to_string(),
+                format!("no run `x` in {}", runs.display())
+            ),
+            other => panic!("{other:?}"),
+        }
+        std::fs::create_dir_all(runs.join("r2")).unwrap();
+        std::fs::write(runs.join("r2").join("run.json"), "{}").unwrap();
+        match locate_run(&dirs, "r") {
+            Err(error @ LocateError::Ambiguous { count: 2, .. }) => {
+                assert_eq!(error.to_string(), "`r` matches 2 runs; give more of the id");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(locate_run(&dirs, "r2").unwrap().0, "r2");
     }
 
     #[test]
