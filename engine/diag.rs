@@ -67,10 +67,11 @@ pub(crate) struct Location {
 #[derive(Debug, Clone)]
 pub struct Diagnostic {
     pub(crate) severity: Severity,
-    /// What the problem is.
-    pub(crate) kind: DiagnosticKind,
+    /// What the problem is. Private with `message`, which is rendered from it when the
+    /// diagnostic is built: neither changes without the other.
+    kind: DiagnosticKind,
     /// A lowercase fragment that reads after "error: ": the kind, rendered.
-    pub(crate) message: String,
+    message: String,
     pub(crate) location: Option<Location>,
     /// The label under the carets.
     pub(crate) label: Option<String>,

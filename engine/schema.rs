@@ -506,7 +506,7 @@ mod tests {
             diagnostic.line_col().map(|(line, _)| line),
             Some(4),
             "{}",
-            diagnostic.message
+            diagnostic.message()
         );
     }
 }

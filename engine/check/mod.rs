@@ -446,7 +446,7 @@ mod tests {
         let messages: Vec<&str> = workflow
             .warnings
             .iter()
-            .map(|d| d.message.as_str())
+            .map(crate::diag::Diagnostic::message)
             .collect();
         assert_eq!(messages, ["stage `a` has `on_item_error` but no `foreach`"]);
         assert_eq!(
@@ -485,7 +485,7 @@ mod tests {
         let diags = engine.load("w.toml").expect_err("bad sizes are errors");
         let found: Vec<(usize, &str)> = diags
             .iter()
-            .map(|d| (d.line_col().map_or(0, |(line, _)| line), d.message.as_str()))
+            .map(|d| (d.line_col().map_or(0, |(line, _)| line), d.message()))
             .collect();
         assert_eq!(
             found,
@@ -509,7 +509,7 @@ mod tests {
         .expect("write the workflow");
         let engine = crate::Engine::new(&[], dir.path());
         let diags = engine.load("w.toml").expect_err("the workflow has errors");
-        let kinds: Vec<&K> = diags.iter().map(|d| &d.kind).collect();
+        let kinds: Vec<&K> = diags.iter().map(crate::diag::Diagnostic::kind).collect();
         assert_eq!(
             kinds,
             [
@@ -524,7 +524,7 @@ mod tests {
             ]
         );
         for diagnostic in &diags {
-            assert_eq!(diagnostic.message, diagnostic.kind.to_string());
+            assert_eq!(diagnostic.message(), diagnostic.kind().to_string());
         }
     }
 
