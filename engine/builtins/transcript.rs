@@ -22,7 +22,7 @@ use std::fmt;
 use std::io::{self, BufRead, BufReader, Seek, SeekFrom};
 use std::path::Path;
 use std::sync::LazyLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use regex::Regex;
 use schemars::JsonSchema;
@@ -33,6 +33,7 @@ use serde_json::{json, Value};
 
 use super::args;
 use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
+use crate::floor::time::Clock;
 
 /// Appended where a text was cut.
 const CUT_MARKER: &str = "…";
@@ -96,13 +97,18 @@ fn default_max_bytes() -> usize {
 }
 
 fn run(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
+    delta(with, ctx, &Clock::system())
+}
+
+/// [`run`], with `settle` waiting on `clock`.
+fn delta(with: &Value, ctx: &BuiltinCtx, clock: &Clock) -> BuiltinResult {
     let args: DeltaArgs = serde_json::from_value(with.clone())
         .map_err(|err| BuiltinError::new(format!("invalid transcript.delta arguments: {err}")))?;
     let path = ctx.resolve(&args.path);
     if let Some(text) = args.settle.as_deref() {
         let quiet = crate::floor::duration::parse(text)
             .map_err(|err| BuiltinError::new(format!("transcript.delta: `settle`: {err}")))?;
-        settle(&path, quiet, ctx)?;
+        settle(&path, quiet, ctx, clock)?;
     }
     let (delta, missing) = match read_delta(&path, &args, ctx.cancel) {
         Ok(delta) => (delta, false),
@@ -125,19 +131,24 @@ fn run(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
 /// Wait until the file has not changed size (nor appeared or gone) for `quiet`: a host that
 /// fires a hook before it has flushed the turn's last lines writes them within moments. The
 /// wait ends at the stage's timeout or an interrupt, and after 20 times `quiet` in any case.
-fn settle(path: &Path, quiet: Duration, ctx: &BuiltinCtx) -> Result<(), BuiltinError> {
+fn settle(
+    path: &Path,
+    quiet: Duration,
+    ctx: &BuiltinCtx,
+    clock: &Clock,
+) -> Result<(), BuiltinError> {
     let size = || std::fs::metadata(path).ok().map(|m| m.len());
     let step = (quiet / 10).clamp(Duration::from_millis(5), Duration::from_millis(100));
-    let give_up = Instant::now() + quiet * 20;
+    let give_up = clock.now() + quiet * 20;
     let mut last = size();
-    let mut since = Instant::now();
-    while since.elapsed() < quiet && Instant::now() < give_up {
+    let mut since = clock.now();
+    while clock.since(since) < quiet && clock.now() < give_up {
         ctx.cancel.check()?;
-        std::thread::sleep(step);
+        clock.sleep(step);
         let now = size();
         if now != last {
             last = now;
-            since = Instant::now();
+            since = clock.now();
         }
     }
     Ok(())
@@ -1431,7 +1442,9 @@ mod tests {
     }
 
     /// A writer still flushing: `settle` reads once the file has been quiet, so the lines
-    /// written after the call began are in the delta.
+    /// written after the call began are in the delta. The wait runs on a fake clock and the
+    /// writer appends from inside it (at its 15th sleep, 1.5 s into a 2 s window), so the append
+    /// is known to fall after the call began and before the window ended, whatever the load.
     #[test]
     fn settle_waits_for_a_file_still_being_written() {
         let roots = WriteRoots::default();
@@ -1448,23 +1461,21 @@ mod tests {
             json!({"type": "user", "message": {"role": "user", "content": text}}).to_string() + "\n"
         };
         std::fs::write(&path, line("first words")).expect("write");
-        let (started_tx, started_rx) = std::sync::mpsc::channel();
-        let writer = {
+        let clock = Clock::fake();
+        {
             let path = path.clone();
             let late = line("late words");
-            std::thread::spawn(move || {
-                started_rx.recv().expect("the read began");
-                let mut file = std::fs::OpenOptions::new()
-                    .append(true)
-                    .open(&path)
-                    .expect("open");
-                file.write_all(late.as_bytes()).expect("append");
-            })
-        };
-        started_tx.send(()).expect("start the writer");
-        // The quiet window restarts at the append; 2 s is far longer than the append takes.
-        let out = run(&json!({ "path": "t.jsonl", "settle": "2s" }), &ctx).expect("read");
-        writer.join().expect("writer");
+            clock.on_sleep(move |sleep| {
+                if sleep == 15 {
+                    let mut file = std::fs::OpenOptions::new()
+                        .append(true)
+                        .open(&path)
+                        .expect("open");
+                    file.write_all(late.as_bytes()).expect("append");
+                }
+            });
+        }
+        let out = delta(&json!({ "path": "t.jsonl", "settle": "2s" }), &ctx, &clock).expect("read");
         assert_eq!(out["total_lines"], 2, "{out:#}");
         assert!(
             out["text"]
@@ -1472,8 +1483,48 @@ mod tests {
                 .is_some_and(|t| t.contains("late words")),
             "{out:#}"
         );
+        // The quiet window began again at the append: 1.5 s, then 2 s of quiet.
+        assert_eq!(clock.elapsed(), Duration::from_millis(3500));
         let bad = run(&json!({ "path": "t.jsonl", "settle": "soon" }), &ctx).expect_err("bad");
         assert!(bad.0.contains("`settle`"), "{bad}");
+    }
+
+    /// A file that never stops changing is read after 20 times the window all the same.
+    #[test]
+    fn settle_gives_up_on_a_file_that_keeps_changing() {
+        let roots = WriteRoots::default();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let ctx = BuiltinCtx {
+            cwd: dir.path(),
+            writes: &roots,
+            locks: &Default::default(),
+            cancel: crate::builtins::Cancel::default(),
+            max_output: u64::MAX,
+        };
+        let path = dir.path().join("t.jsonl");
+        std::fs::write(&path, "").expect("write");
+        let clock = Clock::fake();
+        {
+            let path = path.clone();
+            clock.on_sleep(move |sleep| {
+                let mut file = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&path)
+                    .expect("open");
+                let line = json!({"type": "user", "message": {"role": "user", "content": format!("line {sleep}")}});
+                writeln!(file, "{line}").expect("append");
+            });
+        }
+        let out = delta(
+            &json!({ "path": "t.jsonl", "settle": "500ms" }),
+            &ctx,
+            &clock,
+        )
+        .expect("read");
+        assert_eq!(clock.elapsed(), Duration::from_secs(10));
+        // A step of 50 ms, a line each step.
+        assert_eq!(clock.sleeps(), 200);
+        assert_eq!(out["total_lines"], 200, "{out:#}");
     }
 
     #[test]

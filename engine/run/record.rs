@@ -16,6 +16,8 @@ use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::floor::time::Clock;
+
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::value::RawValue;
@@ -518,6 +520,8 @@ pub(crate) struct RunFiles {
     events: BufWriter<File>,
     outputs: BufWriter<File>,
     last_write: Option<Instant>,
+    /// The clock rewrites are spaced by.
+    clock: Clock,
     /// How long the last rewrite took: rewrites are spaced by at least 20 times that, so a
     /// large record costs at most about 5% of a run however long the run is.
     last_cost: Duration,
@@ -535,6 +539,7 @@ impl RunFiles {
             outputs: BufWriter::new(open(dir.join("artifacts").join("outputs.jsonl"))?),
             dir,
             last_write: None,
+            clock: Clock::system(),
             last_cost: Duration::ZERO,
             dirty: false,
             large: HashMap::new(),
@@ -611,12 +616,14 @@ impl RunFiles {
     /// Rewrite `run.json` as `when` says.
     pub(crate) fn save(&mut self, record: &mut RunRecord, when: Rewrite) -> std::io::Result<()> {
         let spacing = self.spacing();
-        let recent = self.last_write.is_some_and(|at| at.elapsed() < spacing);
+        let recent = self
+            .last_write
+            .is_some_and(|at| self.clock.since(at) < spacing);
         if recent && when == Rewrite::IfDue {
             self.dirty = true;
             return Ok(());
         }
-        let started = Instant::now();
+        let started = self.clock.now();
         // The logs first: the record never claims an output `resume` cannot find.
         let written = self
             .flush_logs()
@@ -624,8 +631,8 @@ impl RunFiles {
             .and_then(|()| replace_file(&self.dir.join("run.json"), record));
         // A failed rewrite is spaced like a written one, so a full disk is not retried in a loop;
         // the record stays due.
-        self.last_cost = started.elapsed();
-        self.last_write = Some(Instant::now());
+        self.last_cost = self.clock.since(started);
+        self.last_write = Some(self.clock.now());
         self.dirty = written.is_err();
         written
     }
@@ -642,7 +649,7 @@ impl RunFiles {
             return None;
         }
         let spacing = self.spacing();
-        let since = self.last_write.map_or(spacing, |at| at.elapsed());
+        let since = self.last_write.map_or(spacing, |at| self.clock.since(at));
         Some(spacing.saturating_sub(since))
     }
 
@@ -1102,6 +1109,9 @@ mod tests {
         let state = tempfile::tempdir().unwrap();
         let dir = runs_dir(state.path()).join("r1");
         let mut files = RunFiles::create(dir.clone()).unwrap();
+        // Time passes only as the test says: the spacing is measured, not raced.
+        let clock = Clock::fake();
+        files.clock = clock.clone();
         let mut record: RunRecord = serde_json::from_value(serde_json::json!({
             "run_id": "r1", "workflow": "w", "status": "running", "inputs": {},
             "started_at": "2026-11-30T00:00:00.000Z", "cwd": ".", "files": [], "stages": {}
@@ -1114,6 +1124,12 @@ mod tests {
         assert!(files.save(&mut record, Rewrite::IfDue).is_ok());
         let due = files.rewrite_due_in().expect("the record is still due");
         assert!(due > Duration::from_millis(50), "retried after {due:?}");
+        // Held back until the spacing has passed, then tried again (and failing again).
+        clock.advance(due.saturating_sub(Duration::from_millis(1)));
+        assert!(files.save(&mut record, Rewrite::IfDue).is_ok());
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(files.rewrite_due_in(), Some(Duration::ZERO));
+        assert!(files.save(&mut record, Rewrite::IfDue).is_err());
     }
 
     /// A stage written once is written as it would be at every rewrite, and reads back the same.
