@@ -9,12 +9,13 @@ use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
 use crate::builtins::{LateRoot, LateRoots, LateState, WriteRoots};
 use crate::check::{Action, Stage, Workflow};
+use crate::floor::time::Clock;
 use crate::format::Busy;
 use crate::models::Models;
 use crate::template::{Scope, StageSlot, StageTable};
@@ -593,52 +594,50 @@ impl<'w, 'r> Executor<'w, 'r> {
                         return;
                     }
                 };
-                // Say so once, then every 10 s: a wait can be long.
-                let mut announced: Option<Instant> = None;
-                loop {
-                    match locks::try_acquire(&path, lock.stale_after) {
-                        Ok(locks::Attempt::Acquired { lock, .. }) => break Some(lock),
-                        Ok(locks::Attempt::Busy) => {
-                            if lock.busy == Busy::Wait && !process::Interrupt::global().is_set() {
-                                if announced.is_none_or(|at| at.elapsed().as_secs() >= 10) {
-                                    self.reporter
-                                        .line(&format!("  waiting for lock {}", path.display()));
-                                    announced = Some(Instant::now());
-                                }
-                                std::thread::sleep(std::time::Duration::from_millis(100));
-                                continue;
-                            }
-                            if lock.busy == Busy::Wait {
-                                // Ctrl-C while waiting: the run was interrupted, not turned away.
-                                self.finish(RunStatus::Interrupted);
-                                return;
-                            }
-                            let message = lock
-                                .message
-                                .as_ref()
-                                .and_then(|m| m.render(&base).ok())
-                                .unwrap_or_else(|| {
-                                    format!("lock {} is held by another run", path.display())
-                                });
-                            if lock.busy == Busy::Fail {
-                                self.record.error = Some(message);
-                                self.finish(RunStatus::Failed);
-                            } else {
-                                self.record.exit = Some(ExitInfo {
-                                    stage: None,
-                                    message: message.clone(),
-                                });
-                                self.reporter.line(&format!("  exit: {message}"));
-                                self.finish(RunStatus::Exited);
-                            }
-                            return;
-                        }
-                        Err(error) => {
-                            self.record.error =
-                                Some(format!("cannot take lock {}: {error}", path.display()));
+                let taken = take_lock(
+                    &path,
+                    lock.stale_after,
+                    lock.busy == Busy::Wait,
+                    &Clock::system(),
+                    process::Interrupt::global(),
+                    || {
+                        self.reporter
+                            .line(&format!("  waiting for lock {}", path.display()));
+                    },
+                );
+                match taken {
+                    Ok(LockTry::Taken(held)) => Some(held),
+                    Ok(LockTry::Interrupted) => {
+                        // Ctrl-C while waiting: the run was interrupted, not turned away.
+                        self.finish(RunStatus::Interrupted);
+                        return;
+                    }
+                    Ok(LockTry::Busy) => {
+                        let message = lock
+                            .message
+                            .as_ref()
+                            .and_then(|m| m.render(&base).ok())
+                            .unwrap_or_else(|| {
+                                format!("lock {} is held by another run", path.display())
+                            });
+                        if lock.busy == Busy::Fail {
+                            self.record.error = Some(message);
                             self.finish(RunStatus::Failed);
-                            return;
+                        } else {
+                            self.record.exit = Some(ExitInfo {
+                                stage: None,
+                                message: message.clone(),
+                            });
+                            self.reporter.line(&format!("  exit: {message}"));
+                            self.finish(RunStatus::Exited);
                         }
+                        return;
+                    }
+                    Err(error) => {
+                        self.record.error =
+                            Some(format!("cannot take lock {}: {error}", path.display()));
+                        self.finish(RunStatus::Failed);
+                        return;
                     }
                 }
             }
@@ -1274,6 +1273,50 @@ pub(crate) fn stages_read(
         .collect()
 }
 
+/// How taking the workflow's lock ended.
+enum LockTry {
+    Taken(locks::DirLock),
+    /// Another run holds it, and this run does not wait.
+    Busy,
+    /// The run was interrupted while it waited.
+    Interrupted,
+}
+
+/// How often a run waiting for a held lock tries it again.
+const LOCK_RETRY: Duration = Duration::from_millis(100);
+
+/// How often a run waiting for a held lock says it still waits: a wait can be long, and a line
+/// every retry would bury the rest.
+const LOCK_WAIT_ANNOUNCED: Duration = Duration::from_secs(10);
+
+/// Take the lock at `path`. When another run holds it and `wait` is set, try again every
+/// [`LOCK_RETRY`] on `clock` until it is let go or `interrupt` is set, calling `waiting` at the
+/// first refusal and then at most once every [`LOCK_WAIT_ANNOUNCED`].
+fn take_lock(
+    path: &Path,
+    stale_after: Option<Duration>,
+    wait: bool,
+    clock: &Clock,
+    interrupt: &process::Interrupt,
+    mut waiting: impl FnMut(),
+) -> std::io::Result<LockTry> {
+    let mut announced: Option<Instant> = None;
+    loop {
+        match locks::try_acquire(path, stale_after)? {
+            locks::Attempt::Acquired { lock, .. } => return Ok(LockTry::Taken(lock)),
+            locks::Attempt::Busy if !wait => return Ok(LockTry::Busy),
+            locks::Attempt::Busy if interrupt.is_set() => return Ok(LockTry::Interrupted),
+            locks::Attempt::Busy => {
+                if announced.is_none_or(|at| clock.since(at) >= LOCK_WAIT_ANNOUNCED) {
+                    waiting();
+                    announced = Some(clock.now());
+                }
+                clock.sleep(LOCK_RETRY);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1350,5 +1393,85 @@ mod tests {
         }
         let ran = std::fs::read_to_string(dir.path().join("ran.txt")).expect("the stages ran");
         assert_eq!(ran, "a\nb\nc\n");
+    }
+
+    /// Holds a lock as another run would, in this process.
+    fn held(path: &Path) -> locks::DirLock {
+        match locks::try_acquire(path, None).expect("take the lock") {
+            locks::Attempt::Acquired { lock, .. } => lock,
+            locks::Attempt::Busy => panic!("the lock was free"),
+        }
+    }
+
+    /// A wait of 35 s on the fake clock says so at once and then at 10, 20 and 30 s, never in
+    /// between, and takes the lock at the first try after it is let go.
+    #[test]
+    fn a_run_waiting_for_a_lock_says_so_at_most_once_every_ten_seconds() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("w.lock.d");
+        let clock = Clock::fake();
+        {
+            let mut other = Some(held(&path));
+            // Let go during the 350th retry's sleep, 35 s into the wait.
+            clock.on_sleep(move |sleep| {
+                if sleep == 350 {
+                    other.take();
+                }
+            });
+        }
+        let mut said = Vec::new();
+        let taken = take_lock(
+            &path,
+            None,
+            true,
+            &clock,
+            &process::Interrupt::default(),
+            || said.push(clock.elapsed()),
+        )
+        .expect("no error");
+        assert!(matches!(taken, LockTry::Taken(_)));
+        assert_eq!(
+            said,
+            [0, 10, 20, 30].map(Duration::from_secs),
+            "when the wait was announced"
+        );
+        assert_eq!(clock.sleeps(), 350, "tried again every 100 ms");
+    }
+
+    #[test]
+    fn a_lock_wait_ends_at_an_interrupt_and_a_run_that_does_not_wait_is_turned_away() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("w.lock.d");
+        let _other = held(&path);
+        let clock = Clock::fake();
+        let interrupt = Arc::new(process::Interrupt::default());
+        {
+            let interrupt = Arc::clone(&interrupt);
+            clock.on_sleep(move |sleep| {
+                if sleep == 3 {
+                    interrupt.trigger();
+                }
+            });
+        }
+        let mut said = 0;
+        let taken = take_lock(&path, None, true, &clock, &interrupt, || said += 1);
+        assert!(matches!(taken, Ok(LockTry::Interrupted)));
+        assert_eq!((said, clock.sleeps()), (1, 3));
+        let mut said = 0;
+        let taken = take_lock(
+            &path,
+            None,
+            false,
+            &clock,
+            &process::Interrupt::default(),
+            || said += 1,
+        );
+        assert!(matches!(taken, Ok(LockTry::Busy)));
+        assert_eq!(
+            (said, clock.sleeps()),
+            (0, 3),
+            "it neither waited nor said so"
+        );
+        assert!(path.exists(), "a lock it did not take was removed");
     }
 }
