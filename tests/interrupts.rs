@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::support::{stage, wait_for, Test};
+use crate::support::{stage, wait_exit, wait_for, Test};
 
 const FOREVER: &str = r#"
 [workflow]
@@ -51,13 +51,8 @@ fn interrupted_by(signal: i32) {
     unsafe {
         libc::kill(pid, signal);
     }
-    let mut status = None;
-    wait_for("the engine to end", PATIENCE, || {
-        status = child.try_wait().expect("wait");
-        status.is_some()
-    });
-    let status = status.expect("ended");
-    assert_eq!(status.code(), Some(130), "{status:?}");
+    let code = wait_exit(&mut child, "the signalled run", PATIENCE);
+    assert_eq!(code, Some(130));
     let record = test.last_run();
     assert_eq!(record["status"], "interrupted", "{record:#}");
     let h = stage(&record, "h");
@@ -101,23 +96,6 @@ fn make_fifo(test: &Test, name: &str) {
     assert_eq!(made, 0, "mkfifo: {}", std::io::Error::last_os_error());
 }
 
-/// How the engine ended, waited for no longer than [`PATIENCE`]: an engine still blocked then
-/// is killed (so the test fails instead of hanging) and the test fails.
-fn ended(child: &mut std::process::Child, what: &str) -> std::process::ExitStatus {
-    let started = std::time::Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            return status;
-        }
-        if started.elapsed() > PATIENCE {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the engine was still blocked {PATIENCE:?} after {what}");
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-}
-
 #[test]
 fn reading_a_fifo_nobody_writes_to_fails_at_the_stage_timeout() {
     let test = Test::new();
@@ -128,12 +106,16 @@ fn reading_a_fifo_nobody_writes_to_fails_at_the_stage_timeout() {
     );
     let started = std::time::Instant::now();
     let mut child = test.command(["-L", "lib", "run", "fifo"]).spawn();
-    let status = ended(&mut child, "the stage's timeout of 1s");
+    let code = wait_exit(
+        &mut child,
+        "the run past its stage's timeout of 1s",
+        PATIENCE,
+    );
     eprintln!(
         "fs.read of a FIFO with timeout 1s ended after {:?}",
         started.elapsed()
     );
-    assert_eq!(status.code(), Some(1), "{status:?}");
+    assert_eq!(code, Some(1));
     let stderr = test.read("spawned.stderr");
     assert!(stderr.contains("timed out after 1s"), "{stderr}");
     let record = test.last_run();
@@ -160,9 +142,13 @@ fn sigint_ends_a_read_of_a_fifo_nobody_writes_to() {
     unsafe {
         libc::kill(pid, libc::SIGINT);
     }
-    let status = ended(&mut child, "SIGINT");
+    let code = wait_exit(
+        &mut child,
+        "the run interrupted while reading the FIFO",
+        PATIENCE,
+    );
     eprintln!("the run ended {:?} after SIGINT", sent.elapsed());
-    assert_eq!(status.code(), Some(130), "{status:?}");
+    assert_eq!(code, Some(130));
     let record = test.last_run();
     assert_eq!(record["status"], "interrupted", "{record:#}");
     let r = stage(&record, "r");
@@ -193,8 +179,8 @@ fn a_fifo_with_a_writer_is_read_to_its_end() {
         std::io::Write::write_all(&mut writer, b"first ").expect("write");
         std::io::Write::write_all(&mut writer, b"second").expect("write");
     });
-    let status = ended(&mut child, "the writer closed the pipe");
-    assert_eq!(status.code(), Some(0), "{status:?}");
+    let code = wait_exit(&mut child, "the run reading the FIFO", PATIENCE);
+    assert_eq!(code, Some(0));
     assert_eq!(test.stage_output("r"), "first second");
 }
 
@@ -254,9 +240,9 @@ with = {{ url = "http://127.0.0.1:{port}/never", timeout = "300s" }}
     unsafe {
         libc::kill(pid, libc::SIGINT);
     }
-    let status = ended(&mut child, "SIGINT during a request");
+    let code = wait_exit(&mut child, "the run interrupted during a request", PATIENCE);
     eprintln!("the run ended {:?} after SIGINT", sent.elapsed());
-    assert_eq!(status.code(), Some(130), "{status:?}");
+    assert_eq!(code, Some(130));
     let record = test.last_run();
     assert_eq!(record["status"], "interrupted", "{record:#}");
     let get = stage(&record, "get");
