@@ -270,7 +270,7 @@ fn kill_during_b(t: &Test) {
     let mut child = t.command(["run", "w.toml"]).spawn();
     crate::support::wait_for(
         "stage b to start",
-        std::time::Duration::from_secs(20),
+        std::time::Duration::from_secs(60),
         || t.read_opt("b.pid").is_some_and(|p| p.ends_with('\n')) && record_says_b_runs(t),
     );
     child.kill().expect("kill -9 the engine");
@@ -405,7 +405,7 @@ fn a_live_lock_older_than_stale_after_is_not_taken() {
             &format!("[workflow]\ndescription = \"d\"\n{header}\n{stages}"),
         );
         let mut first = t.command(["run", "w.toml"]).spawn();
-        crate::support::wait_for("the first run to hold the lock", std::time::Duration::from_secs(20), || {
+        crate::support::wait_for("the first run to hold the lock", std::time::Duration::from_secs(60), || {
             t.exists("holding")
         });
         age(&t.path("w.lock.d"));
@@ -439,7 +439,7 @@ fn a_stage_process_dies_with_a_killed_engine() {
     let pid = t.read("b.pid").trim().to_string();
     crate::support::wait_for(
         "the stage process to die",
-        std::time::Duration::from_secs(20),
+        std::time::Duration::from_secs(60),
         || !running(&pid),
     );
 }

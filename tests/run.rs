@@ -428,7 +428,7 @@ fn ctrl_c_interrupts_the_run_and_kills_its_children() {
     assert_eq!(code, Some(130), "stderr:\n{}", t.read("spawned.stderr"));
     wait_for(
         "the stage's process group to die",
-        Duration::from_secs(10),
+        Duration::from_secs(60),
         || !group_alive(pgid),
     );
     let record = t.last_run();
@@ -636,7 +636,7 @@ command = ["sh", "-c", "if [ -e hang ]; then echo $$ > second.pid; exec sleep 30
     t.write("hang", "");
     let mut child = t.command(["run", "flow.toml"]).spawn();
     // The file exists before the shell has written the pid into it: wait for the pid.
-    wait_for("the second stage to start", Duration::from_secs(20), || {
+    wait_for("the second stage to start", Duration::from_secs(60), || {
         t.exists("second.pid") && t.read("second.pid").trim().parse::<i32>().is_ok()
     });
     // The record is written by a thread of its own: `first` is kept once run.json says so
