@@ -280,7 +280,8 @@ pub fn registry(data: &[u8]) {
 }
 
 /// A workflow's cache file, as a run reads it: entries looked up, one stored, the file closed
-/// (compacting it when it read a torn line).
+/// (compacting it when it read a torn or superseded line, then removing the output files no
+/// entry names).
 pub fn cache(data: &[u8]) {
     use crate::run::cache::Cache;
     let state = scratch_file("unused", b"")

@@ -134,7 +134,7 @@ pub(crate) struct Cache {
     appender: Mutex<Option<(std::fs::File, Vec<u8>)>>,
     /// A line that did not parse was read, or a line superseded by a later one of its id was
     /// read or written: the file is compacted when the cache closes.
-    torn: std::sync::atomic::AtomicBool,
+    stale: std::sync::atomic::AtomicBool,
 }
 
 /// Lines buffered before an append.
@@ -166,7 +166,7 @@ impl Cache {
             entries: Mutex::new(None),
             warnings: Mutex::new(Vec::new()),
             appender: Mutex::new(None),
-            torn: std::sync::atomic::AtomicBool::new(false),
+            stale: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -193,7 +193,7 @@ impl Cache {
             _ => read_entries(&self.path),
         };
         if !warnings.is_empty() || superseded {
-            self.torn.store(true, std::sync::atomic::Ordering::Relaxed);
+            self.stale.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         self.warnings
             .lock()
@@ -207,7 +207,7 @@ impl Cache {
     /// entry names any more (see [`remove_orphans`]).
     pub(crate) fn close(&self) -> std::io::Result<()> {
         self.flush()?;
-        if self.torn.swap(false, std::sync::atomic::Ordering::Relaxed) {
+        if self.stale.swap(false, std::sync::atomic::Ordering::Relaxed) {
             self.compact()?;
             remove_orphans(self.folder(), std::time::SystemTime::now());
         }
@@ -370,7 +370,7 @@ impl Cache {
                 .insert(stored.entry.id.clone(), Box::new(stored))
                 .is_some()
             {
-                self.torn.store(true, std::sync::atomic::Ordering::Relaxed);
+                self.stale.store(true, std::sync::atomic::Ordering::Relaxed);
             }
         }
         Ok(())
@@ -591,6 +591,37 @@ mod tests {
             "the kept entry hits"
         );
         assert!(cache.take_warnings().is_empty());
+    }
+
+    /// A file kept from before and stored again is touched before its line is appended, so a
+    /// compaction in between (another run's) keeps it though no line names it yet.
+    #[test]
+    fn an_old_file_stored_again_is_kept_while_its_line_is_held_back() {
+        let state = tempfile::tempdir().unwrap();
+        let value = large("again");
+        let file = state.path().join("cache/outputs").join(name_of(&value));
+        let cache = Cache::new(state.path(), "w");
+        cache.put("a", &value).unwrap();
+        cache.close().unwrap();
+        // Its entry gone, its file old: an orphan.
+        std::fs::write(cache_path(state.path(), "w"), "").unwrap();
+        backdate(&file);
+
+        let cache = Cache::new(state.path(), "w");
+        assert!(cache.get("b", None).is_none());
+        cache.put("b", &value).unwrap();
+        // The line is still buffered: no cache file names the file.
+        assert_eq!(
+            std::fs::read_to_string(cache_path(state.path(), "w")).unwrap(),
+            ""
+        );
+        assert_eq!(
+            remove_orphans(&state.path().join("cache"), std::time::SystemTime::now()),
+            0
+        );
+        cache.close().unwrap();
+        let cache = Cache::new(state.path(), "w");
+        assert_eq!(cache.get("b", None).unwrap().0, value);
     }
 
     #[test]
