@@ -172,7 +172,7 @@ impl Client {
         let (agent, url, origin) = (self.agent.clone(), url.clone(), origin.clone());
         self.cancel
             .wait_for(move || fetch(&agent, &url, &origin))
-            .map_err(|error| error.0)?
+            .map_err(|error| error.to_string())?
     }
 }
 

@@ -219,7 +219,10 @@ impl Request {
     /// A failed request: the interruption or timeout of the stage when that is what ended it,
     /// else the request's own error.
     fn failed(&self, cancel: &super::Cancel, err: ureq::Error) -> BuiltinError {
-        cancel.check().err().unwrap_or_else(|| self.error(err))
+        cancel
+            .check()
+            .err()
+            .map_or_else(|| self.error(err), BuiltinError::from)
     }
 
     /// A failure that names the action and the url, in words a workflow author can act on.

@@ -28,6 +28,8 @@ mod transcript;
 mod url;
 mod within;
 
+pub(crate) use crate::floor::cancel::Cancel;
+use crate::floor::cancel::POLL_SLICE;
 pub(crate) use paths::{LateRoot, LateRoots, LateState, WriteRoots};
 
 /// What a built-in may see of the run.
@@ -44,73 +46,6 @@ pub(crate) struct BuiltinCtx<'a> {
     /// The largest output the stage may produce, in bytes (`max_output`): a built-in reading
     /// a file stops reading past it.
     pub max_output: u64,
-}
-
-/// A built-in's cancellation handle: the run's interrupt and the stage's deadline.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Cancel {
-    /// When the stage's `timeout` runs out, and the timeout itself, for the message.
-    deadline: Option<(std::time::Instant, std::time::Duration)>,
-}
-
-impl Cancel {
-    /// Cancelled by an interrupt, and by `timeout` from now on when there is one.
-    pub(crate) fn after(timeout: Option<std::time::Duration>) -> Cancel {
-        Cancel {
-            deadline: timeout.map(|after| (std::time::Instant::now() + after, after)),
-        }
-    }
-
-    /// An error once the run is interrupted or the stage's time is up.
-    pub(crate) fn check(&self) -> Result<(), BuiltinError> {
-        if crate::floor::process::Interrupt::global().is_set() {
-            return Err(BuiltinError::new("interrupted"));
-        }
-        match self.deadline {
-            Some((at, after)) if std::time::Instant::now() >= at => Err(BuiltinError::new(
-                format!("timed out after {}s", after.as_secs_f64()),
-            )),
-            _ => Ok(()),
-        }
-    }
-
-    /// The time left before the deadline, when there is one.
-    pub(crate) fn remaining(&self) -> Option<std::time::Duration> {
-        self.deadline
-            .map(|(at, _)| at.saturating_duration_since(std::time::Instant::now()))
-    }
-
-    /// Run `work`, a call that blocks in the system until its own timeout at worst (an HTTP
-    /// request), on a thread of its own, and wait for its answer with this handle checked every
-    /// [`POLL_SLICE`]: an interrupt or the stage's deadline ends the wait at once, with the
-    /// error saying which. The thread is then left to end at the call's own timeout, its answer
-    /// dropped.
-    pub(crate) fn wait_for<T: Send + 'static>(
-        self,
-        work: impl FnOnce() -> T + Send + 'static,
-    ) -> Result<T, BuiltinError> {
-        use std::sync::mpsc::{sync_channel, RecvTimeoutError};
-        self.check()?;
-        let (tx, rx) = sync_channel(1);
-        std::thread::Builder::new()
-            .name("builtin-call".into())
-            .spawn(move || {
-                // Nobody waits for an abandoned call's answer.
-                let _ = tx.send(work());
-            })
-            .map_err(|error| BuiltinError::new(format!("cannot start a thread: {error}")))?;
-        loop {
-            match rx.recv_timeout(POLL_SLICE) {
-                Ok(answer) => return Ok(answer),
-                Err(RecvTimeoutError::Timeout) => self.check()?,
-                Err(RecvTimeoutError::Disconnected) => {
-                    return Err(BuiltinError::new(
-                        "the call's thread stopped without an answer",
-                    ))
-                }
-            }
-        }
-    }
 }
 
 impl BuiltinCtx<'_> {
@@ -133,18 +68,13 @@ pub(crate) struct Checked<R> {
     pub(crate) poll: bool,
 }
 
-/// How long one wait for a file that is not ready lasts before the handle is checked again.
-const POLL_SLICE: std::time::Duration = std::time::Duration::from_millis(50);
-
 impl Checked<std::fs::File> {
     /// Open `path` for reading. It is opened without waiting (`O_NONBLOCK`): opening a FIFO
     /// waits for a writer, uninterruptibly, and a read of one blocks until data comes. A
     /// regular file reads as usual; anything else is read through [`Checked::poll`].
     pub(crate) fn open(path: &Path, cancel: Cancel) -> std::io::Result<Self> {
         use std::os::unix::fs::OpenOptionsExt;
-        cancel
-            .check()
-            .map_err(|error| std::io::Error::other(error.0))?;
+        cancel.check().map_err(std::io::Error::other)?;
         let inner = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NONBLOCK)
@@ -164,9 +94,7 @@ impl<R: std::io::Read + std::os::fd::AsRawFd> Checked<R> {
     /// A FIFO that never had a writer is not ready, however long it waits.
     fn wait_readable(&self) -> std::io::Result<()> {
         loop {
-            self.cancel
-                .check()
-                .map_err(|error| std::io::Error::other(error.0))?;
+            self.cancel.check().map_err(std::io::Error::other)?;
             let slice = self
                 .cancel
                 .remaining()
@@ -195,9 +123,7 @@ impl<R: std::io::Read + std::os::fd::AsRawFd> Checked<R> {
 impl<R: std::io::Read + std::os::fd::AsRawFd> std::io::Read for Checked<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         loop {
-            self.cancel
-                .check()
-                .map_err(|error| std::io::Error::other(error.0))?;
+            self.cancel.check().map_err(std::io::Error::other)?;
             if self.poll {
                 self.wait_readable()?;
             }
@@ -235,6 +161,13 @@ pub(crate) struct BuiltinError(pub String);
 impl BuiltinError {
     pub(crate) fn new(message: impl Into<String>) -> Self {
         BuiltinError(message.into())
+    }
+}
+
+/// An interrupt or the stage's deadline, in the words a built-in fails with.
+impl From<crate::floor::cancel::Stopped> for BuiltinError {
+    fn from(stop: crate::floor::cancel::Stopped) -> Self {
+        BuiltinError(stop.to_string())
     }
 }
 

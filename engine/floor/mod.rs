@@ -1,9 +1,10 @@
 //! The ground floor: what every phase may use and what uses none of them. Hashing, child
-//! processes and who holds them, `mkdir` locks, atomic file writes and durations live here
-//! once; nothing in this folder imports
+//! processes and who holds them, cancellation (the interrupt and a stage's deadline), `mkdir`
+//! locks, atomic file writes and durations live here once; nothing in this folder imports
 //! a phase (`load`, `check`, `plan`, `run`) or the built-ins.
 
 pub(crate) mod atomic;
+pub(crate) mod cancel;
 pub(crate) mod duration;
 pub(crate) mod hash;
 pub(crate) mod holder;
