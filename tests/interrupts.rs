@@ -254,3 +254,222 @@ with = {{ url = "http://127.0.0.1:{port}/never", timeout = "300s" }}
         "{record:#}"
     );
 }
+
+/// A workflow of one prompt stage asking the model `m`; `extra` goes on the stage.
+fn ask_model(extra: &str) -> String {
+    format!(
+        r#"
+[workflow]
+description = "ask a model that does not answer"
+
+[stages.ask]
+prompt = {{ inline = "Name one concept about retries." }}
+model = "m"
+{extra}
+"#
+    )
+}
+
+/// A Messages API on 127.0.0.1 that reads each request, says so on the returned channel, and
+/// never answers it.
+fn unanswering_messages_api() -> (crate::loopback::Server, std::sync::mpsc::Receiver<()>) {
+    let (seen, heard) = std::sync::mpsc::channel();
+    let seen = std::sync::Mutex::new(seen);
+    let server = crate::loopback::Server::start(move |_, _| {
+        let _ = seen.lock().expect("the channel").send(());
+        // Held, unanswered, until the test process ends.
+        loop {
+            std::thread::park();
+        }
+    });
+    (server, heard)
+}
+
+/// Signal the engine and wait for it to end; its exit code, and how long that took.
+fn signalled(child: &mut std::process::Child, signal: i32, what: &str) -> (Option<i32>, Duration) {
+    let pid = i32::try_from(child.id()).expect("a pid");
+    let sent = std::time::Instant::now();
+    // SAFETY: a signal to the child this test started.
+    unsafe {
+        libc::kill(pid, signal);
+    }
+    let code = wait_exit(child, what, PATIENCE);
+    let took = sent.elapsed();
+    eprintln!("the run ended {took:?} after the signal ({what})");
+    (code, took)
+}
+
+/// A run interrupted while the stage `ask` waited for its model: exit 130, the run recorded
+/// as interrupted, the stage as failed by the interrupt.
+fn assert_interrupted(test: &Test, code: Option<i32>) {
+    assert_eq!(code, Some(130));
+    let record = test.last_run();
+    assert_eq!(record["status"], "interrupted", "{record:#}");
+    let ask = stage(&record, "ask");
+    assert_eq!(ask["status"], "failed", "{record:#}");
+    assert!(
+        ask["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("interrupted")),
+        "{record:#}"
+    );
+}
+
+/// A call to a Messages API that never answers, its own timeout 300 s away: a SIGINT ends the
+/// run at once, not when the request times out.
+#[test]
+fn sigint_ends_a_messages_api_call_in_flight() {
+    let (api, heard) = unanswering_messages_api();
+    let test = Test::new();
+    test.write("lib/workflows/ask.toml", &ask_model(""));
+    test.write(
+        "stagegraph.toml",
+        &format!(
+            "[models.m]\nprovider = \"anthropic\"\nmodel = \"claude-test\"\nbase_url = \"{}\"\n\
+             api_key_env = \"TEST_ANTHROPIC_KEY\"\ntimeout = \"300s\"\n",
+            api.url
+        ),
+    );
+    let mut child = test
+        .command(["-L", "lib", "run", "ask"])
+        .env("TEST_ANTHROPIC_KEY", "sk-test-anthropic")
+        .spawn();
+    heard
+        .recv_timeout(PATIENCE)
+        .expect("the request to reach the server");
+    let (code, took) = signalled(&mut child, libc::SIGINT, "SIGINT during a model call");
+    assert_interrupted(&test, code);
+    assert!(took < Duration::from_secs(30), "{took:?}");
+    assert_eq!(
+        api.posts().len(),
+        1,
+        "no second attempt after the interrupt"
+    );
+}
+
+/// An OpenAI-compatible server on 127.0.0.1 that reads a request, sends the head of a success
+/// and the start of its body, says so on the returned channel, and never sends the rest.
+fn reply_cut_short() -> (u16, std::sync::mpsc::Receiver<()>) {
+    use std::io::{BufRead, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let port = listener.local_addr().expect("an address").port();
+    let (seen, heard) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut open = Vec::new();
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let mut reader = std::io::BufReader::new(stream);
+            let mut length = 0;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line.trim().is_empty() {
+                    break;
+                }
+                if let Some((name, value)) = line.split_once(':') {
+                    if name.eq_ignore_ascii_case("content-length") {
+                        length = value.trim().parse().unwrap_or(0);
+                    }
+                }
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            let mut stream = reader.into_inner();
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 4096\r\n\r\n\
+                  {\"choices\": [{\"message\": {\"role\": \"assistant\", \"content\": \"jit",
+            );
+            let _ = stream.flush();
+            let _ = seen.send(());
+            // The rest of the body never comes.
+            open.push(stream);
+        }
+    });
+    (port, heard)
+}
+
+/// A reply whose body stops coming half-way: a SIGTERM ends the run at once, not when the
+/// request times out.
+#[test]
+fn sigterm_ends_a_model_reply_cut_short() {
+    let (port, heard) = reply_cut_short();
+    let test = Test::new();
+    test.write("lib/workflows/ask.toml", &ask_model(""));
+    test.write(
+        "stagegraph.toml",
+        &format!(
+            "[models.m]\nprovider = \"openai\"\nbase_url = \"http://127.0.0.1:{port}/v1\"\n\
+             model = \"tiny\"\ntimeout = \"300s\"\n"
+        ),
+    );
+    let mut child = test.command(["-L", "lib", "run", "ask"]).spawn();
+    heard
+        .recv_timeout(PATIENCE)
+        .expect("the reply to have begun");
+    let (code, took) = signalled(&mut child, libc::SIGTERM, "SIGTERM during a reply");
+    assert_interrupted(&test, code);
+    assert!(took < Duration::from_secs(30), "{took:?}");
+}
+
+/// A server that asks for a minute's wait before each retry: the stage's `timeout` of 2 s ends
+/// the call during that wait, and the stage fails with the timeout.
+#[test]
+fn a_stage_timeout_ends_a_model_call_waiting_to_retry() {
+    let api = crate::loopback::Server::start(|_, _| {
+        crate::loopback::Reply::json(
+            503,
+            &serde_json::json!({"error": {"type": "overloaded", "message": "busy"}}),
+        )
+        .header("retry-after", "60")
+    });
+    let test = Test::new();
+    test.write("lib/workflows/ask.toml", &ask_model("timeout = \"2s\""));
+    test.write(
+        "stagegraph.toml",
+        &format!(
+            "[models.m]\nprovider = \"openai\"\nbase_url = \"{}/v1\"\nmodel = \"tiny\"\n\
+             timeout = \"300s\"\nretries = 3\n",
+            api.url
+        ),
+    );
+    let started = std::time::Instant::now();
+    let out = test.run(["-L", "lib", "run", "ask"]);
+    let took = started.elapsed();
+    eprintln!("the run ended after {took:?}");
+    out.code(1);
+    out.stderr_has("no reply within 2s");
+    assert!(took < Duration::from_secs(30), "{took:?}");
+    let record = test.last_run();
+    assert_eq!(record["status"], "failed", "{record:#}");
+    assert_eq!(stage(&record, "ask")["status"], "failed", "{record:#}");
+    assert_eq!(api.posts().len(), 1, "no attempt after the deadline");
+}
+
+/// A model that is a local command, with a child of its own in the background: a SIGINT
+/// kills its whole process group, and the run ends interrupted.
+#[test]
+fn sigint_kills_a_command_model_with_its_process_group() {
+    let test = Test::new();
+    test.write("lib/workflows/ask.toml", &ask_model(""));
+    let pids = test.path("pids");
+    test.write(
+        "stagegraph.toml",
+        &format!(
+            "[models.m]\nprovider = \"command\"\ntimeout = \"300s\"\ncommand = [\"sh\", \"-c\", \
+             \"sleep 300 & echo $$ $! > {}.tmp && mv {0}.tmp {0}; wait\"]\n",
+            pids.display()
+        ),
+    );
+    let mut child = test.command(["-L", "lib", "run", "ask"]).spawn();
+    wait_for("the model command to start", PATIENCE, || pids.exists());
+    let text = std::fs::read_to_string(&pids).expect("the pids");
+    let started: Vec<String> = text.split_whitespace().map(str::to_string).collect();
+    assert_eq!(started.len(), 2, "{text:?}");
+    let (code, took) = signalled(&mut child, libc::SIGINT, "SIGINT during a command model");
+    assert_interrupted(&test, code);
+    assert!(took < Duration::from_secs(30), "{took:?}");
+    for pid in &started {
+        wait_for("the model's processes to be gone", PATIENCE, || {
+            !crate::support::running(pid)
+        });
+    }
+}

@@ -96,6 +96,7 @@ impl Anthropic<'_> {
             retries: call.retries,
             backoff: call.backoff,
             limiter: call.limiter,
+            cancel: call.cancel,
         };
         let (response, retries) = post.send(call.agent)?;
         let blocks = response

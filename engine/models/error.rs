@@ -5,6 +5,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::floor::cancel::Stopped;
 use crate::floor::process::ProcessError;
 
 /// One problem in a configuration file, located by file, line and column.
@@ -175,6 +176,25 @@ impl ModelError {
                 alias: alias.to_string(),
                 message,
                 retryable: false,
+            },
+        }
+    }
+
+    /// Why a call to `alias` stopped before its answer: the run was interrupted, the stage's
+    /// `timeout` passed (reported as the model's timeout, as when the request itself runs out),
+    /// or the call could not be waited for.
+    pub(crate) fn stopped(alias: &str, stop: Stopped) -> ModelError {
+        match stop {
+            Stopped::Interrupted => ModelError::Interrupted,
+            Stopped::TimedOut(after) => ModelError::Timeout {
+                alias: alias.to_string(),
+                after,
+            },
+            Stopped::NoThread(_) | Stopped::Lost => ModelError::Transport {
+                alias: alias.to_string(),
+                message: stop.to_string(),
+                retryable: false,
+                attempts: 1,
             },
         }
     }

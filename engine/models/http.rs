@@ -1,13 +1,18 @@
 //! The HTTP transport the API providers share: a JSON POST with a per-request timeout, retries
 //! with exponential backoff for 429, 5xx and connection errors (honouring `retry-after`), and
 //! error bodies surfaced with the key redacted.
+//!
+//! Each attempt runs on a thread of its own that the call waits for with its cancellation
+//! handle checked ([`Cancel::wait_for`]): a Ctrl-C or the stage's `timeout` ends the wait for a
+//! server that does not answer, or answers slowly, at once, where ureq itself would wait for
+//! the request's own timeout. The abandoned request ends at that timeout, its answer dropped.
 
-use std::thread;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::error::{is_retryable_status, ModelError};
 use super::limits::Limiter;
-use crate::floor::process::Interrupt;
+use crate::floor::cancel::{Cancel, Stopped};
 use crate::floor::retry::{AfterFailure, RetryPolicy};
 
 /// No wait between attempts is longer than this, whatever a server asks for.
@@ -109,7 +114,22 @@ pub(crate) struct JsonPost<'a> {
     pub(crate) backoff: Duration,
     /// The alias's queue: each attempt takes a place in it, and a rate limit pauses it.
     pub(crate) limiter: &'a Limiter,
+    /// The run's interrupt and the stage's deadline: checked before each attempt, during the
+    /// waits between them, and while an attempt is in flight.
+    pub(crate) cancel: Cancel,
 }
+
+/// What one attempt sends, owned, for the thread it runs on.
+struct Outgoing {
+    agent: ureq::Agent,
+    url: String,
+    headers: Vec<(&'static str, String)>,
+    body: Arc<Vec<u8>>,
+    timeout: Duration,
+}
+
+/// What came back: the status, the `retry-after` header, the body.
+type Incoming = (u16, Option<Duration>, String);
 
 impl JsonPost<'_> {
     /// Send, retrying what may pass, and parse the success body as JSON; also says how many
@@ -120,13 +140,20 @@ impl JsonPost<'_> {
     /// only the one that was refused. Other failures wait on their own.
     pub(crate) fn send(&self, agent: &ureq::Agent) -> Result<(serde_json::Value, u32), ModelError> {
         let policy = RetryPolicy::new(self.retries, self.backoff).capped(MAX_BACKOFF);
+        // Serialized once, whatever the number of attempts.
+        let body =
+            Arc::new(
+                serde_json::to_vec(&self.body).map_err(|error| ModelError::Response {
+                    alias: self.alias.to_string(),
+                    url: self.url.clone(),
+                    message: format!("the request cannot be written as JSON: {error}"),
+                })?,
+            );
         let (result, attempts) = policy.run(
             |_| {
-                if Interrupt::global().is_set() {
-                    return Err(ModelError::Interrupted);
-                }
-                let _permit = self.limiter.acquire()?;
-                self.attempt(agent)
+                self.cancel.check().map_err(|stop| self.stopped(stop))?;
+                let _permit = self.limiter.acquire(self.alias, &self.cancel)?;
+                self.attempt(agent, &body)
             },
             |error, _, backoff| {
                 if !retried_here(&error) {
@@ -145,8 +172,8 @@ impl JsonPost<'_> {
                         status: 429 | 529, ..
                     } => self.limiter.pause(delay),
                     _ => {
-                        if let Err(interrupted) = sleep_interruptibly(delay) {
-                            return AfterFailure::Stop(interrupted);
+                        if let Err(stop) = self.cancel.sleep(delay) {
+                            return AfterFailure::Stop(self.stopped(stop));
                         }
                     }
                 }
@@ -166,31 +193,28 @@ impl JsonPost<'_> {
         }
     }
 
-    fn attempt(&self, agent: &ureq::Agent) -> Result<serde_json::Value, ModelError> {
-        let mut request = agent
-            .post(&self.url)
-            .config()
-            .timeout_global(Some(self.timeout))
-            .build();
-        for (name, value) in &self.headers {
-            request = request.header(*name, value);
-        }
-        let mut response = request
-            .send_json(&self.body)
-            .map_err(|error| self.transport_error(error))?;
-        let status = response.status().as_u16();
-        let retry_after = response
-            .headers()
-            .get("retry-after")
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
-        let body = response
-            .body_mut()
-            .with_config()
-            .lossy_utf8(true)
-            .read_to_string()
-            .map_err(|error| self.transport_error(error))?;
+    fn attempt(
+        &self,
+        agent: &ureq::Agent,
+        body: &Arc<Vec<u8>>,
+    ) -> Result<serde_json::Value, ModelError> {
+        let outgoing = Outgoing {
+            agent: agent.clone(),
+            url: self.url.clone(),
+            headers: self.headers.clone(),
+            body: Arc::clone(body),
+            // The abandoned request of a stage out of time ends when the stage does.
+            timeout: self.cancel.bound(self.timeout),
+        };
+        let (status, retry_after, body) = self
+            .cancel
+            .wait_for(move || outgoing.exchange())
+            .map_err(|stop| self.stopped(stop))?
+            .map_err(|error| match self.cancel.check() {
+                // The request ended at the stage's deadline: say so, not ureq's words.
+                Err(stop) => self.stopped(stop),
+                Ok(()) => self.transport_error(error),
+            })?;
         if !(200..300).contains(&status) {
             // Redacted before it is shortened: a key straddling the cut would leave its
             // beginning behind.
@@ -211,6 +235,10 @@ impl JsonPost<'_> {
                 excerpt(&self.redact(&body), 200)
             ),
         })
+    }
+
+    fn stopped(&self, stop: Stopped) -> ModelError {
+        ModelError::stopped(self.alias, stop)
     }
 
     fn transport_error(&self, error: ureq::Error) -> ModelError {
@@ -244,6 +272,36 @@ impl JsonPost<'_> {
     }
 }
 
+impl Outgoing {
+    /// Send the request and read the whole answer, on the thread [`Cancel::wait_for`] started.
+    fn exchange(self) -> Result<Incoming, ureq::Error> {
+        let mut request = self
+            .agent
+            .post(&self.url)
+            .config()
+            .timeout_global(Some(self.timeout))
+            .build()
+            .header("content-type", "application/json; charset=utf-8");
+        for (name, value) in &self.headers {
+            request = request.header(*name, value);
+        }
+        let mut response = request.send(self.body.as_slice())?;
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let body = response
+            .body_mut()
+            .with_config()
+            .lossy_utf8(true)
+            .read_to_string()?;
+        Ok((status, retry_after, body))
+    }
+}
+
 /// The failures worth another attempt right away; a timeout is not one of them, since a second
 /// full wait is the caller's decision.
 fn retried_here(error: &ModelError) -> bool {
@@ -251,20 +309,6 @@ fn retried_here(error: &ModelError) -> bool {
         ModelError::Status { status, .. } => is_retryable_status(*status),
         ModelError::Transport { retryable, .. } => *retryable,
         _ => false,
-    }
-}
-
-fn sleep_interruptibly(total: Duration) -> Result<(), ModelError> {
-    let until = Instant::now() + total;
-    loop {
-        if Interrupt::global().is_set() {
-            return Err(ModelError::Interrupted);
-        }
-        let now = Instant::now();
-        if now >= until {
-            return Ok(());
-        }
-        thread::sleep((until - now).min(Duration::from_millis(50)));
     }
 }
 

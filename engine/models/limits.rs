@@ -5,6 +5,7 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::error::ModelError;
+use crate::floor::cancel::Cancel;
 use crate::floor::process::Interrupt;
 
 /// How often a waiting call looks at the interrupt flag.
@@ -49,13 +50,14 @@ impl Limiter {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Wait for a free place and for the end of any pause, then take the place.
-    pub(crate) fn acquire(&self) -> Result<Permit<'_>, ModelError> {
+    /// Wait for a free place and for the end of any pause, then take the place; `cancel` ends
+    /// the wait, with the stage's timeout reported as `alias`'s.
+    pub(crate) fn acquire(&self, alias: &str, cancel: &Cancel) -> Result<Permit<'_>, ModelError> {
         let mut state = self.lock();
         loop {
-            if Interrupt::global().is_set() {
-                return Err(ModelError::Interrupted);
-            }
+            cancel
+                .check()
+                .map_err(|stop| ModelError::stopped(alias, stop))?;
             let now = Instant::now();
             let wait = match state.paused_until {
                 Some(until) if until > now => Some(until - now),

@@ -27,6 +27,7 @@ pub(crate) use extract::extract_json;
 pub(crate) use recording::migrate as migrate_recordings;
 pub use recording::Migration;
 
+use crate::floor::cancel::Cancel;
 use config::{Alias, Price, Provider, BUILTIN_CONFIG, BUILTIN_ORIGIN};
 use limits::{Budget, Limiter};
 use recording::CanonicalRequest;
@@ -301,9 +302,26 @@ pub(crate) struct Call<'a> {
     retries: u32,
     backoff: Duration,
     limiter: &'a Limiter,
+    /// The run's interrupt and the deadline of the request's `timeout` (the stage's): each
+    /// provider stops waiting when either comes.
+    cancel: Cancel,
 }
 
 impl Call<'_> {
+    /// The timeout of a program the call runs: the request's, cut to what is left of the
+    /// stage's time after waiting for a place in the queue.
+    fn program_timeout(&self) -> Duration {
+        self.cancel.bound(self.timeout)
+    }
+
+    /// A program's failure, told as the stage's timeout when that is what ended it.
+    fn program_failed(&self, error: ModelError) -> ModelError {
+        match (&error, self.cancel.check()) {
+            (ModelError::Timeout { .. }, Err(stop)) => ModelError::stopped(self.alias, stop),
+            _ => error,
+        }
+    }
+
     /// The API key from the variable the alias names; an empty value counts as unset.
     fn key(&self, variable: &str) -> Result<String, ModelError> {
         self.environment
@@ -430,6 +448,9 @@ impl Models {
     /// Send one request to the alias's provider, or answer it from recordings.
     pub(crate) fn complete(&self, request: &ModelRequest) -> Result<ModelReply, ModelError> {
         let alias = self.resolve(&request.alias)?;
+        // The stage's `timeout` is a deadline for the whole call: the wait in the queue, the
+        // attempts and the waits between them.
+        let cancel = Cancel::after(request.timeout);
         let canonical = CanonicalRequest::new(request, alias.provider.model_identity());
         let started = Instant::now();
         let replayed = matches!(self.mode, Mode::Replay(_))
@@ -445,7 +466,7 @@ impl Models {
                         .map_or(0.0, |price| estimate_input_cost(request, price));
                     reservation = Some(self.budget.admit(&request.alias, estimate)?);
                 }
-                self.ask(alias, request, &canonical)?
+                self.ask(alias, request, &canonical, cancel)?
             }
         };
         let cost_usd = answer.cost_usd.or_else(|| {
@@ -498,6 +519,7 @@ impl Models {
         alias: &Alias,
         request: &ModelRequest,
         canonical: &CanonicalRequest,
+        cancel: Cancel,
     ) -> Result<Answer, ModelError> {
         let unlimited;
         let limiter = match self.limiters.get(&request.alias) {
@@ -515,24 +537,27 @@ impl Models {
             retries: alias.retries,
             backoff: self.backoff,
             limiter,
+            cancel,
         };
         match &alias.provider {
             Provider::Command { argv } => {
-                let _permit = limiter.acquire()?;
-                command::complete(argv, call.timeout, request)
+                let _permit = limiter.acquire(call.alias, &call.cancel)?;
+                command::complete(argv, call.program_timeout(), request)
+                    .map_err(|error| call.program_failed(error))
             }
             Provider::Claude {
                 program,
                 model,
                 tools,
             } => {
-                let _permit = limiter.acquire()?;
+                let _permit = limiter.acquire(call.alias, &call.cancel)?;
                 claude::Claude {
                     program,
                     model,
                     tools,
                 }
-                .complete(call.timeout, request)
+                .complete(call.program_timeout(), request)
+                .map_err(|error| call.program_failed(error))
             }
             Provider::Anthropic {
                 model,

@@ -93,6 +93,7 @@ impl OpenAi<'_> {
             retries: call.retries,
             backoff: call.backoff,
             limiter: call.limiter,
+            cancel: call.cancel,
         };
         let (response, retries) = post.send(call.agent)?;
         let message = response

@@ -1130,12 +1130,12 @@ fn a_budget_expects_the_average_cost_and_refuses_past_the_limit() {
 #[test]
 fn a_paused_queue_starts_nothing_until_the_pause_ends() {
     let limiter = Arc::new(limits::Limiter::new(Some(2)));
-    let first = limiter.acquire().unwrap();
-    let _second = limiter.acquire().unwrap();
+    let first = limiter.acquire("m", &Cancel::default()).unwrap();
+    let _second = limiter.acquire("m", &Cancel::default()).unwrap();
     let (tx, rx) = mpsc::channel();
     let waiting = Arc::clone(&limiter);
     thread::spawn(move || {
-        let _third = waiting.acquire().unwrap();
+        let _third = waiting.acquire("m", &Cancel::default()).unwrap();
         tx.send(Instant::now()).unwrap();
     });
     assert!(
@@ -1152,6 +1152,21 @@ fn a_paused_queue_starts_nothing_until_the_pause_ends() {
         "{:?}",
         started - paused
     );
+}
+
+#[test]
+fn the_stage_deadline_ends_a_wait_in_the_queue() {
+    let limiter = limits::Limiter::new(Some(1));
+    limiter.pause(Duration::from_secs(600));
+    let started = Instant::now();
+    let waited = limiter.acquire("m", &Cancel::after(Some(Duration::from_millis(100))));
+    assert!(
+        matches!(waited, Err(ModelError::Timeout { ref alias, after })
+            if alias == "m" && after == Duration::from_millis(100)),
+        "{:?}",
+        waited.err()
+    );
+    assert!(started.elapsed() < Duration::from_secs(60));
 }
 
 #[test]
@@ -1179,7 +1194,7 @@ fn aliases_naming_the_same_provider_model_share_one_queue() {
     let (tx, rx) = mpsc::channel();
     let b = queue("b");
     thread::spawn(move || {
-        let started = b.acquire().is_ok();
+        let started = b.acquire("m", &Cancel::default()).is_ok();
         tx.send(started).ok();
     });
     assert!(
@@ -1187,7 +1202,10 @@ fn aliases_naming_the_same_provider_model_share_one_queue() {
         "b waits out a's pause"
     );
     let other = queue("other");
-    assert!(other.acquire().is_ok(), "another model is not paused");
+    assert!(
+        other.acquire("m", &Cancel::default()).is_ok(),
+        "another model is not paused"
+    );
 }
 
 #[test]
