@@ -99,7 +99,9 @@ impl Tmpl {
             Tmpl::Text(template) => {
                 template.with_dependent(|_, t| t.render(scope).map(Value::from))
             }
-            Tmpl::Native(expression) => expression.with_dependent(|_, e| e.eval(scope)),
+            Tmpl::Native(expression) => {
+                expression.with_dependent(|_, e| e.eval(scope).and_then(|v| bounded(&v)))
+            }
         }
     }
 
@@ -317,6 +319,68 @@ fn text_of_expression(value: &Value) -> Result<String, Error> {
     Ok(value_to_text(value))
 }
 
+/// The most items a list or map made by an expression may have.
+const MAX_ITEMS: usize = 1 << 24;
+
+/// A value an expression made, made safe to walk: a list made by repetition (`[1] * n`) that
+/// no memory could hold is an error, and one that is empty is an empty list. minijinja 2.24
+/// makes `seq * n` a lazy list of `len * n` items that walks all `n` repetitions even when
+/// `len` is 0, so printing or converting `() * 10000000000` would spin for minutes, and
+/// `[1] * 100000000000` would exhaust memory. Values the engine itself handed in (lists and
+/// maps of data) are only measured, never copied.
+pub(crate) fn bounded(value: &Value) -> Result<Value, Error> {
+    Ok(replaced(value)?.unwrap_or_else(|| value.clone()))
+}
+
+/// [`bounded`]'s walk: the value to use instead, when it is not the value itself.
+fn replaced(value: &Value) -> Result<Option<Value>, Error> {
+    use minijinja::value::{ObjectRepr, ValueKind};
+    if !matches!(value.kind(), ValueKind::Seq | ValueKind::Iterable) {
+        if value.kind() == ValueKind::Map {
+            if let Some(len) = value.len().filter(|&len| len > MAX_ITEMS) {
+                return Err(too_large(len));
+            }
+        }
+        return Ok(None);
+    }
+    let len = value.len();
+    if let Some(len) = len.filter(|&len| len > MAX_ITEMS) {
+        return Err(too_large(len));
+    }
+    let lazy = value
+        .as_object()
+        .is_some_and(|object| matches!(object.repr(), ObjectRepr::Iterable));
+    if lazy && len == Some(0) {
+        return Ok(Some(Value::from(Vec::<Value>::new())));
+    }
+    // Items are measured too, so that `[() * n]` cannot hide a repetition.
+    let Ok(items) = value.try_iter() else {
+        return Ok(None);
+    };
+    let mut changed = lazy;
+    let mut kept = Vec::with_capacity(len.unwrap_or(0));
+    for item in items {
+        match replaced(&item)? {
+            Some(safe) => {
+                changed = true;
+                kept.push(safe);
+            }
+            None => kept.push(item),
+        }
+        if kept.len() > MAX_ITEMS {
+            return Err(too_large(kept.len()));
+        }
+    }
+    Ok(changed.then(|| Value::from(kept)))
+}
+
+fn too_large(len: usize) -> Error {
+    Error::new(
+        minijinja::ErrorKind::InvalidOperation,
+        format!("a list of {len} items is too large (at most {MAX_ITEMS})"),
+    )
+}
+
 /// How a value becomes text in a command argument, a prompt or a file: strings as they are,
 /// `none` as the empty string, booleans as `true`/`false`, lists and maps as JSON, numbers as
 /// numbers (not Python's `None`/`True`/`['a']`, which minijinja prints by default).
@@ -511,6 +575,36 @@ mod tests {
             ..Scope::default()
         }
         .to_value()
+    }
+
+    /// A repeated list no memory could hold is refused, and a repeated empty list is empty
+    /// at once (minijinja would walk every repetition), printed or evaluated, however nested.
+    #[test]
+    fn repeated_lists_are_bounded() {
+        let env = crate::template::environment();
+        let render = |source: &str| env.render_str(source, Value::UNDEFINED);
+        let started = std::time::Instant::now();
+        assert_eq!(render("{{ () * 10000000000 }}").unwrap(), "[]");
+        assert_eq!(render("{{ [() * 10000000000, 1] }}").unwrap(), "[[],1]");
+        assert_eq!(render("{{ [1, 2] * 2 }}").unwrap(), "[1,2,1,2]");
+        let error = render("{{ [1] * 100000000000 }}").unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("a list of 100000000000 items is too large"),
+            "{error}"
+        );
+        let env = Arc::new(env);
+        let nested = Tmpl::expression(&env, "[[0] * 20000000]").unwrap();
+        let error = nested.eval(&Value::UNDEFINED).unwrap_err();
+        assert!(
+            error.to_string().contains("a list of 20000000 items"),
+            "{error}"
+        );
+        let empty = Tmpl::expression(&env, "{'k': () * 10000000000}['k']").unwrap();
+        assert_eq!(empty.eval(&Value::UNDEFINED).unwrap().len(), Some(0));
+        // Minutes without the bound; generous, so that only a hang fails it.
+        assert!(started.elapsed() < std::time::Duration::from_secs(60));
     }
 
     /// Every interpolation renders, evaluates, fails and reports references exactly as the
