@@ -148,17 +148,7 @@ fn sigint_ends_a_read_of_a_fifo_nobody_writes_to() {
         PATIENCE,
     );
     eprintln!("the run ended {:?} after SIGINT", sent.elapsed());
-    assert_eq!(code, Some(130));
-    let record = test.last_run();
-    assert_eq!(record["status"], "interrupted", "{record:#}");
-    let r = stage(&record, "r");
-    assert_eq!(r["status"], "failed", "{record:#}");
-    assert!(
-        r["error"]
-            .as_str()
-            .is_some_and(|e| e.contains("interrupted")),
-        "{record:#}"
-    );
+    assert_interrupted(&test, code, "r");
 }
 
 /// A FIFO with a writer is read as before: all the writer wrote, up to its end.
@@ -299,16 +289,16 @@ fn signalled(child: &mut std::process::Child, signal: i32, what: &str) -> (Optio
     (code, took)
 }
 
-/// A run interrupted while the stage `ask` waited for its model: exit 130, the run recorded
-/// as interrupted, the stage as failed by the interrupt.
-fn assert_interrupted(test: &Test, code: Option<i32>) {
+/// A run interrupted while stage `id` waited: exit 130, the run recorded as interrupted, the
+/// stage as failed by the interrupt.
+fn assert_interrupted(test: &Test, code: Option<i32>, id: &str) {
     assert_eq!(code, Some(130));
     let record = test.last_run();
     assert_eq!(record["status"], "interrupted", "{record:#}");
-    let ask = stage(&record, "ask");
-    assert_eq!(ask["status"], "failed", "{record:#}");
+    let waiting = stage(&record, id);
+    assert_eq!(waiting["status"], "failed", "{record:#}");
     assert!(
-        ask["error"]
+        waiting["error"]
             .as_str()
             .is_some_and(|e| e.contains("interrupted")),
         "{record:#}"
@@ -338,7 +328,7 @@ fn sigint_ends_a_messages_api_call_in_flight() {
         .recv_timeout(PATIENCE)
         .expect("the request to reach the server");
     let (code, took) = signalled(&mut child, libc::SIGINT, "SIGINT during a model call");
-    assert_interrupted(&test, code);
+    assert_interrupted(&test, code, "ask");
     assert!(took < Duration::from_secs(30), "{took:?}");
     assert_eq!(
         api.posts().len(),
@@ -406,7 +396,7 @@ fn sigterm_ends_a_model_reply_cut_short() {
         .recv_timeout(PATIENCE)
         .expect("the reply to have begun");
     let (code, took) = signalled(&mut child, libc::SIGTERM, "SIGTERM during a reply");
-    assert_interrupted(&test, code);
+    assert_interrupted(&test, code, "ask");
     assert!(took < Duration::from_secs(30), "{took:?}");
 }
 
@@ -465,7 +455,7 @@ fn sigint_kills_a_command_model_with_its_process_group() {
     let started: Vec<String> = text.split_whitespace().map(str::to_string).collect();
     assert_eq!(started.len(), 2, "{text:?}");
     let (code, took) = signalled(&mut child, libc::SIGINT, "SIGINT during a command model");
-    assert_interrupted(&test, code);
+    assert_interrupted(&test, code, "ask");
     assert!(took < Duration::from_secs(30), "{took:?}");
     for pid in &started {
         wait_for("the model's processes to be gone", PATIENCE, || {
