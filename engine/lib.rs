@@ -36,7 +36,7 @@ pub use check::{Stage, Workflow};
 pub use claude::{HookChange, SettingsError, SettingsScope};
 pub use diag::{Diagnostic, DiagnosticKind, Escape, Severity};
 pub use engine::{
-    config_schema, interrupt, migrate_recordings, read_inputs, redact, register_secrets,
+    config_schema, interrupt, migrate_recordings, read_inputs, reaper, redact, register_secrets,
     spawn_detached, workflow_schema, CheckReport, EjectError, Engine, InputError, Listing,
     RunFailure, RunRequest, StateDir,
 };

@@ -73,6 +73,10 @@ fn invalid(message: impl Into<String>) -> Failure {
 }
 
 fn main() -> ExitCode {
+    // The process that stops this one's stages if it is killed is this program again.
+    if let Some(code) = stagegraph::reaper() {
+        return ExitCode::from(code);
+    }
     let cli = Cli::parse();
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let color = match cli.color {

@@ -265,16 +265,19 @@ fn record_says_b_runs(t: &Test) -> bool {
         .is_some_and(|r| r["stages"]["b"]["status"] == "running")
 }
 
-/// Start a run of `w.toml` and kill the engine with SIGKILL once stage `b` is running.
-fn kill_during_b(t: &Test) {
+/// Start a run of `w.toml` and kill the engine with SIGKILL once stage `b` is running; the
+/// engine's pid.
+fn kill_during_b(t: &Test) -> u32 {
     let mut child = t.command(["run", "w.toml"]).spawn();
     crate::support::wait_for(
         "stage b to start",
         std::time::Duration::from_secs(60),
         || t.read_opt("b.pid").is_some_and(|p| p.ends_with('\n')) && record_says_b_runs(t),
     );
+    let pid = child.id();
     child.kill().expect("kill -9 the engine");
     child.wait().expect("reap the engine");
+    pid
 }
 
 /// A run whose engine was killed reads as `interrupted` wherever it is shown, and a resume
@@ -426,20 +429,94 @@ fn a_live_lock_older_than_stale_after_is_not_taken() {
     }
 }
 
-/// When the engine is killed outright, the stage process it was running dies with it.
+/// When the engine is killed outright, the stage process it was running dies with it, and so
+/// does the reaper that killed it.
 #[test]
 fn a_stage_process_dies_with_a_killed_engine() {
     if !std::path::Path::new("/proc/self/stat").exists() {
-        eprintln!("skipped: no /proc (the parent-death signal is Linux's)");
+        eprintln!("skipped: no /proc to see processes by");
         return;
     }
     let t = Test::new();
     t.write("w.toml", &crash_workflow());
-    kill_during_b(&t);
+    let engine = kill_during_b(&t);
     let pid = t.read("b.pid").trim().to_string();
     crate::support::wait_for(
         "the stage process to die",
         std::time::Duration::from_secs(60),
         || !running(&pid),
     );
+    crate::support::wait_for(
+        "the reaper to end",
+        std::time::Duration::from_secs(60),
+        || reapers_of(engine).is_empty(),
+    );
+}
+
+/// What a stage started in the background, in its own process group, dies with a killed engine
+/// too: the whole group is killed, not only the stage's own process.
+#[test]
+fn what_a_stage_started_in_its_group_dies_with_a_killed_engine() {
+    if !std::path::Path::new("/proc/self/stat").exists() {
+        eprintln!("skipped: no /proc to see processes by");
+        return;
+    }
+    let t = Test::new();
+    t.write(
+        "w.toml",
+        "[workflow]\ndescription = \"d\"\n\n\
+         [stages.b]\n\
+         shell = \"sh -c 'while [ ! -e go ]; do sleep 0.02; done' & echo $! > bg.pid; echo $$ > b.pid; wait\"\n",
+    );
+    let _release = crate::support::Release(t.path("go"));
+    kill_during_b(&t);
+    for file in ["b.pid", "bg.pid"] {
+        let pid = t.read(file).trim().to_string();
+        crate::support::wait_for(
+            &format!("the process in {file} to die"),
+            std::time::Duration::from_secs(60),
+            || !running(&pid),
+        );
+    }
+}
+
+/// A run that ends leaves no reaper behind: it ends with the engine.
+#[test]
+fn the_reaper_ends_with_the_run() {
+    if !std::path::Path::new("/proc/self/environ").exists() {
+        eprintln!("skipped: no /proc to see processes by");
+        return;
+    }
+    let t = Test::new();
+    t.write(
+        "w.toml",
+        "[workflow]\ndescription = \"d\"\n\n[stages.a]\ncommand = [\"true\"]\n",
+    );
+    let mut child = t.command(["run", "w.toml"]).spawn();
+    let engine = child.id();
+    assert!(child.wait().unwrap().success());
+    crate::support::wait_for(
+        "the reaper to end",
+        std::time::Duration::from_secs(60),
+        || reapers_of(engine).is_empty(),
+    );
+}
+
+/// The processes serving as reaper of engine `pid`, found by the variable set on them.
+fn reapers_of(pid: u32) -> Vec<String> {
+    let wanted = format!("STAGEGRAPH_REAPER_OF={pid}");
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            name.parse::<u32>().ok()?;
+            let environ = std::fs::read(entry.path().join("environ")).ok()?;
+            let holds = environ
+                .split(|&b| b == 0)
+                .any(|var| var == wanted.as_bytes());
+            (holds && running(&name)).then_some(name)
+        })
+        .collect()
 }

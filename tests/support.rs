@@ -502,6 +502,15 @@ pub(crate) fn statuses(record: &Value) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 
+/// Writes the file that lets the work end, when dropped.
+pub(crate) struct Release(pub(crate) std::path::PathBuf);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.0, "");
+    }
+}
+
 /// Whether a process is running (not gone, not a zombie).
 pub(crate) fn running(pid: &str) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::floor::{process, secrets};
+use crate::floor::{process, reaper, secrets};
 use crate::models::{self, Migration, Models};
 
 /// Learn the secrets the model configuration of `cwd` names (API keys in the environment), so
@@ -27,6 +27,22 @@ pub fn redact(text: String) -> String {
 /// (SIGTERM, then SIGKILL after a grace period) and the run ends as interrupted.
 pub fn interrupt() {
     process::Interrupt::global().trigger();
+}
+
+/// Call first in `main` of a program that hosts runs. When this process was started as a run's
+/// reaper (the process that kills a run's stage process groups if the engine dies without
+/// cleaning up, as on a kill -9), it serves as one until the engine is gone and this returns the
+/// exit code for `main` to end with. Otherwise it lets the runs of this process start this
+/// program's executable as their reaper, and returns `None`. A host that does not call it has
+/// each stage process ask for the parent-death signal instead, which costs a fork per stage.
+pub fn reaper() -> Option<u8> {
+    if let Some(code) = reaper::serve_if_asked() {
+        return Some(code);
+    }
+    if let Ok(program) = std::env::current_exe() {
+        reaper::enable(program);
+    }
+    None
 }
 
 /// Start `program` with `args` in a session of its own, `stdin` on its standard input and its

@@ -22,7 +22,7 @@ use crate::models::Models;
 pub use eject::EjectError;
 pub use execute::{RunFailure, RunRequest, StateDir};
 pub use host::{
-    config_schema, interrupt, migrate_recordings, redact, register_secrets, spawn_detached,
+    config_schema, interrupt, migrate_recordings, reaper, redact, register_secrets, spawn_detached,
     workflow_schema,
 };
 pub(crate) use inputs::resolve_answers;

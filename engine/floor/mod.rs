@@ -10,6 +10,7 @@ pub(crate) mod hash;
 pub(crate) mod holder;
 pub(crate) mod locks;
 pub(crate) mod process;
+pub(crate) mod reaper;
 pub(crate) mod retry;
 pub(crate) mod secrets;
 pub(crate) mod size;

@@ -141,11 +141,13 @@ pub(crate) fn run_observed(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    // The stage's process dies with the engine (a kill -9 runs no cleanup): a resume must not
-    // find the killed run's stage still running beside its own.
+    // The stage's process group dies with the engine (a kill -9 runs no cleanup): a resume must
+    // not find the killed run's stage still running beside its own. The reaper sees to that
+    // (see `reaper`); without one, the process asks for the parent-death signal, which makes
+    // the spawn a fork instead of a posix_spawn.
+    let watched = super::reaper::watching();
     #[cfg(target_os = "linux")]
-    {
-        use std::os::unix::process::CommandExt;
+    if !watched {
         let engine = std::process::id();
         // SAFETY: only async-signal-safe calls between fork and exec.
         unsafe {
@@ -180,6 +182,9 @@ pub(crate) fn run_observed(
         }
     })?;
     let pgid = child.id() as i32;
+    if watched {
+        super::reaper::watch(pgid);
+    }
     interrupt.register(pgid);
     started(child.id());
     // A Ctrl-C that arrived between the check above and the registration would otherwise miss
@@ -199,15 +204,6 @@ pub(crate) fn run_observed(
         }
         _ => None,
     };
-
-    let stdout_reader = child.stdout.take().map(|pipe| {
-        let limit = spec.max_stdout;
-        thread::spawn(move || read_bounded(pipe, limit, pgid))
-    });
-    let stderr_reader = child
-        .stderr
-        .take()
-        .map(|pipe| thread::spawn(move || read_tail(pipe, STDERR_KEPT_BYTES)));
 
     let timed_out = Arc::new(AtomicBool::new(false));
     let done = Arc::new(Mutex::new(false));
@@ -229,20 +225,24 @@ pub(crate) fn run_observed(
         tx
     });
 
-    let (stdout, too_large) = match stdout_reader.map(thread::JoinHandle::join) {
-        Some(Ok(read)) => read,
-        _ => (Vec::new(), false),
-    };
-    let stderr = match stderr_reader.map(thread::JoinHandle::join) {
-        Some(Ok(kept)) => kept,
-        _ => Vec::new(),
-    };
+    // Both pipes are read here, on the calling thread, as they become ready: no reader
+    // thread a stage (two threads each cost more than the rest of a short command's handling).
+    let mut stdout = Capped::new(spec.max_stdout);
+    let mut stderr = Tail::new(STDERR_KEPT_BYTES);
+    if let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) {
+        drain(out, err, &mut stdout, &mut stderr, pgid);
+    }
+    let (stdout, too_large) = (stdout.kept, stdout.over);
+    let stderr = stderr.finish();
     let waited = child.wait();
     *done
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
     drop(watchdog);
     interrupt.unregister(pgid);
+    if watched && waited.is_ok() {
+        super::reaper::forget(pgid);
+    }
     if let Some(feeder) = feeder {
         let _ = feeder.join();
     }
@@ -275,17 +275,150 @@ pub(crate) fn run_observed(
     })
 }
 
-/// Read a pipe to its end, or until it has given more than `limit` bytes: then the process
-/// group is killed and reading stops, so a command that writes gigabytes costs the engine no
-/// more than the limit. Says whether the limit was passed.
-fn read_bounded(mut pipe: impl Read, limit: Option<u64>, pgid: i32) -> (Vec<u8>, bool) {
-    let mut kept = Vec::new();
-    match read_capped(&mut pipe, limit.unwrap_or(u64::MAX), &mut kept) {
-        Ok(true) => {
-            kill_group(pgid, libc::SIGKILL);
-            (kept, true)
+/// Read a child's stdout into `stdout` and its stderr into `stderr` until both reach their end,
+/// whichever has data first. Past stdout's limit the process group is killed and stdout is no
+/// longer read, so a command that writes gigabytes costs the engine no more than the limit.
+fn drain(
+    out: std::process::ChildStdout,
+    err: std::process::ChildStderr,
+    stdout: &mut Capped,
+    stderr: &mut Tail,
+    pgid: i32,
+) {
+    use std::os::fd::AsRawFd;
+    let mut out = Some(out);
+    let mut err = Some(err);
+    for fd in [
+        out.as_ref().map(AsRawFd::as_raw_fd),
+        err.as_ref().map(AsRawFd::as_raw_fd),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        set_nonblocking(fd);
+    }
+    let mut chunk = vec![0u8; 64 * 1024];
+    while out.is_some() || err.is_some() {
+        let mut fds = [
+            out.as_ref().map(AsRawFd::as_raw_fd),
+            err.as_ref().map(AsRawFd::as_raw_fd),
+        ]
+        .map(|fd| libc::pollfd {
+            fd: fd.unwrap_or(-1),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        // SAFETY: `fds` is a valid array of two pollfd; a negative fd is ignored by poll.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if ready < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return;
         }
-        Ok(false) | Err(_) => (kept, false),
+        if fds[0].revents != 0 {
+            if let Some(pipe) = out.as_mut() {
+                match read_ready(pipe, &mut chunk, |bytes| stdout.push(bytes)) {
+                    Ready::Open => {}
+                    Ready::Closed => out = None,
+                    Ready::Stop => {
+                        kill_group(pgid, libc::SIGKILL);
+                        out = None;
+                    }
+                }
+            }
+        }
+        if fds[1].revents != 0 {
+            if let Some(pipe) = err.as_mut() {
+                match read_ready(pipe, &mut chunk, |bytes| {
+                    stderr.push(bytes);
+                    true
+                }) {
+                    Ready::Open => {}
+                    Ready::Closed | Ready::Stop => err = None,
+                }
+            }
+        }
+    }
+}
+
+/// What reading a ready pipe left.
+enum Ready {
+    /// Read all it had; more may come.
+    Open,
+    /// At its end, or broken.
+    Closed,
+    /// The sink wants no more.
+    Stop,
+}
+
+/// Read what a non-blocking pipe has now, handing each piece to `sink` (which says whether it
+/// wants more).
+fn read_ready(
+    pipe: &mut impl Read,
+    chunk: &mut [u8],
+    mut sink: impl FnMut(&[u8]) -> bool,
+) -> Ready {
+    loop {
+        match pipe.read(chunk) {
+            Ok(0) => return Ready::Closed,
+            Ok(n) => {
+                if !sink(&chunk[..n]) {
+                    return Ready::Stop;
+                }
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => return Ready::Open,
+            Err(_) => return Ready::Closed,
+        }
+    }
+}
+
+fn set_nonblocking(fd: i32) {
+    // SAFETY: fcntl on a descriptor this process owns; a failure leaves it blocking, which
+    // only makes reading wait for the pipe it was told is ready.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+        }
+    }
+}
+
+/// Stdout as it is read: kept up to a limit in bytes, then refused.
+struct Capped {
+    kept: Vec<u8>,
+    limit: usize,
+    /// More came than the limit allows.
+    over: bool,
+}
+
+impl Capped {
+    fn new(limit: Option<u64>) -> Capped {
+        Capped {
+            kept: Vec::new(),
+            limit: limit.map_or(usize::MAX, |limit| {
+                usize::try_from(limit).unwrap_or(usize::MAX)
+            }),
+            over: false,
+        }
+    }
+
+    /// Keep `bytes`, unless they pass the limit; says whether more is wanted. The buffer grows
+    /// by doubling but never past the limit.
+    fn push(&mut self, bytes: &[u8]) -> bool {
+        if self.kept.len() + bytes.len() > self.limit {
+            self.over = true;
+            return false;
+        }
+        if self.kept.capacity() < self.kept.len() + bytes.len() {
+            let wanted = (self.kept.len() + bytes.len())
+                .max(self.kept.capacity() * 2)
+                .min(self.limit);
+            self.kept.reserve_exact(wanted - self.kept.len());
+        }
+        self.kept.extend_from_slice(bytes);
+        true
     }
 }
 
@@ -297,65 +430,71 @@ pub(crate) fn read_capped(
     limit: u64,
     out: &mut Vec<u8>,
 ) -> std::io::Result<bool> {
-    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let mut capped = Capped::new(Some(limit));
+    capped.kept = std::mem::take(out);
     let mut chunk = vec![0u8; 64 * 1024];
-    loop {
-        let n = match reader.read(&mut chunk) {
-            Ok(0) => return Ok(false),
-            Ok(n) => n,
-            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(error) => return Err(error),
-        };
-        if out.len() + n > limit {
-            return Ok(true);
-        }
-        if out.capacity() < out.len() + n {
-            let wanted = (out.len() + n).max(out.capacity() * 2).min(limit);
-            out.reserve_exact(wanted - out.len());
-        }
-        out.extend_from_slice(&chunk[..n]);
-    }
-}
-
-/// Read a pipe to its end, keeping its last `keep` bytes (about): stderr is for messages, and a
-/// process that writes gigabytes there must not hold them in the engine. Secrets are redacted
-/// before any cut, and what follows a cut begins after the longest secret could reach, so no
-/// part of one survives at the cut.
-fn read_tail(mut pipe: impl Read, keep: usize) -> Vec<u8> {
-    // Redacted whole before it is cut; a secret whose end has not arrived yet is cut with the
-    // part before it: the part after is dropped below.
-    fn cut_to(kept: &[u8], keep: usize) -> Vec<u8> {
-        let redacted = super::secrets::redact_bytes(kept);
-        redacted[redacted.len().saturating_sub(keep)..].to_vec()
-    }
-    let mut kept = Vec::new();
-    let mut cut = false;
-    let mut chunk = vec![0u8; 64 * 1024];
-    loop {
-        match pipe.read(&mut chunk) {
-            Ok(0) => break,
+    let result = loop {
+        match reader.read(&mut chunk) {
+            Ok(0) => break Ok(false),
             Ok(n) => {
-                kept.extend_from_slice(&chunk[..n]);
-                if kept.len() > 2 * keep {
-                    kept = cut_to(&kept, keep);
-                    cut = true;
+                if !capped.push(&chunk[..n]) {
+                    break Ok(true);
                 }
             }
             Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => break,
+            Err(error) => break Err(error),
+        }
+    };
+    *out = capped.kept;
+    result
+}
+
+/// Stderr as it is read, keeping its last `keep` bytes (about): stderr is for messages, and a
+/// process that writes gigabytes there must not hold them in the engine. Secrets are redacted
+/// before any cut, and what follows a cut begins after the longest secret could reach, so no
+/// part of one survives at the cut.
+struct Tail {
+    kept: Vec<u8>,
+    keep: usize,
+    cut: bool,
+}
+
+impl Tail {
+    fn new(keep: usize) -> Tail {
+        Tail {
+            kept: Vec::new(),
+            keep,
+            cut: false,
         }
     }
-    if kept.len() > keep {
-        kept = cut_to(&kept, keep);
-        cut = true;
+
+    fn push(&mut self, bytes: &[u8]) {
+        self.kept.extend_from_slice(bytes);
+        if self.kept.len() > 2 * self.keep {
+            self.cut_to_keep();
+        }
     }
-    if cut {
-        let skip = super::secrets::longest().min(kept.len());
+
+    /// Redacted whole before it is cut; a secret whose end has not arrived yet is cut with the
+    /// part before it: the part after is dropped by [`Tail::finish`].
+    fn cut_to_keep(&mut self) {
+        let redacted = super::secrets::redact_bytes(&self.kept);
+        self.kept = redacted[redacted.len().saturating_sub(self.keep)..].to_vec();
+        self.cut = true;
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        if self.kept.len() > self.keep {
+            self.cut_to_keep();
+        }
+        if !self.cut {
+            return self.kept;
+        }
+        let skip = super::secrets::longest().min(self.kept.len());
         let mut out = b"[earlier output dropped]\n".to_vec();
-        out.extend_from_slice(&kept[skip..]);
-        return out;
+        out.extend_from_slice(&self.kept[skip..]);
+        out
     }
-    kept
 }
 
 /// The executable a bare program name runs, searched on the PATH the child will see (the
@@ -539,6 +678,22 @@ mod tests {
         );
         assert!(out.stderr.starts_with(b"[earlier output dropped]"));
         assert!(out.stderr.ends_with(b"eend"));
+    }
+
+    #[test]
+    fn stdout_and_stderr_are_read_as_they_come() {
+        // Each stream is written past a pipe's buffer while the other waits: reading one to its
+        // end before the other would never finish.
+        let s = spec(&[
+            "sh",
+            "-c",
+            "head -c 300000 /dev/zero; head -c 300000 /dev/zero >&2; printf x; printf y >&2",
+        ]);
+        let out = run(&s).unwrap();
+        assert_eq!(out.stdout.len(), 300_001);
+        assert!(out.stdout.ends_with(b"\0x"));
+        assert!(out.stderr.starts_with(b"[earlier output dropped]"));
+        assert!(out.stderr.ends_with(b"\0y"));
     }
 
     #[test]

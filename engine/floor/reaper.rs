@@ -1,0 +1,175 @@
+//! The reaper: a second process that stops a killed engine's stage processes.
+//!
+//! A kill -9 runs no cleanup in the engine, so what stops its stages must live outside it. The
+//! reaper is this program started again ([`serve_if_asked`]) with a pipe on its stdin whose
+//! other end only the engine holds. The engine writes `+<pgid>` when a stage's process group
+//! starts and `-<pgid>` once it has reaped it. When the pipe reaches its end the engine is gone,
+//! however it ended, and the reaper kills every group still listed (SIGKILL, as a kill -9 of the
+//! engine is abrupt too), then exits.
+//!
+//! Why not the parent-death signal each child could ask for: asking takes code between fork and
+//! exec, and with such code the standard library forks the whole engine for every stage instead
+//! of calling posix_spawn, which at 10,000 shell stages cost about a third of the run's time. The
+//! signal also fires when the spawning *thread* ends rather than the process, and reaches only
+//! the stage's own process, not the rest of its group. A host that does not start the reaper (a
+//! program embedding the library without [`enable`]) keeps the parent-death signal.
+//!
+//! What a stage started outside its group (`setsid`, a daemon) escapes both; a resume finds and
+//! stops that by the run's marker (`run::orphans`).
+
+use std::collections::HashSet;
+use std::io::{BufRead, Write};
+use std::os::unix::process::CommandExt as _;
+use std::path::PathBuf;
+use std::process::{ChildStdin, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+
+/// Set on the reaper's environment (to the engine's pid): what makes a start of this program a
+/// reaper.
+const ENV: &str = "STAGEGRAPH_REAPER_OF";
+
+/// The program to start as the reaper, set by [`enable`].
+static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
+
+/// The pipe to the running reaper; `None` once it could not be started or stopped listening.
+static PIPE: OnceLock<Mutex<Option<ChildStdin>>> = OnceLock::new();
+
+/// Let the runs of this process start `program` as their reaper. `program` must call
+/// [`serve_if_asked`] before anything else.
+pub(crate) fn enable(program: PathBuf) {
+    let _ = PROGRAM.set(program);
+}
+
+/// If this process was started as a reaper, serve as one until the engine is gone, and return
+/// the exit code; otherwise `None`.
+pub(crate) fn serve_if_asked() -> Option<u8> {
+    let engine = std::env::var_os(ENV)?;
+    // Started by hand, a reaper only kills what is written to it, which its user could kill
+    // anyway; its output goes nowhere when the engine starts it, so this is for that user.
+    if engine
+        .to_str()
+        .and_then(|pid| pid.parse::<u32>().ok())
+        .is_none()
+    {
+        eprintln!(
+            "stagegraph: {ENV} is set but names no process; it is set only on the process a \
+             run starts to stop its stages if it is killed"
+        );
+        return Some(2);
+    }
+    // A Ctrl-C or a closed terminal reaches the engine, which stops its stages itself; the
+    // reaper stays until the engine has gone.
+    // SAFETY: setting a signal's disposition to "ignore" has no memory-safety preconditions.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGHUP, libc::SIG_IGN);
+    }
+    let mut groups = HashSet::new();
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else { break };
+        match parse(&line) {
+            Some(Change::Watch(pgid)) => {
+                groups.insert(pgid);
+            }
+            Some(Change::Forget(pgid)) => {
+                groups.remove(&pgid);
+            }
+            None => {}
+        }
+    }
+    for pgid in groups {
+        // SAFETY: killpg has no memory-safety preconditions; a gone group yields ESRCH.
+        unsafe {
+            libc::killpg(pgid, libc::SIGKILL);
+        }
+    }
+    Some(0)
+}
+
+/// One line the engine writes to its reaper.
+#[derive(Debug, PartialEq, Eq)]
+enum Change {
+    Watch(i32),
+    Forget(i32),
+}
+
+/// `+<pgid>` or `-<pgid>`; anything else (and groups 0 and 1, which name the caller's own group
+/// and init's) is no change.
+fn parse(line: &str) -> Option<Change> {
+    let (sign, pgid) = line.split_at_checked(1)?;
+    let pgid = pgid.parse::<i32>().ok().filter(|pgid| *pgid > 1)?;
+    match sign {
+        "+" => Some(Change::Watch(pgid)),
+        "-" => Some(Change::Forget(pgid)),
+        _ => None,
+    }
+}
+
+/// Whether stage processes started now are watched by a reaper, starting it on the first call.
+/// `false` when this host did not [`enable`] one or it could not be started or stopped listening:
+/// the caller then asks for the parent-death signal.
+pub(crate) fn watching() -> bool {
+    pipe()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .is_some()
+}
+
+/// Tell the reaper a stage's process group started.
+pub(crate) fn watch(pgid: i32) {
+    send(&format!("+{pgid}\n"));
+}
+
+/// Tell the reaper a stage's process group ended and was reaped: its id may be reused.
+pub(crate) fn forget(pgid: i32) {
+    send(&format!("-{pgid}\n"));
+}
+
+fn send(line: &str) {
+    let mut pipe = pipe()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // One write of a line shorter than PIPE_BUF: whole, never interleaved. A reaper that is gone
+    // is let go; the stages started from now on ask for the parent-death signal instead.
+    if let Some(stdin) = pipe.as_mut() {
+        if stdin.write_all(line.as_bytes()).is_err() {
+            *pipe = None;
+        }
+    }
+}
+
+fn pipe() -> &'static Mutex<Option<ChildStdin>> {
+    PIPE.get_or_init(|| Mutex::new(PROGRAM.get().and_then(start)))
+}
+
+/// Start the reaper: its own process group (a Ctrl-C to the terminal's group does not reach it),
+/// no output (it must not hold a pipe someone reads the engine's output from), the root as its
+/// directory (it holds none the engine's user may want to remove).
+fn start(program: &PathBuf) -> Option<ChildStdin> {
+    let mut child = Command::new(program)
+        .env(ENV, std::process::id().to_string())
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .ok()?;
+    child.stdin.take()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_name_a_group_to_watch_or_forget() {
+        assert_eq!(parse("+812"), Some(Change::Watch(812)));
+        assert_eq!(parse("-812"), Some(Change::Forget(812)));
+        for line in [
+            "", "+", "812", "+0", "+1", "+-5", "*812", "+812 ", "+ 812", "é812",
+        ] {
+            assert_eq!(parse(line), None, "{line:?}");
+        }
+    }
+}
