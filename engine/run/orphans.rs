@@ -1,8 +1,8 @@
 //! What a killed run left running, found and stopped before a resume runs the same stages again.
 //!
-//! The parent-death signal takes a stage's own process down with the engine, but not what that
-//! process started: a pipeline's other commands, a background job, a daemon that called
-//! `setsid` and left the process group. Each of them still carries the run's
+//! The reaper (`floor::reaper`) takes a stage's process group down with the engine, but not
+//! what left the group: a daemon that called `setsid`, a process that made a group of its own,
+//! or a stage started in the moment before the engine told the reaper about it. Each of them still carries the run's
 //! [`MARKER`](super::journal::MARKER) in its environment, and the process journal names each
 //! stage process by pid and start time. A resume looks for both on this host and stops every
 //! process of a stage (or `foreach` item) that the killed run did not finish, since that stage
