@@ -297,7 +297,9 @@ fn drain(
     {
         set_nonblocking(fd);
     }
-    let mut chunk = vec![0u8; 64 * 1024];
+    // On the stack: a heap buffer of this size, zeroed, for every stage costs more than the
+    // reads do for most.
+    let mut chunk = [0u8; 16 * 1024];
     while out.is_some() || err.is_some() {
         let mut fds = [
             out.as_ref().map(AsRawFd::as_raw_fd),

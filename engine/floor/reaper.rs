@@ -3,9 +3,10 @@
 //! A kill -9 runs no cleanup in the engine, so what stops its stages must live outside it. The
 //! reaper is this program started again ([`serve_if_asked`]) with a pipe on its stdin whose
 //! other end only the engine holds. The engine writes `+<pgid>` when a stage's process group
-//! starts and `-<pgid>` once it has reaped it. When the pipe reaches its end the engine is gone,
-//! however it ended, and the reaper kills every group still listed (SIGKILL, as a kill -9 of the
-//! engine is abrupt too), then exits.
+//! starts and `-<pgid>` once it has reaped it (the reaper reads them ten times a second, not as
+//! each comes). When the pipe reaches its end the engine is gone, however it ended, and the
+//! reaper kills every group still listed (SIGKILL, as a kill -9 of the engine is abrupt too),
+//! then exits.
 //!
 //! Why not the parent-death signal each child could ask for: asking takes code between fork and
 //! exec, and with such code the standard library forks the whole engine for every stage instead
@@ -18,7 +19,7 @@
 //! stops that by the run's marker (`run::orphans`).
 
 use std::collections::HashSet;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::{ChildStdin, Command, Stdio};
@@ -64,17 +65,27 @@ pub(crate) fn serve_if_asked() -> Option<u8> {
         libc::signal(libc::SIGINT, libc::SIG_IGN);
         libc::signal(libc::SIGHUP, libc::SIG_IGN);
     }
+    // The reaper is not woken by each line the engine writes (each wake-up is a context switch
+    // on both sides, a second process's CPU time taken from the stages): it waits for the
+    // hang-up alone, reading what has come every `DRAIN_EVERY` so the pipe does not fill. What
+    // the engine wrote before it died is still in the pipe at the hang-up, and read then.
+    set_nonblocking(libc::STDIN_FILENO);
     let mut groups = HashSet::new();
-    for line in std::io::stdin().lock().lines() {
-        let Ok(line) = line else { break };
-        match parse(&line) {
-            Some(Change::Watch(pgid)) => {
-                groups.insert(pgid);
-            }
-            Some(Change::Forget(pgid)) => {
-                groups.remove(&pgid);
-            }
-            None => {}
+    let mut pending = Vec::new();
+    loop {
+        let mut hang_up = libc::pollfd {
+            fd: libc::STDIN_FILENO,
+            events: 0,
+            revents: 0,
+        };
+        let timeout = i32::try_from(DRAIN_EVERY.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: one valid pollfd; with no events asked for, only a hang-up or an error ends
+        // the wait before the timeout.
+        unsafe {
+            libc::poll(&raw mut hang_up, 1, timeout);
+        }
+        if drain(libc::STDIN_FILENO, &mut pending, &mut groups) {
+            break;
         }
     }
     for pgid in groups {
@@ -84,6 +95,54 @@ pub(crate) fn serve_if_asked() -> Option<u8> {
         }
     }
     Some(0)
+}
+
+/// How long the reaper leaves what the engine wrote unread, at most.
+const DRAIN_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Read what the non-blocking pipe `fd` holds now and apply its complete lines to `groups`,
+/// keeping an unfinished one in `pending`; says whether the pipe has ended (or broken).
+fn drain(fd: i32, pending: &mut Vec<u8>, groups: &mut HashSet<i32>) -> bool {
+    let mut chunk = [0u8; 8192];
+    let ended = loop {
+        // SAFETY: reading into a buffer of the length given.
+        let n = unsafe { libc::read(fd, chunk.as_mut_ptr().cast(), chunk.len()) };
+        match usize::try_from(n) {
+            Ok(0) => break true,
+            Ok(n) => pending.extend_from_slice(&chunk[..n]),
+            Err(_) => match std::io::Error::last_os_error().kind() {
+                std::io::ErrorKind::Interrupted => {}
+                std::io::ErrorKind::WouldBlock => break false,
+                _ => break true,
+            },
+        }
+    };
+    let complete = pending
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |end| end + 1);
+    for line in pending.drain(..complete).as_slice().split(|&b| b == b'\n') {
+        match std::str::from_utf8(line).ok().and_then(parse) {
+            Some(Change::Watch(pgid)) => {
+                groups.insert(pgid);
+            }
+            Some(Change::Forget(pgid)) => {
+                groups.remove(&pgid);
+            }
+            None => {}
+        }
+    }
+    ended
+}
+
+fn set_nonblocking(fd: i32) {
+    // SAFETY: fcntl on a descriptor of this process.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+        }
+    }
 }
 
 /// One line the engine writes to its reaper.
@@ -155,12 +214,52 @@ fn start(program: &PathBuf) -> Option<ChildStdin> {
         .process_group(0)
         .spawn()
         .ok()?;
-    child.stdin.take()
+    let pipe = child.stdin.take()?;
+    // Room for the lines of a burst of stages between two of the reaper's reads (a pipe holds
+    // 64 KiB, about 4,000 stages' worth, unless asked for more); best effort: a full pipe only
+    // makes a write wait for the reaper's next read.
+    #[cfg(target_os = "linux")]
+    // SAFETY: fcntl on the pipe's write end, which this process holds.
+    unsafe {
+        use std::os::fd::AsRawFd;
+        libc::fcntl(pipe.as_raw_fd(), libc::F_SETPIPE_SZ, 1 << 20);
+    }
+    Some(pipe)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_is_in_the_pipe_is_applied_line_by_line_until_it_ends() {
+        let mut ends = [0; 2];
+        // SAFETY: `ends` has room for the two descriptors.
+        assert_eq!(unsafe { libc::pipe(ends.as_mut_ptr()) }, 0);
+        let [read, write] = ends;
+        set_nonblocking(read);
+        let send = |text: &str| {
+            // SAFETY: writing a buffer of the length given to a descriptor this test holds.
+            let n = unsafe { libc::write(write, text.as_ptr().cast(), text.len()) };
+            assert_eq!(usize::try_from(n).ok(), Some(text.len()));
+        };
+        let (mut pending, mut groups) = (Vec::new(), HashSet::new());
+        assert!(
+            !drain(read, &mut pending, &mut groups),
+            "nothing written yet"
+        );
+        send("+5\n+6\n-5\n+7");
+        assert!(!drain(read, &mut pending, &mut groups));
+        assert_eq!(groups, HashSet::from([6]), "the unfinished line waits");
+        assert_eq!(pending, b"+7");
+        send("\n+8\n");
+        // SAFETY: closing the write end this test opened: the engine is gone.
+        unsafe { libc::close(write) };
+        assert!(drain(read, &mut pending, &mut groups), "the pipe has ended");
+        assert_eq!(groups, HashSet::from([6, 7, 8]));
+        // SAFETY: closing the read end this test opened.
+        unsafe { libc::close(read) };
+    }
 
     #[test]
     fn lines_name_a_group_to_watch_or_forget() {
