@@ -376,9 +376,10 @@ fn read_ready(
     }
 }
 
-fn set_nonblocking(fd: i32) {
+/// Make reads of `fd` return at once when it has nothing, instead of waiting.
+pub(crate) fn set_nonblocking(fd: i32) {
     // SAFETY: fcntl on a descriptor this process owns; a failure leaves it blocking, which
-    // only makes reading wait for the pipe it was told is ready.
+    // only makes a read wait for data after a poll said there was some (or an end).
     unsafe {
         let flags = libc::fcntl(fd, libc::F_GETFL);
         if flags >= 0 {

@@ -25,6 +25,8 @@ use std::path::PathBuf;
 use std::process::{ChildStdin, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 
+use super::process::set_nonblocking;
+
 /// Set on the reaper's environment (to the engine's pid): what makes a start of this program a
 /// reaper.
 const ENV: &str = "STAGEGRAPH_REAPER_OF";
@@ -133,16 +135,6 @@ fn drain(fd: i32, pending: &mut Vec<u8>, groups: &mut HashSet<i32>) -> bool {
         }
     }
     ended
-}
-
-fn set_nonblocking(fd: i32) {
-    // SAFETY: fcntl on a descriptor of this process.
-    unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        if flags >= 0 {
-            libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
-        }
-    }
 }
 
 /// One line the engine writes to its reaper.
