@@ -113,13 +113,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("a temporary folder");
         std::fs::write(dir.path().join("present.txt"), "hello").expect("write");
         let writes = WriteRoots::new(dir.path(), &[".".to_string()]);
-        let ctx = BuiltinCtx {
-            cwd: dir.path(),
-            writes: &writes,
-            locks: &Default::default(),
-            cancel: crate::builtins::Cancel::default(),
-            max_output: u64::MAX,
-        };
+        let ctx = BuiltinCtx::for_test(dir.path(), &writes);
         let builtin = lookup("try").expect("`try` is registered");
         (builtin.run)(&with, &ctx).map_err(|e| e.to_string())
     }

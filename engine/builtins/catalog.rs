@@ -1481,13 +1481,7 @@ mod tests {
 
     fn merge_json(with: Value) -> Value {
         let roots = WriteRoots::default();
-        let ctx = BuiltinCtx {
-            cwd: std::path::Path::new("."),
-            writes: &roots,
-            locks: &Default::default(),
-            cancel: crate::builtins::Cancel::default(),
-            max_output: u64::MAX,
-        };
+        let ctx = BuiltinCtx::for_test(std::path::Path::new("."), &roots);
         let out = run(&lexicon_format(with), &ctx).expect("catalog.merge");
         let validator = jsonschema::validator_for(&output_schema()).expect("schema");
         assert!(validator.is_valid(&out), "{out}");
@@ -2096,13 +2090,7 @@ mod tests {
     #[test]
     fn bad_configurations_are_refused() {
         let roots = WriteRoots::default();
-        let ctx = BuiltinCtx {
-            cwd: std::path::Path::new("."),
-            writes: &roots,
-            locks: &Default::default(),
-            cancel: crate::builtins::Cancel::default(),
-            max_output: u64::MAX,
-        };
+        let ctx = BuiltinCtx::for_test(std::path::Path::new("."), &roots);
         let refuse = |with: Value| run(&lexicon_format(with), &ctx).expect_err("refused").0;
         let list_first = refuse(
             json!({ "entries": [], "keys": [{ "field": "tags", "label": "Tags", "list": true }], "relation_field": null, "alias_field": null, "source_field": null }),

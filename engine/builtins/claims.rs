@@ -500,13 +500,7 @@ mod tests {
         let builtin = lookup("markdown.claims").expect("registered");
         assert!(!builtin.writes);
         let writes = WriteRoots::default();
-        let ctx = BuiltinCtx {
-            cwd: root,
-            writes: &writes,
-            locks: &Default::default(),
-            cancel: crate::builtins::Cancel::default(),
-            max_output: u64::MAX,
-        };
+        let ctx = BuiltinCtx::for_test(root, &writes);
         let with_schema = jsonschema::validator_for(&(builtin.with_schema)()).expect("compiles");
         assert!(with_schema.is_valid(&with), "{with}");
         let output = (builtin.run)(&with, &ctx).expect("runs");

@@ -307,16 +307,7 @@ mod tests {
     fn call(name: &str, cwd: &Path, with: Value) -> BuiltinResult {
         let builtin = crate::builtins::lookup(name).expect("registered");
         let writes = WriteRoots::default();
-        let output = (builtin.run)(
-            &with,
-            &BuiltinCtx {
-                cwd,
-                writes: &writes,
-                locks: &Default::default(),
-                cancel: crate::builtins::Cancel::default(),
-                max_output: u64::MAX,
-            },
-        )?;
+        let output = (builtin.run)(&with, &BuiltinCtx::for_test(cwd, &writes))?;
         let validator = jsonschema::validator_for(&(builtin.output_schema)()).expect("schema");
         assert!(validator.is_valid(&output), "{output}");
         Ok(output)

@@ -383,13 +383,7 @@ mod tests {
         let builtin = lookup(name).unwrap();
         let cwd = Path::new(".");
         let writes = WriteRoots::default();
-        let ctx = BuiltinCtx {
-            cwd,
-            writes: &writes,
-            locks: &Default::default(),
-            cancel: crate::builtins::Cancel::default(),
-            max_output: u64::MAX,
-        };
+        let ctx = BuiltinCtx::for_test(cwd, &writes);
         (builtin.run)(&with, &ctx)
     }
 

@@ -918,13 +918,7 @@ mod tests {
     fn frontmatter(text: &str, require: &[&str]) -> Value {
         let builtin = lookup("markdown.frontmatter").unwrap();
         let writes = WriteRoots::default();
-        let ctx = BuiltinCtx {
-            cwd: Path::new("."),
-            writes: &writes,
-            locks: &Default::default(),
-            cancel: crate::builtins::Cancel::default(),
-            max_output: u64::MAX,
-        };
+        let ctx = BuiltinCtx::for_test(Path::new("."), &writes);
         let output = (builtin.run)(&json!({ "text": text, "require": require }), &ctx).unwrap();
         let schema = jsonschema::validator_for(&(builtin.output_schema)()).unwrap();
         assert!(schema.is_valid(&output), "{output}");
@@ -1332,13 +1326,7 @@ mod tests {
     fn bad_arguments() {
         let builtin = lookup("markdown.frontmatter").unwrap();
         let writes = WriteRoots::default();
-        let ctx = BuiltinCtx {
-            cwd: Path::new("."),
-            writes: &writes,
-            locks: &Default::default(),
-            cancel: crate::builtins::Cancel::default(),
-            max_output: u64::MAX,
-        };
+        let ctx = BuiltinCtx::for_test(Path::new("."), &writes);
         let err = (builtin.run)(&json!({ "text": 3 }), &ctx).unwrap_err();
         assert_eq!(err.0, "markdown.frontmatter: `text` must be a string");
         let err = (builtin.run)(&json!({}), &ctx).unwrap_err();

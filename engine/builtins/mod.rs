@@ -48,6 +48,21 @@ pub(crate) struct BuiltinCtx<'a> {
     pub max_output: u64,
 }
 
+#[cfg(test)]
+impl<'a> BuiltinCtx<'a> {
+    /// A context for a test: no lock held, never cancelled, no output limit.
+    pub(crate) fn for_test(cwd: &'a Path, writes: &'a WriteRoots) -> BuiltinCtx<'a> {
+        static NO_LOCKS: crate::floor::locks::HeldLocks = crate::floor::locks::HeldLocks::new();
+        BuiltinCtx {
+            cwd,
+            writes,
+            locks: &NO_LOCKS,
+            cancel: Cancel::default(),
+            max_output: u64::MAX,
+        }
+    }
+}
+
 impl BuiltinCtx<'_> {
     /// A path argument resolved against the run's working directory.
     pub(crate) fn resolve(&self, path: &str) -> PathBuf {

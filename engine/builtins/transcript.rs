@@ -1127,13 +1127,7 @@ mod tests {
             let mut with = with;
             with["path"] = json!("t.jsonl");
             let roots = WriteRoots::default();
-            let ctx = BuiltinCtx {
-                cwd: self.dir.path(),
-                writes: &roots,
-                locks: &Default::default(),
-                cancel: crate::builtins::Cancel::default(),
-                max_output: u64::MAX,
-            };
+            let ctx = BuiltinCtx::for_test(self.dir.path(), &roots);
             run(&with, &ctx).expect("transcript.delta")
         }
     }
@@ -1404,13 +1398,7 @@ mod tests {
         file.flush().expect("flush");
         drop(file);
         let roots = WriteRoots::default();
-        let ctx = BuiltinCtx {
-            cwd: dir.path(),
-            writes: &roots,
-            locks: &Default::default(),
-            cancel: crate::builtins::Cancel::default(),
-            max_output: u64::MAX,
-        };
+        let ctx = BuiltinCtx::for_test(dir.path(), &roots);
         let after = lines - 8;
         let out = run(&json!({ "path": "t.jsonl", "after_line": after }), &ctx).expect("delta");
         assert_eq!(out["total_lines"], lines);
@@ -1449,13 +1437,7 @@ mod tests {
     fn settle_waits_for_a_file_still_being_written() {
         let roots = WriteRoots::default();
         let dir = tempfile::tempdir().expect("temp dir");
-        let ctx = BuiltinCtx {
-            cwd: dir.path(),
-            writes: &roots,
-            locks: &Default::default(),
-            cancel: crate::builtins::Cancel::default(),
-            max_output: u64::MAX,
-        };
+        let ctx = BuiltinCtx::for_test(dir.path(), &roots);
         let path = dir.path().join("t.jsonl");
         let line = |text: &str| {
             json!({"type": "user", "message": {"role": "user", "content": text}}).to_string() + "\n"
@@ -1494,13 +1476,7 @@ mod tests {
     fn settle_gives_up_on_a_file_that_keeps_changing() {
         let roots = WriteRoots::default();
         let dir = tempfile::tempdir().expect("temp dir");
-        let ctx = BuiltinCtx {
-            cwd: dir.path(),
-            writes: &roots,
-            locks: &Default::default(),
-            cancel: crate::builtins::Cancel::default(),
-            max_output: u64::MAX,
-        };
+        let ctx = BuiltinCtx::for_test(dir.path(), &roots);
         let path = dir.path().join("t.jsonl");
         std::fs::write(&path, "").expect("write");
         let clock = Clock::fake();
@@ -1531,13 +1507,7 @@ mod tests {
     fn arguments_and_files_are_checked() {
         let roots = WriteRoots::default();
         let dir = tempfile::tempdir().expect("temp dir");
-        let ctx = BuiltinCtx {
-            cwd: dir.path(),
-            writes: &roots,
-            locks: &Default::default(),
-            cancel: crate::builtins::Cancel::default(),
-            max_output: u64::MAX,
-        };
+        let ctx = BuiltinCtx::for_test(dir.path(), &roots);
         let missing = run(&json!({ "path": "none.jsonl" }), &ctx).expect_err("missing file");
         assert!(
             missing.0.starts_with("cannot read transcript `none.jsonl`"),

@@ -69,13 +69,7 @@ mod tests {
 
     fn run(base: &str, reference: &str) -> Value {
         let writes = WriteRoots::default();
-        let ctx = BuiltinCtx {
-            cwd: std::path::Path::new("."),
-            writes: &writes,
-            locks: &Default::default(),
-            cancel: crate::builtins::Cancel::default(),
-            max_output: u64::MAX,
-        };
+        let ctx = BuiltinCtx::for_test(std::path::Path::new("."), &writes);
         resolve(&json!({ "base": base, "reference": reference }), &ctx).expect("resolves")
     }
 

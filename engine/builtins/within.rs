@@ -163,16 +163,7 @@ mod tests {
     fn call(name: &str, base: &Path, with: Value) -> BuiltinResult {
         let builtin = crate::builtins::lookup(name).expect("registered");
         let writes = WriteRoots::new(base, &["cache".to_string()]);
-        (builtin.run)(
-            &with,
-            &BuiltinCtx {
-                cwd: base,
-                writes: &writes,
-                locks: &Default::default(),
-                cancel: crate::builtins::Cancel::default(),
-                max_output: u64::MAX,
-            },
-        )
+        (builtin.run)(&with, &BuiltinCtx::for_test(base, &writes))
     }
 
     #[test]

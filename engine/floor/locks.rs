@@ -220,6 +220,12 @@ fn start_heartbeat(
 pub(crate) struct HeldLocks(Mutex<Vec<DirLock>>);
 
 impl HeldLocks {
+    /// None held yet.
+    #[cfg(test)]
+    pub(crate) const fn new() -> HeldLocks {
+        HeldLocks(Mutex::new(Vec::new()))
+    }
+
     pub(crate) fn hold(&self, lock: DirLock) {
         self.0
             .lock()
