@@ -38,7 +38,15 @@ fn interrupted_by(signal: i32) {
     let test = Test::new();
     test.write("lib/workflows/forever.toml", FOREVER);
     let mut child = test.command(["-L", "lib", "run", "forever"]).spawn();
-    // Ready once the stage has started, as its event says.
+    wait_stage_started(&test);
+    let (code, _) = signalled(&mut child, signal, "the signalled run");
+    assert_interrupted(&test, code, "h");
+    let events = test.read(&format!("state/runs/{}/events.jsonl", test.newest_run()));
+    assert!(events.contains("\"run_finished\""), "{events}");
+}
+
+/// Wait until the newest run's first stage has started, as its event says.
+fn wait_stage_started(test: &Test) {
     wait_for("the stage to start", PATIENCE, || {
         let Some(id) = test.run_ids().pop() else {
             return false;
@@ -46,25 +54,6 @@ fn interrupted_by(signal: i32) {
         test.read_opt(&format!("state/runs/{id}/events.jsonl"))
             .is_some_and(|events| events.contains("\"stage_started\""))
     });
-    let pid = i32::try_from(child.id()).expect("a pid");
-    // SAFETY: a signal to the child this test started.
-    unsafe {
-        libc::kill(pid, signal);
-    }
-    let code = wait_exit(&mut child, "the signalled run", PATIENCE);
-    assert_eq!(code, Some(130));
-    let record = test.last_run();
-    assert_eq!(record["status"], "interrupted", "{record:#}");
-    let h = stage(&record, "h");
-    assert_eq!(h["status"], "failed", "{record:#}");
-    assert!(
-        h["error"]
-            .as_str()
-            .is_some_and(|e| e.contains("interrupted")),
-        "{record:#}"
-    );
-    let events = test.read(&format!("state/runs/{}/events.jsonl", test.newest_run()));
-    assert!(events.contains("\"run_finished\""), "{events}");
 }
 
 #[test]
@@ -129,25 +118,12 @@ fn sigint_ends_a_read_of_a_fifo_nobody_writes_to() {
     make_fifo(&test, "pipe");
     test.write("lib/workflows/fifo.toml", FIFO);
     let mut child = test.command(["-L", "lib", "run", "fifo"]).spawn();
-    wait_for("the stage to start", PATIENCE, || {
-        let Some(id) = test.run_ids().pop() else {
-            return false;
-        };
-        test.read_opt(&format!("state/runs/{id}/events.jsonl"))
-            .is_some_and(|events| events.contains("\"stage_started\""))
-    });
-    let pid = i32::try_from(child.id()).expect("a pid");
-    let sent = std::time::Instant::now();
-    // SAFETY: a signal to the child this test started.
-    unsafe {
-        libc::kill(pid, libc::SIGINT);
-    }
-    let code = wait_exit(
+    wait_stage_started(&test);
+    let (code, _) = signalled(
         &mut child,
+        libc::SIGINT,
         "the run interrupted while reading the FIFO",
-        PATIENCE,
     );
-    eprintln!("the run ended {:?} after SIGINT", sent.elapsed());
     assert_interrupted(&test, code, "r");
 }
 
@@ -174,31 +150,41 @@ fn a_fifo_with_a_writer_is_read_to_its_end() {
     assert_eq!(test.stage_output("r"), "first second");
 }
 
-/// A server on 127.0.0.1 that reads each request, says so on the returned channel, and never
-/// answers: the connections stay open until the test process ends.
-fn silent_server() -> (u16, std::sync::mpsc::Receiver<()>) {
-    use std::io::Read;
+/// A server on 127.0.0.1 that hands each connection to `answer`, says so on the returned
+/// channel once `answer` is done, and keeps the connection open (unfinished) until the test
+/// process ends.
+fn holding_server(
+    answer: impl Fn(std::net::TcpStream) -> std::net::TcpStream + Send + 'static,
+) -> (u16, std::sync::mpsc::Receiver<()>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
     let port = listener.local_addr().expect("an address").port();
     let (seen, heard) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut open = Vec::new();
         for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let mut request = Vec::new();
-            let mut buf = [0u8; 1024];
-            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                match stream.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => request.extend_from_slice(&buf[..n]),
-                }
-            }
+            let Ok(stream) = stream else { continue };
+            let stream = answer(stream);
             let _ = seen.send(());
-            // Held, unanswered.
             open.push(stream);
         }
     });
     (port, heard)
+}
+
+/// A server that reads each request's head and never answers.
+fn silent_server() -> (u16, std::sync::mpsc::Receiver<()>) {
+    use std::io::Read;
+    holding_server(|mut stream| {
+        let mut request = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+            match stream.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => request.extend_from_slice(&buf[..n]),
+            }
+        }
+        stream
+    })
 }
 
 /// An `http.get` waiting on a server that never answers, its own timeout far away: a SIGINT
@@ -224,25 +210,12 @@ with = {{ url = "http://127.0.0.1:{port}/never", timeout = "300s" }}
     heard
         .recv_timeout(PATIENCE)
         .expect("the request to reach the server");
-    let pid = i32::try_from(child.id()).expect("a pid");
-    let sent = std::time::Instant::now();
-    // SAFETY: a signal to the child this test started.
-    unsafe {
-        libc::kill(pid, libc::SIGINT);
-    }
-    let code = wait_exit(&mut child, "the run interrupted during a request", PATIENCE);
-    eprintln!("the run ended {:?} after SIGINT", sent.elapsed());
-    assert_eq!(code, Some(130));
-    let record = test.last_run();
-    assert_eq!(record["status"], "interrupted", "{record:#}");
-    let get = stage(&record, "get");
-    assert_eq!(get["status"], "failed", "{record:#}");
-    assert!(
-        get["error"]
-            .as_str()
-            .is_some_and(|e| e.contains("interrupted")),
-        "{record:#}"
+    let (code, _) = signalled(
+        &mut child,
+        libc::SIGINT,
+        "the run interrupted during a request",
     );
+    assert_interrupted(&test, code, "get");
 }
 
 /// A workflow of one prompt stage asking the model `m`; `extra` goes on the stage.
@@ -337,44 +310,34 @@ fn sigint_ends_a_messages_api_call_in_flight() {
     );
 }
 
-/// An OpenAI-compatible server on 127.0.0.1 that reads a request, sends the head of a success
-/// and the start of its body, says so on the returned channel, and never sends the rest.
+/// An OpenAI-compatible server that reads each request, sends the head of a success and the
+/// start of its body, and never sends the rest.
 fn reply_cut_short() -> (u16, std::sync::mpsc::Receiver<()>) {
     use std::io::{BufRead, Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
-    let port = listener.local_addr().expect("an address").port();
-    let (seen, heard) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut open = Vec::new();
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { continue };
-            let mut reader = std::io::BufReader::new(stream);
-            let mut length = 0;
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line.trim().is_empty() {
-                    break;
-                }
-                if let Some((name, value)) = line.split_once(':') {
-                    if name.eq_ignore_ascii_case("content-length") {
-                        length = value.trim().parse().unwrap_or(0);
-                    }
+    holding_server(|stream| {
+        let mut reader = std::io::BufReader::new(stream);
+        let mut length = 0;
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 || line.trim().is_empty() {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':') {
+                if name.eq_ignore_ascii_case("content-length") {
+                    length = value.trim().parse().unwrap_or(0);
                 }
             }
-            let mut body = vec![0; length];
-            let _ = reader.read_exact(&mut body);
-            let mut stream = reader.into_inner();
-            let _ = stream.write_all(
-                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 4096\r\n\r\n\
-                  {\"choices\": [{\"message\": {\"role\": \"assistant\", \"content\": \"jit",
-            );
-            let _ = stream.flush();
-            let _ = seen.send(());
-            // The rest of the body never comes.
-            open.push(stream);
         }
-    });
-    (port, heard)
+        let mut body = vec![0; length];
+        let _ = reader.read_exact(&mut body);
+        let mut stream = reader.into_inner();
+        let _ = stream.write_all(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 4096\r\n\r\n\
+              {\"choices\": [{\"message\": {\"role\": \"assistant\", \"content\": \"jit",
+        );
+        let _ = stream.flush();
+        stream
+    })
 }
 
 /// A reply whose body stops coming half-way: a SIGTERM ends the run at once, not when the
