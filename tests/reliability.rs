@@ -433,32 +433,22 @@ fn a_live_lock_older_than_stale_after_is_not_taken() {
 /// does the reaper that killed it.
 #[test]
 fn a_stage_process_dies_with_a_killed_engine() {
-    if !std::path::Path::new("/proc/self/stat").exists() {
-        eprintln!("skipped: no /proc to see processes by");
+    if !proc_or_skip() {
         return;
     }
     let t = Test::new();
     t.write("w.toml", &crash_workflow());
     let engine = kill_during_b(&t);
     let pid = t.read("b.pid").trim().to_string();
-    crate::support::wait_for(
-        "the stage process to die",
-        std::time::Duration::from_secs(60),
-        || !running(&pid),
-    );
-    crate::support::wait_for(
-        "the reaper to end",
-        std::time::Duration::from_secs(60),
-        || reapers_of(engine).is_empty(),
-    );
+    wait_until("the stage process to die", || !running(&pid));
+    wait_until("the reaper to end", || reapers_of(engine).is_empty());
 }
 
 /// What a stage started in the background, in its own process group, dies with a killed engine
 /// too: the whole group is killed, not only the stage's own process.
 #[test]
 fn what_a_stage_started_in_its_group_dies_with_a_killed_engine() {
-    if !std::path::Path::new("/proc/self/stat").exists() {
-        eprintln!("skipped: no /proc to see processes by");
+    if !proc_or_skip() {
         return;
     }
     let t = Test::new();
@@ -472,34 +462,59 @@ fn what_a_stage_started_in_its_group_dies_with_a_killed_engine() {
     kill_during_b(&t);
     for file in ["b.pid", "bg.pid"] {
         let pid = t.read(file).trim().to_string();
-        crate::support::wait_for(
-            &format!("the process in {file} to die"),
-            std::time::Duration::from_secs(60),
-            || !running(&pid),
-        );
+        wait_until(&format!("the process in {file} to die"), || !running(&pid));
     }
 }
 
-/// A run that ends leaves no reaper behind: it ends with the engine.
+/// A run that starts a process has a reaper while it runs (the stage finds it by its parent's
+/// pid), and leaves none behind: the reaper ends with the engine.
 #[test]
-fn the_reaper_ends_with_the_run() {
-    if !std::path::Path::new("/proc/self/environ").exists() {
-        eprintln!("skipped: no /proc to see processes by");
+fn a_run_has_a_reaper_that_ends_with_it() {
+    if !proc_or_skip() {
         return;
     }
     let t = Test::new();
     t.write(
         "w.toml",
-        "[workflow]\ndescription = \"d\"\n\n[stages.a]\ncommand = [\"true\"]\n",
+        r#"[workflow]
+description = "d"
+
+[stages.a]
+shell = '''
+for f in /proc/[0-9]*/environ; do
+  if tr '\0' '\n' < "$f" 2>/dev/null | grep -qx "STAGEGRAPH_REAPER_OF=$PPID"; then echo "$f"; fi
+done > reapers.txt
+'''
+"#,
     );
     let mut child = t.command(["run", "w.toml"]).spawn();
     let engine = child.id();
-    assert!(child.wait().unwrap().success());
-    crate::support::wait_for(
-        "the reaper to end",
-        std::time::Duration::from_secs(60),
-        || reapers_of(engine).is_empty(),
+    assert!(
+        child.wait().unwrap().success(),
+        "{}",
+        t.read_opt("spawned.stderr").unwrap_or_default()
     );
+    let seen = t.read("reapers.txt");
+    assert_eq!(
+        seen.lines().count(),
+        1,
+        "one reaper while the run ran: {seen:?}"
+    );
+    wait_until("the reaper to end", || reapers_of(engine).is_empty());
+}
+
+/// Whether `/proc` is there to see processes by; says so when it is not, for the test to skip.
+fn proc_or_skip() -> bool {
+    let there = std::path::Path::new("/proc/self/environ").exists();
+    if !there {
+        eprintln!("skipped: no /proc to see processes by");
+    }
+    there
+}
+
+/// Wait for `what` (60 s at most: a hang guard, not a speed claim).
+fn wait_until(what: &str, ready: impl FnMut() -> bool) {
+    crate::support::wait_for(what, std::time::Duration::from_secs(60), ready);
 }
 
 /// The processes serving as reaper of engine `pid`, found by the variable set on them.
