@@ -286,17 +286,10 @@ fn drain(
     pgid: i32,
 ) {
     use std::os::fd::AsRawFd;
+    set_nonblocking(out.as_raw_fd());
+    set_nonblocking(err.as_raw_fd());
     let mut out = Some(out);
     let mut err = Some(err);
-    for fd in [
-        out.as_ref().map(AsRawFd::as_raw_fd),
-        err.as_ref().map(AsRawFd::as_raw_fd),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        set_nonblocking(fd);
-    }
     // On the stack: a heap buffer of this size, zeroed, for every stage costs more than the
     // reads do for most.
     let mut chunk = [0u8; 16 * 1024];
