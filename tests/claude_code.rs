@@ -8,13 +8,26 @@ use serde_json::{json, Value};
 
 use crate::support::{copy_tree, fixtures, repo_root, Test, BIN};
 
-/// The real Claude Code CLI: `$STAGEGRAPH_TEST_CLAUDE`, else `claude` on PATH.
+/// The real Claude Code CLI: `$STAGEGRAPH_TEST_CLAUDE`, else `claude` on PATH. Where
+/// `$STAGEGRAPH_TEST_REQUIRE_CLAUDE` is set (CI, once it installed the CLI), a missing one fails
+/// the test instead of skipping it.
 pub(crate) fn claude_cli() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("STAGEGRAPH_TEST_CLAUDE") {
-        let path = PathBuf::from(path);
-        return path.is_file().then_some(path);
+    let found = match std::env::var_os("STAGEGRAPH_TEST_CLAUDE").filter(|p| !p.is_empty()) {
+        Some(path) => Some(PathBuf::from(path)).filter(|path| path.is_file()),
+        None => which::which("claude").ok(),
+    };
+    if found.is_none() && std::env::var_os("STAGEGRAPH_TEST_REQUIRE_CLAUDE").is_some() {
+        panic!("STAGEGRAPH_TEST_REQUIRE_CLAUDE is set but no Claude Code CLI was found");
     }
-    which::which("claude").ok()
+    if let Some(path) = &found {
+        let version = Command::new(path)
+            .arg("--version")
+            .output()
+            .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
+            .unwrap_or_default();
+        eprintln!("the real Claude Code CLI: {} ({version})", path.display());
+    }
+    found
 }
 
 fn python_with_mcp() -> bool {

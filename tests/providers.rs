@@ -13,6 +13,7 @@ use crate::loopback::{anthropic_stream, Batches, Reply, Server};
 use crate::support::{make_executable, stage, Test};
 
 const SCHEMA: &str = r#"{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
   "type": "object",
   "additionalProperties": false,
   "required": ["concept", "why"],
@@ -105,7 +106,9 @@ fn the_built_in_haiku_runs_claude_code_without_project_context_and_keeps_usage_a
     out.code(0);
 
     let argv = call_argv(&test, 0);
-    let schema: Value = serde_json::from_str(SCHEMA).unwrap();
+    // The schema in the dialect every supported CLI accepts: no `$schema` of draft 2020-12.
+    let mut schema: Value = serde_json::from_str(SCHEMA).unwrap();
+    schema.as_object_mut().unwrap().remove("$schema");
     let fixed: Vec<&str> = argv[..12].iter().map(String::as_str).collect();
     assert_eq!(
         fixed,
@@ -125,15 +128,16 @@ fn the_built_in_haiku_runs_claude_code_without_project_context_and_keeps_usage_a
         ]
     );
     assert_eq!(argv[12], "--tools=");
-    assert_eq!(argv[13], "--system-prompt=You are terse.");
+    assert_eq!(argv[13], "--effort=low", "the built-in haiku thinks little");
+    assert_eq!(argv[14], "--system-prompt=You are terse.");
     let given: Value = serde_json::from_str(
-        argv[14]
+        argv[15]
             .strip_prefix("--json-schema=")
             .expect("the schema is given"),
     )
     .unwrap();
     assert_eq!(given, schema);
-    assert_eq!(argv.len(), 15, "{argv:?}");
+    assert_eq!(argv.len(), 16, "{argv:?}");
     assert!(
         !argv.iter().any(|word| word.contains("Name one concept")),
         "the prompt goes to stdin"
@@ -285,20 +289,6 @@ fn a_repair_through_claude_code_quotes_the_rejected_reply_in_its_one_prompt() {
     );
 }
 
-/// The real Claude Code CLI, if this machine has one: `$STAGEGRAPH_TEST_CLAUDE`, else `claude`
-/// on PATH.
-fn real_claude() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("STAGEGRAPH_TEST_CLAUDE").filter(|p| !p.is_empty()) {
-        let path = PathBuf::from(path);
-        return path.is_file().then_some(path);
-    }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join("claude"))
-            .find(|candidate| candidate.is_file())
-    })
-}
-
 /// A Messages API for the real CLI: a call of the structured-output tool when the request
 /// offers one (until a tool result comes back), else a text.
 fn messages_api_for_the_cli() -> Server {
@@ -336,7 +326,7 @@ fn messages_api_for_the_cli() -> Server {
 
 #[test]
 fn the_real_claude_cli_answers_a_prompt_stage_with_no_transcript_no_hook_and_its_cost() {
-    let Some(claude) = real_claude() else {
+    let Some(claude) = crate::claude_code::claude_cli() else {
         eprintln!("skipped: no Claude Code CLI (set STAGEGRAPH_TEST_CLAUDE or put claude on PATH)");
         return;
     };
@@ -391,6 +381,12 @@ fn the_real_claude_cli_answers_a_prompt_stage_with_no_transcript_no_hook_and_its
         assert_eq!(tools, ["StructuredOutput"], "no tool but the schema's");
         let offered = &post.body["tools"][0]["input_schema"];
         assert_eq!(offered["required"], json!(["concept", "why"]));
+        // The built-in haiku thinks as little as the CLI allows: no thinking where the CLI can
+        // turn it off, the lowest effort where it thinks adaptively.
+        match post.body["thinking"]["type"].as_str() {
+            Some("adaptive") => assert_eq!(post.body["output_config"]["effort"], "low"),
+            other => assert!(matches!(other, None | Some("disabled")), "{}", post.body),
+        }
     }
     assert!(!fired.exists(), "a hook fired: {}", test.read("fired"));
     let projects = test.path(".claude/projects");

@@ -25,6 +25,8 @@ pub(crate) struct Claude<'a> {
     pub(crate) program: &'a [String],
     pub(crate) model: &'a str,
     pub(crate) tools: &'a [String],
+    /// The CLI's `--effort`, when the alias sets one.
+    pub(crate) effort: Option<&'a str>,
 }
 
 impl Claude<'_> {
@@ -49,6 +51,9 @@ impl Claude<'_> {
         argv.extend(fixed.iter().map(std::string::ToString::to_string));
         // `--tools` takes several values: `=` keeps it to exactly one.
         argv.push(format!("--tools={}", self.tools.join(",")));
+        if let Some(effort) = self.effort {
+            argv.push(format!("--effort={effort}"));
+        }
         argv.push(format!(
             "--system-prompt={}",
             request.system.as_deref().unwrap_or_default()
@@ -71,6 +76,8 @@ impl Claude<'_> {
                 "1".to_string(),
             ),
             ("MAX_THINKING_TOKENS".to_string(), "0".to_string()),
+            // No deferred-tool placeholder in the request: the call offers no tools to search.
+            ("ENABLE_TOOL_SEARCH".to_string(), "false".to_string()),
         ];
         if let Some(max_tokens) = request.max_tokens {
             env.push((
@@ -122,11 +129,12 @@ impl Claude<'_> {
     }
 }
 
-/// The stage's schema when the CLI can enforce it: its structured output is a tool's input,
-/// which must be an object.
+/// The stage's schema when the CLI can enforce it (its structured output is a tool's input,
+/// which must be an object), in the dialect the CLI's validator accepts.
 fn constrainable(request: &ModelRequest) -> Option<String> {
     let schema = request.schema.as_deref()?;
-    (schema.get("type").and_then(Value::as_str) == Some("object")).then(|| schema.to_string())
+    (schema.get("type").and_then(Value::as_str) == Some("object"))
+        .then(|| super::draft7::translate(schema).to_string())
 }
 
 /// The result object the CLI prints: the whole of stdout, or its last line that is one.

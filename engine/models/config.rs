@@ -25,6 +25,7 @@ pub(crate) const BUILTIN_CONFIG: &str = r#"
 [models.haiku]
 provider = "claude"
 model = "haiku"
+effort = "low"
 
 [models.sonnet]
 provider = "claude"
@@ -105,6 +106,9 @@ struct RawAlias {
     model: Option<String>,
     /// claude: the CLI's built-in tools the model may use (default none).
     tools: Option<Vec<String>>,
+    /// claude: the CLI's `--effort` (how much the model may think), one of `low`, `medium`,
+    /// `high`, `xhigh`, `max`; the CLI's own default when absent. The built-in `haiku` is `low`.
+    effort: Option<Effort>,
     /// anthropic, openai: the environment variable holding the API key (anthropic: default
     /// `ANTHROPIC_API_KEY`; openai: no authentication when absent).
     api_key_env: Option<String>,
@@ -130,6 +134,29 @@ struct RawAlias {
     /// anthropic: mark the system prompt and a stage's `prompt_prefix` for the API's prompt
     /// cache (default true).
     prompt_cache: Option<bool>,
+}
+
+/// The `--effort` levels the Claude Code CLI takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Effort {
+    Low,
+    Medium,
+    High,
+    Xhigh,
+    Max,
+}
+
+impl Effort {
+    fn name(self) -> &'static str {
+        match self {
+            Effort::Low => "low",
+            Effort::Medium => "medium",
+            Effort::High => "high",
+            Effort::Xhigh => "xhigh",
+            Effort::Max => "max",
+        }
+    }
 }
 
 /// A model's prices in USD per million tokens. Prices change: they are configuration.
@@ -172,6 +199,8 @@ pub(crate) enum Provider {
         program: Vec<String>,
         model: String,
         tools: Vec<String>,
+        /// `--effort`, when the alias sets it.
+        effort: Option<String>,
     },
     Anthropic {
         model: String,
@@ -375,7 +404,14 @@ fn check_alias(
     let kind = raw.provider;
     let applies: &[&str] = match kind {
         ProviderKind::Command => &["command", "timeout", "max_concurrency"],
-        ProviderKind::Claude => &["model", "command", "tools", "timeout", "max_concurrency"],
+        ProviderKind::Claude => &[
+            "model",
+            "command",
+            "tools",
+            "effort",
+            "timeout",
+            "max_concurrency",
+        ],
         ProviderKind::Anthropic => &[
             "model",
             "api_key_env",
@@ -513,6 +549,7 @@ fn check_alias(
                 program,
                 model,
                 tools,
+                effort: raw.effort.map(|effort| effort.name().to_string()),
             }
         }
         ProviderKind::Anthropic => {

@@ -9,6 +9,7 @@ mod anthropic;
 mod claude;
 mod command;
 mod config;
+mod draft7;
 mod error;
 mod extract;
 mod http;
@@ -549,12 +550,14 @@ impl Models {
                 program,
                 model,
                 tools,
+                effort,
             } => {
                 let _permit = limiter.acquire(call.alias, &call.cancel)?;
                 claude::Claude {
                     program,
                     model,
                     tools,
+                    effort: effort.as_deref(),
                 }
                 .complete(call.program_timeout(), request)
                 .map_err(|error| call.program_failed(error))

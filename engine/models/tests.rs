@@ -512,6 +512,7 @@ fn built_in_aliases_use_claude_code() {
             program: vec!["claude".into()],
             model: "haiku".into(),
             tools: Vec::new(),
+            effort: Some("low".into()),
         }
     );
     assert!(models
