@@ -16,9 +16,10 @@ pub(crate) fn claude_cli() -> Option<PathBuf> {
         Some(path) => Some(PathBuf::from(path)).filter(|path| path.is_file()),
         None => which::which("claude").ok(),
     };
-    if found.is_none() && std::env::var_os("STAGEGRAPH_TEST_REQUIRE_CLAUDE").is_some() {
-        panic!("STAGEGRAPH_TEST_REQUIRE_CLAUDE is set but no Claude Code CLI was found");
-    }
+    assert!(
+        found.is_some() || std::env::var_os("STAGEGRAPH_TEST_REQUIRE_CLAUDE").is_none(),
+        "STAGEGRAPH_TEST_REQUIRE_CLAUDE is set but no Claude Code CLI was found"
+    );
     if let Some(path) = &found {
         let version = Command::new(path)
             .arg("--version")
