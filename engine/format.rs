@@ -53,6 +53,12 @@ pub(crate) struct WorkflowSection {
     /// The process exits 0 whatever happens; the run record still tells.
     #[serde(default, skip_serializing_if = "is_false")]
     pub always_exit_zero: bool,
+    /// The host the workflow runs as a hook of. `claude-code`: when its inputs carry a Claude
+    /// Code hook payload (`hook_event_name`), a failed run is told to the session once, as the
+    /// hook's JSON output (`systemMessage`) naming the error and the run (at the next fire for a
+    /// `--detach`ed run), the same failure at most once an hour; stdout then holds it alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook: Option<HookHost>,
     /// The most a run may spend on model calls, in USD: a call that would take the run past it
     /// is not started and its stage fails (`run --max-cost` may set a lower one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -67,6 +73,14 @@ pub(crate) struct WorkflowSection {
     /// how many are kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub records: Option<RecordsDef>,
+}
+
+/// `[workflow] hook`: the host a workflow runs as a hook of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum HookHost {
+    /// Claude Code: its hooks' JSON output on stdout.
+    ClaudeCode,
 }
 
 /// `[workflow] records`: where a workflow's run records, `set_state` values and cache live.

@@ -186,6 +186,8 @@ struct Given {
     inputs: Vec<String>,
     inputs_json: Option<String>,
     detach: bool,
+    /// Started by `--detach`: nobody reads its stdout.
+    detached: bool,
 }
 
 struct App {
@@ -229,6 +231,7 @@ impl App {
                     inputs,
                     inputs_json,
                     detach: false,
+                    detached: false,
                 };
                 self.run_with(&given, &request, RunFormat::Text)
             }
@@ -310,6 +313,7 @@ impl App {
             inputs: args.inputs,
             inputs_json: args.inputs_json,
             detach: args.detach,
+            detached: args.detached,
         };
         self.run_with(&given, &args.exec.request(), args.exec.format)
     }
@@ -356,14 +360,24 @@ impl App {
                 return zero_if(Err(failure));
             }
         };
+        // As a hook whose host reads its JSON output, stdout carries that alone: the notice of
+        // a failure not told yet (this run's, or a detached run's since the last fire).
+        let notice = || self.engine.failure_notice(&workflow, &inputs, &self.state);
+        let hook = workflow.runs_as_hook(&inputs) && !args.detached;
         if args.detach {
+            if hook {
+                if let Some(line) = notice() {
+                    outln!("{line}");
+                }
+            }
             let started = detach(&inputs).map_err(|error| Failure {
                 code: exit::FAILED,
                 message: format!("cannot start the run in the background: {error}"),
             });
             return zero_if(started.map(|()| exit::SUCCESS));
         }
-        zero_if(self.execute(&workflow, inputs, request, format, None))
+        let told: Option<&dyn Fn() -> Option<String>> = if hook { Some(&notice) } else { None };
+        zero_if(self.execute_as(&workflow, inputs.clone(), request, format, None, told))
     }
 
     fn execute(
@@ -373,6 +387,20 @@ impl App {
         request: &RunRequest,
         format: RunFormat,
         resume: Option<ResumeFrom>,
+    ) -> Result<i32, Failure> {
+        self.execute_as(workflow, inputs, request, format, resume, None)
+    }
+
+    /// [`App::execute`]; where `notice` gives a line for the hook's host, stdout gets it in
+    /// place of the outputs.
+    fn execute_as(
+        &self,
+        workflow: &Workflow,
+        inputs: Map<String, Value>,
+        request: &RunRequest,
+        format: RunFormat,
+        resume: Option<ResumeFrom>,
+        notice: Option<&dyn Fn() -> Option<String>>,
     ) -> Result<i32, Failure> {
         let _ = ctrlc::set_handler(|| {
             std::thread::spawn(stagegraph::interrupt);
@@ -388,7 +416,13 @@ impl App {
                     message: failure.message,
                 }
             })?;
-        print_run(&record, request, format);
+        match notice.and_then(|notice| notice()) {
+            Some(line) => {
+                outln!("{line}");
+                print_run(&record, request, format, false);
+            }
+            None => print_run(&record, request, format, true),
+        }
         Ok(match record.status() {
             RunStatus::Completed | RunStatus::Exited => exit::SUCCESS,
             RunStatus::Interrupted => exit::INTERRUPTED,
@@ -442,6 +476,7 @@ fn detach(inputs: &Map<String, Value>) -> std::io::Result<()> {
     }
     kept.push("--inputs-json".into());
     kept.push("-".into());
+    kept.push("--detached".into());
     let stdin = Value::Object(inputs.clone()).to_string();
     stagegraph::spawn_detached(&std::env::current_exe()?, &kept, stdin.as_bytes())
 }
@@ -458,10 +493,13 @@ fn warn_unrecorded(error: Option<String>) {
 
 /// What stdout and stderr get at the end of a run: the outputs (or the JSON document, or the
 /// `outputs` event), the explain verdicts, the summary line and the cost.
-fn print_run(record: &RunRecord, request: &RunRequest, format: RunFormat) {
-    if format == RunFormat::Json {
+fn print_run(record: &RunRecord, request: &RunRequest, format: RunFormat, print_outputs: bool) {
+    if print_outputs && format == RunFormat::Json {
         outln!("{}", pretty(&record.result_json(request.explain)));
-    } else if let Some(text) = record.outputs_text(request.json_events) {
+    } else if let Some(text) = record
+        .outputs_text(request.json_events)
+        .filter(|_| print_outputs)
+    {
         outln!("{text}");
     }
     if request.explain && format != RunFormat::Json {

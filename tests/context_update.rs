@@ -996,6 +996,73 @@ fn failures_exit_zero_and_leave_the_cursor() {
     assert!(!project.path(".roc/rocket/lexicon.md.lock.d").exists());
 }
 
+/// The hook's JSON output, when stdout holds one: what Claude Code shows the session.
+fn system_message(run: &Outcome) -> Option<String> {
+    let text = run.stdout.trim();
+    if !text.starts_with('{') {
+        return None;
+    }
+    let output: Value = serde_json::from_str(text)
+        .unwrap_or_else(|_| panic!("a hook's stdout is its JSON output alone: {text}"));
+    Some(
+        output["systemMessage"]
+            .as_str()
+            .expect("a systemMessage")
+            .to_string(),
+    )
+}
+
+#[test]
+fn a_failed_hook_run_is_told_to_the_session_once_an_hour() {
+    let project = Project::new();
+    // A broken gate alias: its program fails.
+    project.write("models/gate.sh", "echo 'no credentials' >&2\nexit 7\n");
+    let first = project.hook(T0);
+    assert_eq!(first.code, 0);
+    assert_eq!(first.status(), "failed");
+    let message = system_message(&first).expect("the failure is told");
+    let id = first.record()["run_id"].as_str().unwrap().to_string();
+    assert!(
+        message.starts_with("stagegraph context-update failed: "),
+        "{message}"
+    );
+    assert!(message.contains("haiku"), "names what failed: {message}");
+    assert!(
+        message.ends_with(&format!("(stagegraph runs show {id})")),
+        "{message}"
+    );
+
+    // The same failure again within the hour: recorded, not told.
+    let again = project.hook(&at(600));
+    assert_eq!(again.status(), "failed");
+    assert_eq!(system_message(&again), None);
+    // An early exit is no failure: nothing to tell.
+    project.write("CLAUDE.md", "# Repo\n");
+    let off = project.hook(&at(700));
+    assert_eq!(off.status(), "exited");
+    assert_eq!(system_message(&off), None);
+    // After the hour, the same failure is told again.
+    project.write("CLAUDE.md", ENABLED);
+    let later = project.hook(&at(4000));
+    assert_eq!(later.status(), "failed");
+    assert!(system_message(&later).is_some());
+
+    // A detached run's failure is told at the next fire, once.
+    let detached = Project::new();
+    detached.write("models/gate.sh", "exit 7\n");
+    let args = ["--quiet", "--detach"];
+    let fire = detached.hook_with(T0, &args, |i| i);
+    assert_eq!(system_message(&fire), None, "nothing failed yet");
+    let record = wait_for_runs(&detached, 1);
+    assert_eq!(record["status"], "failed", "{record:#}");
+    let next = detached.hook_with(&at(60), &args, |i| i);
+    let told = system_message(&next).expect("the detached run's failure is told");
+    assert!(told.contains(record["run_id"].as_str().unwrap()), "{told}");
+    wait_for_runs(&detached, 2);
+    let third = detached.hook_with(&at(120), &args, |i| i);
+    assert_eq!(system_message(&third), None, "told once an hour");
+}
+
 #[test]
 fn the_cursor_belongs_to_its_transcript() {
     // Written for another session: this transcript is read from its first line.

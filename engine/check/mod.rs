@@ -181,6 +181,7 @@ fn check_inner(
                 inputs,
                 env: workflow.env,
                 always_exit_zero: workflow.always_exit_zero,
+                hook: workflow.hook,
                 records: workflow.records,
                 budget_usd: workflow.budget_usd,
                 max_output: parts.max_output,

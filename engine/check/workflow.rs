@@ -29,6 +29,8 @@ pub struct Workflow {
     pub(crate) env: Vec<String>,
     /// `[workflow] always_exit_zero`.
     pub(crate) always_exit_zero: bool,
+    /// `[workflow] hook`.
+    pub(crate) hook: Option<crate::format::HookHost>,
     /// `[workflow] records`: where and how the run's records are kept.
     pub(crate) records: Option<RecordsDef>,
     /// `[workflow] budget_usd`: the most the run's model calls may cost.
@@ -65,6 +67,11 @@ impl Workflow {
     /// reads any other code as a verdict).
     pub fn always_exit_zero(&self) -> bool {
         self.always_exit_zero
+    }
+
+    /// `[workflow] hook`: the host the workflow runs as a hook of, if any.
+    pub(crate) fn hook(&self) -> Option<crate::format::HookHost> {
+        self.hook
     }
 
     /// The warnings the check found (a workflow with an error is never built).

@@ -183,6 +183,10 @@ pub(crate) struct RunArgs {
     /// once: for a hook whose host ends (and kills what it started) before the run would.
     #[arg(long)]
     pub(crate) detach: bool,
+    /// Set by --detach on the run it starts: nobody reads its stdout, so a failure is told by the
+    /// next fire of the hook instead.
+    #[arg(long, hide = true)]
+    pub(crate) detached: bool,
     #[command(flatten)]
     pub(crate) exec: ExecArgs,
 }

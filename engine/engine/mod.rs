@@ -8,6 +8,7 @@ mod execute;
 mod host;
 mod inputs;
 mod listing;
+mod notice;
 mod runs;
 
 use std::path::{Path, PathBuf};
