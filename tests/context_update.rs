@@ -92,8 +92,26 @@ impl Outcome {
         assert_eq!(self.code, 0, "stderr:\n{}", self.stderr);
         assert_eq!(self.status(), "exited", "stderr:\n{}", self.stderr);
         assert_eq!(self.exit_stage(), Some(stage), "stderr:\n{}", self.stderr);
-        for later in ["lock", "writer", "merge", "write"] {
-            if later != stage {
+        // The stages that act, in the order they run: none after the exit ran.
+        let order = [
+            "recursion_guard",
+            "toggle",
+            "debounce",
+            "lock",
+            "heuristic_no",
+            "nothing_said",
+            "gate",
+            "gate_no",
+            "writer",
+            "merge",
+            "write",
+        ];
+        let from = order
+            .iter()
+            .position(|s| *s == stage)
+            .map_or(0, |at| at + 1);
+        for later in &order[from..] {
+            if ["lock", "gate", "writer", "merge", "write"].contains(later) {
                 assert_eq!(self.stage(later), "not_run", "stage {later} after an exit");
             }
         }
@@ -279,6 +297,25 @@ impl Project {
                 self.root().to_str().expect("a UTF-8 path"),
             )
             .env_remove("ROCKET_CONTEXT_UPDATE_INVOKED")
+    }
+
+    /// The SessionEnd hook: the payload Claude Code sends as the session ends.
+    fn session_end(&self, now: &str) -> Outcome {
+        let mut payload = self.payload();
+        payload["hook_event_name"] = json!("SessionEnd");
+        payload["reason"] = json!("prompt_input_exit");
+        self.run(now, &[], Some(&payload.to_string()), |invocation| {
+            invocation
+        })
+    }
+
+    /// The SessionEnd hook, started and not waited for.
+    fn session_end_spawned(&self, now: &str) -> std::process::Child {
+        let mut payload = self.payload();
+        payload["hook_event_name"] = json!("SessionEnd");
+        self.command(now, &["run", "context-update", "--inputs-json", "-"])
+            .stdin(&payload.to_string())
+            .spawn()
     }
 
     /// The hook: the payload on stdin.
@@ -878,7 +915,11 @@ fn a_held_lock_ends_the_run_and_a_stale_one_is_taken_over() {
     run.assert_exited_at("lock");
     assert_eq!(run.exit_message(), "lexicon update already in progress");
     assert_eq!(run.stdout.trim(), "Lexicon update already in progress.");
-    assert_eq!(project.calls("gate"), 1);
+    assert_eq!(
+        project.calls("gate"),
+        0,
+        "no model is paid for under another run's lock"
+    );
     assert_eq!(project.calls("writer"), 0);
     assert_eq!(project.cursor(), None, "the delta was not judged");
     assert!(lock.is_dir(), "another run's lock is left alone");
@@ -920,7 +961,6 @@ fn manual_mode_bypasses_the_toggle_the_debounce_the_heuristic_and_the_gate() {
         "debounce",
         "heuristic",
         "heuristic_no",
-        "lexicon_peek",
         "gate",
         "gate_no",
     ] {
@@ -1198,6 +1238,95 @@ fn hold_model(project: &Project, model: &str) {
              i=0; while [ ! -e \"$dir/{model}.go\" ] && [ $i -lt 3000 ]; do sleep 0.02; i=$((i+1)); done\n\
              {script}"
         ),
+    );
+}
+
+#[test]
+fn the_sessions_tail_is_judged_at_session_end_and_nothing_twice() {
+    let project = Project::new();
+    project.hook(T0).assert_completed();
+    assert_eq!(project.calls("gate"), 1);
+    // The last turn comes within the debounce, and is short: the Stop fire holds it back.
+    project.append_transcript(&[
+        user_says("One more thing: call it the Retry budget."),
+        assistant_says("Noted, the Retry budget."),
+    ]);
+    project.hook(&at(30)).assert_exited_at("debounce");
+    // The session ends: what was held back is judged now, and only that.
+    let end = project.session_end(&at(40));
+    end.assert_completed();
+    assert_eq!(project.calls("gate"), 2);
+    let prompt = project.prompt("gate");
+    assert!(prompt.contains("Retry budget"), "{prompt}");
+    assert!(
+        !prompt.contains("add a retry to the upload step"),
+        "judged twice: {prompt}"
+    );
+    assert_eq!(project.cursor_line(), Some(SESSION_LINES + 2));
+    // Nothing left: a second SessionEnd judges nothing.
+    project
+        .session_end(&at(50))
+        .assert_exited_at("heuristic_no");
+    assert_eq!(project.calls("gate"), 2);
+}
+
+#[test]
+fn at_session_end_the_run_in_flight_is_waited_for_and_its_tail_judged() {
+    let project = Project::new();
+    hold_model(&project, "writer");
+    let payload = project.payload().to_string();
+    let mut first = project
+        .command(T0, &["run", "context-update", "--inputs-json", "-"])
+        .stdin(&payload)
+        .spawn();
+    support::wait_for("the first run's writer", Duration::from_secs(60), || {
+        project.path("models/writer.started").exists()
+    });
+    // The session's last turn lands while the first run holds the lock; the session ends.
+    project.append_transcript(&[
+        user_says("Last: the Retry budget caps retries per hour."),
+        assistant_says("Understood."),
+    ]);
+    let mut end = project.session_end_spawned(&at(5));
+    project.write("models/writer.go", "");
+    assert_eq!(first.wait().expect("the first run ends").code(), Some(0));
+    assert_eq!(end.wait().expect("the SessionEnd run ends").code(), Some(0));
+    let statuses: Vec<String> = project
+        .run_ids()
+        .iter()
+        .map(|id| {
+            project.record(id)["status"]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        statuses,
+        ["completed", "completed"],
+        "the tail's run waited for the lock"
+    );
+    assert_eq!(project.calls("gate"), 2);
+    let prompt = project.prompt("gate");
+    assert!(
+        prompt.contains("Retry budget") && !prompt.contains("upload step?"),
+        "{prompt}"
+    );
+    assert_eq!(project.cursor_line(), Some(SESSION_LINES + 2));
+}
+
+#[test]
+fn an_empty_writer_reply_on_a_new_project_writes_nothing() {
+    let project = Project::new();
+    project.writer_replies(r#"{"entries": []}"#);
+    let run = project.hook(T0);
+    run.assert_completed();
+    assert_eq!(run.stdout.trim(), "No update needed.");
+    assert_eq!(project.lexicon(), None, "no header-only lexicon");
+    assert_eq!(
+        project.cursor_line(),
+        Some(SESSION_LINES),
+        "the delta was judged"
     );
 }
 

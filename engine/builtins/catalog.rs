@@ -802,8 +802,14 @@ struct Candidate {
 
 /// Whitespace collapsed, and nothing that could open or close an HTML comment.
 fn clean_text(text: &str) -> String {
+    // A value copied from the file may carry its markers: they are the file's, not the value's.
+    let text = TODO_COMMENT.replace_all(text, " ");
     comment_safe(&text.split_whitespace().collect::<Vec<_>>().join(" "))
 }
+
+/// A TODO marker comment as the file writes it (or a garbled copy of one).
+static TODO_COMMENT: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"<!-{1,2}\s*TODO:.*?(-{1,2}>|$)").expect("constant pattern"));
 
 fn comment_safe(text: &str) -> String {
     text.replace("<!--", "<!-").replace("-->", "->")
@@ -1136,7 +1142,7 @@ fn prune(
                 .copied()
                 .unwrap_or(0)
                 > 1;
-            if !duplicated && !entry.is_todo_marked() && !mentioned.contains(&entry.id) {
+            if !duplicated && !entry.is_todo_marked() {
                 order.push((a, e));
             }
         }
@@ -1149,45 +1155,97 @@ fn prune(
             .unwrap_or_default();
         (recency(&source), a, e)
     });
+    // Who names each concept in Relations, to drop a pair that only name each other together:
+    // once both are gone no entry left names either.
+    let mut referencers: HashMap<String, Vec<(usize, usize)>> = HashMap::new();
+    for (a, area) in catalog.areas.iter().enumerate() {
+        for (e, entry) in area.entries.iter().enumerate() {
+            for target in targets_of(entry) {
+                referencers.entry(target).or_default().push((a, e));
+            }
+        }
+    }
+    let droppable: HashSet<(usize, usize)> = order.iter().copied().collect();
     let mut removed: HashSet<(usize, usize)> = HashSet::new();
     let mut pruned = Vec::new();
-    loop {
-        let mut progress = false;
-        for &(a, e) in &order {
-            if fits(bytes, lines) {
+    // The entries this merge mentions go last, and only when the others cannot make room; of
+    // them only those it adds, which merging the same entries again adds (and drops) again, so
+    // that a second merge finds the same file.
+    let may_go =
+        |entry: &Entry, late: bool| !mentioned.contains(&entry.id) || (late && entry.added);
+    for late in [false, true] {
+        loop {
+            let mut progress = false;
+            for &(a, e) in &order {
+                if fits(bytes, lines) {
+                    break;
+                }
+                let entry = &catalog.areas[a].entries[e];
+                if removed.contains(&(a, e)) || !may_go(entry, late) {
+                    continue;
+                }
+                let name = entry.concept.to_lowercase();
+                let live = |name: &str| -> Vec<(usize, usize)> {
+                    referencers
+                        .get(name)
+                        .into_iter()
+                        .flatten()
+                        .copied()
+                        .filter(|at| !removed.contains(at) && *at != (a, e))
+                        .collect()
+                };
+                let mut group = vec![(a, e)];
+                if referenced.get(&name).copied().unwrap_or(0) > 0 {
+                    // Named by exactly one droppable entry, that it names back and that nothing else
+                    // names: the pair goes.
+                    let by = live(&name);
+                    let [partner] = by[..] else { continue };
+                    let partner_name = catalog.areas[partner.0].entries[partner.1]
+                        .concept
+                        .to_lowercase();
+                    if !targets_of(entry).contains(&partner_name) {
+                        continue;
+                    }
+                    let partner_by: Vec<(usize, usize)> = referencers
+                        .get(&partner_name)
+                        .into_iter()
+                        .flatten()
+                        .copied()
+                        .filter(|at| !removed.contains(at) && *at != partner && *at != (a, e))
+                        .collect();
+                    if !droppable.contains(&partner)
+                        || !partner_by.is_empty()
+                        || !may_go(&catalog.areas[partner.0].entries[partner.1], late)
+                    {
+                        continue;
+                    }
+                    group.push(partner);
+                }
+                for (a, e) in group {
+                    let entry = &catalog.areas[a].entries[e];
+                    let (entry_bytes, entry_lines) = block_cost(&render_entry(entry, format));
+                    bytes -= entry_bytes;
+                    lines -= entry_lines;
+                    remaining[a] -= 1;
+                    if remaining[a] == 0 && catalog.areas[a].stray.is_empty() {
+                        let (area_bytes, area_lines) =
+                            block_cost(&render_area_heading(&catalog.areas[a].name));
+                        bytes -= area_bytes;
+                        lines -= area_lines;
+                    }
+                    for target in targets_of(entry) {
+                        if let Some(count) = referenced.get_mut(&target) {
+                            *count -= 1;
+                        }
+                    }
+                    removed.insert((a, e));
+                    pruned.push(entry.concept.clone());
+                }
+                progress = true;
+            }
+            if fits(bytes, lines) || !progress {
                 break;
             }
-            let entry = &catalog.areas[a].entries[e];
-            if removed.contains(&(a, e))
-                || referenced
-                    .get(&entry.concept.to_lowercase())
-                    .copied()
-                    .unwrap_or(0)
-                    > 0
-            {
-                continue;
-            }
-            let (entry_bytes, entry_lines) = block_cost(&render_entry(entry, format));
-            bytes -= entry_bytes;
-            lines -= entry_lines;
-            remaining[a] -= 1;
-            if remaining[a] == 0 && catalog.areas[a].stray.is_empty() {
-                let (area_bytes, area_lines) =
-                    block_cost(&render_area_heading(&catalog.areas[a].name));
-                bytes -= area_bytes;
-                lines -= area_lines;
-            }
-            for target in targets_of(entry) {
-                if let Some(count) = referenced.get_mut(&target) {
-                    *count -= 1;
-                }
-            }
-            removed.insert((a, e));
-            pruned.push(entry.concept.clone());
-            progress = true;
-        }
-        if fits(bytes, lines) || !progress {
-            break;
         }
     }
     for (a, area) in catalog.areas.iter_mut().enumerate() {
@@ -1206,7 +1264,7 @@ fn prune(
     );
     if !fits(bytes, lines) {
         warnings.push(format!(
-            "size budget not met: {lines} lines, {bytes} bytes (max {max_lines} lines, {max_bytes} bytes); every entry left is marked TODO, related to, duplicated or just merged"
+            "size budget not met: {lines} lines, {bytes} bytes (max {max_lines} lines, {max_bytes} bytes); every entry left is marked TODO, named in another's Relations or duplicated"
         ));
     }
     pruned
@@ -1325,7 +1383,11 @@ fn merge(args: &MergeArgs) -> Result<MergeOutcome, BuiltinError> {
     let budget_warning = warnings.get(budget_warnings_from).cloned();
 
     let content = render(&catalog, &format);
-    let changed = args.current.as_deref() != Some(content.as_str());
+    // No file yet and nothing to put in one: a header alone is no update.
+    let changed = match args.current.as_deref() {
+        None => catalog.entries().next().is_some(),
+        Some(current) => current != content,
+    };
     let added = catalog.entries().filter(|entry| entry.added).count();
     let merged = catalog
         .entries()
@@ -1410,7 +1472,7 @@ fn output_schema() -> Value {
         "required": ["content", "changed", "added", "merged", "flagged", "pruned", "warnings", "summary"],
         "properties": {
             "content": { "type": "string", "description": "The rendered catalog: header, sorted areas and concepts, one trailing newline." },
-            "changed": { "type": "boolean", "description": "True when content differs from current byte for byte (always true when current was null); write the file only then." },
+            "changed": { "type": "boolean", "description": "True when content differs from current byte for byte (when current was null: when there is any entry to write); write the file only then." },
             "added": { "type": "integer", "minimum": 0, "description": "New concepts added (and not pruned)." },
             "merged": { "type": "integer", "minimum": 0, "description": "Existing concepts whose values the entries changed." },
             "flagged": names("Concepts that got a new TODO marker in this merge: a contradiction or a broken invariant."),
@@ -1518,11 +1580,15 @@ mod tests {
 
     #[test]
     fn the_header_is_the_callers() {
+        // No file and no entry: the header alone is no update, and nothing is to be written.
         let out = merge_into_text(None, json!([]));
         assert_eq!(content(&out), format!("{HEADER}\n"));
+        assert_eq!(out["changed"], false);
+        assert_eq!(out["summary"], "No update needed.");
+        let entry = json!([{ "area": "A", "concept": "Term", "definition": "d" }]);
+        let out = merge_json(json!({ "entries": entry, "header": "# Terms", "label": "Glossary" }));
+        assert!(content(&out).starts_with("# Terms\n"), "{}", content(&out));
         assert_eq!(out["changed"], true);
-        let out = merge_json(json!({ "entries": [], "header": "# Terms", "label": "Glossary" }));
-        assert_eq!(content(&out), "# Terms\n");
         assert!(out["summary"]
             .as_str()
             .expect("summary")
@@ -1756,6 +1822,26 @@ mod tests {
     }
 
     #[test]
+    fn a_flagged_definition_repeated_with_its_marker_is_not_flagged_again() {
+        let answer = json!([{ "area": "Architecture", "concept": "Backoff policy", "definition": "Linear retry with five attempts." }]);
+        let flagged = merge_into_text(Some(LEXICON), answer);
+        let line = block(content(&flagged), "Backoff policy")
+            .lines()
+            .nth(1)
+            .expect("definition line")
+            .trim_start_matches("- **Definition**: ")
+            .to_string();
+        assert!(line.contains("<!-- TODO"), "{line}");
+        // The writer copies the flagged definition back, marker and all.
+        let repeated =
+            json!([{ "area": "Architecture", "concept": "Backoff policy", "definition": line }]);
+        let again = merge_into_text(Some(content(&flagged)), repeated);
+        assert_eq!(again["changed"], false, "{}", content(&again));
+        assert_eq!(again["flagged"], json!([]));
+        assert!(!content(&again).contains("<!- TODO"));
+    }
+
+    #[test]
     fn a_long_contradiction_is_quoted_short_and_comment_safe() {
         let long = format!("Retries --> forever {}", "and ever ".repeat(30));
         let out = merge_into_text(
@@ -1941,7 +2027,7 @@ mod tests {
     }
 
     #[test]
-    fn entries_the_answer_names_are_never_pruned() {
+    fn the_answers_entries_go_last_and_only_the_new_ones() {
         let text = format!(
             "{HEADER}\n\n## Area\n\n{}{}",
             dated_entry("Alpha", "none", "inferred"),
@@ -1951,16 +2037,62 @@ mod tests {
             { "area": "Area", "concept": "Alpha", "aliases": ["first"] },
             { "area": "Area", "concept": "Charlie", "definition": "New.", "source": "inferred" }
         ]);
+        // Room once Bravo, the one entry the answer does not name, is gone.
         let out = merge_json(json!({ "current": text, "entries": answer, "max_lines": 20 }));
         assert_eq!(out["pruned"], json!(["Bravo"]));
         assert_eq!(out["merged"], 1);
         assert_eq!(out["added"], 1);
+        // No room even then: the new Charlie goes too (the budget includes this merge's
+        // entries), the merged Alpha stays, and the summary says the budget is not met.
         let tight = merge_json(json!({ "current": text, "entries": answer, "max_lines": 5 }));
-        assert_eq!(tight["pruned"], json!(["Bravo"]));
-        assert!(content(&tight).contains("### Alpha") && content(&tight).contains("### Charlie"));
+        assert_eq!(tight["pruned"], json!(["Bravo", "Charlie"]));
+        assert_eq!(tight["added"], 0);
+        assert!(content(&tight).contains("### Alpha") && !content(&tight).contains("### Charlie"));
+        assert!(
+            tight["summary"]
+                .as_str()
+                .expect("summary")
+                .contains("Warning: size budget not met"),
+            "{}",
+            tight["summary"]
+        );
         let again =
             merge_json(json!({ "current": tight["content"], "entries": answer, "max_lines": 5 }));
         assert_eq!(again["changed"], false);
+    }
+
+    #[test]
+    fn related_pairs_are_pruned_together_and_the_cap_holds_over_many_merges() {
+        // Thirty sessions, each relating two new concepts to each other, as writers do.
+        let mut text: Option<String> = None;
+        for session in 0..30 {
+            let day = format!("user 2026-{:02}-{:02}", 1 + session / 28, 1 + session % 28);
+            let (a, b) = (format!("Concept {session}a"), format!("Concept {session}b"));
+            let definition = "A concept of this project, defined at some length so that thirty \
+                sessions of two of them each outgrow the budget of the file several times.";
+            let answer = json!([
+                { "area": "Domain", "concept": a, "definition": definition, "relations": [b], "source": day },
+                { "area": "Domain", "concept": b, "definition": definition, "relations": [a], "source": day }
+            ]);
+            let out = merge_json(json!({
+                "current": text, "entries": answer, "max_lines": 300, "max_bytes": 4096
+            }));
+            let rendered = content(&out).to_string();
+            assert!(
+                rendered.len() <= 4096 && rendered.lines().count() <= 300,
+                "session {session}: {} bytes, {}",
+                rendered.len(),
+                out["summary"]
+            );
+            text = Some(rendered);
+        }
+        let text = text.expect("a lexicon");
+        // The newest pairs are kept whole: no relation left dangling.
+        assert!(text.contains("### Concept 29a") && text.contains("### Concept 29b"));
+        assert!(
+            !text.contains("### Concept 0a") && !text.contains("TODO"),
+            "{text}"
+        );
     }
 
     #[test]

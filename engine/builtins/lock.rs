@@ -1,5 +1,7 @@
 //! `lock.acquire`: take a `mkdir` lock (see [`crate::floor::locks`]), held by the run's own
-//! [`HeldLocks`](crate::floor::locks::HeldLocks) from its stage to the end of the run; never waits.
+//! [`HeldLocks`](crate::floor::locks::HeldLocks) from its stage to the end of the run. It waits
+//! for a held lock only when asked to (`wait`), and then no longer than that, the stage's
+//! timeout or an interrupt.
 
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -12,7 +14,7 @@ use crate::floor::locks::{try_acquire, Attempt};
 pub(super) fn builtins() -> Vec<Builtin> {
     vec![Builtin {
         name: "lock.acquire",
-        description: "take a mkdir lock, held until the run ends; never waits",
+        description: "take a mkdir lock, held until the run ends; waits for it only when asked to",
         writes: true,
         with_schema: args::schema::<LockArgs>,
         with_parse: args::parses::<LockArgs>,
@@ -30,7 +32,14 @@ struct LockArgs {
     /// whose holder is gone is taken over at once)
     #[schemars(transform = args::not_null)]
     stale_after: Option<String>,
+    /// how long to wait for a lock another run holds before giving up, e.g. "120s" (default:
+    /// no wait); the lock is tried again every 100 ms
+    #[schemars(transform = args::not_null)]
+    wait: Option<String>,
 }
+
+/// How often a held lock is tried again while waiting for it.
+const RETRY_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 fn output_schema() -> Value {
     json!({
@@ -54,10 +63,24 @@ fn run(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
         }
         None => None,
     };
+    let wait = match args.wait.as_deref() {
+        Some(text) => {
+            crate::template::functions::parse_duration(text).map_err(BuiltinError::new)?
+        }
+        None => std::time::Duration::ZERO,
+    };
     let target = ctx.writes.check(&ctx.resolve(&args.path))?;
-    let attempt = try_acquire(&target, stale_after).map_err(|e| {
-        BuiltinError::new(format!("cannot create lock `{}`: {e}", target.display()))
-    })?;
+    let until = std::time::Instant::now() + wait;
+    let attempt = loop {
+        let attempt = try_acquire(&target, stale_after).map_err(|e| {
+            BuiltinError::new(format!("cannot create lock `{}`: {e}", target.display()))
+        })?;
+        let now = std::time::Instant::now();
+        if !matches!(attempt, Attempt::Busy) || now >= until {
+            break attempt;
+        }
+        ctx.cancel.sleep(RETRY_EVERY.min(until - now))?;
+    };
     let shown = target.display().to_string();
     Ok(match attempt {
         Attempt::Acquired {
