@@ -1,4 +1,5 @@
-//! Claude Code settings: adding and removing the `context-update` Stop hook.
+//! Claude Code settings: adding and removing the `context-update` hooks (Stop after each turn,
+//! SessionEnd for what the debounce held back when the session ends), and the CLAUDE.md toggle.
 //!
 //! The settings file is merged, never replaced: every other key and every other hook is kept in
 //! its place, the hook is added once (installing twice changes nothing), and removing takes out
@@ -17,6 +18,10 @@ pub(crate) const HOOK_ARGS: &str = "run context-update --inputs-json - --quiet -
 
 /// The same hook as written before `--detach`; recognised so `uninstall-hook` removes it too.
 const OLD_HOOK_ARGS: &str = "run context-update --inputs-json - --quiet";
+
+/// The hook events the hook is added under: each turn's end, and the session's, whose run judges
+/// what the debounce held back.
+pub(crate) const HOOK_EVENTS: [&str; 2] = ["Stop", "SessionEnd"];
 
 /// Seconds Claude Code gives the hook: it only checks the payload and starts the run.
 pub(crate) const HOOK_TIMEOUT_SECS: u64 = 30;
@@ -239,8 +244,48 @@ fn hook_entry(command: &str) -> Value {
     })
 }
 
-/// Add the hook under `hooks.Stop` unless one of ours is there; `Err` names a key of the wrong
-/// shape.
+/// Whether a hook group holds one of ours.
+fn holds_ours(group: &Value) -> bool {
+    group
+        .get("hooks")
+        .and_then(Value::as_array)
+        .is_some_and(|list| {
+            list.iter().any(|hook| {
+                hook.get("command")
+                    .and_then(Value::as_str)
+                    .is_some_and(is_ours)
+            })
+        })
+}
+
+/// The events of [`HOOK_EVENTS`] that have one of our hooks in `settings`.
+pub(crate) fn installed_events(settings: &Value) -> Vec<&'static str> {
+    HOOK_EVENTS
+        .into_iter()
+        .filter(|event| {
+            settings["hooks"][*event]
+                .as_array()
+                .is_some_and(|groups| groups.iter().any(holds_ours))
+        })
+        .collect()
+}
+
+/// Our hook command in `settings`, under the first event that has one.
+pub(crate) fn installed_command(settings: &Value) -> Option<String> {
+    HOOK_EVENTS.into_iter().find_map(|event| {
+        settings["hooks"][event]
+            .as_array()?
+            .iter()
+            .filter_map(|group| group.get("hooks")?.as_array())
+            .flatten()
+            .filter_map(|hook| hook.get("command")?.as_str())
+            .find(|command| is_ours(command))
+            .map(str::to_string)
+    })
+}
+
+/// Add the hook under each of [`HOOK_EVENTS`] that has none of ours; `Err` names a key of the
+/// wrong shape.
 fn add_hook(settings: &mut Map<String, Value>, command: &str) -> Result<bool, String> {
     let hooks = settings
         .entry("hooks")
@@ -248,29 +293,20 @@ fn add_hook(settings: &mut Map<String, Value>, command: &str) -> Result<bool, St
     let Value::Object(hooks) = hooks else {
         return Err(" at `hooks`".into());
     };
-    let stop = hooks
-        .entry("Stop")
-        .or_insert_with(|| Value::Array(Vec::new()));
-    let Value::Array(groups) = stop else {
-        return Err(" at `hooks.Stop` (a list of hook groups)".into());
-    };
-    let present = groups.iter().any(|group| {
-        group
-            .get("hooks")
-            .and_then(Value::as_array)
-            .is_some_and(|list| {
-                list.iter().any(|hook| {
-                    hook.get("command")
-                        .and_then(Value::as_str)
-                        .is_some_and(is_ours)
-                })
-            })
-    });
-    if present {
-        return Ok(false);
+    let mut changed = false;
+    for event in HOOK_EVENTS {
+        let groups = hooks
+            .entry(event)
+            .or_insert_with(|| Value::Array(Vec::new()));
+        let Value::Array(groups) = groups else {
+            return Err(format!(" at `hooks.{event}` (a list of hook groups)"));
+        };
+        if !groups.iter().any(holds_ours) {
+            groups.push(json!({ "hooks": [hook_entry(command)] }));
+            changed = true;
+        }
     }
-    groups.push(json!({ "hooks": [hook_entry(command)] }));
-    Ok(true)
+    Ok(changed)
 }
 
 /// Remove every hook of ours, then the groups and keys left empty by that.
@@ -278,34 +314,101 @@ fn remove_hook(settings: &mut Map<String, Value>) -> bool {
     let Some(Value::Object(hooks)) = settings.get_mut("hooks") else {
         return false;
     };
-    let Some(Value::Array(groups)) = hooks.get_mut("Stop") else {
-        return false;
-    };
     let mut changed = false;
-    groups.retain_mut(|group| {
-        let Some(Value::Array(list)) = group.get_mut("hooks") else {
-            return true;
+    for event in HOOK_EVENTS {
+        let Some(Value::Array(groups)) = hooks.get_mut(event) else {
+            continue;
         };
-        let before = list.len();
-        list.retain(|hook| {
-            !hook
-                .get("command")
-                .and_then(Value::as_str)
-                .is_some_and(is_ours)
+        let mut removed = false;
+        groups.retain_mut(|group| {
+            let Some(Value::Array(list)) = group.get_mut("hooks") else {
+                return true;
+            };
+            let before = list.len();
+            list.retain(|hook| {
+                !hook
+                    .get("command")
+                    .and_then(Value::as_str)
+                    .is_some_and(is_ours)
+            });
+            if list.len() == before {
+                return true;
+            }
+            removed = true;
+            !list.is_empty()
         });
-        if list.len() == before {
-            return true;
+        if removed && groups.is_empty() {
+            hooks.remove(event);
         }
-        changed = true;
-        !list.is_empty()
-    });
-    if changed && groups.is_empty() {
-        hooks.remove("Stop");
-        if hooks.is_empty() {
-            settings.remove("hooks");
-        }
+        changed |= removed;
+    }
+    if changed && hooks.is_empty() {
+        settings.remove("hooks");
     }
     changed
+}
+
+/// The toggle line `install-hook --enable` writes.
+pub(crate) const TOGGLE_LINE: &str = "- Background context: enabled";
+
+/// What `--enable` did to CLAUDE.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Toggle {
+    /// The toggle was already on.
+    AlreadyOn,
+    /// A `disabled` toggle was turned on.
+    TurnedOn,
+    /// The line was added (CLAUDE.md made when there was none).
+    Added,
+}
+
+/// Turn the background context on in `claude_md`: idempotent, every other line kept.
+pub fn enable_toggle(claude_md: &Path) -> Result<Toggle, SettingsError> {
+    let text = match std::fs::read_to_string(claude_md) {
+        Ok(text) => Some(text),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+        Err(source) => {
+            return Err(SettingsError::Read {
+                path: claude_md.to_path_buf(),
+                source,
+            })
+        }
+    };
+    let toggle = regex::Regex::new(
+        r"(?mi)^[[:blank:]]*-[[:blank:]]*Background context[[:blank:]]*:[[:blank:]]*(enabled|disabled)\b.*$",
+    )
+    .expect("constant pattern");
+    let (after, what) = match text.as_deref() {
+        Some(text) => match toggle.captures(text) {
+            Some(found) if found[1].eq_ignore_ascii_case("enabled") => {
+                return Ok(Toggle::AlreadyOn)
+            }
+            Some(_) => (
+                toggle.replace(text, TOGGLE_LINE).into_owned(),
+                Toggle::TurnedOn,
+            ),
+            None => {
+                let mut text = text.to_string();
+                if !text.is_empty() && !text.ends_with('\n') {
+                    text.push('\n');
+                }
+                if !text.is_empty() {
+                    text.push('\n');
+                }
+                text.push_str(TOGGLE_LINE);
+                text.push('\n');
+                (text, Toggle::Added)
+            }
+        },
+        None => (format!("{TOGGLE_LINE}\n"), Toggle::Added),
+    };
+    crate::floor::atomic::write_atomic(claude_md, after.as_bytes()).map_err(|source| {
+        SettingsError::Write {
+            path: claude_md.to_path_buf(),
+            source,
+        }
+    })?;
+    Ok(what)
 }
 
 #[cfg(test)]
@@ -336,8 +439,38 @@ mod tests {
         assert!(add_hook(&mut settings, &format!("stagegraph {HOOK_ARGS}")).unwrap());
         assert!(!add_hook(&mut settings, &format!("/x/stagegraph {HOOK_ARGS}")).unwrap());
         assert_eq!(settings["hooks"]["Stop"].as_array().unwrap().len(), 2);
+        assert_eq!(settings["hooks"]["SessionEnd"].as_array().unwrap().len(), 1);
+        let installed = Value::Object(settings.clone());
+        assert_eq!(installed_events(&installed), HOOK_EVENTS);
+        // A settings file of an earlier version, with the Stop hook alone, gains SessionEnd.
+        settings["hooks"]
+            .as_object_mut()
+            .unwrap()
+            .remove("SessionEnd");
+        assert!(add_hook(&mut settings, &format!("stagegraph {HOOK_ARGS}")).unwrap());
+        assert_eq!(Value::Object(settings.clone()), installed);
         assert!(remove_hook(&mut settings));
         assert_eq!(Value::Object(settings), original);
+    }
+
+    #[test]
+    fn enabling_the_toggle_is_idempotent_and_keeps_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("CLAUDE.md");
+        assert_eq!(enable_toggle(&path).unwrap(), Toggle::Added);
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            format!("{TOGGLE_LINE}\n")
+        );
+        std::fs::write(&path, "# Repo\n\n- background context: Disabled\nmore").unwrap();
+        assert_eq!(enable_toggle(&path).unwrap(), Toggle::TurnedOn);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text, format!("# Repo\n\n{TOGGLE_LINE}\nmore"));
+        assert_eq!(enable_toggle(&path).unwrap(), Toggle::AlreadyOn);
+        std::fs::write(&path, "# Repo").unwrap();
+        assert_eq!(enable_toggle(&path).unwrap(), Toggle::Added);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text, format!("# Repo\n\n{TOGGLE_LINE}\n"));
     }
 
     #[test]

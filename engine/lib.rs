@@ -12,6 +12,7 @@ mod builtins;
 mod check;
 mod claude;
 mod diag;
+mod doctor;
 mod engine;
 mod finally;
 mod floor;
@@ -33,8 +34,9 @@ mod template;
 pub mod fuzzing;
 
 pub use check::{Stage, Workflow};
-pub use claude::{HookChange, SettingsError, SettingsScope};
+pub use claude::{enable_toggle, HookChange, SettingsError, SettingsScope, Toggle};
 pub use diag::{Diagnostic, DiagnosticKind, Escape, Severity};
+pub use doctor::{doctor, Finding, Level, NEWEST_CLAUDE, OLDEST_CLAUDE};
 pub use engine::{
     config_schema, interrupt, migrate_recordings, read_inputs, reaper, redact, register_secrets,
     spawn_detached, workflow_schema, CheckReport, EjectError, Engine, InputError, Listing,

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use stagegraph::{
     exit, read_inputs, Diagnostic, Engine, HookChange, ResumeFrom, RunRecord, RunRequest,
-    RunStatus, SettingsScope, StateDir, Workflow,
+    RunStatus, SettingsScope, StateDir, Toggle, Workflow,
 };
 
 use args::{Cli, Color, Command, ExecArgs, HookArgs, HookScope, RunArgs, RunFormat, SchemaKind};
@@ -96,6 +96,7 @@ fn main() -> ExitCode {
         Command::Mcp => return mcp(&engine, &cli, &cwd),
         Command::InstallHook(args) => return hook(args, &cwd, true),
         Command::UninstallHook(args) => return hook(args, &cwd, false),
+        Command::Doctor { probe } => return doctor(&cwd, *probe),
         _ => {}
     }
     let state = StateDir {
@@ -159,24 +160,76 @@ fn hook(args: &HookArgs, cwd: &Path, install: bool) -> ExitCode {
         }
         return ExitCode::from(exit::SUCCESS as u8);
     }
-    match change.apply() {
+    let applied = match change.apply() {
         Ok(true) => {
             let verb = if install {
-                "added the context-update Stop hook to"
+                "added the context-update hooks (Stop, SessionEnd) to"
             } else {
-                "removed the context-update Stop hook from"
+                "removed the context-update hooks from"
             };
             errln!("{verb} {}", change.path.display());
-            ExitCode::from(exit::SUCCESS as u8)
+            true
         }
         Ok(false) => {
             errln!("{}: nothing to change", change.path.display());
-            ExitCode::from(exit::SUCCESS as u8)
+            true
         }
         Err(error) => {
             errln!("error: {error}");
-            ExitCode::from(exit::FAILED as u8)
+            false
         }
+    };
+    if !applied {
+        return ExitCode::from(exit::FAILED as u8);
+    }
+    if install && args.enable {
+        let claude_md = cwd.join("CLAUDE.md");
+        match stagegraph::enable_toggle(&claude_md) {
+            Ok(Toggle::AlreadyOn) => {
+                errln!(
+                    "{}: background context already enabled",
+                    claude_md.display()
+                );
+            }
+            Ok(Toggle::TurnedOn) => {
+                errln!("{}: background context turned on", claude_md.display());
+            }
+            Ok(Toggle::Added) => errln!(
+                "{}: added \"- Background context: enabled\"",
+                claude_md.display()
+            ),
+            Err(error) => {
+                errln!("error: {error}");
+                return ExitCode::from(exit::FAILED as u8);
+            }
+        }
+    }
+    if install {
+        errln!("");
+        print_findings(&stagegraph::doctor(cwd, false));
+    }
+    ExitCode::from(exit::SUCCESS as u8)
+}
+
+/// `stagegraph doctor`.
+fn doctor(cwd: &Path, probe: bool) -> ExitCode {
+    let findings = stagegraph::doctor(cwd, probe);
+    print_findings(&findings);
+    let broken = findings
+        .iter()
+        .filter(|finding| finding.level == stagegraph::Level::Broken)
+        .count();
+    if broken == 0 {
+        ExitCode::from(exit::SUCCESS as u8)
+    } else {
+        errln!("{broken} thing(s) to fix");
+        ExitCode::from(exit::FAILED as u8)
+    }
+}
+
+fn print_findings(findings: &[stagegraph::Finding]) {
+    for finding in findings {
+        errln!("{finding}");
     }
 }
 
@@ -269,7 +322,10 @@ impl App {
                 action: args::RecordingsAction::Migrate { dir },
             } => self.migrate_recordings(&dir),
             Command::Eject { name } => self.eject(&name),
-            Command::Mcp | Command::InstallHook(_) | Command::UninstallHook(_) => {
+            Command::Mcp
+            | Command::InstallHook(_)
+            | Command::UninstallHook(_)
+            | Command::Doctor { .. } => {
                 unreachable!("handled before the app is built")
             }
         }

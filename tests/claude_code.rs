@@ -113,6 +113,70 @@ fn plugin_hook_runs_context_update_and_never_fails_without_the_binary() {
 }
 
 #[test]
+fn install_hook_enable_turns_it_on_and_doctor_names_what_to_fix() {
+    let test = Test::new();
+    test.write("CLAUDE.md", "# Repo\n\n- Background context: disabled\n");
+    // No `claude` on PATH: the built-in aliases cannot be answered.
+    let path = "/usr/bin:/bin";
+    let out = test
+        .command(["install-hook", "--enable"])
+        .env("PATH", path)
+        .output();
+    out.code(0)
+        .stderr_has("added the context-update hooks (Stop, SessionEnd)")
+        .stderr_has("background context turned on")
+        // install-hook ends with the doctor's findings.
+        .stderr_has("FIX   model haiku: claude:haiku; `claude` is not on PATH");
+    assert_eq!(
+        test.read("CLAUDE.md"),
+        "# Repo\n\n- Background context: enabled\n"
+    );
+    let settings: Value = serde_json::from_str(&test.read(".claude/settings.json")).expect("JSON");
+    for event in ["Stop", "SessionEnd"] {
+        assert!(
+            settings["hooks"][event][0]["hooks"][0]["command"]
+                .as_str()
+                .is_some_and(|c| c.ends_with("--detach")),
+            "{event}: {settings}"
+        );
+    }
+    test.command(["install-hook", "--enable"])
+        .env("PATH", path)
+        .output()
+        .code(0)
+        .stderr_has("nothing to change")
+        .stderr_has("already enabled");
+
+    let doctor = test.command(["doctor"]).env("PATH", path).output();
+    doctor
+        .code(1)
+        .stderr_has("ok    toggle: background context is enabled")
+        .stderr_has("ok    hook: installed in the project settings")
+        .stderr_has("FIX   model sonnet")
+        .stderr_has("2 thing(s) to fix");
+
+    // Aliases of the project's own: the models are fine; a failed hook run is named.
+    test.write(
+        "stagegraph.toml",
+        "[models.haiku]\nprovider = \"command\"\ncommand = [\"false\"]\n\n\
+         [models.sonnet]\nprovider = \"command\"\ncommand = [\"cat\"]\n",
+    );
+    let doctor = test.command(["doctor"]).env("PATH", path).output();
+    doctor
+        .code(0)
+        .stderr_has("ok    model haiku: command:false");
+    // `--probe` asks each alias: haiku's program fails.
+    let probe = test
+        .command(["doctor", "--probe"])
+        .env("PATH", path)
+        .output();
+    probe
+        .code(1)
+        .stderr_has("FIX   model haiku: command:false; the probe failed")
+        .stderr_has("ok    model sonnet: command:cat; answered a probe in");
+}
+
+#[test]
 fn install_hook_merges_is_idempotent_and_uninstall_removes_exactly_it() {
     let test = Test::new();
     let original = "{\n  \"model\": \"sonnet\",\n  \"hooks\": {\n    \"Stop\": [\n      {\n        \"hooks\": [\n          {\n            \"type\": \"command\",\n            \"command\": \"echo mine\"\n          }\n        ]\n      }\n    ],\n    \"PreToolUse\": []\n  }\n}\n";

@@ -191,6 +191,9 @@ struct TranscriptLine<'a> {
     /// `queue-operation`: why an entry left the queue.
     #[serde(default)]
     reason: Option<String>,
+    /// The Claude Code version that wrote the line (most lines but the queue's carry it).
+    #[serde(default)]
+    version: Option<String>,
     /// `queue-operation`: the queued text; other lines may carry other things here.
     #[serde(default, borrow)]
     content: Option<&'a RawValue>,
@@ -536,6 +539,9 @@ struct Delta {
     queue: VecDeque<String>,
     /// Queued messages already given as prose (by a `remove` or an attachment).
     queued_said: HashSet<String>,
+    /// The transcript was written by a Claude Code that records an absorbed message as a
+    /// `remove` without a reason (before 2.1.246), as far as its lines' versions tell.
+    remove_absorbs: bool,
     /// `AskUserQuestion` calls of the delta: tool_use id -> its questions.
     questions: HashMap<String, Vec<String>>,
     max_part_bytes: usize,
@@ -543,6 +549,20 @@ struct Delta {
 }
 
 const SEPARATOR: &str = "\n\n";
+
+/// Whether a Claude Code of `version` (`2.1.241`) records an absorbed queued message as a
+/// `remove` without a reason: every version before 2.1.246.
+fn removes_absorb(version: &str) -> bool {
+    let mut parts = version
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|part| part.parse::<u32>().ok());
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(Some(major)), Some(Some(minor)), Some(Some(patch))) => {
+            (major, minor, patch) < (2, 1, 246)
+        }
+        _ => false,
+    }
+}
 
 impl Delta {
     fn new(args: &DeltaArgs) -> Self {
@@ -569,6 +589,7 @@ impl Delta {
             summary: None,
             queue: VecDeque::new(),
             queued_said: HashSet::new(),
+            remove_absorbs: false,
             questions: HashMap::new(),
             max_part_bytes: args.max_part_bytes,
             max_bytes: args.max_bytes,
@@ -587,6 +608,9 @@ impl Delta {
         };
         if repaired {
             self.repaired_lines += 1;
+        }
+        if let Some(version) = line.version.as_deref() {
+            self.remove_absorbs = removes_absorb(version);
         }
         match line.kind.as_deref() {
             Some("queue-operation") => return self.queue_operation(&line),
@@ -723,8 +747,14 @@ impl Delta {
                         .and_then(|at| self.queue.remove(at)),
                     None => self.queue.pop_front(),
                 };
-                // Absorbed: the assistant read it mid-turn and no `user` line will follow.
-                if line.reason.as_deref() == Some("absorbed_mid_turn") {
+                // Absorbed: the assistant read it mid-turn and no `user` line will follow. Claude
+                // Code says so since 2.1.246; before, an absorbed message's `remove` gave no
+                // reason (and one taken back was a `popAll`).
+                let absorbed = match line.reason.as_deref() {
+                    Some(reason) => reason == "absorbed_mid_turn",
+                    None => self.remove_absorbs,
+                };
+                if absorbed {
                     if let Some(said) = removed.or(text) {
                         self.say_queued(&said);
                     }
@@ -1631,16 +1661,33 @@ mod tests {
         assert_eq!(out["queued_parts"], 4);
         assert_eq!(out["only_tools"], false);
 
-        // Given back to the input box (popAll) or cancelled (remove without a reason): not said.
+        // An older Claude Code (before 2.1.246) records an absorbed message as a `remove`
+        // without a reason: its lines' version tells.
+        let old = vec![
+            user_text("Rename the upload step.").replace("2.0.31", "2.1.241"),
+            queue("enqueue", Some("Also call it the Courier."), None),
+            queue("remove", Some("Also call it the Courier."), None),
+            assistant_text("Done."),
+        ];
+        let out = Fixture::lines(&old).delta(json!({}));
+        assert_eq!(
+            out["text"],
+            "user: Rename the upload step.\n\nuser: Also call it the Courier.\n\nassistant: Done."
+        );
+        assert!(super::removes_absorb("2.1.197") && !super::removes_absorb("2.1.246"));
+        assert!(!super::removes_absorb("2.1.332") && !super::removes_absorb("x"));
+
+        // Given back to the input box (popAll) or cancelled (remove without a reason, by a
+        // Claude Code that gives one when it absorbs): not said.
         let cancelled = vec![
+            user_text("Rename the upload step.").replace("2.0.31", "2.1.332"),
             queue("enqueue", Some("never mind this"), None),
             queue("remove", None, None),
             queue("enqueue", Some("nor this"), None),
             queue("popAll", None, None),
         ];
         let out = Fixture::lines(&cancelled).delta(json!({}));
-        assert_eq!(out["text"], "");
-        assert_eq!(out["only_tools"], true);
+        assert_eq!(out["text"], "user: Rename the upload step.");
     }
 
     fn ask(id: &str) -> String {

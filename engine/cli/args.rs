@@ -157,11 +157,21 @@ pub(crate) enum Command {
         after_help = "Examples:\n  stagegraph mcp\n  claude mcp add stagegraph -- stagegraph mcp"
     )]
     Mcp,
-    /// Add the context-update Stop hook to a Claude Code settings file (merged, idempotent).
+    /// Add the context-update hooks (Stop, SessionEnd) to a Claude Code settings file (merged,
+    /// idempotent), then run `doctor`.
     #[command(
-        after_help = "Examples:\n  stagegraph install-hook --dry-run\n  stagegraph install-hook --scope user"
+        after_help = "Examples:\n  stagegraph install-hook --enable\n  stagegraph install-hook --dry-run\n  stagegraph install-hook --scope user"
     )]
     InstallHook(HookArgs),
+    /// Check what the background lexicon needs in this project, one line each, with the fix:
+    /// the hook, the CLAUDE.md toggle, the models and the Claude Code CLI, the state folder,
+    /// the last hook runs. Exit 1 when something is broken.
+    #[command(after_help = "Examples:\n  stagegraph doctor\n  stagegraph doctor --probe")]
+    Doctor {
+        /// Also send each model alias the shipped workflows use one short request.
+        #[arg(long)]
+        probe: bool,
+    },
     /// Remove exactly the hook `install-hook` added.
     #[command(
         after_help = "Examples:\n  stagegraph uninstall-hook\n  stagegraph uninstall-hook --scope user --dry-run"
@@ -274,6 +284,10 @@ pub(crate) struct HookArgs {
     /// Print the change as a diff; write nothing.
     #[arg(long)]
     pub(crate) dry_run: bool,
+    /// install-hook: also turn the background context on: add "- Background context: enabled"
+    /// to CLAUDE.md in this folder (idempotent).
+    #[arg(long)]
+    pub(crate) enable: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]

@@ -426,6 +426,14 @@ impl Models {
         self.mode = Mode::Replay(dir);
     }
 
+    /// The program and own arguments of an alias answered by the Claude Code CLI.
+    pub(crate) fn claude_program(&self, alias: &str) -> Option<&[String]> {
+        match &self.aliases.get(alias)?.provider {
+            Provider::Claude { program, .. } => Some(program),
+            _ => None,
+        }
+    }
+
     pub(crate) fn defines(&self, alias: &str) -> bool {
         self.aliases.contains_key(alias)
     }
