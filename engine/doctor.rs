@@ -289,7 +289,7 @@ fn models(root: &Path, probe: bool) -> Vec<Finding> {
         if probe && level != Level::Broken {
             match probe_alias(&models, alias) {
                 Ok(latency) => {
-                    text.push_str(&format!("; answered a probe in {} ms", latency.as_millis()))
+                    text.push_str(&format!("; answered a probe in {} ms", latency.as_millis()));
                 }
                 Err(error) => {
                     level = Level::Broken;

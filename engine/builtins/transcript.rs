@@ -191,9 +191,14 @@ struct TranscriptLine<'a> {
     /// `queue-operation`: why an entry left the queue.
     #[serde(default)]
     reason: Option<String>,
-    /// The Claude Code version that wrote the line (most lines but the queue's carry it).
-    #[serde(default)]
-    version: Option<String>,
+    /// Of the Claude Code version that wrote the line (most lines but the queue's carry one):
+    /// whether it records an absorbed queued message as a `remove` without a reason.
+    #[serde(
+        rename = "version",
+        default,
+        deserialize_with = "version_removes_absorb"
+    )]
+    removes_absorb: Option<bool>,
     /// `queue-operation`: the queued text; other lines may carry other things here.
     #[serde(default, borrow)]
     content: Option<&'a RawValue>,
@@ -550,6 +555,13 @@ struct Delta {
 
 const SEPARATOR: &str = "\n\n";
 
+fn version_removes_absorb<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<bool>, D::Error> {
+    let version = Option::<std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+    Ok(version.map(|version| removes_absorb(&version)))
+}
+
 /// Whether a Claude Code of `version` (`2.1.241`) records an absorbed queued message as a
 /// `remove` without a reason: every version before 2.1.246.
 fn removes_absorb(version: &str) -> bool {
@@ -609,8 +621,8 @@ impl Delta {
         if repaired {
             self.repaired_lines += 1;
         }
-        if let Some(version) = line.version.as_deref() {
-            self.remove_absorbs = removes_absorb(version);
+        if let Some(absorbs) = line.removes_absorb {
+            self.remove_absorbs = absorbs;
         }
         match line.kind.as_deref() {
             Some("queue-operation") => return self.queue_operation(&line),
