@@ -22,6 +22,9 @@ use sha2::{Digest, Sha256};
 
 use crate::support::{copy_tree, fixtures, stage, Output, Test};
 
+#[path = "refresh_drift.rs"]
+mod drift;
+
 /// The pinned clock of every run.
 const NOW: &str = "2026-11-30T12:00:00Z";
 const SUMMARY: &str = "Probed the sources; guide moved, old-blog is gone.";
@@ -83,7 +86,10 @@ impl Home {
             "dir=$(dirname \"$0\")\n\
              prompt=$(cat)\n\
              case \"$prompt\" in 'You rewrite one reference'*) \
-               printf '%s' \"$prompt\" > \"$dir/rewrite.prompt\"; cat \"$dir/rewrite.reply\"; exit 0;; esac\n\
+               printf '%s' \"$prompt\" > \"$dir/rewrite.prompt\"; \
+               ref=$(printf '%s\\n' \"$prompt\" | sed -n 's/^The reference as it is now (`references\\/\\(.*\\)\\.md`):$/\\1/p' | head -n1); \
+               printf '%s\\n' \"$ref\" >> \"$dir/rewrite.calls\"; printf '%s' \"$prompt\" > \"$dir/rewrite.$ref.prompt\"; \
+               if test -f \"$dir/rewrite.$ref.reply\"; then cat \"$dir/rewrite.$ref.reply\"; else cat \"$dir/rewrite.reply\"; fi; exit 0;; esac\n\
              printf '%s\\n' \"$prompt\" > \"$dir/sonnet.prompt\"\n\
              echo call >> \"$dir/sonnet.calls\"\n\
              test -f \"$dir/sonnet.reply\" || { echo 'no reply' >&2; exit 7; }\n\
