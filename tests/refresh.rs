@@ -24,6 +24,8 @@ use crate::support::{copy_tree, fixtures, stage, Output, Test};
 
 #[path = "refresh_drift.rs"]
 mod drift;
+#[path = "refresh_web.rs"]
+mod web;
 
 /// The pinned clock of every run.
 const NOW: &str = "2026-11-30T12:00:00Z";
@@ -1209,9 +1211,13 @@ fn an_approved_recrawl_snapshots_diffs_and_collects_old_snapshots() {
     assert_eq!(diff["by_source"]["api-docs"]["same"], true);
     let plan: Value = serde_json::from_str(&home.test.stage_output("gc_plan")).expect("JSON");
     assert_eq!(plan["eligible"], json!([]), "{plan}");
-    let staged = home.json(&format!("{PROPOSED}/research/source-paths.json"));
+    // Nothing in the registry changed (the same crawl, the same clock): it is not staged.
+    assert!(!home
+        .test
+        .exists(&format!("{PROPOSED}/research/source-paths.json")));
+    let live = home.json(&format!("{LIVE}/research/source-paths.json"));
     assert_eq!(
-        source(&staged, "api-docs")["lifecycle"]["last_crawl_id"],
+        source(&live, "api-docs")["lifecycle"]["last_crawl_id"],
         crawl_id.as_str()
     );
     std::fs::remove_dir_all(home.test.path(PROPOSED)).expect("discard");
