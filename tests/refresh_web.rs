@@ -80,9 +80,28 @@ fn a_recrawl_settles_when_nothing_changed_and_a_crawl_that_fetched_nothing_repla
 
     // Due again, re-crawled, the same pages: the kept snapshot takes this crawl's date, so the
     // next refresh finds nothing past its decay budget and asks nothing.
+    // A reference citing the first snapshot's intro page by an 8-digit hash prefix keeps it.
+    home.test.write(
+        &format!("{LIVE}/references/api.md"),
+        "# api
+
+Start at the intro.
+Content-hash: 33333333
+",
+    );
     backdate(&home, &snapshot, "2026-09-01");
     home.refresh(&["--answer", "recrawl_ask=y"]).code(0);
     assert_eq!(crawl_diff(&home)["by_source"]["api-docs"]["same"], true);
+    let plan: Value = serde_json::from_str(&home.test.stage_output("gc_plan")).expect("JSON");
+    assert_eq!(plan["eligible"], json!([]), "{plan}");
+    assert_eq!(
+        plan["kept"],
+        json!([
+            { "path": home.test.path(&snapshot).display().to_string(), "reason": "current or new crawl" },
+            { "path": home.test.path(&format!("{CACHE}/web-doc/api-docs-c1")).display().to_string(), "reason": "1 content hashes still cited" },
+        ]),
+        "{plan}"
+    );
     assert_eq!(
         home.json(&format!("{snapshot}/_crawl-manifest.json"))["crawl_date"],
         NOW
