@@ -823,6 +823,22 @@ fn a_staged_proposal_stops_the_run() {
     let home = Home::new();
     home.test
         .write(&format!("{PROPOSED}/research/source-paths.json"), "{}");
+    // A folder without its manifest is what an interrupted run leaves: said so, with the way out.
+    let out = home.refresh(&[]);
+    out.code(0);
+    assert_eq!(
+        exit_message(&home.record()),
+        "An unfinished proposal is left at demo-context.proposed/: it has no .review/manifest.json, so the run that staged it was interrupted or failed, and it cannot be reviewed or applied. Throw it away (stagegraph run discard --input slug=demo --yes), then run refresh again."
+    );
+    assert!(
+        out.stdout.trim_end().ends_with("Nothing was staged for demo-context: an unfinished proposal is in the way at demo-context.proposed/. Run `stagegraph run discard --input slug=demo --yes` to throw it away, then refresh again."),
+        "{}",
+        out.stdout
+    );
+    home.test.write(
+        &format!("{PROPOSED}/.review/manifest.json"),
+        "{\"schema_version\": 1, \"entries\": []}",
+    );
     let before = home.tree(SKILLS);
     let out = home.refresh(&[]);
     out.code(0);

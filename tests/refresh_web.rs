@@ -165,3 +165,76 @@ Content-hash: 33333333
     );
     assert!(!out.stdout.contains("pages removed"), "{}", out.stdout);
 }
+
+/// Ctrl-C while verify.sh runs (most of a refresh's time, after staging began and before the
+/// manifest): the next refresh names the unfinished proposal and how to clear it, and once it is
+/// discarded, runs.
+#[test]
+fn an_interrupted_refresh_leaves_a_proposal_the_next_run_names_as_unfinished() {
+    let home = Home::new();
+    let marker = home.test.path("verify.started");
+    home.test.write(
+        &format!("{LIVE}/verify.sh"),
+        &format!("touch '{}'\nsleep 30\nexit 0\n", marker.display()),
+    );
+    let cache = home.test.path(CACHE).display().to_string();
+    let mut child = home
+        .test
+        .command([
+            "run",
+            "refresh",
+            "--input",
+            "name=demo",
+            "--input",
+            "project_dir=project",
+        ])
+        .env("STAGEGRAPH_NOW", NOW)
+        .env("SKILL_ENGINE_CACHE_ROOT", &cache)
+        .env("CLAUDE_PLUGIN_ROOT", "")
+        .spawn();
+    crate::support::wait_for(
+        "verify.sh to start",
+        std::time::Duration::from_secs(60),
+        || marker.exists(),
+    );
+    let pid = i32::try_from(child.id()).expect("a pid");
+    // SAFETY: a signal to the child this test started.
+    unsafe {
+        libc::kill(pid, libc::SIGINT);
+    }
+    let code = crate::support::wait_exit(
+        &mut child,
+        "the interrupted refresh",
+        std::time::Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(130));
+    assert!(home.test.exists(PROPOSED));
+    assert!(!home
+        .test
+        .exists(&format!("{PROPOSED}/.review/manifest.json")));
+
+    let out = home.refresh(&[]);
+    out.code(0);
+    assert_eq!(home.record()["exit"]["stage"], "guard");
+    assert!(
+        exit_message(&home.record())
+            .starts_with("An unfinished proposal is left at demo-context.proposed/"),
+        "{}",
+        exit_message(&home.record())
+    );
+    home.run(&[
+        "run",
+        "discard",
+        "--input",
+        "slug=demo",
+        "--input",
+        "project_dir=project",
+        "--yes",
+    ])
+    .code(0);
+    assert!(!home.test.exists(PROPOSED));
+    std::fs::remove_file(&marker).expect("the marker");
+    home.test.write(&format!("{LIVE}/verify.sh"), "exit 0\n");
+    home.refresh(&[]).code(0);
+    assert_eq!(home.record()["status"], "completed", "{:#}", home.record());
+}
