@@ -862,11 +862,11 @@ fn a_staged_proposal_stops_the_run() {
 
 #[test]
 fn no_registered_sources_stops_the_run() {
-    for registry in [
-        None,
-        Some("{ not json"),
-        Some(r#"{"schema_version": 1, "sources": []}"#),
-        Some("[]"),
+    for (registry, why) in [
+        (None, "No sources registered: demo-context has no research/source-paths.json. Register the sources to refresh there"),
+        (Some("{ not json"), "No sources registered: research/source-paths.json cannot be read ("),
+        (Some(r#"{"schema_version": 1, "sources": []}"#), "No sources registered: research/source-paths.json lists no sources[]."),
+        (Some("[]"), "No sources registered: research/source-paths.json lists no sources[]."),
     ] {
         let home = Home::bare();
         home.install(&fixtures("refresh").join("demo-context"), LIVE);
@@ -880,8 +880,13 @@ fn no_registered_sources_stops_the_run() {
             &home,
             &out,
             "registered",
-            "No sources registered. Run /skill-engine:engine-bootstrap first.",
+            why,
         );
+        // Printed even under -q: the parse error is part of the message.
+        if registry == Some("{ not json") {
+            let quiet = home.refresh(&["-q"]);
+            assert!(quiet.stdout.contains("cannot be read ("), "{}", quiet.stdout);
+        }
     }
 }
 

@@ -558,6 +558,8 @@ fn apply_is_refused_by_each_gate_in_turn_then_promotes() {
         "Live tree changed since this proposal was staged: references/legacy-ssr.md (live hash ",
     );
     out.stderr_has("; the manifest allows absent, or sha_before ");
+    // The way out does not dead-end at refresh's guard: the proposal goes first.
+    out.stderr_has("Throw this proposal away (`stagegraph run discard --input slug=vite --yes`), then run refresh again");
     assert_eq!(home.snapshot(), before);
     home.test.write(&ssr, &original);
 
