@@ -274,3 +274,29 @@ fn a_hint_naming_a_reference_makes_it_a_rewrite_target_though_no_sha_moved() {
     assert_eq!(home.record()["status"], "completed");
     assert_eq!(rewrite_calls(&home), ["bar", "foo"]);
 }
+
+#[test]
+fn an_archived_source_is_swept_as_removed() {
+    let home = Home::bare();
+    let b_url = upstream(&home, "lib-b");
+    let a_url = home.git_url();
+    let a0 = commit(&home, "work", &a_url, "API.md", "connect()");
+    let b0 = commit(&home, "work-lib-b", &b_url, "B.md", "b speaks text");
+    two_sources(&home, &b_url, &a0, &b0);
+    let mut registry = home.json(&format!("{LIVE}/research/source-paths.json"));
+    registry["sources"][1]["archived"] = json!(true);
+    home.write_registry(&registry);
+    home.test.write(
+        &format!("{LIVE}/references/old.md"),
+        &format!("# old\n\nThe text format of [B.md]({b_url}/blob/{b0}/B.md).\n"),
+    );
+    let out = home.refresh(&["--input", "hint=look again"]);
+    out.code(0);
+    assert!(
+        out.stdout.contains(
+            "Lifecycle sweep (dry-run, nothing rewritten): lib-b is archived (treated as removed); cited at references/old.md:3."
+        ),
+        "{}",
+        out.stdout
+    );
+}
