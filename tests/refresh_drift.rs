@@ -300,3 +300,32 @@ fn an_archived_source_is_swept_as_removed() {
         out.stdout
     );
 }
+
+#[test]
+fn a_deleted_branch_is_diagnosed_in_the_printed_summary() {
+    let home = Home::bare();
+    let b_url = upstream(&home, "lib-b");
+    let a_url = home.git_url();
+    let a0 = commit(&home, "work", &a_url, "API.md", "connect()");
+    let b0 = commit(&home, "work-lib-b", &b_url, "B.md", "b speaks text");
+    two_sources(&home, &b_url, &a0, &b0);
+    let mut registry = home.json(&format!("{LIVE}/research/source-paths.json"));
+    registry["sources"][1]["branch"] = json!("release-1");
+    home.write_registry(&registry);
+    let out = home.refresh(&[]);
+    out.code(0);
+    assert!(
+        out.stdout
+            .contains("Source lib-b: branch release-1 not found upstream"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("lifecycle.state is unknown and the source is skipped this run"),
+        "{}",
+        out.stdout
+    );
+    let staged = home.json(&format!("{PROPOSED}/research/source-paths.json"));
+    assert_eq!(source(&staged, "lib-b")["lifecycle"]["state"], "unknown");
+}
