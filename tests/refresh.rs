@@ -773,6 +773,8 @@ fn an_unchanged_corpus_is_no_work_until_upstream_moves_or_a_hint_is_given() {
     assert_eq!(cache_entry["status"], "modified");
     let staged = home.json(&format!("{PROPOSED}/research/.discover-cache.json"));
     assert_eq!(staged["sources"]["upstream-lib"]["sha"], head.as_str());
+    // The original engine's field moves with it.
+    assert_eq!(staged["sources"]["upstream-lib"]["last_sha"], head.as_str());
 }
 
 #[test]
