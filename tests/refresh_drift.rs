@@ -2,6 +2,7 @@
 //! was rewritten against it (or judged current) in the same proposal. Two upstream repositories
 //! (bare, over `file://`) with real commits; the `sonnet` alias answers each reference from
 //! `models/rewrite.<name>.reply` and logs which reference it was asked for.
+//! `REFRESH_TEST_VERIFY_SH=<verify.sh>` runs every proposal through that verify.sh as well.
 
 use super::*;
 
@@ -38,6 +39,11 @@ fn two_sources(home: &Home, b_url: &str, a: &str, b: &str) {
     home.install(&fixtures("refresh").join("demo-context"), LIVE);
     std::fs::remove_file(home.test.path(LIVE).join("verify.sh")).expect("no verify.sh");
     std::fs::remove_file(home.test.path(LIVE).join("references/lib.md")).expect("no lib.md");
+    // A contextualizer's own verify.sh, when one is named (the skill-engine's template, say):
+    // every proposal of these tests is then verified against it on the merged tree.
+    if let Ok(verify) = std::env::var("REFRESH_TEST_VERIFY_SH") {
+        std::fs::copy(verify, home.test.path(LIVE).join("verify.sh")).expect("verify.sh");
+    }
     home.write_registry(&json!({
         "schema_version": 1,
         "sources": [
@@ -52,6 +58,19 @@ fn two_sources(home: &Home, b_url: &str, a: &str, b: &str) {
             "lib-b": { "sha": b, "ran_at": "2026-10-01" },
         } })
         .to_string(),
+    );
+}
+
+/// The navigator's catalog: one row per reference, as a contextualizer's verify.sh requires.
+fn catalog(home: &Home) {
+    let rows: String = home
+        .tree(&format!("{LIVE}/references"))
+        .keys()
+        .map(|name| format!("| [{name}](references/{name}) | {name} |\n"))
+        .collect();
+    home.test.write(
+        &format!("{LIVE}/SKILL.md"),
+        &format!("---\nname: demo-context\ndescription: Navigator.\n---\n\n# demo\n\n| reference | covers |\n|---|---|\n{rows}"),
     );
 }
 
@@ -106,6 +125,7 @@ fn drift_survives_a_lifecycle_only_run_a_refused_rewrite_and_two_sources_in_one_
         &format!("{LIVE}/references/both.md"),
         &both_ref(&a0, &b0, "connect() and text"),
     );
+    catalog(&home);
     let out = home.refresh(&[]);
     assert_exited(&home, &out, "gate", "No work to do");
 
@@ -229,6 +249,7 @@ fn a_hint_naming_a_reference_makes_it_a_rewrite_target_though_no_sha_moved() {
         &format!("{LIVE}/references/bar.md"),
         &format!("# bar\n\nlib-a is a library ([README]({a_url}/blob/{a0}/README.md)).\n"),
     );
+    catalog(&home);
     let out = home.refresh(&[]);
     assert_exited(&home, &out, "gate", "No work to do");
 
@@ -290,6 +311,7 @@ fn an_archived_source_is_swept_as_removed() {
         &format!("{LIVE}/references/old.md"),
         &format!("# old\n\nThe text format of [B.md]({b_url}/blob/{b0}/B.md).\n"),
     );
+    catalog(&home);
     let out = home.refresh(&["--input", "hint=look again"]);
     out.code(0);
     assert!(
