@@ -435,6 +435,19 @@ fn html_to_markdown(html: &str) -> String {
     )
     .expect("regex");
     let text = drop.replace_all(html, "");
+    // Preformatted blocks keep their lines and spacing: taken out first (their markup removed,
+    // entities decoded) and put back as fenced code blocks once the prose is reflowed.
+    let pre = Regex::new(r"(?is)<pre\b[^>]*>(.*?)</pre>").expect("regex");
+    let tag = Regex::new(r"(?s)<[^>]*>").expect("regex");
+    let mut blocks = Vec::new();
+    let text = pre.replace_all(&text, |c: &regex::Captures| {
+        blocks.push(
+            xml_unescape(&tag.replace_all(&c[1], ""))
+                .trim_matches('\n')
+                .to_string(),
+        );
+        format!("\n\n\u{0}{}\u{0}\n\n", blocks.len() - 1)
+    });
     let heading = Regex::new(r"(?is)<h([1-6])\b[^>]*>(.*?)</h[1-6]>").expect("regex");
     let text = heading.replace_all(&text, |c: &regex::Captures| {
         let level: usize = c[1].parse().unwrap_or(1);
@@ -445,24 +458,35 @@ fn html_to_markdown(html: &str) -> String {
     let text = link.replace_all(&text, "[$2]($1)");
     let item = Regex::new(r"(?is)<li\b[^>]*>").expect("regex");
     let text = item.replace_all(&text, "\n- ");
-    let block = Regex::new(
-        r"(?is)</?(p|div|section|article|main|ul|ol|pre|blockquote|table|tr|br)\b[^>]*>",
-    )
-    .expect("regex");
+    let block =
+        Regex::new(r"(?is)</?(p|div|section|article|main|ul|ol|blockquote|table|tr|br)\b[^>]*>")
+            .expect("regex");
     let text = block.replace_all(&text, "\n\n");
-    let tag = Regex::new(r"(?s)<[^>]*>").expect("regex");
     let text = xml_unescape(&tag.replace_all(&text, ""));
     let mut out = String::new();
     let mut blank = true;
     for line in text.lines() {
         let line = line.split_whitespace().collect::<Vec<_>>().join(" ");
-        if line.is_empty() {
+        let code = line
+            .strip_prefix('\u{0}')
+            .and_then(|rest| rest.strip_suffix('\u{0}'))
+            .and_then(|n| n.parse::<usize>().ok())
+            .and_then(|n| blocks.get(n));
+        if let Some(code) = code {
+            if !blank {
+                out.push('\n');
+            }
+            let fence = if code.contains("```") { "~~~" } else { "```" };
+            out.push_str(&format!("{fence}\n{code}\n{fence}\n"));
+            blank = false;
+        } else if line.is_empty() {
             if !blank {
                 out.push('\n');
             }
             blank = true;
         } else {
-            if !blank {
+            // A list item starts a line of its own; other text continues the paragraph.
+            if !blank && !line.starts_with("- ") {
                 out.pop();
                 out.push(' ');
             }
@@ -967,6 +991,17 @@ mod tests {
     fn html_becomes_markdown() {
         let text = html_to_markdown("<html><head><title>t</title></head><body><h1>Guide</h1><p>One\n two</p><ul><li>a</li></ul><script>x()</script></body></html>");
         assert_eq!(text, "# Guide\n\nOne two\n\n- a\n");
+    }
+
+    #[test]
+    fn lists_keep_their_items_and_code_keeps_its_lines() {
+        let text = html_to_markdown(
+            "<p>Steps:</p><ul><li>install</li><li>run <code>x</code></li></ul><pre><code>fn main() {\n    let a = 1 &lt; 2;\n}</code></pre><p>Done.</p>",
+        );
+        assert_eq!(
+            text,
+            "Steps:\n\n- install\n- run x\n\n```\nfn main() {\n    let a = 1 < 2;\n}\n```\n\nDone.\n"
+        );
     }
 
     #[test]
