@@ -558,6 +558,8 @@ fn apply_is_refused_by_each_gate_in_turn_then_promotes() {
         "Live tree changed since this proposal was staged: references/legacy-ssr.md (live hash ",
     );
     out.stderr_has("; the manifest allows absent, or sha_before ");
+    // The way out does not dead-end at refresh's guard: the proposal goes first.
+    out.stderr_has("Throw this proposal away (`stagegraph run discard --input slug=vite --yes`), then run refresh again");
     assert_eq!(home.snapshot(), before);
     home.test.write(&ssr, &original);
 
@@ -1139,6 +1141,43 @@ fn refresh_stages_review_reviews_apply_promotes_and_refresh_then_has_no_work() {
     // With the proposal applied, the discover cache holds what was probed: no work.
     let out = refresh();
     out.code(0).stderr_has("No work to do");
+    assert!(!home.test.exists(PROPOSED));
+
+    // A same-day rerun (a hint opens the gate, the clock has not moved): the registry and the
+    // cache it would stage are the live ones, so neither is staged, and apply promotes the
+    // proposal and removes its folder instead of failing on files left in it.
+    let out = home
+        .test
+        .command([
+            "run",
+            "refresh",
+            "--input",
+            "name=vite",
+            "--input",
+            "project_dir=project",
+            "--input",
+            "hint=recheck the plugins page",
+        ])
+        .env("STAGEGRAPH_NOW", NOW)
+        .env(
+            "SKILL_ENGINE_CACHE_ROOT",
+            &home.test.path("cache").display().to_string(),
+        )
+        .env("CLAUDE_PLUGIN_ROOT", "")
+        .output();
+    out.code(0);
+    assert!(!home
+        .test
+        .exists(&format!("{PROPOSED}/research/source-paths.json")));
+    assert!(!home
+        .test
+        .exists(&format!("{PROPOSED}/research/.discover-cache.json")));
+    let rerun = home.test.read(REVIEW);
+    home.test.write(REVIEW, &fill_blanks(&rerun));
+    home.reply(&[]);
+    home.review().code(0);
+    home.tick(&["reviewed"]);
+    home.apply().code(0);
     assert!(!home.test.exists(PROPOSED));
 
     // Upstream moves again: a new proposal, which this time is thrown away.

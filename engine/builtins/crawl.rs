@@ -435,6 +435,19 @@ fn html_to_markdown(html: &str) -> String {
     )
     .expect("regex");
     let text = drop.replace_all(html, "");
+    // Preformatted blocks keep their lines and spacing: taken out first (their markup removed,
+    // entities decoded) and put back as fenced code blocks once the prose is reflowed.
+    let pre = Regex::new(r"(?is)<pre\b[^>]*>(.*?)</pre>").expect("regex");
+    let tag = Regex::new(r"(?s)<[^>]*>").expect("regex");
+    let mut blocks = Vec::new();
+    let text = pre.replace_all(&text, |c: &regex::Captures| {
+        blocks.push(
+            xml_unescape(&tag.replace_all(&c[1], ""))
+                .trim_matches('\n')
+                .to_string(),
+        );
+        format!("\n\n\u{0}{}\u{0}\n\n", blocks.len() - 1)
+    });
     let heading = Regex::new(r"(?is)<h([1-6])\b[^>]*>(.*?)</h[1-6]>").expect("regex");
     let text = heading.replace_all(&text, |c: &regex::Captures| {
         let level: usize = c[1].parse().unwrap_or(1);
@@ -445,24 +458,35 @@ fn html_to_markdown(html: &str) -> String {
     let text = link.replace_all(&text, "[$2]($1)");
     let item = Regex::new(r"(?is)<li\b[^>]*>").expect("regex");
     let text = item.replace_all(&text, "\n- ");
-    let block = Regex::new(
-        r"(?is)</?(p|div|section|article|main|ul|ol|pre|blockquote|table|tr|br)\b[^>]*>",
-    )
-    .expect("regex");
+    let block =
+        Regex::new(r"(?is)</?(p|div|section|article|main|ul|ol|blockquote|table|tr|br)\b[^>]*>")
+            .expect("regex");
     let text = block.replace_all(&text, "\n\n");
-    let tag = Regex::new(r"(?s)<[^>]*>").expect("regex");
     let text = xml_unescape(&tag.replace_all(&text, ""));
     let mut out = String::new();
     let mut blank = true;
     for line in text.lines() {
         let line = line.split_whitespace().collect::<Vec<_>>().join(" ");
-        if line.is_empty() {
+        let code = line
+            .strip_prefix('\u{0}')
+            .and_then(|rest| rest.strip_suffix('\u{0}'))
+            .and_then(|n| n.parse::<usize>().ok())
+            .and_then(|n| blocks.get(n));
+        if let Some(code) = code {
+            if !blank {
+                out.push('\n');
+            }
+            let fence = if code.contains("```") { "~~~" } else { "```" };
+            out.push_str(&format!("{fence}\n{code}\n{fence}\n"));
+            blank = false;
+        } else if line.is_empty() {
             if !blank {
                 out.push('\n');
             }
             blank = true;
         } else {
-            if !blank {
+            // A list item starts a line of its own; other text continues the paragraph.
+            if !blank && !line.starts_with("- ") {
                 out.pop();
                 out.push(' ');
             }
@@ -541,13 +565,48 @@ fn crawl_id<'p>(pages: impl Iterator<Item = (&'p str, &'p str)>) -> String {
     sha256_hex(text.as_bytes())[..8].to_string()
 }
 
+/// `crawl_date` of the snapshot's `_crawl-manifest.json` set to `date`, the rest kept; written
+/// to a temporary file beside it and renamed over it, so a link in its place is replaced, not
+/// followed. A manifest that is not a plain file, or not a JSON object, is left alone.
+fn refresh_crawl_date(snapshot: &std::path::Path, date: &str) -> Result<(), BuiltinError> {
+    let path = snapshot.join(MANIFEST);
+    let plain = fs::symlink_metadata(&path).is_ok_and(|meta| meta.is_file());
+    let Some(mut manifest) = plain
+        .then(|| fs::read_to_string(&path).ok())
+        .flatten()
+        .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+        .filter(Value::is_object)
+    else {
+        return Ok(());
+    };
+    if manifest["crawl_date"] == json!(date) {
+        return Ok(());
+    }
+    manifest["crawl_date"] = json!(date);
+    let text = serde_json::to_string_pretty(&manifest).map_err(fail)? + "\n";
+    let mut temp = tempfile::Builder::new()
+        .prefix(".manifest-")
+        .tempfile_in(snapshot)
+        .map_err(|err| io_error("cannot create a file in", snapshot, &err))?;
+    std::io::Write::write_all(&mut temp, text.as_bytes())
+        .map_err(|err| io_error("cannot write", temp.path(), &err))?;
+    temp.persist(&path)
+        .map_err(|err| io_error("cannot replace", &path, &err.error))?;
+    Ok(())
+}
+
+/// A YAML plain scalar when it reads back as the same string (a url with a query string
+/// included: a quoted `source_url` is refused by the contextualizer's verify.sh), else a JSON
+/// string, which YAML reads as a double-quoted one.
 fn yaml_scalar(value: &Value) -> String {
     match value {
         Value::String(text)
             if !text.is_empty()
                 && text
                     .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_.:/+".contains(c)) =>
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.:/+?&=%~@;,!*'()#$".contains(c))
+                && !text.starts_with(|c: char| "?:,#&*!%@'-".contains(c))
+                && !text.ends_with(':') =>
         {
             text.clone()
         }
@@ -740,6 +799,29 @@ fn crawl(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
             failure.entry("occurred_at").or_insert_with(|| json!(stamp));
         }
     }
+    // A crawl that fetched nothing is a failed crawl, not an empty site: its snapshot would
+    // replace the real one and report every page removed.
+    if pages.is_empty() {
+        let reasons: Vec<String> = failures
+            .iter()
+            .take(3)
+            .map(|f| {
+                format!(
+                    "{}: {}",
+                    f["url"].as_str().unwrap_or("?"),
+                    f["reason"].as_str().unwrap_or("?")
+                )
+            })
+            .collect();
+        return Err(fail(format!(
+            "no page of {} could be fetched ({} selected, {} failures{}{}), so no snapshot was made",
+            args.url,
+            selected.len(),
+            failures.len(),
+            if reasons.is_empty() { "" } else { ": " },
+            reasons.join("; ")
+        )));
+    }
     let crawl_id = crawl_id(pages.iter().map(|p| (p.url.as_str(), p.hash.as_str())));
     let manifest = json!({
         "source_id": args.id,
@@ -758,7 +840,13 @@ fn crawl(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     let target = ctx
         .writes
         .check(&ctx.resolve(&args.to.replace("{crawl_id}", &crawl_id)))?;
-    if fs::symlink_metadata(&target).is_ok() {
+    if let Ok(found) = fs::symlink_metadata(&target) {
+        // The same page set as a snapshot already there: that snapshot is current as of this
+        // crawl, so its manifest takes this crawl's date (a decay budget counts from it) and
+        // the new copy is not written. A link is left as it is and never written through.
+        if found.is_dir() {
+            refresh_crawl_date(&target, &args.crawl_date)?;
+        }
         return Ok(
             json!({ "path": target.display().to_string(), "existing": true, "manifest": manifest }),
         );
@@ -799,6 +887,31 @@ fn crawl(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_url_with_a_query_string_is_a_plain_scalar() {
+        let plain = |text: &str| yaml_scalar(&json!(text));
+        assert_eq!(
+            plain("https://site.test/page?id=7&lang=en#top"),
+            "https://site.test/page?id=7&lang=en#top"
+        );
+        assert_eq!(plain("30d"), "30d");
+        for quoted in [
+            "two words",
+            "key: value",
+            "ends:",
+            "-lead",
+            "#x",
+            "",
+            "a\nb",
+            "?q",
+        ] {
+            assert_eq!(
+                plain(quoted),
+                serde_json::to_string(quoted).expect("a string")
+            );
+        }
+    }
 
     #[test]
     fn robots_longest_match_wins() {
@@ -878,6 +991,17 @@ mod tests {
     fn html_becomes_markdown() {
         let text = html_to_markdown("<html><head><title>t</title></head><body><h1>Guide</h1><p>One\n two</p><ul><li>a</li></ul><script>x()</script></body></html>");
         assert_eq!(text, "# Guide\n\nOne two\n\n- a\n");
+    }
+
+    #[test]
+    fn lists_keep_their_items_and_code_keeps_its_lines() {
+        let text = html_to_markdown(
+            "<p>Steps:</p><ul><li>install</li><li>run <code>x</code></li></ul><pre><code>fn main() {\n    let a = 1 &lt; 2;\n}</code></pre><p>Done.</p>",
+        );
+        assert_eq!(
+            text,
+            "Steps:\n\n- install\n- run x\n\n```\nfn main() {\n    let a = 1 < 2;\n}\n```\n\nDone.\n"
+        );
     }
 
     #[test]
