@@ -35,6 +35,21 @@ if [ -f "$dir/hooks/$role.sh" ]; then sh "$dir/hooks/$role.sh"; fi
 if [ -f "$dir/replies/$role.json" ]; then cat "$dir/replies/$role.json"; else echo "no reply for role '$role'" >&2; exit 1; fi
 "#;
 
+/// The Claims Adjudicator, answering from its prompt: one verdict per flag it is given, the one
+/// `model/verdicts.txt` names for the claim's text (`text<TAB>verdict` lines), else `broken`.
+const ADJUDICATOR_HOOK: &str = r#"dir=$(dirname "$0")/..
+out="$dir/replies/claims-adjudicator.json"
+printf '{"verdicts": [' > "$out"
+sep=''
+sed -n 's/^- [a-z]* `\(.*\)` on line \([0-9]*\): .*/\1\t\2/p' "$dir/prompts/claims-adjudicator.txt" | while IFS="$(printf '\t')" read -r text line; do
+  verdict=$(awk -F'\t' -v t="$text" '$1 == t { print $2; exit }' "$dir/verdicts.txt" 2>/dev/null)
+  [ -n "$verdict" ] || verdict=broken
+  printf '%s{"text": "%s", "line": %s, "verdict": "%s", "reason": "judged %s from its line"}' "$sep" "$text" "$line" "$verdict" "$verdict" >> "$out"
+  sep=', '
+done
+printf ']}\n' >> "$out"
+"#;
+
 /// A temporary folder holding the target repository (`repo/`, a git repository with one commit),
 /// the model script and its replies, and the `stagegraph.toml` that points `sonnet` at it.
 struct Project {
@@ -54,6 +69,7 @@ impl Project {
         );
         fs::create_dir_all(project.path("model/prompts")).expect("a prompts folder");
         project.test.write("model/model.sh", MODEL_SCRIPT);
+        project.hook("claims-adjudicator", ADJUDICATOR_HOOK);
         project.test.write(
             "bin/gh",
             "#!/bin/sh\necho 'gh: unavailable in tests' >&2\nexit 1\n",
@@ -1123,33 +1139,51 @@ fn a_new_category_with_a_related_link() {
     assert_eq!(output_of(&project, "promotion_gate")["checked"]["links"], 2);
 }
 
-/// Body grounding: a cited path that does not exist, a commit SHA that is not one, and a
-/// placeholder left from drafting are each refused with the exact problem; the reviser gets the
-/// problems, revises, and the gate runs again and promotes. A real SHA and "machine learning 2"
-/// pass throughout. Every attempt is in the run record.
+/// Body grounding adjudicates, then repairs only what is broken. A commit that exists but that
+/// HEAD does not contain (rebased away) and drafting scaffold in prose are broken on the evidence;
+/// a missing path and a SHA that names no commit go to the adjudicator, who judges them broken
+/// (and an upstream path illustrative). Template syntax in inline code, a request id, and a path
+/// on a line that gives an example are not flagged at all. The reviser gets the exact problems;
+/// the gate runs again and promotes, and the verdicts are in the record and the summary.
 #[test]
-fn body_grounding_refuses_then_repairs() {
+fn body_grounding_adjudicates_then_repairs() {
     let project = with_solutions();
-    let head = Command::new("git")
-        // The full SHA: a short prefix of a random hash can be all digits (about once in a
-        // hundred commits at 10), which the gate rightly does not take for a commit.
-        .args(["rev-parse", "HEAD"])
-        .current_dir(project.path("repo"))
-        .output()
-        .expect("git");
-    let head = String::from_utf8_lossy(&head.stdout).trim().to_string();
+    let git_out = |args: &[&str]| {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(project.path("repo"))
+            .output()
+            .expect("git");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    // The full SHA: a short prefix of a random hash can be all digits, which is no commit.
+    let head = git_out(&["rev-parse", "HEAD"]);
+    project
+        .test
+        .write("repo/NOTES.md", "a commit rebased away\n");
+    project.commit("soon rebased away");
+    let away = git_out(&["rev-parse", "HEAD"]);
+    project.git(&["reset", "-q", "--hard", "HEAD~1"]);
+    project.test.write(
+        "model/verdicts.txt",
+        "codex-rs/src/render.rs\tillustrative\n",
+    );
+
     let mut reply = Project::fixture_reply("solution-extractor");
     reply["sections"]["solution"] = json!(format!(
-        "Buffer the body (`src/upload.rs:5`, from {head}); the old `src/stream_reader.rs` is gone. Fixed in deadbeef42."
+        "Buffer the body (`src/upload.rs:5`, from {head}); `src/stream_reader.rs` holds the reader, as `codex-rs/src/render.rs` does upstream. Fixed in deadbeef42, see commit {away}."
     ));
-    reply["sections"]["prevention"] =
-        json!("Keep {{ test_name }} running; machine learning 2 is prose.");
+    reply["sections"]["prevention"] = json!(
+        "Keep {{ test_name }} running; pass `${{ secrets.TOKEN }}` and `{{ run.id }}` as written; request id 4f3a9c2e1b; machine learning 2 is prose; name folders by skill, e.g. `ce/brainstorm/`."
+    );
     project.reply("solution-extractor", &reply);
     let mut fixed = reply.clone();
-    fixed["sections"]["solution"] =
-        json!(format!("Buffer the body (`src/upload.rs:5`, from {head}); the stream reader the fix removed is gone."));
-    fixed["sections"]["prevention"] =
-        json!("Keep `tests/upload_retry.rs` running; machine learning 2 is prose.");
+    fixed["sections"]["solution"] = json!(format!(
+        "Buffer the body (`src/upload.rs:5`, from {head}); the reader is now part of `src/upload.rs`, as `codex-rs/src/render.rs` does upstream. Fixed in the pull request that made this change."
+    ));
+    fixed["sections"]["prevention"] = json!(
+        "Keep `tests/upload_retry.rs` running; pass `${{ secrets.TOKEN }}` and `{{ run.id }}` as written; request id 4f3a9c2e1b; machine learning 2 is prose; name folders by skill, e.g. `ce/brainstorm/`."
+    );
     fixed["frontmatter"] = Project::fixture_reply("context-analyzer")["frontmatter"].clone();
     project.reply("reviser", &fixed);
 
@@ -1162,18 +1196,35 @@ fn body_grounding_refuses_then_repairs() {
         .iter()
         .filter_map(Value::as_str)
         .collect();
-    assert_eq!(problems.len(), 3, "{problems:#?}");
+    assert_eq!(problems.len(), 4, "{problems:#?}");
     assert!(
-        problems[0].contains("the path `src/stream_reader.rs` does not exist"),
+        problems[0].contains("the path `src/stream_reader.rs` does not exist")
+            && problems[0].contains("(adjudicated broken: judged broken from its line)"),
         "{problems:?}"
     );
     assert!(
-        problems[1].contains("the commit `deadbeef42` does not exist"),
+        problems[1].contains("the commit `deadbeef42` does not exist")
+            && problems[1].contains("adjudicated broken"),
         "{problems:?}"
     );
     assert!(
-        problems[2].contains("drafting scaffold left in the text (`{{ test_name }}`)"),
+        problems[2].contains(&format!(
+            "the commit `{away}` exists but is not reachable from HEAD"
+        )),
         "{problems:?}"
+    );
+    assert!(
+        problems[3].contains("drafting scaffold left in the text (`{{ test_name }}`)"),
+        "{problems:?}"
+    );
+    let adjudicator = project.prompt("claims-adjudicator");
+    assert!(
+        adjudicator.contains("- path `codex-rs/src/render.rs` on line"),
+        "{adjudicator}"
+    );
+    assert!(
+        !adjudicator.contains("4f3a9c2e1b`") && !adjudicator.contains("- path `ce/brainstorm/`"),
+        "only what the evidence did not settle: {adjudicator}"
     );
     let reviser = project.prompt("reviser");
     for problem in &problems {
@@ -1182,24 +1233,81 @@ fn body_grounding_refuses_then_repairs() {
     assert_eq!(output_of(&project, "gate_1")["problems"], json!([]));
     let verdict = output_of(&project, "promotion_gate");
     assert_eq!(verdict["attempts"], 2);
-    assert_eq!(verdict["history"], json!([3, 0]));
+    assert_eq!(verdict["history"], json!([4, 0]));
     assert_eq!(verdict["checked"]["shas"], 1, "the real SHA was checked");
+    let adjudicated: Vec<(&str, &str, &str)> = verdict["adjudicated"]
+        .as_array()
+        .expect("adjudicated")
+        .iter()
+        .map(|a| {
+            (
+                a["text"].as_str().unwrap_or_default(),
+                a["verdict"].as_str().unwrap_or_default(),
+                a["by"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        adjudicated,
+        [
+            ("codex-rs/src/render.rs", "illustrative", "model"),
+            ("ce/brainstorm/", "illustrative", "evidence")
+        ]
+    );
     let record = project.record();
     for id in ["revise_2", "candidate_2", "gate_2"] {
         assert_eq!(status(&record, id), "skipped", "{id}");
     }
     let doc = project.test.read(DOC);
+    assert!(doc.contains("the reader is now part of"), "{doc}");
     assert!(
-        doc.contains("the stream reader the fix removed is gone"),
+        doc.contains("`${{ secrets.TOKEN }}`") && doc.contains("request id 4f3a9c2e1b"),
         "{doc}"
     );
-    assert!(!doc.contains("deadbeef42") && !doc.contains("{{"), "{doc}");
+    assert!(!doc.contains("deadbeef42") && !doc.contains(&away), "{doc}");
     assert!(
         out.stdout
-            .contains("Grounding: 3 problem(s) repaired in 1 round(s), then clean"),
+            .contains("Grounding: 4 problem(s) repaired in 1 round(s), then clean (")
+            && out
+                .stdout
+                .contains("; 2 flag(s) adjudicated: 2 illustrative, 1 by the model)"),
         "{}",
         out.stdout
     );
+}
+
+/// A repair round that deletes the content to get past the gate is itself refused: the
+/// revision must keep every section and most of the words.
+#[test]
+fn a_revision_that_deletes_content_is_refused() {
+    let project = with_solutions();
+    let mut reply = Project::fixture_reply("solution-extractor");
+    reply["sections"]["solution"] = json!(
+        "Buffer the body once before the retry loop; `src/body_cache.rs` holds the copy, and every retry reads from it, so the second attempt sends the same bytes as the first one did."
+    );
+    project.reply("solution-extractor", &reply);
+    let mut gutted = reply.clone();
+    for (_, text) in gutted["sections"].as_object_mut().expect("sections") {
+        *text = json!("Fixed.");
+    }
+    gutted["frontmatter"] = Project::fixture_reply("context-analyzer")["frontmatter"].clone();
+    project.reply("reviser", &gutted);
+    let out = project.run(&[]);
+    let record = project.record();
+    assert_exited(&out, &record, "promotion_gate", "the revision removed ");
+    let gate_1 = output_of(&project, "gate_1");
+    assert!(
+        gate_1["problems"]
+            .as_array()
+            .expect("problems")
+            .iter()
+            .any(|p| p
+                .as_str()
+                .unwrap_or_default()
+                .contains("the revision removed ")),
+        "{gate_1}"
+    );
+    assert!(!project.path(DOC).exists());
 }
 
 /// When the revisions do not fix it, the rounds are bounded: three attempts, each recorded, and
