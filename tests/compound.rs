@@ -615,7 +615,7 @@ symptoms:
 root_cause: consumed stream
 resolution_type: code_fix
 source_refs:
-- src/old_upload.rs
+- src/upload.rs
 last_updated: 2026-02-01
 ---
 
@@ -675,7 +675,7 @@ symptoms:
 root_cause: consumed stream
 resolution_type: code_fix
 source_refs:
-- src/old_upload.rs
+- src/upload.rs
 invalidation_condition: \"upload() stops buffering the body before its retry loop\"
 last_updated: 2026-11-30
 ---
@@ -684,7 +684,7 @@ last_updated: 2026-11-30
     assert_eq!(frontmatter["last_updated"].as_str(), Some(TODAY));
     assert_eq!(
         frontmatter["source_refs"][0].as_str(),
-        Some("src/old_upload.rs")
+        Some("src/upload.rs")
     );
     assert_eq!(doc.matches("last_updated:").count(), 1);
     assert!(
@@ -702,6 +702,105 @@ last_updated: 2026-11-30
         merger.contains("Retries sent nothing."),
         "the existing doc is given: {merger}"
     );
+}
+
+/// An existing doc that follows neither template: a knowledge type written with bug-track
+/// headings, a custom `## Notes` section with a subsection and a fence that shows a heading. The
+/// update rewrites one section; every other byte of the body stays, in its order.
+const CUSTOM: &str = "docs/solutions/best-practices/retry-notes.md";
+const CUSTOM_DOC: &str = "---
+title: Retries resend what they read
+date: 2026-02-10
+category: best-practices
+module: upload
+problem_type: best_practice
+component: upload client
+severity: low
+tags: [retry]
+---
+
+# Retries resend what they read
+
+An intro paragraph before any section.
+
+## Problem
+
+A retry resent a stream it had consumed.
+
+## Solution
+
+Wrap the stream.
+
+## Notes
+
+Team notes, kept by hand.
+
+### A detail
+
+```md
+## not a heading: inside a fence
+```
+
+## Prevention
+
+Review retry loops.
+";
+
+#[test]
+fn an_update_keeps_the_existing_docs_structure() {
+    let project = with_existing_doc();
+    project.test.write(&format!("repo/{CUSTOM}"), CUSTOM_DOC);
+    project.commit("a learning with its own sections");
+    same_learning(&project, CUSTOM);
+    project.reply(
+        "update-merger",
+        &json!({"track": "kept", "sections": {"Solution": "Buffer the body once before the retry loop (`src/upload.rs:5`)."}}),
+    );
+    let out = project.run(&[]);
+    out.code(0);
+    assert_eq!(project.record()["status"], "completed", "{}", out.stdout);
+    let merger = project.prompt("update-merger");
+    assert!(
+        merger.contains("- Problem\n- Solution\n- Notes\n- Prevention\n"),
+        "the merger is given the doc's own sections: {merger}"
+    );
+    let doc = project.test.read(&format!("repo/{CUSTOM}"));
+    let solution_at = CUSTOM_DOC.find("## Solution\n").expect("a solution");
+    let notes_at = CUSTOM_DOC.find("## Notes\n").expect("notes");
+    let head = &CUSTOM_DOC[..CUSTOM_DOC.find("\n---\n").expect("frontmatter") + 1];
+    assert!(doc.starts_with(head), "the frontmatter is kept:\n{doc}");
+    let body_from = doc.find("\n---\n").expect("frontmatter") + 5;
+    let expected_body = format!(
+        "{}## Solution\n\nBuffer the body once before the retry loop (`src/upload.rs:5`).\n\n{}",
+        &CUSTOM_DOC[CUSTOM_DOC.find("\n---\n").expect("fm") + 5..solution_at],
+        &CUSTOM_DOC[notes_at..]
+    );
+    assert_eq!(&doc[body_from..], expected_body, "{doc}");
+    assert!(
+        !doc.contains("## Guidance") && !doc.contains("## Context"),
+        "{doc}"
+    );
+}
+
+/// The kept doc's own source_refs are grounded too: a reference to a file that no longer exists
+/// is refused with the reason, before anything is written.
+#[test]
+fn a_dead_kept_source_ref_is_refused_before_any_write() {
+    let project = with_existing_doc();
+    let dead = EXISTING_DOC.replace("- src/upload.rs\n", "- src/old_upload.rs\n");
+    project.test.write(&format!("repo/{EXISTING}"), &dead);
+    project.commit("an earlier learning citing a file since removed");
+    high_overlap(&project);
+    let out = project.run(&[]);
+    let record = project.record();
+    assert_exited(
+        &out,
+        &record,
+        "promotion_gate",
+        "source_refs: `src/old_upload.rs` does not exist in the repository",
+    );
+    assert_eq!(project.test.read(&format!("repo/{EXISTING}")), dead);
+    assert!(!project.path("repo/CONCEPTS.md").exists());
 }
 
 #[test]
@@ -990,6 +1089,16 @@ fn same_learning(project: &Project, path: &str) {
     );
 }
 
+/// An update's sections, keyed by the headings of the knowledge docs of the fixtures.
+fn kept_sections(note: &str) -> Value {
+    let mut reply = knowledge_sections(note);
+    let sections = reply["sections"].take();
+    json!({"track": "kept", "sections": {
+        "Context": sections["context"], "Guidance": sections["guidance"],
+        "Why This Matters": sections["why_this_matters"], "When to Apply": sections["when_to_apply"],
+        "Examples": sections["examples"]}})
+}
+
 fn knowledge_sections(note: &str) -> Value {
     json!({"track": "knowledge", "sections": {
         "context": format!("Retries resent a consumed stream ({note})."),
@@ -1008,7 +1117,7 @@ fn each_kind_of_valid_existing_doc_is_updated_in_place() {
         let project = with_solutions();
         let before = project.test.read(&format!("repo/{path}"));
         same_learning(&project, path);
-        project.reply("update-merger", &knowledge_sections("seen again"));
+        project.reply("update-merger", &kept_sections("seen again"));
         let out = project.run(&[]);
         out.code(0);
         let record = project.record();
@@ -1513,7 +1622,22 @@ fn the_inline_and_revision_schemas_are_the_roles_own() {
     assert_eq!(inline["properties"]["related"], part("related.schema.json"));
     let revision = read("revision.schema.json");
     let solution = read("solution.schema.json");
-    assert_eq!(revision["allOf"], solution["allOf"]);
+    // The two tracks of a new doc, and the kept track of an update in place.
+    assert_eq!(
+        revision["allOf"].as_array().expect("a list")[..2],
+        solution["allOf"].as_array().expect("a list")[..]
+    );
+    assert_eq!(
+        revision["allOf"][2]["then"]["properties"]["sections"],
+        read("update.schema.json")["properties"]["sections"]
+            .as_object()
+            .map(|s| {
+                let mut s = s.clone();
+                s.remove("description");
+                Value::Object(s)
+            })
+            .expect("sections")
+    );
     assert_eq!(
         revision["properties"]["sections"],
         solution["properties"]["sections"]
