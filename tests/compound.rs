@@ -767,7 +767,7 @@ fn an_update_keeps_the_existing_docs_structure() {
     let doc = project.test.read(&format!("repo/{CUSTOM}"));
     let solution_at = CUSTOM_DOC.find("## Solution\n").expect("a solution");
     let notes_at = CUSTOM_DOC.find("## Notes\n").expect("notes");
-    let head = &CUSTOM_DOC[..CUSTOM_DOC.find("\n---\n").expect("frontmatter") + 1];
+    let head = &CUSTOM_DOC[..=CUSTOM_DOC.find("\n---\n").expect("frontmatter")];
     assert!(doc.starts_with(head), "the frontmatter is kept:\n{doc}");
     let body_from = doc.find("\n---\n").expect("frontmatter") + 5;
     let expected_body = format!(
