@@ -1890,6 +1890,72 @@ fn the_state_folder_is_owner_only() {
     assert_eq!(mode & 0o777, 0o700, "{mode:o}");
 }
 
+/// Run the way a user does, from inside the repository and without `--state-dir`: the records
+/// (they hold the session's text) land in the user's state folder, owner-only, and nothing of
+/// the conversation is left in the worktree: git sees only what the run published.
+#[test]
+fn the_records_stay_out_of_the_repository() {
+    use std::os::unix::fs::PermissionsExt;
+    let project = Project::new();
+    project.compose_inline_replies();
+    let out = project
+        .test
+        .command([
+            "run".to_string(),
+            "compound".to_string(),
+            "--input".to_string(),
+            "repo=.".to_string(),
+            "--input".to_string(),
+            format!(
+                "transcript_path={}",
+                fixtures("compound/session.jsonl").display()
+            ),
+            "--input".to_string(),
+            "context=the upload retry fix".to_string(),
+        ])
+        .cwd(&project.path("repo"))
+        .without_state_dir()
+        .env("PATH", &project.search_path())
+        .env("STAGEGRAPH_NOW", NOW)
+        .env(
+            "STAGEGRAPH_CONFIG",
+            &project.path("stagegraph.toml").display().to_string(),
+        )
+        .output();
+    out.code(0);
+    assert!(!project.path("repo/.stagegraph").exists());
+    let status = Command::new("git")
+        .args(["status", "--porcelain", "--untracked-files=all"])
+        .current_dir(project.path("repo"))
+        .output()
+        .expect("git status");
+    let mut changed: Vec<String> = String::from_utf8_lossy(&status.stdout)
+        .lines()
+        .map(|line| line[3..].to_string())
+        .collect();
+    changed.sort();
+    assert_eq!(
+        changed,
+        [
+            "CONCEPTS.md",
+            "docs/solutions/runtime-errors/upload-retry-empty-body.md"
+        ]
+    );
+    let users = project.path("state-home/stagegraph");
+    let keyed: Vec<PathBuf> = fs::read_dir(&users)
+        .expect("the user state folder")
+        .flatten()
+        .map(|entry| entry.path())
+        .collect();
+    assert_eq!(keyed.len(), 1, "{keyed:?}");
+    let mode = fs::metadata(&keyed[0]).expect("meta").permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "{mode:o}");
+    assert!(
+        keyed[0].join("runs").is_dir(),
+        "the runs are there: {keyed:?}"
+    );
+}
+
 /// A write inside the boundary fails after CONCEPTS.md landed (the category folder is a link
 /// out of the repository, which the write roots refuse): the output names exactly what was
 /// written and what was not, and gives no completion signal.
