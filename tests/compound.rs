@@ -1956,11 +1956,11 @@ fn the_records_stay_out_of_the_repository() {
     );
 }
 
-/// A write inside the boundary fails after CONCEPTS.md landed (the category folder is a link
-/// out of the repository, which the write roots refuse): the output names exactly what was
-/// written and what was not, and gives no completion signal.
+/// The learning's category folder is a link out of the repository, which the write roots refuse:
+/// every target is checked before the first write, so the run is refused with the reason and
+/// CONCEPTS.md, which could be written, is not: nothing is published in part.
 #[test]
-fn a_failure_inside_the_boundary_is_reported_as_partial_publication() {
+fn an_unwritable_target_is_refused_before_any_write() {
     let project = Project::new();
     fs::create_dir_all(project.path("elsewhere")).expect("a folder outside");
     fs::create_dir_all(project.path("repo/docs/solutions")).expect("docs/solutions");
@@ -1970,38 +1970,25 @@ fn a_failure_inside_the_boundary_is_reported_as_partial_publication() {
     )
     .expect("a link");
     let out = project.run(&[]);
-    out.code(1);
     let record = project.record();
-    assert_eq!(record["status"], "failed", "{record:#}");
-    assert_eq!(
-        status(&record, "publish_concepts"),
-        "succeeded",
-        "{record:#}"
+    assert_exited(
+        &out,
+        &record,
+        "targets_writable",
+        "Documentation not written: a target of the publication cannot be written",
     );
-    assert_eq!(status(&record, "publish"), "failed");
-    assert!(project.path("repo/CONCEPTS.md").is_file());
-    // The report is a finally stage's output: printed however the run ended, and recorded.
+    let message = record["exit"]["message"].as_str().unwrap_or_default();
     assert!(
-        !out.stdout.contains("Documentation complete"),
-        "{}",
-        out.stdout
+        message.contains("upload-retry-empty-body.md` resolves to")
+            && message.contains("outside the workflow's writes"),
+        "{message}"
     );
-    assert!(
-        out.stdout
-            .contains("Partial publication: CONCEPTS.md written;")
-            && out.stdout.contains("Documentation incomplete"),
-        "{}",
-        out.stdout
-    );
-    let report = project.test.stage_output("report");
-    assert!(
-        report.contains(
-            "Partial publication: CONCEPTS.md written; docs/solutions/runtime-errors/upload-retry-empty-body.md not written: "
-        ),
-        "{report}"
-    );
-    assert!(
-        report.trim_end().ends_with("\nDocumentation incomplete"),
-        "{report}"
-    );
+    for id in ["publish_concepts", "publish"] {
+        assert_ne!(status(&record, id), "succeeded", "{id}");
+    }
+    assert!(!project.path("repo/CONCEPTS.md").exists());
+    assert!(fs::read_dir(project.path("elsewhere"))
+        .expect("a folder")
+        .next()
+        .is_none());
 }
