@@ -782,6 +782,29 @@ fn an_update_keeps_the_existing_docs_structure() {
     );
 }
 
+/// An update that rewrites a section without its subsections drops part of the doc's structure:
+/// the gate refuses it, naming the section, and nothing is written.
+#[test]
+fn an_update_that_drops_a_subsection_is_refused() {
+    let project = with_existing_doc();
+    project.test.write(&format!("repo/{CUSTOM}"), CUSTOM_DOC);
+    project.commit("a learning with its own sections");
+    same_learning(&project, CUSTOM);
+    project.reply(
+        "update-merger",
+        &json!({"track": "kept", "sections": {"Notes": "Team notes, rewritten without their detail."}}),
+    );
+    let out = project.run(&[]);
+    let record = project.record();
+    assert_exited(
+        &out,
+        &record,
+        "promotion_gate",
+        "the update dropped the section `### A detail` of the existing doc",
+    );
+    assert_eq!(project.test.read(&format!("repo/{CUSTOM}")), CUSTOM_DOC);
+}
+
 /// The kept doc's own source_refs are grounded too: a reference to a file that no longer exists
 /// is refused with the reason, before anything is written.
 #[test]
