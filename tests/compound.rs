@@ -50,6 +50,26 @@ done
 printf ']}\n' >> "$out"
 "#;
 
+/// The Promotion Judge, answering from its prompt: every source_ref it is given grounds the
+/// learning unless `model/irrelevant.txt` lists it; the invalidation condition is specific unless
+/// `model/vague.txt` lists it.
+const JUDGE_HOOK: &str = r#"dir=$(dirname "$0")/..
+prompt="$dir/prompts/promotion-judge.txt"
+out="$dir/replies/promotion-judge.json"
+printf '{"refs": [' > "$out"
+sep=''
+sed -n 's/^- source_ref: `\(.*\)`$/\1/p' "$prompt" | while read -r ref; do
+  grounds=true
+  if grep -qxF "$ref" "$dir/irrelevant.txt" 2>/dev/null; then grounds=false; fi
+  printf '%s{"ref": "%s", "grounds": %s, "reason": "judged from the prompt"}' "$sep" "$ref" "$grounds" >> "$out"
+  sep=', '
+done
+condition=$(sed -n 's/^- invalidation_condition: `\(.*\)`$/\1/p' "$prompt")
+specific=true
+if grep -qxF "$condition" "$dir/vague.txt" 2>/dev/null; then specific=false; fi
+printf '], "invalidation_condition": {"specific": %s, "reason": "judged from the prompt"}}\n' "$specific" >> "$out"
+"#;
+
 /// A temporary folder holding the target repository (`repo/`, a git repository with one commit),
 /// the model script and its replies, and the `stagegraph.toml` that points `sonnet` at it.
 struct Project {
@@ -70,6 +90,7 @@ impl Project {
         fs::create_dir_all(project.path("model/prompts")).expect("a prompts folder");
         project.test.write("model/model.sh", MODEL_SCRIPT);
         project.hook("claims-adjudicator", ADJUDICATOR_HOOK);
+        project.hook("promotion-judge", JUDGE_HOOK);
         project.test.write(
             "bin/gh",
             "#!/bin/sh\necho 'gh: unavailable in tests' >&2\nexit 1\n",
@@ -803,6 +824,81 @@ fn an_update_that_drops_a_subsection_is_refused() {
         "the update dropped the section `### A detail` of the existing doc",
     );
     assert_eq!(project.test.read(&format!("repo/{CUSTOM}")), CUSTOM_DOC);
+}
+
+/// The promotion decision is semantic too: a reference that exists but does not ground the
+/// learning and a vague invalidation condition are refused with the judge's reasons, repaired
+/// like any refusal, and the judgement that promoted the doc is in the record and the summary.
+#[test]
+fn the_promotion_judgement_refuses_vague_conditions_and_irrelevant_refs() {
+    let project = with_solutions();
+    project.analyzer_frontmatter("title: Upload retries send an empty body\ndate: 2026-11-30\ncategory: runtime-errors\nmodule: upload\nproblem_type: runtime_error\ncomponent: upload client\nseverity: medium\nsymptoms:\n  - \"HTTP 400 on the second attempt\"\nroot_cause: logic_error\nresolution_type: code_fix\nsource_refs:\n  - README.md\ninvalidation_condition: if the code changes\n");
+    project.test.write("model/irrelevant.txt", "README.md\n");
+    project
+        .test
+        .write("model/vague.txt", "if the code changes\n");
+    let mut fixed = Project::fixture_reply("solution-extractor");
+    fixed["frontmatter"] = Project::fixture_reply("context-analyzer")["frontmatter"].clone();
+    project.reply("reviser", &fixed);
+    let out = project.run(&[]);
+    out.code(0);
+    let gate_0 = output_of(&project, "gate_0");
+    let problems: Vec<&str> = gate_0["problems"]
+        .as_array()
+        .expect("problems")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        problems,
+        [
+            "source_refs: `README.md` does not ground this learning (judged: judged from the prompt); cite the files of the fix, its test or the behaviour it describes",
+            "invalidation_condition: `if the code changes` is not specific (judged: judged from the prompt); name what would have to change for this learning to stop holding",
+        ]
+    );
+    let judge = project.prompt("promotion-judge");
+    assert!(
+        judge.contains("- source_ref: `src/upload.rs:4`"),
+        "the revision is judged: {judge}"
+    );
+    let verdict = output_of(&project, "promotion_gate");
+    assert_eq!(
+        verdict["judgement"]["invalidation_condition"]["specific"],
+        true
+    );
+    assert_eq!(
+        verdict["judgement"]["refs"].as_array().map(Vec::len),
+        Some(2)
+    );
+    assert!(
+        out.stdout.contains("Promotion judgement: 2 of 2 source_ref(s) ground the learning; the invalidation condition is specific"),
+        "{}",
+        out.stdout
+    );
+    let doc = project.test.read(DOC);
+    assert!(
+        !doc.contains("if the code changes") && !doc.contains("- README.md"),
+        "{doc}"
+    );
+
+    // Refused to the end: nothing is written, and the reasons are in the report.
+    let project = with_solutions();
+    project.analyzer_frontmatter("title: Upload retries send an empty body\ndate: 2026-11-30\ncategory: runtime-errors\nmodule: upload\nproblem_type: runtime_error\ncomponent: upload client\nseverity: medium\nsymptoms:\n  - \"HTTP 400 on the second attempt\"\nroot_cause: logic_error\nresolution_type: code_fix\nsource_refs:\n  - src/upload.rs\ninvalidation_condition: if the code changes\n");
+    project
+        .test
+        .write("model/vague.txt", "if the code changes\n");
+    let mut same = Project::fixture_reply("solution-extractor");
+    same["frontmatter"] = json!("title: Upload retries send an empty body\ndate: 2026-11-30\ncategory: runtime-errors\nmodule: upload\nproblem_type: runtime_error\ncomponent: upload client\nseverity: medium\nsymptoms:\n  - \"HTTP 400 on the second attempt\"\nroot_cause: logic_error\nresolution_type: code_fix\nsource_refs:\n  - src/upload.rs\ninvalidation_condition: if the code changes\n");
+    project.reply("reviser", &same);
+    let out = project.run(&[]);
+    let record = project.record();
+    assert_exited(
+        &out,
+        &record,
+        "promotion_gate",
+        "invalidation_condition: `if the code changes` is not specific (judged: judged from the prompt)",
+    );
+    assert!(!project.path(DOC).exists());
 }
 
 /// The kept doc's own source_refs are grounded too: a reference to a file that no longer exists
@@ -1689,7 +1785,10 @@ fn lightweight_mode_is_one_pass_with_the_same_promotion_obligations() {
         "{}",
         out.stdout
     );
-    assert_eq!(project.calls(), ["triage", "lightweight-pass"]);
+    assert_eq!(
+        project.calls(),
+        ["triage", "lightweight-pass", "promotion-judge"]
+    );
     let pass = project.prompt("lightweight-pass");
     assert!(
         pass.contains("Context hint from the user: the upload retry fix\n"),
@@ -1776,6 +1875,7 @@ fn headless_runs_end_with_a_structured_report() {
         "Category: runtime-errors",
         "Overlap: low",
         "Grounding: clean (2 source_ref(s), 2 path(s), 0 commit SHA(s), 0 link(s) checked)",
+        "Promotion judgement: 2 of 2 source_ref(s) ground the learning; the invalidation condition is specific (judged from the prompt)",
         "Execution: inline-serial (dispatch_authorization_missing): the three roles ran in one model call, not as independent or parallel workers",
         "Instruction-file edit: none (no AGENTS.md or CLAUDE.md at the repo root)",
         "CONCEPTS.md: created with 1 term(s) added (Upload client)",
