@@ -550,6 +550,22 @@ fn unsafe_or_incomplete_frontmatter_is_refused_by_the_promotion_gate() {
             "`title` has an unquoted `: `",
         ),
         (
+            "an unquoted `key: value` list item",
+            base.replace(
+                "tags: [upload, retry]",
+                "tags:\n  - upload\n  - scope: cross-model",
+            ),
+            "an item of `tags` (`scope: cross-model`) has an unquoted `: `",
+        ),
+        (
+            "an unquoted ` #` in a list item",
+            base.replace(
+                "  - \"HTTP 400 on the second attempt\"",
+                "  - HTTP 400 on attempt #2 only",
+            ),
+            "an item of `symptoms` has an unquoted ` #`",
+        ),
+        (
             "missing invalidation_condition",
             base.replace(
                 "invalidation_condition: upload() stops buffering the body before its retry loop\n",
