@@ -437,19 +437,27 @@ fn concepts_md_is_append_merged_and_existing_terms_are_not_repeated() {
     let project = Project::new();
     project.test.write(
         "repo/CONCEPTS.md",
-        "# Concepts\n\n- **Upload client**: already defined by hand.\n",
+        "# Concepts\n\n- **Upload client**: already defined by hand.\n\n## Retry budget\n\nA heading form.\n\n| Term | Meaning |\n|---|---|\n| Send attempt | a table form |\n\n**Target writers** write targets.\n",
     );
     project.commit("concepts");
     let mut reply = Project::fixture_reply("vocabulary-capture");
-    reply["terms"]
-        .as_array_mut()
-        .expect("terms")
-        .push(json!({"term": "Buffered body", "definition": "The request body copied once so every attempt sends it whole.", "source_ref": "src/upload.rs:5"}));
+    let terms = reply["terms"].as_array_mut().expect("terms");
+    terms.clear();
+    // The same terms in other forms: a heading, a table cell (another case and punctuation), a
+    // singular of a bolded plural; then one new term, twice.
+    for term in ["retry budget", "Send-ATTEMPT", "Target writer"] {
+        terms.push(
+            json!({"term": term, "definition": "Already there.", "source_ref": "src/upload.rs"}),
+        );
+    }
+    for _ in 0..2 {
+        terms.push(json!({"term": "Buffered body", "definition": "The request body copied once so every attempt sends it whole.", "source_ref": "src/upload.rs:5"}));
+    }
     project.reply("vocabulary-capture", &reply);
     project.run(&[]).code(0);
     assert_eq!(
         project.test.read("repo/CONCEPTS.md"),
-        "# Concepts\n\n- **Upload client**: already defined by hand.\n- **Buffered body**: The request body copied once so every attempt sends it whole. (source: `src/upload.rs:5`)\n"
+        "# Concepts\n\n- **Upload client**: already defined by hand.\n\n## Retry budget\n\nA heading form.\n\n| Term | Meaning |\n|---|---|\n| Send attempt | a table form |\n\n**Target writers** write targets.\n\n- **Buffered body**: The request body copied once so every attempt sends it whole. (source: `src/upload.rs:5`)\n"
     );
 }
 
