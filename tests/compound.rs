@@ -706,7 +706,8 @@ fn high_overlap_updates_the_existing_doc_in_place() {
     let doc = project.test.read(&format!("repo/{EXISTING}"));
     let (frontmatter, body) = split(&doc);
     // The layout is kept: the comment, the quoting, the key order, and source_refs as the doc had
-    // them (its provenance); invalidation_condition added; last_updated set once, to today.
+    // them (its provenance) with this run's fresh ones appended; invalidation_condition added;
+    // last_updated set once, to today.
     let expected_head = "---
 # written by hand
 title: \"Upload retry sends nothing\"
@@ -721,6 +722,8 @@ root_cause: consumed stream
 resolution_type: code_fix
 source_refs:
 - src/upload.rs
+- \"src/upload.rs:4\"
+- \"tests/upload_retry.rs\"
 invalidation_condition: \"upload() stops buffering the body before its retry loop\"
 last_updated: 2026-11-30
 ---
@@ -1285,6 +1288,9 @@ fn each_kind_of_valid_existing_doc_is_updated_in_place() {
         let (old, _) = split(&before);
         // Every field the doc had, as it had it.
         for (key, value) in old.as_hash().expect("a mapping") {
+            if key.as_str() == Some("source_refs") {
+                continue; // its own, with this run's appended: below
+            }
             assert_eq!(
                 &frontmatter[key.as_str().expect("a key")],
                 value,
@@ -1292,9 +1298,13 @@ fn each_kind_of_valid_existing_doc_is_updated_in_place() {
             );
         }
         let old_head = &before[..before[4..].find("\n---\n").expect("a closing line") + 4];
+        let kept_head = old_head.replace(
+            "  - \"docs/solutions/best-practices/retry-budgets.md\"\n",
+            "  - \"docs/solutions/best-practices/retry-budgets.md\"\n  - \"src/upload.rs:4\"\n  - \"tests/upload_retry.rs\"\n",
+        );
         assert!(
-            doc.starts_with(old_head),
-            "{path}: the frontmatter text is kept:\n{doc}"
+            doc.starts_with(&kept_head),
+            "{path}: the frontmatter text is kept, the fresh refs appended to its own:\n{doc}"
         );
         assert_eq!(frontmatter["last_updated"].as_str(), Some(TODAY), "{path}");
         let refs: Vec<&str> = frontmatter["source_refs"]
@@ -1308,7 +1318,9 @@ fn each_kind_of_valid_existing_doc_is_updated_in_place() {
                 refs,
                 [
                     "src/upload.rs",
-                    "docs/solutions/best-practices/retry-budgets.md"
+                    "docs/solutions/best-practices/retry-budgets.md",
+                    "src/upload.rs:4",
+                    "tests/upload_retry.rs"
                 ]
             );
             assert_eq!(
