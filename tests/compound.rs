@@ -35,6 +35,41 @@ if [ -f "$dir/hooks/$role.sh" ]; then sh "$dir/hooks/$role.sh"; fi
 if [ -f "$dir/replies/$role.json" ]; then cat "$dir/replies/$role.json"; else echo "no reply for role '$role'" >&2; exit 1; fi
 "#;
 
+/// The Claims Adjudicator, answering from its prompt: one verdict per flag it is given, the one
+/// `model/verdicts.txt` names for the claim's text (`text<TAB>verdict` lines), else `broken`.
+const ADJUDICATOR_HOOK: &str = r#"dir=$(dirname "$0")/..
+out="$dir/replies/claims-adjudicator.json"
+printf '{"verdicts": [' > "$out"
+sep=''
+sed -n 's/^- [a-z]* `\(.*\)` on line \([0-9]*\): .*/\1\t\2/p' "$dir/prompts/claims-adjudicator.txt" | while IFS="$(printf '\t')" read -r text line; do
+  verdict=$(awk -F'\t' -v t="$text" '$1 == t { print $2; exit }' "$dir/verdicts.txt" 2>/dev/null)
+  [ -n "$verdict" ] || verdict=broken
+  printf '%s{"text": "%s", "line": %s, "verdict": "%s", "reason": "judged %s from its line"}' "$sep" "$text" "$line" "$verdict" "$verdict" >> "$out"
+  sep=', '
+done
+printf ']}\n' >> "$out"
+"#;
+
+/// The Promotion Judge, answering from its prompt: every source_ref it is given grounds the
+/// learning unless `model/irrelevant.txt` lists it; the invalidation condition is specific unless
+/// `model/vague.txt` lists it.
+const JUDGE_HOOK: &str = r#"dir=$(dirname "$0")/..
+prompt="$dir/prompts/promotion-judge.txt"
+out="$dir/replies/promotion-judge.json"
+printf '{"refs": [' > "$out"
+sep=''
+sed -n 's/^- source_ref: `\(.*\)`$/\1/p' "$prompt" | while read -r ref; do
+  grounds=true
+  if grep -qxF "$ref" "$dir/irrelevant.txt" 2>/dev/null; then grounds=false; fi
+  printf '%s{"ref": "%s", "grounds": %s, "reason": "judged from the prompt"}' "$sep" "$ref" "$grounds" >> "$out"
+  sep=', '
+done
+condition=$(sed -n 's/^- invalidation_condition: `\(.*\)`$/\1/p' "$prompt")
+specific=true
+if grep -qxF "$condition" "$dir/vague.txt" 2>/dev/null; then specific=false; fi
+printf '], "invalidation_condition": {"specific": %s, "reason": "judged from the prompt"}}\n' "$specific" >> "$out"
+"#;
+
 /// A temporary folder holding the target repository (`repo/`, a git repository with one commit),
 /// the model script and its replies, and the `stagegraph.toml` that points `sonnet` at it.
 struct Project {
@@ -54,6 +89,8 @@ impl Project {
         );
         fs::create_dir_all(project.path("model/prompts")).expect("a prompts folder");
         project.test.write("model/model.sh", MODEL_SCRIPT);
+        project.hook("claims-adjudicator", ADJUDICATOR_HOOK);
+        project.hook("promotion-judge", JUDGE_HOOK);
         project.test.write(
             "bin/gh",
             "#!/bin/sh\necho 'gh: unavailable in tests' >&2\nexit 1\n",
@@ -400,19 +437,27 @@ fn concepts_md_is_append_merged_and_existing_terms_are_not_repeated() {
     let project = Project::new();
     project.test.write(
         "repo/CONCEPTS.md",
-        "# Concepts\n\n- **Upload client**: already defined by hand.\n",
+        "# Concepts\n\n- **Upload client**: already defined by hand.\n\n## Retry budget\n\nA heading form.\n\n| Term | Meaning |\n|---|---|\n| Send attempt | a table form |\n\n**Target writers** write targets.\n",
     );
     project.commit("concepts");
     let mut reply = Project::fixture_reply("vocabulary-capture");
-    reply["terms"]
-        .as_array_mut()
-        .expect("terms")
-        .push(json!({"term": "Buffered body", "definition": "The request body copied once so every attempt sends it whole.", "source_ref": "src/upload.rs:5"}));
+    let terms = reply["terms"].as_array_mut().expect("terms");
+    terms.clear();
+    // The same terms in other forms: a heading, a table cell (another case and punctuation), a
+    // singular of a bolded plural; then one new term, twice.
+    for term in ["retry budget", "Send-ATTEMPT", "Target writer"] {
+        terms.push(
+            json!({"term": term, "definition": "Already there.", "source_ref": "src/upload.rs"}),
+        );
+    }
+    for _ in 0..2 {
+        terms.push(json!({"term": "Buffered body", "definition": "The request body copied once so every attempt sends it whole.", "source_ref": "src/upload.rs:5"}));
+    }
     project.reply("vocabulary-capture", &reply);
     project.run(&[]).code(0);
     assert_eq!(
         project.test.read("repo/CONCEPTS.md"),
-        "# Concepts\n\n- **Upload client**: already defined by hand.\n- **Buffered body**: The request body copied once so every attempt sends it whole. (source: `src/upload.rs:5`)\n"
+        "# Concepts\n\n- **Upload client**: already defined by hand.\n\n## Retry budget\n\nA heading form.\n\n| Term | Meaning |\n|---|---|\n| Send attempt | a table form |\n\n**Target writers** write targets.\n\n- **Buffered body**: The request body copied once so every attempt sends it whole. (source: `src/upload.rs:5`)\n"
     );
 }
 
@@ -513,6 +558,22 @@ fn unsafe_or_incomplete_frontmatter_is_refused_by_the_promotion_gate() {
             "`title` has an unquoted `: `",
         ),
         (
+            "an unquoted `key: value` list item",
+            base.replace(
+                "tags: [upload, retry]",
+                "tags:\n  - upload\n  - scope: cross-model",
+            ),
+            "an item of `tags` (`scope: cross-model`) has an unquoted `: `",
+        ),
+        (
+            "an unquoted ` #` in a list item",
+            base.replace(
+                "  - \"HTTP 400 on the second attempt\"",
+                "  - HTTP 400 on attempt #2 only",
+            ),
+            "an item of `symptoms` has an unquoted ` #`",
+        ),
+        (
             "missing invalidation_condition",
             base.replace(
                 "invalidation_condition: upload() stops buffering the body before its retry loop\n",
@@ -599,7 +660,7 @@ symptoms:
 root_cause: consumed stream
 resolution_type: code_fix
 source_refs:
-- src/old_upload.rs
+- src/upload.rs
 last_updated: 2026-02-01
 ---
 
@@ -645,7 +706,8 @@ fn high_overlap_updates_the_existing_doc_in_place() {
     let doc = project.test.read(&format!("repo/{EXISTING}"));
     let (frontmatter, body) = split(&doc);
     // The layout is kept: the comment, the quoting, the key order, and source_refs as the doc had
-    // them (its provenance); invalidation_condition added; last_updated set once, to today.
+    // them (its provenance) with this run's fresh ones appended; invalidation_condition added;
+    // last_updated set once, to today.
     let expected_head = "---
 # written by hand
 title: \"Upload retry sends nothing\"
@@ -659,7 +721,9 @@ symptoms:
 root_cause: consumed stream
 resolution_type: code_fix
 source_refs:
-- src/old_upload.rs
+- src/upload.rs
+- \"src/upload.rs:4\"
+- \"tests/upload_retry.rs\"
 invalidation_condition: \"upload() stops buffering the body before its retry loop\"
 last_updated: 2026-11-30
 ---
@@ -668,7 +732,7 @@ last_updated: 2026-11-30
     assert_eq!(frontmatter["last_updated"].as_str(), Some(TODAY));
     assert_eq!(
         frontmatter["source_refs"][0].as_str(),
-        Some("src/old_upload.rs")
+        Some("src/upload.rs")
     );
     assert_eq!(doc.matches("last_updated:").count(), 1);
     assert!(
@@ -686,6 +750,203 @@ last_updated: 2026-11-30
         merger.contains("Retries sent nothing."),
         "the existing doc is given: {merger}"
     );
+}
+
+/// An existing doc that follows neither template: a knowledge type written with bug-track
+/// headings, a custom `## Notes` section with a subsection and a fence that shows a heading. The
+/// update rewrites one section; every other byte of the body stays, in its order.
+const CUSTOM: &str = "docs/solutions/best-practices/retry-notes.md";
+const CUSTOM_DOC: &str = "---
+title: Retries resend what they read
+date: 2026-02-10
+category: best-practices
+module: upload
+problem_type: best_practice
+component: upload client
+severity: low
+tags: [retry]
+---
+
+# Retries resend what they read
+
+An intro paragraph before any section.
+
+## Problem
+
+A retry resent a stream it had consumed.
+
+## Solution
+
+Wrap the stream.
+
+## Notes
+
+Team notes, kept by hand.
+
+### A detail
+
+```md
+## not a heading: inside a fence
+```
+
+## Prevention
+
+Review retry loops.
+";
+
+#[test]
+fn an_update_keeps_the_existing_docs_structure() {
+    let project = with_existing_doc();
+    project.test.write(&format!("repo/{CUSTOM}"), CUSTOM_DOC);
+    project.commit("a learning with its own sections");
+    same_learning(&project, CUSTOM);
+    project.reply(
+        "update-merger",
+        &json!({"track": "kept", "sections": {"Solution": "Buffer the body once before the retry loop (`src/upload.rs:5`)."}}),
+    );
+    let out = project.run(&[]);
+    out.code(0);
+    assert_eq!(project.record()["status"], "completed", "{}", out.stdout);
+    let merger = project.prompt("update-merger");
+    assert!(
+        merger.contains("- Problem\n- Solution\n- Notes\n- Prevention\n"),
+        "the merger is given the doc's own sections: {merger}"
+    );
+    let doc = project.test.read(&format!("repo/{CUSTOM}"));
+    let solution_at = CUSTOM_DOC.find("## Solution\n").expect("a solution");
+    let notes_at = CUSTOM_DOC.find("## Notes\n").expect("notes");
+    let head = &CUSTOM_DOC[..=CUSTOM_DOC.find("\n---\n").expect("frontmatter")];
+    assert!(doc.starts_with(head), "the frontmatter is kept:\n{doc}");
+    let body_from = doc.find("\n---\n").expect("frontmatter") + 5;
+    let expected_body = format!(
+        "{}## Solution\n\nBuffer the body once before the retry loop (`src/upload.rs:5`).\n\n{}",
+        &CUSTOM_DOC[CUSTOM_DOC.find("\n---\n").expect("fm") + 5..solution_at],
+        &CUSTOM_DOC[notes_at..]
+    );
+    assert_eq!(&doc[body_from..], expected_body, "{doc}");
+    assert!(
+        !doc.contains("## Guidance") && !doc.contains("## Context"),
+        "{doc}"
+    );
+}
+
+/// An update that rewrites a section without its subsections drops part of the doc's structure:
+/// the gate refuses it, naming the section, and nothing is written.
+#[test]
+fn an_update_that_drops_a_subsection_is_refused() {
+    let project = with_existing_doc();
+    project.test.write(&format!("repo/{CUSTOM}"), CUSTOM_DOC);
+    project.commit("a learning with its own sections");
+    same_learning(&project, CUSTOM);
+    project.reply(
+        "update-merger",
+        &json!({"track": "kept", "sections": {"Notes": "Team notes, rewritten without their detail."}}),
+    );
+    let out = project.run(&[]);
+    let record = project.record();
+    assert_exited(
+        &out,
+        &record,
+        "promotion_gate",
+        "the update dropped the section `### A detail` of the existing doc",
+    );
+    assert_eq!(project.test.read(&format!("repo/{CUSTOM}")), CUSTOM_DOC);
+}
+
+/// The promotion decision is semantic too: a reference that exists but does not ground the
+/// learning and a vague invalidation condition are refused with the judge's reasons, repaired
+/// like any refusal, and the judgement that promoted the doc is in the record and the summary.
+#[test]
+fn the_promotion_judgement_refuses_vague_conditions_and_irrelevant_refs() {
+    let project = with_solutions();
+    project.analyzer_frontmatter("title: Upload retries send an empty body\ndate: 2026-11-30\ncategory: runtime-errors\nmodule: upload\nproblem_type: runtime_error\ncomponent: upload client\nseverity: medium\nsymptoms:\n  - \"HTTP 400 on the second attempt\"\nroot_cause: logic_error\nresolution_type: code_fix\nsource_refs:\n  - README.md\ninvalidation_condition: if the code changes\n");
+    project.test.write("model/irrelevant.txt", "README.md\n");
+    project
+        .test
+        .write("model/vague.txt", "if the code changes\n");
+    let mut fixed = Project::fixture_reply("solution-extractor");
+    fixed["frontmatter"] = Project::fixture_reply("context-analyzer")["frontmatter"].clone();
+    project.reply("reviser", &fixed);
+    let out = project.run(&[]);
+    out.code(0);
+    let gate_0 = output_of(&project, "gate_0");
+    let problems: Vec<&str> = gate_0["problems"]
+        .as_array()
+        .expect("problems")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        problems,
+        [
+            "source_refs: `README.md` does not ground this learning (judged: judged from the prompt); cite the files of the fix, its test or the behaviour it describes",
+            "invalidation_condition: `if the code changes` is not specific (judged: judged from the prompt); name what would have to change for this learning to stop holding",
+        ]
+    );
+    let judge = project.prompt("promotion-judge");
+    assert!(
+        judge.contains("- source_ref: `src/upload.rs:4`"),
+        "the revision is judged: {judge}"
+    );
+    let verdict = output_of(&project, "promotion_gate");
+    assert_eq!(
+        verdict["judgement"]["invalidation_condition"]["specific"],
+        true
+    );
+    assert_eq!(
+        verdict["judgement"]["refs"].as_array().map(Vec::len),
+        Some(2)
+    );
+    assert!(
+        out.stdout.contains("Promotion judgement: 2 of 2 source_ref(s) ground the learning; the invalidation condition is specific"),
+        "{}",
+        out.stdout
+    );
+    let doc = project.test.read(DOC);
+    assert!(
+        !doc.contains("if the code changes") && !doc.contains("- README.md"),
+        "{doc}"
+    );
+
+    // Refused to the end: nothing is written, and the reasons are in the report.
+    let project = with_solutions();
+    project.analyzer_frontmatter("title: Upload retries send an empty body\ndate: 2026-11-30\ncategory: runtime-errors\nmodule: upload\nproblem_type: runtime_error\ncomponent: upload client\nseverity: medium\nsymptoms:\n  - \"HTTP 400 on the second attempt\"\nroot_cause: logic_error\nresolution_type: code_fix\nsource_refs:\n  - src/upload.rs\ninvalidation_condition: if the code changes\n");
+    project
+        .test
+        .write("model/vague.txt", "if the code changes\n");
+    let mut same = Project::fixture_reply("solution-extractor");
+    same["frontmatter"] = json!("title: Upload retries send an empty body\ndate: 2026-11-30\ncategory: runtime-errors\nmodule: upload\nproblem_type: runtime_error\ncomponent: upload client\nseverity: medium\nsymptoms:\n  - \"HTTP 400 on the second attempt\"\nroot_cause: logic_error\nresolution_type: code_fix\nsource_refs:\n  - src/upload.rs\ninvalidation_condition: if the code changes\n");
+    project.reply("reviser", &same);
+    let out = project.run(&[]);
+    let record = project.record();
+    assert_exited(
+        &out,
+        &record,
+        "promotion_gate",
+        "invalidation_condition: `if the code changes` is not specific (judged: judged from the prompt)",
+    );
+    assert!(!project.path(DOC).exists());
+}
+
+/// The kept doc's own source_refs are grounded too: a reference to a file that no longer exists
+/// is refused with the reason, before anything is written.
+#[test]
+fn a_dead_kept_source_ref_is_refused_before_any_write() {
+    let project = with_existing_doc();
+    let dead = EXISTING_DOC.replace("- src/upload.rs\n", "- src/old_upload.rs\n");
+    project.test.write(&format!("repo/{EXISTING}"), &dead);
+    project.commit("an earlier learning citing a file since removed");
+    high_overlap(&project);
+    let out = project.run(&[]);
+    let record = project.record();
+    assert_exited(
+        &out,
+        &record,
+        "promotion_gate",
+        "source_refs: `src/old_upload.rs` does not exist in the repository",
+    );
+    assert_eq!(project.test.read(&format!("repo/{EXISTING}")), dead);
+    assert!(!project.path("repo/CONCEPTS.md").exists());
 }
 
 #[test]
@@ -974,6 +1235,16 @@ fn same_learning(project: &Project, path: &str) {
     );
 }
 
+/// An update's sections, keyed by the headings of the knowledge docs of the fixtures.
+fn kept_sections(note: &str) -> Value {
+    let mut reply = knowledge_sections(note);
+    let sections = reply["sections"].take();
+    json!({"track": "kept", "sections": {
+        "Context": sections["context"], "Guidance": sections["guidance"],
+        "Why This Matters": sections["why_this_matters"], "When to Apply": sections["when_to_apply"],
+        "Examples": sections["examples"]}})
+}
+
 fn knowledge_sections(note: &str) -> Value {
     json!({"track": "knowledge", "sections": {
         "context": format!("Retries resent a consumed stream ({note})."),
@@ -992,7 +1263,7 @@ fn each_kind_of_valid_existing_doc_is_updated_in_place() {
         let project = with_solutions();
         let before = project.test.read(&format!("repo/{path}"));
         same_learning(&project, path);
-        project.reply("update-merger", &knowledge_sections("seen again"));
+        project.reply("update-merger", &kept_sections("seen again"));
         let out = project.run(&[]);
         out.code(0);
         let record = project.record();
@@ -1017,6 +1288,9 @@ fn each_kind_of_valid_existing_doc_is_updated_in_place() {
         let (old, _) = split(&before);
         // Every field the doc had, as it had it.
         for (key, value) in old.as_hash().expect("a mapping") {
+            if key.as_str() == Some("source_refs") {
+                continue; // its own, with this run's appended: below
+            }
             assert_eq!(
                 &frontmatter[key.as_str().expect("a key")],
                 value,
@@ -1024,9 +1298,13 @@ fn each_kind_of_valid_existing_doc_is_updated_in_place() {
             );
         }
         let old_head = &before[..before[4..].find("\n---\n").expect("a closing line") + 4];
+        let kept_head = old_head.replace(
+            "  - \"docs/solutions/best-practices/retry-budgets.md\"\n",
+            "  - \"docs/solutions/best-practices/retry-budgets.md\"\n  - \"src/upload.rs:4\"\n  - \"tests/upload_retry.rs\"\n",
+        );
         assert!(
-            doc.starts_with(old_head),
-            "{path}: the frontmatter text is kept:\n{doc}"
+            doc.starts_with(&kept_head),
+            "{path}: the frontmatter text is kept, the fresh refs appended to its own:\n{doc}"
         );
         assert_eq!(frontmatter["last_updated"].as_str(), Some(TODAY), "{path}");
         let refs: Vec<&str> = frontmatter["source_refs"]
@@ -1040,7 +1318,9 @@ fn each_kind_of_valid_existing_doc_is_updated_in_place() {
                 refs,
                 [
                     "src/upload.rs",
-                    "docs/solutions/best-practices/retry-budgets.md"
+                    "docs/solutions/best-practices/retry-budgets.md",
+                    "src/upload.rs:4",
+                    "tests/upload_retry.rs"
                 ]
             );
             assert_eq!(
@@ -1123,33 +1403,51 @@ fn a_new_category_with_a_related_link() {
     assert_eq!(output_of(&project, "promotion_gate")["checked"]["links"], 2);
 }
 
-/// Body grounding: a cited path that does not exist, a commit SHA that is not one, and a
-/// placeholder left from drafting are each refused with the exact problem; the reviser gets the
-/// problems, revises, and the gate runs again and promotes. A real SHA and "machine learning 2"
-/// pass throughout. Every attempt is in the run record.
+/// Body grounding adjudicates, then repairs only what is broken. A commit that exists but that
+/// HEAD does not contain (rebased away) and drafting scaffold in prose are broken on the evidence;
+/// a missing path and a SHA that names no commit go to the adjudicator, who judges them broken
+/// (and an upstream path illustrative). Template syntax in inline code, a request id, and a path
+/// on a line that gives an example are not flagged at all. The reviser gets the exact problems;
+/// the gate runs again and promotes, and the verdicts are in the record and the summary.
 #[test]
-fn body_grounding_refuses_then_repairs() {
+fn body_grounding_adjudicates_then_repairs() {
     let project = with_solutions();
-    let head = Command::new("git")
-        // The full SHA: a short prefix of a random hash can be all digits (about once in a
-        // hundred commits at 10), which the gate rightly does not take for a commit.
-        .args(["rev-parse", "HEAD"])
-        .current_dir(project.path("repo"))
-        .output()
-        .expect("git");
-    let head = String::from_utf8_lossy(&head.stdout).trim().to_string();
+    let git_out = |args: &[&str]| {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(project.path("repo"))
+            .output()
+            .expect("git");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    // The full SHA: a short prefix of a random hash can be all digits, which is no commit.
+    let head = git_out(&["rev-parse", "HEAD"]);
+    project
+        .test
+        .write("repo/NOTES.md", "a commit rebased away\n");
+    project.commit("soon rebased away");
+    let away = git_out(&["rev-parse", "HEAD"]);
+    project.git(&["reset", "-q", "--hard", "HEAD~1"]);
+    project.test.write(
+        "model/verdicts.txt",
+        "codex-rs/src/render.rs\tillustrative\n",
+    );
+
     let mut reply = Project::fixture_reply("solution-extractor");
     reply["sections"]["solution"] = json!(format!(
-        "Buffer the body (`src/upload.rs:5`, from {head}); the old `src/stream_reader.rs` is gone. Fixed in deadbeef42."
+        "Buffer the body (`src/upload.rs:5`, from {head}); `src/stream_reader.rs` holds the reader, as `codex-rs/src/render.rs` does upstream. Fixed in deadbeef42, see commit {away}."
     ));
-    reply["sections"]["prevention"] =
-        json!("Keep {{ test_name }} running; machine learning 2 is prose.");
+    reply["sections"]["prevention"] = json!(
+        "Keep {{ test_name }} running; pass `${{ secrets.TOKEN }}` and `{{ run.id }}` as written; request id 4f3a9c2e1b; machine learning 2 is prose; name folders by skill, e.g. `ce/brainstorm/`."
+    );
     project.reply("solution-extractor", &reply);
     let mut fixed = reply.clone();
-    fixed["sections"]["solution"] =
-        json!(format!("Buffer the body (`src/upload.rs:5`, from {head}); the stream reader the fix removed is gone."));
-    fixed["sections"]["prevention"] =
-        json!("Keep `tests/upload_retry.rs` running; machine learning 2 is prose.");
+    fixed["sections"]["solution"] = json!(format!(
+        "Buffer the body (`src/upload.rs:5`, from {head}); the reader is now part of `src/upload.rs`, as `codex-rs/src/render.rs` does upstream. Fixed in the pull request that made this change."
+    ));
+    fixed["sections"]["prevention"] = json!(
+        "Keep `tests/upload_retry.rs` running; pass `${{ secrets.TOKEN }}` and `{{ run.id }}` as written; request id 4f3a9c2e1b; machine learning 2 is prose; name folders by skill, e.g. `ce/brainstorm/`."
+    );
     fixed["frontmatter"] = Project::fixture_reply("context-analyzer")["frontmatter"].clone();
     project.reply("reviser", &fixed);
 
@@ -1162,18 +1460,35 @@ fn body_grounding_refuses_then_repairs() {
         .iter()
         .filter_map(Value::as_str)
         .collect();
-    assert_eq!(problems.len(), 3, "{problems:#?}");
+    assert_eq!(problems.len(), 4, "{problems:#?}");
     assert!(
-        problems[0].contains("the path `src/stream_reader.rs` does not exist"),
+        problems[0].contains("the path `src/stream_reader.rs` does not exist")
+            && problems[0].contains("(adjudicated broken: judged broken from its line)"),
         "{problems:?}"
     );
     assert!(
-        problems[1].contains("the commit `deadbeef42` does not exist"),
+        problems[1].contains("the commit `deadbeef42` does not exist")
+            && problems[1].contains("adjudicated broken"),
         "{problems:?}"
     );
     assert!(
-        problems[2].contains("drafting scaffold left in the text (`{{ test_name }}`)"),
+        problems[2].contains(&format!(
+            "the commit `{away}` exists but is not reachable from HEAD"
+        )),
         "{problems:?}"
+    );
+    assert!(
+        problems[3].contains("drafting scaffold left in the text (`{{ test_name }}`)"),
+        "{problems:?}"
+    );
+    let adjudicator = project.prompt("claims-adjudicator");
+    assert!(
+        adjudicator.contains("- path `codex-rs/src/render.rs` on line"),
+        "{adjudicator}"
+    );
+    assert!(
+        !adjudicator.contains("4f3a9c2e1b`") && !adjudicator.contains("- path `ce/brainstorm/`"),
+        "only what the evidence did not settle: {adjudicator}"
     );
     let reviser = project.prompt("reviser");
     for problem in &problems {
@@ -1182,24 +1497,81 @@ fn body_grounding_refuses_then_repairs() {
     assert_eq!(output_of(&project, "gate_1")["problems"], json!([]));
     let verdict = output_of(&project, "promotion_gate");
     assert_eq!(verdict["attempts"], 2);
-    assert_eq!(verdict["history"], json!([3, 0]));
+    assert_eq!(verdict["history"], json!([4, 0]));
     assert_eq!(verdict["checked"]["shas"], 1, "the real SHA was checked");
+    let adjudicated: Vec<(&str, &str, &str)> = verdict["adjudicated"]
+        .as_array()
+        .expect("adjudicated")
+        .iter()
+        .map(|a| {
+            (
+                a["text"].as_str().unwrap_or_default(),
+                a["verdict"].as_str().unwrap_or_default(),
+                a["by"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        adjudicated,
+        [
+            ("codex-rs/src/render.rs", "illustrative", "model"),
+            ("ce/brainstorm/", "illustrative", "evidence")
+        ]
+    );
     let record = project.record();
     for id in ["revise_2", "candidate_2", "gate_2"] {
         assert_eq!(status(&record, id), "skipped", "{id}");
     }
     let doc = project.test.read(DOC);
+    assert!(doc.contains("the reader is now part of"), "{doc}");
     assert!(
-        doc.contains("the stream reader the fix removed is gone"),
+        doc.contains("`${{ secrets.TOKEN }}`") && doc.contains("request id 4f3a9c2e1b"),
         "{doc}"
     );
-    assert!(!doc.contains("deadbeef42") && !doc.contains("{{"), "{doc}");
+    assert!(!doc.contains("deadbeef42") && !doc.contains(&away), "{doc}");
     assert!(
         out.stdout
-            .contains("Grounding: 3 problem(s) repaired in 1 round(s), then clean"),
+            .contains("Grounding: 4 problem(s) repaired in 1 round(s), then clean (")
+            && out
+                .stdout
+                .contains("; 2 flag(s) adjudicated: 2 illustrative, 1 by the model)"),
         "{}",
         out.stdout
     );
+}
+
+/// A repair round that deletes the content to get past the gate is itself refused: the
+/// revision must keep every section and most of the words.
+#[test]
+fn a_revision_that_deletes_content_is_refused() {
+    let project = with_solutions();
+    let mut reply = Project::fixture_reply("solution-extractor");
+    reply["sections"]["solution"] = json!(
+        "Buffer the body once before the retry loop; `src/body_cache.rs` holds the copy, and every retry reads from it, so the second attempt sends the same bytes as the first one did."
+    );
+    project.reply("solution-extractor", &reply);
+    let mut gutted = reply.clone();
+    for (_, text) in gutted["sections"].as_object_mut().expect("sections") {
+        *text = json!("Fixed.");
+    }
+    gutted["frontmatter"] = Project::fixture_reply("context-analyzer")["frontmatter"].clone();
+    project.reply("reviser", &gutted);
+    let out = project.run(&[]);
+    let record = project.record();
+    assert_exited(&out, &record, "promotion_gate", "the revision removed ");
+    let gate_1 = output_of(&project, "gate_1");
+    assert!(
+        gate_1["problems"]
+            .as_array()
+            .expect("problems")
+            .iter()
+            .any(|p| p
+                .as_str()
+                .unwrap_or_default()
+                .contains("the revision removed ")),
+        "{gate_1}"
+    );
+    assert!(!project.path(DOC).exists());
 }
 
 /// When the revisions do not fix it, the rounds are bounded: three attempts, each recorded, and
@@ -1405,7 +1777,22 @@ fn the_inline_and_revision_schemas_are_the_roles_own() {
     assert_eq!(inline["properties"]["related"], part("related.schema.json"));
     let revision = read("revision.schema.json");
     let solution = read("solution.schema.json");
-    assert_eq!(revision["allOf"], solution["allOf"]);
+    // The two tracks of a new doc, and the kept track of an update in place.
+    assert_eq!(
+        revision["allOf"].as_array().expect("a list")[..2],
+        solution["allOf"].as_array().expect("a list")[..]
+    );
+    assert_eq!(
+        revision["allOf"][2]["then"]["properties"]["sections"],
+        read("update.schema.json")["properties"]["sections"]
+            .as_object()
+            .map(|s| {
+                let mut s = s.clone();
+                s.remove("description");
+                Value::Object(s)
+            })
+            .expect("sections")
+    );
     assert_eq!(
         revision["properties"]["sections"],
         solution["properties"]["sections"]
@@ -1434,7 +1821,10 @@ fn lightweight_mode_is_one_pass_with_the_same_promotion_obligations() {
         "{}",
         out.stdout
     );
-    assert_eq!(project.calls(), ["triage", "lightweight-pass"]);
+    assert_eq!(
+        project.calls(),
+        ["triage", "lightweight-pass", "promotion-judge"]
+    );
     let pass = project.prompt("lightweight-pass");
     assert!(
         pass.contains("Context hint from the user: the upload retry fix\n"),
@@ -1521,6 +1911,7 @@ fn headless_runs_end_with_a_structured_report() {
         "Category: runtime-errors",
         "Overlap: low",
         "Grounding: clean (2 source_ref(s), 2 path(s), 0 commit SHA(s), 0 link(s) checked)",
+        "Promotion judgement: 2 of 2 source_ref(s) ground the learning; the invalidation condition is specific (judged from the prompt)",
         "Execution: inline-serial (dispatch_authorization_missing): the three roles ran in one model call, not as independent or parallel workers",
         "Instruction-file edit: none (no AGENTS.md or CLAUDE.md at the repo root)",
         "CONCEPTS.md: created with 1 term(s) added (Upload client)",
@@ -1658,11 +2049,77 @@ fn the_state_folder_is_owner_only() {
     assert_eq!(mode & 0o777, 0o700, "{mode:o}");
 }
 
-/// A write inside the boundary fails after CONCEPTS.md landed (the category folder is a link
-/// out of the repository, which the write roots refuse): the output names exactly what was
-/// written and what was not, and gives no completion signal.
+/// Run the way a user does, from inside the repository and without `--state-dir`: the records
+/// (they hold the session's text) land in the user's state folder, owner-only, and nothing of
+/// the conversation is left in the worktree: git sees only what the run published.
 #[test]
-fn a_failure_inside_the_boundary_is_reported_as_partial_publication() {
+fn the_records_stay_out_of_the_repository() {
+    use std::os::unix::fs::PermissionsExt;
+    let project = Project::new();
+    project.compose_inline_replies();
+    let out = project
+        .test
+        .command([
+            "run".to_string(),
+            "compound".to_string(),
+            "--input".to_string(),
+            "repo=.".to_string(),
+            "--input".to_string(),
+            format!(
+                "transcript_path={}",
+                fixtures("compound/session.jsonl").display()
+            ),
+            "--input".to_string(),
+            "context=the upload retry fix".to_string(),
+        ])
+        .cwd(&project.path("repo"))
+        .without_state_dir()
+        .env("PATH", &project.search_path())
+        .env("STAGEGRAPH_NOW", NOW)
+        .env(
+            "STAGEGRAPH_CONFIG",
+            &project.path("stagegraph.toml").display().to_string(),
+        )
+        .output();
+    out.code(0);
+    assert!(!project.path("repo/.stagegraph").exists());
+    let status = Command::new("git")
+        .args(["status", "--porcelain", "--untracked-files=all"])
+        .current_dir(project.path("repo"))
+        .output()
+        .expect("git status");
+    let mut changed: Vec<String> = String::from_utf8_lossy(&status.stdout)
+        .lines()
+        .map(|line| line[3..].to_string())
+        .collect();
+    changed.sort();
+    assert_eq!(
+        changed,
+        [
+            "CONCEPTS.md",
+            "docs/solutions/runtime-errors/upload-retry-empty-body.md"
+        ]
+    );
+    let users = project.path("state-home/stagegraph");
+    let keyed: Vec<PathBuf> = fs::read_dir(&users)
+        .expect("the user state folder")
+        .flatten()
+        .map(|entry| entry.path())
+        .collect();
+    assert_eq!(keyed.len(), 1, "{keyed:?}");
+    let mode = fs::metadata(&keyed[0]).expect("meta").permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "{mode:o}");
+    assert!(
+        keyed[0].join("runs").is_dir(),
+        "the runs are there: {keyed:?}"
+    );
+}
+
+/// The learning's category folder is a link out of the repository, which the write roots refuse:
+/// every target is checked before the first write, so the run is refused with the reason and
+/// CONCEPTS.md, which could be written, is not: nothing is published in part.
+#[test]
+fn an_unwritable_target_is_refused_before_any_write() {
     let project = Project::new();
     fs::create_dir_all(project.path("elsewhere")).expect("a folder outside");
     fs::create_dir_all(project.path("repo/docs/solutions")).expect("docs/solutions");
@@ -1672,38 +2129,25 @@ fn a_failure_inside_the_boundary_is_reported_as_partial_publication() {
     )
     .expect("a link");
     let out = project.run(&[]);
-    out.code(1);
     let record = project.record();
-    assert_eq!(record["status"], "failed", "{record:#}");
-    assert_eq!(
-        status(&record, "publish_concepts"),
-        "succeeded",
-        "{record:#}"
+    assert_exited(
+        &out,
+        &record,
+        "targets_writable",
+        "Documentation not written: a target of the publication cannot be written",
     );
-    assert_eq!(status(&record, "publish"), "failed");
-    assert!(project.path("repo/CONCEPTS.md").is_file());
-    // The report is a finally stage's output: printed however the run ended, and recorded.
+    let message = record["exit"]["message"].as_str().unwrap_or_default();
     assert!(
-        !out.stdout.contains("Documentation complete"),
-        "{}",
-        out.stdout
+        message.contains("upload-retry-empty-body.md` resolves to")
+            && message.contains("outside the workflow's writes"),
+        "{message}"
     );
-    assert!(
-        out.stdout
-            .contains("Partial publication: CONCEPTS.md written;")
-            && out.stdout.contains("Documentation incomplete"),
-        "{}",
-        out.stdout
-    );
-    let report = project.test.stage_output("report");
-    assert!(
-        report.contains(
-            "Partial publication: CONCEPTS.md written; docs/solutions/runtime-errors/upload-retry-empty-body.md not written: "
-        ),
-        "{report}"
-    );
-    assert!(
-        report.trim_end().ends_with("\nDocumentation incomplete"),
-        "{report}"
-    );
+    for id in ["publish_concepts", "publish"] {
+        assert_ne!(status(&record, id), "succeeded", "{id}");
+    }
+    assert!(!project.path("repo/CONCEPTS.md").exists());
+    assert!(fs::read_dir(project.path("elsewhere"))
+        .expect("a folder")
+        .next()
+        .is_none());
 }

@@ -45,6 +45,15 @@ pub(crate) fn builtins() -> Vec<Builtin> {
             run: exists,
         },
         Builtin {
+            name: "fs.writable",
+            description: "Whether each path could be written now (inside the workflow's writes once links are resolved, no folder in the way), without writing: the preconditions of a publication that must write all or nothing.",
+            writes: false,
+            with_schema: args::schema::<WritableArgs>,
+            with_parse: args::parses::<WritableArgs>,
+            output_schema: writable_output_schema,
+            run: writable,
+        },
+        Builtin {
             name: "fs.glob",
             description: "The files under a folder that match a glob pattern, sorted.",
             writes: false,
@@ -281,6 +290,68 @@ fn exists(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     path.try_exists()
         .map(Value::Bool)
         .map_err(|err| io_error("cannot test", &path, &err))
+}
+
+// ---------------------------------------------------------------------------------------------
+// fs.writable
+
+/// The paths a later stage will write.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct WritableArgs {
+    /// Files to be written; each is checked as fs.write would check it, nothing is written.
+    paths: Vec<String>,
+}
+
+fn writable_output_schema() -> Value {
+    let mut schema = object_schema(
+        "Whether every path could be written now, and why not.",
+        json!({
+            "ok": { "type": "boolean", "description": "True when every path could be written." },
+            "problems": {
+                "type": "array",
+                "items": { "type": "string" },
+                "description": "One lowercase fragment per path that could not be written, in the order given.",
+            },
+        }),
+        &["ok", "problems"],
+    );
+    schema["examples"] = json!([{ "ok": false, "problems": ["path `docs/solutions/a/x.md` resolves to `/elsewhere/x.md`, outside the workflow's writes (`/repo/docs/solutions`)"] }]);
+    schema
+}
+
+fn writable(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
+    let args: WritableArgs = parse("fs.writable", with)?;
+    let mut problems = Vec::new();
+    for given in &args.paths {
+        let path = ctx.resolve(given);
+        let target = match ctx.writes.check(&path) {
+            Ok(target) => target,
+            Err(err) => {
+                problems.push(err.0);
+                continue;
+            }
+        };
+        if target.is_dir() {
+            problems.push(format!("`{given}` is a folder, not a file"));
+            continue;
+        }
+        // The nearest folder that exists must be a folder: a file in the way cannot hold one.
+        let mut above = target.parent();
+        while let Some(folder) = above {
+            if folder.exists() {
+                if !folder.is_dir() {
+                    problems.push(format!(
+                        "`{given}` cannot be created: `{}` is a file, not a folder",
+                        folder.display()
+                    ));
+                }
+                break;
+            }
+            above = folder.parent();
+        }
+    }
+    Ok(json!({ "ok": problems.is_empty(), "problems": problems }))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -947,6 +1018,48 @@ mod tests {
 
     fn text(value: &Value, key: &str) -> String {
         value[key].as_str().expect("string field").to_string()
+    }
+
+    #[test]
+    fn writable_checks_every_path_and_writes_nothing() {
+        let sandbox = Sandbox::new();
+        let outside = tempfile::tempdir().expect("a folder outside");
+        write(&sandbox.path("out/blocker"), "a file\n");
+        fs::create_dir_all(sandbox.path("out/docs")).expect("docs");
+        symlink(outside.path(), sandbox.path("out/docs/linked")).expect("a link");
+        let out = sandbox
+            .call(
+                "fs.writable",
+                json!({ "paths": ["out/new/a.md", "out/docs/linked/b.md", "out/blocker/c.md", "out/docs", "elsewhere.md"] }),
+            )
+            .expect("runs");
+        assert_eq!(out["ok"], false);
+        let problems: Vec<String> = out["problems"]
+            .as_array()
+            .expect("problems")
+            .iter()
+            .map(|p| p.as_str().unwrap_or_default().to_string())
+            .collect();
+        assert_eq!(problems.len(), 4, "{problems:#?}");
+        assert!(
+            problems[0].contains("resolves to")
+                && problems[0].contains("outside the workflow's writes"),
+            "{problems:?}"
+        );
+        assert!(
+            problems[1].contains("is a file, not a folder"),
+            "{problems:?}"
+        );
+        assert_eq!(problems[2], "`out/docs` is a folder, not a file");
+        assert!(
+            problems[3].contains("outside the workflow's writes"),
+            "{problems:?}"
+        );
+        assert!(!sandbox.path("out/new").exists(), "nothing was created");
+        let fine = sandbox
+            .call("fs.writable", json!({ "paths": ["out/new/a.md"] }))
+            .expect("runs");
+        assert_eq!(fine, json!({ "ok": true, "problems": [] }));
     }
 
     #[test]

@@ -285,6 +285,9 @@ fn analyze(text: &str, required: &[Requirement]) -> Analysis {
     let inner = &all_lines[1..closing];
     let body = text[all_lines[closing].end..].to_string();
 
+    // The top-level key the lines below belong to, and whether they are a block scalar's text.
+    let mut owner: Option<String> = None;
+    let mut in_block = false;
     for line in inner {
         if is_near_delimiter(line.text) {
             problems.push(Problem::new(
@@ -298,6 +301,14 @@ fn analyze(text: &str, required: &[Requirement]) -> Analysis {
             ));
         }
         problems.extend(unquoted_value_problems(line));
+        if let Some((key, value)) = top_level_entry(line.text) {
+            let value = value.trim();
+            in_block = value.starts_with(['|', '>']);
+            owner = Some(key.to_string());
+        } else if !in_block || !line.text.starts_with([' ', '\t']) {
+            in_block = false;
+            problems.extend(unquoted_item_problems(line, owner.as_deref()));
+        }
     }
 
     // The YAML sees `\n` endings only, so a CRLF document parses to the same values.
@@ -384,6 +395,40 @@ fn unquoted_value_problems(line: &Line) -> Vec<Problem> {
             Some(key),
             format!(
                 "`{key}` has an unquoted `: `: YAML may read the value as a nested mapping; quote the whole value"
+            ),
+        ));
+    }
+    problems
+}
+
+/// The same checks on a block list's item (`- value`) that is a plain scalar: an unquoted `: `
+/// makes the item a mapping, an unquoted ` #` cuts it short.
+fn unquoted_item_problems(line: &Line, owner: Option<&str>) -> Vec<Problem> {
+    let text = line.text.trim_start();
+    let Some(value) = text.strip_prefix("- ").or_else(|| text.strip_prefix("-\t")) else {
+        return Vec::new();
+    };
+    let value = value.trim();
+    if value.is_empty() || value.starts_with(['"', '\'', '[', '{', '|', '>', '#']) {
+        return Vec::new();
+    }
+    let field = owner.unwrap_or("a list");
+    let mut problems = Vec::new();
+    if value.contains(" #") || value.contains("\t#") {
+        problems.push(Problem::new(
+            Some(line.number),
+            owner,
+            format!(
+                "an item of `{field}` has an unquoted ` #`: YAML reads the rest of the item as a comment and drops it; quote the whole item"
+            ),
+        ));
+    }
+    if value.contains(": ") || value.contains(":\t") || value.ends_with(':') {
+        problems.push(Problem::new(
+            Some(line.number),
+            owner,
+            format!(
+                "an item of `{field}` (`{value}`) has an unquoted `: `: YAML reads it as a mapping, not a string; quote the whole item"
             ),
         ));
     }
@@ -1100,6 +1145,27 @@ mod tests {
         assert_eq!(colon.len(), 1, "{all:?}");
         assert_eq!(colon[0].0, Some(2));
         assert_eq!(colon[0].1.as_deref(), Some("summary"));
+    }
+
+    #[test]
+    fn list_items_follow_the_quoting_rule() {
+        let output = frontmatter(
+            "---\ntags:\n  - scope: cross-model\n  - \"scope: quoted\"\n  - plain\nsymptoms:\n- fails on retry #2 only\n- 'a # kept'\nnote: |\n  - inside: a block\n---\n",
+            &[],
+        );
+        let all = problems(&output);
+        assert_eq!(all.len(), 2, "{all:?}");
+        assert_eq!(all[0].0, Some(3));
+        assert_eq!(all[0].1.as_deref(), Some("tags"));
+        assert!(
+            all[0]
+                .2
+                .contains("(`scope: cross-model`) has an unquoted `: `"),
+            "{all:?}"
+        );
+        assert_eq!(all[1].0, Some(7));
+        assert_eq!(all[1].1.as_deref(), Some("symptoms"));
+        assert!(all[1].2.contains("unquoted ` #`"), "{all:?}");
     }
 
     #[test]
