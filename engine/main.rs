@@ -232,7 +232,12 @@ impl App {
                 };
                 self.run_with(&given, &request, RunFormat::Text)
             }
-            Command::Plan { name, format, .. } => self.plan(&name, format),
+            Command::Plan {
+                name,
+                format,
+                all_edges,
+                ..
+            } => self.plan(&name, format, all_edges),
             Command::Run(args) => self.run(args),
             Command::Resume { run_id, exec } => self.resume(&run_id, exec),
             Command::Runs { action, format } => self.runs(action, format),

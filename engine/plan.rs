@@ -16,6 +16,8 @@ pub struct Plan<'w> {
     pub(crate) waves: Vec<Vec<usize>>,
     /// Finally stages by wave: they run once the run has ended, ordered among themselves.
     pub(crate) finally: Vec<Vec<usize>>,
+    /// Draw every dependency, not only those no other path implies.
+    all_edges: bool,
 }
 
 impl<'w> Plan<'w> {
@@ -52,7 +54,42 @@ impl<'w> Plan<'w> {
             workflow,
             waves: waves_of(false),
             finally: waves_of(true),
+            all_edges: false,
         }
+    }
+
+    /// Draw every dependency in `to_dot` and `to_mermaid` (`plan --all-edges`), instead of
+    /// the transitive reduction.
+    pub fn with_all_edges(mut self, all_edges: bool) -> Self {
+        self.all_edges = all_edges;
+        self
+    }
+
+    /// The edges drawn, `(from, to)` by stage index in execution order: each stage's
+    /// dependencies, less those another of them already waits for (unless `all_edges`).
+    pub(crate) fn edges(&self) -> Vec<(usize, usize)> {
+        let deps: Vec<Vec<usize>> = self
+            .workflow
+            .stages
+            .iter()
+            .map(|s| s.deps.clone())
+            .collect();
+        let deps = if self.all_edges {
+            deps
+        } else {
+            crate::floor::reduction::transitive_reduction(&self.workflow.order, &deps)
+        };
+        self.workflow
+            .order
+            .iter()
+            .flat_map(|&i| deps[i].iter().map(move |&d| (d, i)))
+            .collect()
+    }
+
+    /// How many dependencies the workflow declares, and how many edges a drawing keeps.
+    pub fn edge_counts(&self) -> (usize, usize) {
+        let all = self.workflow.stages.iter().map(|s| s.deps.len()).sum();
+        (all, self.edges().len())
     }
 
     fn action_summary(&self, index: usize) -> String {
@@ -159,10 +196,21 @@ impl<'w> Plan<'w> {
         })
     }
 
+    /// What a drawing left out, when it left out edges.
+    fn edges_note(&self) -> Option<String> {
+        let (all, drawn) = self.edge_counts();
+        (drawn < all).then(|| {
+            format!("{drawn} of {all} dependencies drawn: the others are implied by a path (--all-edges draws them)")
+        })
+    }
+
     /// `plan --format dot`: the stage graph for graphviz.
     pub fn to_dot(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "digraph {} {{", dot_id(&self.workflow.name));
+        if let Some(note) = self.edges_note() {
+            let _ = writeln!(out, "  // {note}");
+        }
         let _ = writeln!(out, "  rankdir=LR;");
         let _ = writeln!(out, "  node [shape=box, fontname=\"monospace\"];");
         for &i in &self.workflow.order {
@@ -189,15 +237,13 @@ impl<'w> Plan<'w> {
                 dot_label(&lines)
             );
         }
-        for &i in &self.workflow.order {
-            for &d in &self.workflow.stages[i].deps {
-                let _ = writeln!(
-                    out,
-                    "  {} -> {};",
-                    dot_id(&self.workflow.stages[d].id),
-                    dot_id(&self.workflow.stages[i].id)
-                );
-            }
+        for (d, i) in self.edges() {
+            let _ = writeln!(
+                out,
+                "  {} -> {};",
+                dot_id(&self.workflow.stages[d].id),
+                dot_id(&self.workflow.stages[i].id)
+            );
         }
         out.push_str("}\n");
         out
@@ -206,6 +252,9 @@ impl<'w> Plan<'w> {
     /// `plan --format mermaid`: the stage graph as a mermaid flowchart.
     pub fn to_mermaid(&self) -> String {
         let mut out = String::from("flowchart LR\n");
+        if let Some(note) = self.edges_note() {
+            let _ = writeln!(out, "  %% {note}");
+        }
         for &i in &self.workflow.order {
             let stage = &self.workflow.stages[i];
             let label =
@@ -227,15 +276,13 @@ impl<'w> Plan<'w> {
             let _ = writeln!(out, "  classDef finally stroke-dasharray: 5 5");
             let _ = writeln!(out, "  class {} finally", finally.join(","));
         }
-        for &i in &self.workflow.order {
-            for &d in &self.workflow.stages[i].deps {
-                let _ = writeln!(
-                    out,
-                    "  {} --> {}",
-                    mermaid_id(&self.workflow.stages[d].id),
-                    mermaid_id(&self.workflow.stages[i].id)
-                );
-            }
+        for (d, i) in self.edges() {
+            let _ = writeln!(
+                out,
+                "  {} --> {}",
+                mermaid_id(&self.workflow.stages[d].id),
+                mermaid_id(&self.workflow.stages[i].id)
+            );
         }
         out
     }

@@ -440,3 +440,58 @@ mod dot {
         assert_eq!(ok.edges, [("a".to_string(), "b".to_string())]);
     }
 }
+
+/// `c` waits for `a` and `b`, and `b` for `a`: the edge `a -> c` is implied by `a -> b -> c`.
+const IMPLIED: &str = r#"
+[stages.a]
+command = ["echo", "a"]
+
+[stages.b]
+after = ["a"]
+command = ["echo", "b"]
+
+[stages.c]
+after = ["a", "b"]
+command = ["echo", "c"]
+"#;
+
+fn implied_edges(format: &str, extra: &[&str]) -> (Vec<(String, String)>, String) {
+    let t = Test::new();
+    t.write("implied.toml", IMPLIED);
+    let mut args = vec!["plan", "implied.toml", "--format", format];
+    args.extend_from_slice(extra);
+    let out = t.run(args);
+    out.code(0);
+    let arrow = if format == "dot" { " -> " } else { " --> " };
+    let edges = out
+        .stdout
+        .lines()
+        .filter_map(|line| line.trim().trim_end_matches(';').split_once(arrow))
+        .map(|(a, b)| {
+            (
+                a.trim_matches('"').to_string(),
+                b.trim_matches('"').to_string(),
+            )
+        })
+        .collect();
+    (edges, out.stdout)
+}
+
+#[test]
+fn dot_and_mermaid_leave_out_edges_a_path_implies_unless_asked() {
+    let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+    let reduced = vec![pair("a", "b"), pair("b", "c")];
+    let all = vec![pair("a", "b"), pair("a", "c"), pair("b", "c")];
+    for format in ["dot", "mermaid"] {
+        let (edges, text) = implied_edges(format, &[]);
+        assert_eq!(edges, reduced, "{text}");
+        assert!(text.contains("2 of 3 dependencies drawn"), "{text}");
+        let (mut edges, text) = implied_edges(format, &["--all-edges"]);
+        edges.sort();
+        assert_eq!(edges, all, "{text}");
+        assert!(!text.contains("dependencies drawn"), "{text}");
+    }
+    let (edges, text) = implied_edges("dot", &[]);
+    let graph = dot::parse(&text).unwrap_or_else(|e| panic!("invalid DOT ({e}):\n{text}"));
+    assert_eq!(graph.edges.len(), edges.len());
+}

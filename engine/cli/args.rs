@@ -84,6 +84,10 @@ pub(crate) enum Command {
         name: String,
         #[arg(long, value_enum, default_value_t = PlanFormat::Text)]
         format: PlanFormat,
+        /// With dot or mermaid: draw every dependency, also those another path already
+        /// implies (by default they are left out: the transitive reduction).
+        #[arg(long)]
+        all_edges: bool,
         /// Say for each stage whether a run would reuse it from the cache, and on a miss what
         /// changed (a dry-run with these inputs; see `run --explain`).
         #[arg(long)]

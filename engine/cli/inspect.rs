@@ -82,9 +82,14 @@ impl App {
         })
     }
 
-    pub(crate) fn plan(&self, name: &str, format: PlanFormat) -> Result<i32, Failure> {
+    pub(crate) fn plan(
+        &self,
+        name: &str,
+        format: PlanFormat,
+        all_edges: bool,
+    ) -> Result<i32, Failure> {
         let workflow = self.load(name)?;
-        let plan = Plan::new(&workflow);
+        let plan = Plan::new(&workflow).with_all_edges(all_edges);
         match format {
             PlanFormat::Text => out!("{}", plan.to_text()),
             PlanFormat::Json => outln!(
