@@ -29,6 +29,7 @@ mod providers;
 mod records;
 mod refresh;
 mod reliability;
+mod report;
 mod resume;
 mod review;
 mod run;

@@ -116,7 +116,7 @@ pub(crate) enum Command {
     },
     /// The run history.
     #[command(
-        after_help = "Examples:\n  stagegraph runs\n  stagegraph runs --format json\n  stagegraph runs show last\n  stagegraph runs show last --stage writer\n  stagegraph runs prune --keep 10"
+        after_help = "Examples:\n  stagegraph runs\n  stagegraph runs --format json\n  stagegraph runs show last\n  stagegraph runs show last --stage writer\n  stagegraph runs report last -o report.html\n  stagegraph runs prune --keep 10"
     )]
     Runs {
         #[command(subcommand)]
@@ -312,6 +312,19 @@ pub(crate) enum RunsAction {
         /// Print this stage's output.
         #[arg(long)]
         stage: Option<String>,
+    },
+    /// Write one run as a self-contained HTML page: how it ended, the graph colored by status,
+    /// a timeline, each stage's details on click.
+    #[command(
+        after_help = "Examples:\n  stagegraph runs report\n  stagegraph runs report last -o report.html\n  stagegraph runs report 20261130T0015"
+    )]
+    Report {
+        /// A run id, a unique prefix, or `last`.
+        #[arg(default_value = "last")]
+        run_id: String,
+        /// Where to write the page (by default `report.html` in the run's folder).
+        #[arg(short = 'o', long, value_name = "FILE")]
+        output: Option<PathBuf>,
     },
     /// Remove all but the newest runs of each workflow.
     #[command(after_help = "Examples:\n  stagegraph runs prune\n  stagegraph runs prune --keep 5")]

@@ -151,8 +151,22 @@ impl App {
                 } else if json {
                     outln!("{}", pretty(&r.versioned_json()));
                 } else {
-                    out!("{}", r.to_text());
+                    out!("{}", RunRecord::show_text(&dir, &id).map_err(invalid)?);
                 }
+                Ok(exit::SUCCESS)
+            }
+            Some(RunsAction::Report { run_id, output }) => {
+                let (id, dir) = self.state.locate(cwd, &run_id).map_err(invalid)?;
+                let html = RunRecord::report_html(&dir, &id).map_err(invalid)?;
+                let path = match output {
+                    Some(path) => cwd.join(path),
+                    None => dir.join("runs").join(&id).join("report.html"),
+                };
+                std::fs::write(&path, html).map_err(|error| Failure {
+                    code: exit::FAILED,
+                    message: format!("cannot write {}: {error}", path.display()),
+                })?;
+                outln!("{}", path.display());
                 Ok(exit::SUCCESS)
             }
             Some(RunsAction::Prune { keep }) => {

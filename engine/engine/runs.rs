@@ -71,6 +71,25 @@ impl RunRecord {
             .map(|line| line.output)
     }
 
+    /// Run `id`'s report (`runs report`): one self-contained HTML page, the same bytes for the
+    /// same record.
+    pub fn report_html(state_dir: &Path, id: &str) -> Result<String, String> {
+        let record = Self::read(state_dir, id)?;
+        let dir = record::runs_dir(state_dir).join(id);
+        let plan = std::fs::read(dir.join(record::PLAN_FILE))
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok());
+        let outputs = record::read_outputs(state_dir, id);
+        Ok(crate::run::report::render(&record, plan.as_ref(), &outputs))
+    }
+
+    /// `runs show` as text for run `id`: the record, each stage with what it said on stderr and
+    /// the start of its output.
+    pub fn show_text(state_dir: &Path, id: &str) -> Result<String, String> {
+        let record = Self::read(state_dir, id)?;
+        Ok(record.to_text(&record::read_outputs(state_dir, id)))
+    }
+
     /// The run's id.
     pub fn run_id(&self) -> &str {
         &self.run_id

@@ -31,6 +31,7 @@ mod progress;
 pub(crate) mod record;
 mod record_text;
 mod recorder;
+pub(crate) mod report;
 mod stage;
 pub(crate) mod stage_error;
 
@@ -420,6 +421,16 @@ impl<'w, 'r> Executor<'w, 'r> {
     /// Records beyond `--keep-runs` are pruned meanwhile (not in a dry-run).
     fn attach(&mut self, files: RunFiles) -> std::io::Result<()> {
         self.dir = Some(files.dir.clone());
+        // The graph as it ran, for `runs report` (the workflow may change after the run).
+        let plan = crate::plan::Plan::new(self.workflow).to_json();
+        let json = serde_json::to_vec(&plan)?;
+        let bytes = crate::floor::secrets::redact_bytes(&json);
+        crate::floor::atomic::replace(
+            &files.dir.join(record::PLAN_FILE),
+            ".plan.",
+            0o666,
+            |out| out.write_all(&bytes),
+        )?;
         let full = RunRecord {
             stages: std::mem::take(&mut self.record.stages),
             ..self.record.clone()
