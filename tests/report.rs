@@ -249,3 +249,38 @@ fn report_opens_in_headless_chromium() {
         size(&blank)
     );
 }
+
+#[test]
+fn runs_show_prints_what_each_stage_said_cut_with_a_note() {
+    let t = Test::new();
+    t.write(
+        "said.toml",
+        r#"
+[stages.short]
+command = ["echo", "hello there"]
+
+[stages.long]
+command = ["seq", "1", "100"]
+
+[stages.data]
+command = ["printf", '{"n": 1}']
+output = { format = "json" }
+"#,
+    );
+    t.run(["run", "said.toml", "-q"]).code(0);
+    let out = t.run(["runs", "show", "last"]);
+    out.code(0);
+    let text = out.stdout;
+    assert!(text.contains("      output: hello there\n"), "{text}");
+    assert!(text.contains("      output:   \"n\": 1\n"), "{text}");
+    // 20 lines of the 100, then how to print the rest.
+    assert!(text.contains("      output: 20\n"), "{text}");
+    assert!(!text.contains("      output: 21\n"), "{text}");
+    let id = t.newest_run();
+    assert!(
+        text.contains(&format!(
+            "      output: ... 241 more bytes (`stagegraph runs show {id} --stage long` prints it whole)"
+        )),
+        "{text}"
+    );
+}

@@ -359,7 +359,7 @@ fn columns_svg(out: &mut String, nodes: &[Node]) {
             None => column.push((status, 1)),
         }
     }
-    let box_h = 30 + STATUSES.len() * 16;
+    let box_h = 30 + counts.iter().map(Vec::len).max().unwrap_or(0) * 16;
     let width = PAD * 2 + columns * (NODE_W + COL_GAP);
     let height = PAD * 2 + box_h;
     let _ = writeln!(
@@ -462,8 +462,7 @@ fn timeline_svg(out: &mut String, record: &RunRecord, nodes: &[Node]) {
     let height = 30 + lanes.len() * LANE_H + PAD;
     let _ = writeln!(
         out,
-        "<p class=\"note\">{} lane(s): at most {} stage(s) ran at once.</p>",
-        lanes.len(),
+        "<p class=\"note\">{} lane(s): stages that overlap on the run's clock (started_at and duration, to the millisecond) are in different lanes.</p>",
         lanes.len()
     );
     let _ = writeln!(
