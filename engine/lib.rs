@@ -43,6 +43,7 @@ pub use engine::{
 pub use load::RawWorkflow;
 pub use models::Migration;
 pub use plan::Plan;
+pub use run::diff::RunDiff;
 pub use run::{ResumeFrom, RunRecord, RunStatus};
 
 /// The version of every JSON document the command line prints (`--format json`).

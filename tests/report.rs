@@ -1,3 +1,4 @@
+//! Seeing what a run did: `runs show` with what each stage said, `runs diff`, and
 //! `stagegraph runs report`: one self-contained HTML page per run. The page's structure is
 //! read from its text (one node per stage with its status, the transitive reduction of the
 //! edges, nothing that loads from outside, the same bytes twice), then the page is opened in
@@ -281,6 +282,100 @@ output = { format = "json" }
         text.contains(&format!(
             "      output: ... 241 more bytes (`stagegraph runs show {id} --stage long` prints it whole)"
         )),
+        "{text}"
+    );
+}
+
+/// `say` renders the input; `facts` (JSON) runs after it; `shout` reads its output; `fixed`
+/// depends on nothing that changes.
+const DIFFED: &str = r#"
+[inputs.topic]
+type = "string"
+
+[stages.fixed]
+command = ["echo", "always the same"]
+
+[stages.say]
+command = ["printf", 'line one\nabout {{ inputs.topic }}\nline three\n']
+
+[stages.facts]
+after = ["say"]
+command = ["printf", '{"topic": "{{ inputs.topic }}", "n": 1}']
+output = { format = "json" }
+
+[stages.shout]
+template = { inline = "{{ stages.say.output | upper }}" }
+"#;
+
+#[test]
+fn runs_diff_names_the_input_the_changed_stages_their_causes_and_output_diffs() {
+    let t = Test::new();
+    t.write("d.toml", DIFFED);
+    t.run(["run", "d.toml", "-q", "-i", "topic=retries"])
+        .code(0);
+    let first = t.newest_run();
+    t.run(["run", "d.toml", "-q", "-i", "topic=backoff"])
+        .code(0);
+    let out = t.run(["runs", "diff", &first, "last"]);
+    out.code(0);
+    let text = out.stdout;
+    assert!(
+        text.contains("  changed topic: \"retries\" -> \"backoff\"\n"),
+        "{text}"
+    );
+    assert!(text.contains("workflow files: the same\n"), "{text}");
+    assert!(text.contains("stage say: succeeded"), "{text}");
+    assert!(
+        !text.contains("stage fixed"),
+        "an unchanged stage is listed:\n{text}"
+    );
+    assert!(
+        text.contains("    -about retries\n    +about backoff\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("stage facts: succeeded")
+            && text.contains("  fingerprint changed: rendered action, output of `say`\n")
+            && text.contains("  output /topic: \"retries\" -> \"backoff\"\n"),
+        "{text}"
+    );
+    assert!(text.ends_with("3 stage(s) differ, 1 the same\n"), "{text}");
+
+    let json = t.run(["runs", "diff", &first, "last", "--format", "json"]);
+    json.code(0);
+    let doc: serde_json::Value = serde_json::from_str(&json.stdout).expect("diff JSON");
+    assert_eq!(
+        doc["inputs"]["changed"]["topic"],
+        serde_json::json!(["retries", "backoff"])
+    );
+    let ids: Vec<&str> = doc["stages"]
+        .as_array()
+        .expect("stages")
+        .iter()
+        .map(|s| s["id"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(ids, ["say", "facts", "shout"]);
+    assert_eq!(doc["stages"][1]["output_paths"][0]["path"], "/topic");
+    assert_eq!(doc["unchanged"], 1);
+
+    // An edited stage: the file and the stage's definition are what changed.
+    t.write(
+        "d.toml",
+        &DIFFED.replace("always the same", "now different"),
+    );
+    t.run(["run", "d.toml", "-q", "-i", "topic=backoff"])
+        .code(0);
+    let out = t.run(["runs", "diff", &first, "last"]);
+    out.code(0);
+    let text = out.stdout;
+    let file = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("  changed "))
+        .find(|path| path.ends_with("/d.toml"));
+    assert!(file.is_some(), "the edited file is not named:\n{text}");
+    assert!(text.contains("stage fixed: succeeded"), "{text}");
+    assert!(
+        text.contains("  fingerprint changed: definition, rendered action\n"),
         "{text}"
     );
 }

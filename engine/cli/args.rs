@@ -326,6 +326,19 @@ pub(crate) enum RunsAction {
         #[arg(short = 'o', long, value_name = "FILE")]
         output: Option<PathBuf>,
     },
+    /// What changed between two runs: inputs, workflow files, and per stage the status, the
+    /// fingerprint and why it changed, the output (a diff), duration and tokens.
+    #[command(
+        after_help = "Examples:\n  stagegraph runs diff 20261130T0015 last\n  stagegraph runs diff A B --format json"
+    )]
+    Diff {
+        /// The earlier run: an id, a unique prefix, or `last`.
+        a: String,
+        /// The later run.
+        b: String,
+        #[arg(long, value_enum, default_value_t = TextOrJson::Text)]
+        format: TextOrJson,
+    },
     /// Remove all but the newest runs of each workflow.
     #[command(after_help = "Examples:\n  stagegraph runs prune\n  stagegraph runs prune --keep 5")]
     Prune {

@@ -169,6 +169,21 @@ impl App {
                 outln!("{}", path.display());
                 Ok(exit::SUCCESS)
             }
+            Some(RunsAction::Diff {
+                a,
+                b,
+                format: diff_format,
+            }) => {
+                let (ia, da) = self.state.locate(cwd, &a).map_err(invalid)?;
+                let (ib, db) = self.state.locate(cwd, &b).map_err(invalid)?;
+                let diff = RunRecord::diff((&da, &ia), (&db, &ib)).map_err(invalid)?;
+                if diff_format == TextOrJson::Json || format == TextOrJson::Json {
+                    outln!("{}", pretty(&diff.to_json()));
+                } else {
+                    out!("{}", diff.to_text());
+                }
+                Ok(exit::SUCCESS)
+            }
             Some(RunsAction::Prune { keep }) => {
                 let removed = self.state.prune(cwd, keep);
                 errln!("removed {} run(s)", removed.len());

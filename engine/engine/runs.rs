@@ -83,6 +83,30 @@ impl RunRecord {
         Ok(crate::run::report::render(&record, plan.as_ref(), &outputs))
     }
 
+    /// What changed from run `a` to run `b` (`runs diff`), each given by its state folder and
+    /// id.
+    pub fn diff(a: (&Path, &str), b: (&Path, &str)) -> Result<crate::RunDiff, String> {
+        let read = |(dir, id): (&Path, &str)| -> Result<_, String> {
+            let record = Self::read(dir, id)?;
+            let plan = std::fs::read(record::runs_dir(dir).join(id).join(record::PLAN_FILE))
+                .ok()
+                .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok());
+            let after = crate::run::diff::after_of(plan.as_ref());
+            Ok((record, record::read_outputs(dir, id), after))
+        };
+        let (ra, oa, aa) = read(a)?;
+        let (rb, ob, ab) = read(b)?;
+        let side = |record, outputs, after| crate::run::diff::DiffSide {
+            record,
+            outputs,
+            after,
+        };
+        Ok(crate::RunDiff::new(
+            &side(&ra, &oa, &aa),
+            &side(&rb, &ob, &ab),
+        ))
+    }
+
     /// `runs show` as text for run `id`: the record, each stage with what it said on stderr and
     /// the start of its output.
     pub fn show_text(state_dir: &Path, id: &str) -> Result<String, String> {

@@ -21,6 +21,7 @@ use crate::models::Models;
 use crate::template::{Scope, StageSlot, StageTable};
 
 pub(crate) mod cache;
+pub(crate) mod diff;
 pub(crate) mod inputs;
 pub(crate) mod journal;
 mod orphans;
