@@ -394,6 +394,9 @@ impl App {
                 }
             })?;
         print_run(&record, request, format);
+        if let Some(Err(warning)) = record.export_trace() {
+            errln!("warning: the run's trace was not exported: {warning}");
+        }
         Ok(match record.status() {
             RunStatus::Completed | RunStatus::Exited => exit::SUCCESS,
             RunStatus::Interrupted => exit::INTERRUPTED,

@@ -23,6 +23,7 @@ mod fuzz_regressions;
 mod interrupts;
 mod models;
 mod names;
+mod otel;
 mod overlay;
 mod plan;
 mod providers;

@@ -339,6 +339,17 @@ pub(crate) enum RunsAction {
         #[arg(long, value_enum, default_value_t = TextOrJson::Text)]
         format: TextOrJson,
     },
+    /// Write one run as an OpenTelemetry trace in OTLP/JSON (the spans a run sends to
+    /// OTEL_EXPORTER_OTLP_ENDPOINT).
+    #[command(after_help = "Examples:\n  stagegraph runs trace last -o trace.json")]
+    Trace {
+        /// A run id, a unique prefix, or `last`.
+        #[arg(default_value = "last")]
+        run_id: String,
+        /// Where to write it (by default stdout).
+        #[arg(short = 'o', long, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
     /// Remove all but the newest runs of each workflow.
     #[command(after_help = "Examples:\n  stagegraph runs prune\n  stagegraph runs prune --keep 5")]
     Prune {

@@ -184,6 +184,22 @@ impl App {
                 }
                 Ok(exit::SUCCESS)
             }
+            Some(RunsAction::Trace { run_id, output }) => {
+                let (id, dir) = self.state.locate(cwd, &run_id).map_err(invalid)?;
+                let r = RunRecord::read(&dir, &id).map_err(invalid)?;
+                let text = pretty(&r.trace_json());
+                match output {
+                    None => outln!("{text}"),
+                    Some(path) => {
+                        let path = cwd.join(path);
+                        std::fs::write(&path, text + "\n").map_err(|error| Failure {
+                            code: exit::FAILED,
+                            message: format!("cannot write {}: {error}", path.display()),
+                        })?;
+                    }
+                }
+                Ok(exit::SUCCESS)
+            }
             Some(RunsAction::Prune { keep }) => {
                 let removed = self.state.prune(cwd, keep);
                 errln!("removed {} run(s)", removed.len());

@@ -114,6 +114,36 @@ impl RunRecord {
         Ok(record.to_text(&record::read_outputs(state_dir, id)))
     }
 
+    /// Send the run's trace where `OTEL_EXPORTER_OTLP_ENDPOINT` (or `..._TRACES_ENDPOINT`)
+    /// points, as OTLP/HTTP: `None` when neither is set, else how many spans were sent or why
+    /// none arrived (a warning: the run's outcome does not change).
+    pub fn export_trace(&self) -> Option<Result<usize, String>> {
+        match crate::run::otlp::Exporter::from_env(|name| std::env::var(name).ok()) {
+            Ok(None) => None,
+            Ok(Some(exporter)) => Some(exporter.export(self)),
+            Err(error) => Some(Err(error)),
+        }
+    }
+
+    /// The run's trace as OTLP/JSON (`runs trace`), with the resource the environment gives
+    /// (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`).
+    pub fn trace_json(&self) -> Value {
+        let mut resource = vec![(
+            "service.name".to_string(),
+            std::env::var("OTEL_SERVICE_NAME").unwrap_or_else(|_| "stagegraph".into()),
+        )];
+        if let Ok(attributes) = std::env::var("OTEL_RESOURCE_ATTRIBUTES") {
+            resource.extend(
+                attributes
+                    .split(',')
+                    .filter_map(|pair| pair.split_once('='))
+                    .filter(|(k, _)| k.trim() != "service.name")
+                    .map(|(k, v)| (k.trim().to_string(), v.trim().to_string())),
+            );
+        }
+        crate::run::otlp::to_json(&crate::run::otlp::spans(self), &resource)
+    }
+
     /// The run's id.
     pub fn run_id(&self) -> &str {
         &self.run_id

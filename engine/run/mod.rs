@@ -25,6 +25,7 @@ pub(crate) mod diff;
 pub(crate) mod inputs;
 pub(crate) mod journal;
 mod orphans;
+pub(crate) mod otlp;
 /// Child processes, their holders and `mkdir` locks live on the ground floor; the old paths
 /// stay for the code that names them.
 pub(crate) use crate::floor::{holder, locks, process};
