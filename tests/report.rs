@@ -379,3 +379,40 @@ fn runs_diff_names_the_input_the_changed_stages_their_causes_and_output_diffs() 
         "{text}"
     );
 }
+
+#[test]
+fn off_a_terminal_a_stage_still_running_says_so_every_slow_after() {
+    let t = Test::new();
+    t.write(
+        "slow.toml",
+        "[stages.wait]\ncommand = [\"sleep\", \"1\"]\n\n[stages.quick]\ntemplate = { inline = \"hi\" }\n",
+    );
+    let out = t.run(["run", "slow.toml", "--slow-after", "200ms"]);
+    out.code(0);
+    let slow: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("still running after"))
+        .collect();
+    assert!(!slow.is_empty(), "{}", out.stderr);
+    assert!(
+        slow.iter()
+            .all(|l| l.starts_with("  … wait still running after ")),
+        "{slow:?}"
+    );
+    // After the stage ended, nothing more is said of it.
+    let ended = out.stderr.find("✓ wait").expect("the stage's line");
+    assert!(
+        !out.stderr[ended..].contains("still running"),
+        "{}",
+        out.stderr
+    );
+    // At the default of 30 s, and with -q, a one-second stage says nothing of the kind.
+    let out = t.run(["run", "slow.toml"]);
+    assert!(!out.stderr.contains("still running"), "{}", out.stderr);
+    let out = t.run(["run", "slow.toml", "-q", "--slow-after", "100ms"]);
+    assert!(out.stderr.is_empty(), "{}", out.stderr);
+    let bad = t.run(["run", "slow.toml", "--slow-after", "soon"]);
+    assert_eq!(bad.code, Some(2), "{}", bad.stderr);
+    assert!(bad.stderr.contains("is not a duration"), "{}", bad.stderr);
+}

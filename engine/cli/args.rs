@@ -240,6 +240,14 @@ pub(crate) struct ExecArgs {
     /// first).
     #[arg(long, short = 'y')]
     pub(crate) yes: bool,
+    /// Off a terminal (a CI log), print a line for a stage still running after DURATION, and
+    /// again after each DURATION more.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub(crate) slow_after: std::time::Duration,
+}
+
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    stagegraph::parse_duration(text)
 }
 
 impl ExecArgs {
@@ -261,6 +269,7 @@ impl ExecArgs {
             answers: self.answers.clone(),
             yes: self.yes,
             no_record: false,
+            slow_after: Some(self.slow_after),
         }
     }
 }

@@ -41,6 +41,7 @@ pub(crate) use record::{ExitInfo, StageRecord, StageStatus};
 pub use record::{RunRecord, RunStatus};
 
 use progress::Reporter;
+pub(crate) use progress::SLOW_AFTER;
 use record::{Event, FileHash, OutputLine, RunFiles, Stamped, UsageTotals};
 use recorder::{Finished, Recorder};
 use stage::{StageOutcome, StageRunner};
@@ -65,6 +66,9 @@ pub(crate) struct RunOptions {
     pub answers: crate::builtins::ask::Answers,
     /// Write a run record (`plan --explain` writes none).
     pub record: bool,
+    /// Off a terminal, a stage still running says so after this long, and again each time
+    /// as long again has passed.
+    pub slow_after: Duration,
 }
 
 impl Default for RunOptions {
@@ -81,6 +85,7 @@ impl Default for RunOptions {
             keep_runs: 50,
             answers: Default::default(),
             record: true,
+            slow_after: progress::SLOW_AFTER,
         }
     }
 }
