@@ -236,8 +236,9 @@ impl App {
                 name,
                 format,
                 all_edges,
+                run,
                 ..
-            } => self.plan(&name, format, all_edges),
+            } => self.plan(&name, format, all_edges, run.as_deref()),
             Command::Run(args) => self.run(args),
             Command::Resume { run_id, exec } => self.resume(&run_id, exec),
             Command::Runs { action, format } => self.runs(action, format),

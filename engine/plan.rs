@@ -18,6 +18,8 @@ pub struct Plan<'w> {
     pub(crate) finally: Vec<Vec<usize>>,
     /// Draw every dependency, not only those no other path implies.
     all_edges: bool,
+    /// A run's status of each stage (`plan --run`): the drawing colors the stages by it.
+    statuses: std::collections::HashMap<String, String>,
 }
 
 impl<'w> Plan<'w> {
@@ -55,7 +57,15 @@ impl<'w> Plan<'w> {
             waves: waves_of(false),
             finally: waves_of(true),
             all_edges: false,
+            statuses: Default::default(),
         }
+    }
+
+    /// Color the stages of `to_dot` and `to_mermaid` by a run's statuses (stage id ->
+    /// `succeeded`, `cached`, `skipped`, `exited`, `failed`, `not_run`, `running`).
+    pub fn with_statuses(mut self, statuses: std::collections::HashMap<String, String>) -> Self {
+        self.statuses = statuses;
+        self
     }
 
     /// Draw every dependency in `to_dot` and `to_mermaid` (`plan --all-edges`), instead of
@@ -223,16 +233,30 @@ impl<'w> Plan<'w> {
             if stage.finally {
                 lines.push("(finally)");
             }
-            let shape = if stage.exit_if.is_some() {
-                ", shape=diamond"
-            } else if stage.finally {
-                ", style=dashed"
-            } else {
-                ""
-            };
+            let mut attrs = String::new();
+            if stage.exit_if.is_some() {
+                attrs.push_str(", shape=diamond");
+            }
+            let status = self.statuses.get(&stage.id).map(String::as_str);
+            if let Some(status) = status {
+                lines.push(status);
+            }
+            match (status.and_then(status_fill), stage.finally) {
+                (Some(fill), true) => {
+                    attrs.push_str(&format!(", style=\"filled,dashed\", fillcolor=\"{fill}\""));
+                }
+                (Some(fill), false) => {
+                    attrs.push_str(&format!(", style=filled, fillcolor=\"{fill}\""));
+                }
+                (None, true) if stage.exit_if.is_none() => attrs.push_str(", style=dashed"),
+                (None, _) => {}
+            }
+            if status == Some("exited") {
+                attrs.push_str(", penwidth=3, color=\"#ef6c00\"");
+            }
             let _ = writeln!(
                 out,
-                "  {} [label={}{shape}];",
+                "  {} [label={}{attrs}];",
                 dot_id(&stage.id),
                 dot_label(&lines)
             );
@@ -266,6 +290,28 @@ impl<'w> Plan<'w> {
                 let _ = writeln!(out, "  {id}[\"{label}\"]");
             }
         }
+        let mut by_status: Vec<(&str, Vec<String>)> = Vec::new();
+        for &i in &self.workflow.order {
+            let id = &self.workflow.stages[i].id;
+            let Some(status) = self.statuses.get(id) else {
+                continue;
+            };
+            match by_status.iter_mut().find(|(s, _)| s == status) {
+                Some((_, ids)) => ids.push(mermaid_id(id)),
+                None => by_status.push((status, vec![mermaid_id(id)])),
+            }
+        }
+        for (status, ids) in &by_status {
+            if let Some(fill) = status_fill(status) {
+                let extra = if *status == "exited" {
+                    ",stroke:#ef6c00,stroke-width:3px"
+                } else {
+                    ""
+                };
+                let _ = writeln!(out, "  classDef s_{status} fill:{fill}{extra}");
+                let _ = writeln!(out, "  class {} s_{status}", ids.join(","));
+            }
+        }
         let finally: Vec<String> = self
             .finally
             .iter()
@@ -286,6 +332,20 @@ impl<'w> Plan<'w> {
         }
         out
     }
+}
+
+/// The fill of a stage of a run's status (the colors of `runs report`).
+fn status_fill(status: &str) -> Option<&'static str> {
+    Some(match status {
+        "succeeded" => "#c8e6c9",
+        "cached" => "#bbdefb",
+        "skipped" => "#eeeeee",
+        "exited" => "#ffe0b2",
+        "failed" => "#ffcdd2",
+        "not_run" => "#ffffff",
+        "running" => "#fff9c4",
+        _ => return None,
+    })
 }
 
 /// A line of at most 60 characters.

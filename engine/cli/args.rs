@@ -88,6 +88,10 @@ pub(crate) enum Command {
         /// implies (by default they are left out: the transitive reduction).
         #[arg(long)]
         all_edges: bool,
+        /// With dot or mermaid: color the stages by how run RUN (an id, a prefix, `last`)
+        /// ended them, the exit point marked.
+        #[arg(long, value_name = "RUN")]
+        run: Option<String>,
         /// Say for each stage whether a run would reuse it from the cache, and on a miss what
         /// changed (a dry-run with these inputs; see `run --explain`).
         #[arg(long)]

@@ -87,9 +87,15 @@ impl App {
         name: &str,
         format: PlanFormat,
         all_edges: bool,
+        run: Option<&str>,
     ) -> Result<i32, Failure> {
         let workflow = self.load(name)?;
-        let plan = Plan::new(&workflow).with_all_edges(all_edges);
+        let mut plan = Plan::new(&workflow).with_all_edges(all_edges);
+        if let Some(run) = run {
+            let (id, dir) = self.state.locate(self.engine.cwd(), run).map_err(invalid)?;
+            let record = RunRecord::read(&dir, &id).map_err(invalid)?;
+            plan = plan.with_statuses(record.stage_statuses());
+        }
         match format {
             PlanFormat::Text => out!("{}", plan.to_text()),
             PlanFormat::Json => outln!(

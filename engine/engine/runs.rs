@@ -144,6 +144,22 @@ impl RunRecord {
         crate::run::otlp::to_json(&crate::run::otlp::spans(self), &resource)
     }
 
+    /// Each stage's status in this run, `exited` for the stage whose `exit_if` ended it.
+    pub fn stage_statuses(&self) -> std::collections::HashMap<String, String> {
+        let exit = self.exit.as_ref().and_then(|e| e.stage.as_deref());
+        self.stages
+            .iter()
+            .map(|(id, stage)| {
+                let status = if exit == Some(id.as_str()) {
+                    "exited"
+                } else {
+                    stage.status.as_str()
+                };
+                (id.clone(), status.to_string())
+            })
+            .collect()
+    }
+
     /// The run's id.
     pub fn run_id(&self) -> &str {
         &self.run_id
