@@ -45,6 +45,13 @@ pub use engine::{
 pub use load::RawWorkflow;
 pub use models::Migration;
 pub use plan::Plan;
+pub use run::diff::RunDiff;
+
+/// A duration as a workflow writes them (`300s`, `10m`, `1h30m`, `500ms`).
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    floor::duration::parse(text)
+}
+
 pub use run::{ResumeFrom, RunRecord, RunStatus};
 
 /// The version of every JSON document the command line prints (`--format json`).

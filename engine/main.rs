@@ -288,7 +288,13 @@ impl App {
                 };
                 self.run_with(&given, &request, RunFormat::Text)
             }
-            Command::Plan { name, format, .. } => self.plan(&name, format),
+            Command::Plan {
+                name,
+                format,
+                all_edges,
+                run,
+                ..
+            } => self.plan(&name, format, all_edges, run.as_deref()),
             Command::Run(args) => self.run(args),
             Command::Resume { run_id, exec } => self.resume(&run_id, exec),
             Command::Runs { action, format } => self.runs(action, format),
@@ -478,6 +484,9 @@ impl App {
                 print_run(&record, request, format, false);
             }
             None => print_run(&record, request, format, true),
+        }
+        if let Some(Err(warning)) = record.export_trace() {
+            errln!("warning: the run's trace was not exported: {warning}");
         }
         Ok(match record.status() {
             RunStatus::Completed | RunStatus::Exited => exit::SUCCESS,

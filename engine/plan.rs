@@ -16,6 +16,10 @@ pub struct Plan<'w> {
     pub(crate) waves: Vec<Vec<usize>>,
     /// Finally stages by wave: they run once the run has ended, ordered among themselves.
     pub(crate) finally: Vec<Vec<usize>>,
+    /// Draw every dependency, not only those no other path implies.
+    all_edges: bool,
+    /// A run's status of each stage (`plan --run`): the drawing colors the stages by it.
+    statuses: std::collections::HashMap<String, String>,
 }
 
 impl<'w> Plan<'w> {
@@ -52,7 +56,50 @@ impl<'w> Plan<'w> {
             workflow,
             waves: waves_of(false),
             finally: waves_of(true),
+            all_edges: false,
+            statuses: Default::default(),
         }
+    }
+
+    /// Color the stages of `to_dot` and `to_mermaid` by a run's statuses (stage id ->
+    /// `succeeded`, `cached`, `skipped`, `exited`, `failed`, `not_run`, `running`).
+    pub fn with_statuses(mut self, statuses: std::collections::HashMap<String, String>) -> Self {
+        self.statuses = statuses;
+        self
+    }
+
+    /// Draw every dependency in `to_dot` and `to_mermaid` (`plan --all-edges`), instead of
+    /// the transitive reduction.
+    pub fn with_all_edges(mut self, all_edges: bool) -> Self {
+        self.all_edges = all_edges;
+        self
+    }
+
+    /// The edges drawn, `(from, to)` by stage index in execution order: each stage's
+    /// dependencies, less those another of them already waits for (unless `all_edges`).
+    pub(crate) fn edges(&self) -> Vec<(usize, usize)> {
+        let deps: Vec<Vec<usize>> = self
+            .workflow
+            .stages
+            .iter()
+            .map(|s| s.deps.clone())
+            .collect();
+        let deps = if self.all_edges {
+            deps
+        } else {
+            crate::floor::reduction::transitive_reduction(&self.workflow.order, &deps)
+        };
+        self.workflow
+            .order
+            .iter()
+            .flat_map(|&i| deps[i].iter().map(move |&d| (d, i)))
+            .collect()
+    }
+
+    /// How many dependencies the workflow declares, and how many edges a drawing keeps.
+    pub fn edge_counts(&self) -> (usize, usize) {
+        let all = self.workflow.stages.iter().map(|s| s.deps.len()).sum();
+        (all, self.edges().len())
     }
 
     fn action_summary(&self, index: usize) -> String {
@@ -159,10 +206,21 @@ impl<'w> Plan<'w> {
         })
     }
 
+    /// What a drawing left out, when it left out edges.
+    fn edges_note(&self) -> Option<String> {
+        let (all, drawn) = self.edge_counts();
+        (drawn < all).then(|| {
+            format!("{drawn} of {all} dependencies drawn: the others are implied by a path (--all-edges draws them)")
+        })
+    }
+
     /// `plan --format dot`: the stage graph for graphviz.
     pub fn to_dot(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "digraph {} {{", dot_id(&self.workflow.name));
+        if let Some(note) = self.edges_note() {
+            let _ = writeln!(out, "  // {note}");
+        }
         let _ = writeln!(out, "  rankdir=LR;");
         let _ = writeln!(out, "  node [shape=box, fontname=\"monospace\"];");
         for &i in &self.workflow.order {
@@ -175,29 +233,41 @@ impl<'w> Plan<'w> {
             if stage.finally {
                 lines.push("(finally)");
             }
-            let shape = if stage.exit_if.is_some() {
-                ", shape=diamond"
-            } else if stage.finally {
-                ", style=dashed"
-            } else {
-                ""
-            };
+            let mut attrs = String::new();
+            if stage.exit_if.is_some() {
+                attrs.push_str(", shape=diamond");
+            }
+            let status = self.statuses.get(&stage.id).map(String::as_str);
+            if let Some(status) = status {
+                lines.push(status);
+            }
+            match (status.and_then(status_fill), stage.finally) {
+                (Some(fill), true) => {
+                    attrs.push_str(&format!(", style=\"filled,dashed\", fillcolor=\"{fill}\""));
+                }
+                (Some(fill), false) => {
+                    attrs.push_str(&format!(", style=filled, fillcolor=\"{fill}\""));
+                }
+                (None, true) if stage.exit_if.is_none() => attrs.push_str(", style=dashed"),
+                (None, _) => {}
+            }
+            if status == Some("exited") {
+                attrs.push_str(", penwidth=3, color=\"#ef6c00\"");
+            }
             let _ = writeln!(
                 out,
-                "  {} [label={}{shape}];",
+                "  {} [label={}{attrs}];",
                 dot_id(&stage.id),
                 dot_label(&lines)
             );
         }
-        for &i in &self.workflow.order {
-            for &d in &self.workflow.stages[i].deps {
-                let _ = writeln!(
-                    out,
-                    "  {} -> {};",
-                    dot_id(&self.workflow.stages[d].id),
-                    dot_id(&self.workflow.stages[i].id)
-                );
-            }
+        for (d, i) in self.edges() {
+            let _ = writeln!(
+                out,
+                "  {} -> {};",
+                dot_id(&self.workflow.stages[d].id),
+                dot_id(&self.workflow.stages[i].id)
+            );
         }
         out.push_str("}\n");
         out
@@ -206,6 +276,9 @@ impl<'w> Plan<'w> {
     /// `plan --format mermaid`: the stage graph as a mermaid flowchart.
     pub fn to_mermaid(&self) -> String {
         let mut out = String::from("flowchart LR\n");
+        if let Some(note) = self.edges_note() {
+            let _ = writeln!(out, "  %% {note}");
+        }
         for &i in &self.workflow.order {
             let stage = &self.workflow.stages[i];
             let label =
@@ -215,6 +288,28 @@ impl<'w> Plan<'w> {
                 let _ = writeln!(out, "  {id}{{\"{label}\"}}");
             } else {
                 let _ = writeln!(out, "  {id}[\"{label}\"]");
+            }
+        }
+        let mut by_status: Vec<(&str, Vec<String>)> = Vec::new();
+        for &i in &self.workflow.order {
+            let id = &self.workflow.stages[i].id;
+            let Some(status) = self.statuses.get(id) else {
+                continue;
+            };
+            match by_status.iter_mut().find(|(s, _)| s == status) {
+                Some((_, ids)) => ids.push(mermaid_id(id)),
+                None => by_status.push((status, vec![mermaid_id(id)])),
+            }
+        }
+        for (status, ids) in &by_status {
+            if let Some(fill) = status_fill(status) {
+                let extra = if *status == "exited" {
+                    ",stroke:#ef6c00,stroke-width:3px"
+                } else {
+                    ""
+                };
+                let _ = writeln!(out, "  classDef s_{status} fill:{fill}{extra}");
+                let _ = writeln!(out, "  class {} s_{status}", ids.join(","));
             }
         }
         let finally: Vec<String> = self
@@ -227,18 +322,30 @@ impl<'w> Plan<'w> {
             let _ = writeln!(out, "  classDef finally stroke-dasharray: 5 5");
             let _ = writeln!(out, "  class {} finally", finally.join(","));
         }
-        for &i in &self.workflow.order {
-            for &d in &self.workflow.stages[i].deps {
-                let _ = writeln!(
-                    out,
-                    "  {} --> {}",
-                    mermaid_id(&self.workflow.stages[d].id),
-                    mermaid_id(&self.workflow.stages[i].id)
-                );
-            }
+        for (d, i) in self.edges() {
+            let _ = writeln!(
+                out,
+                "  {} --> {}",
+                mermaid_id(&self.workflow.stages[d].id),
+                mermaid_id(&self.workflow.stages[i].id)
+            );
         }
         out
     }
+}
+
+/// The fill of a stage of a run's status (the colors of `runs report`).
+fn status_fill(status: &str) -> Option<&'static str> {
+    Some(match status {
+        "succeeded" => "#c8e6c9",
+        "cached" => "#bbdefb",
+        "skipped" => "#eeeeee",
+        "exited" => "#ffe0b2",
+        "failed" => "#ffcdd2",
+        "not_run" => "#ffffff",
+        "running" => "#fff9c4",
+        _ => return None,
+    })
 }
 
 /// A line of at most 60 characters.

@@ -440,3 +440,117 @@ mod dot {
         assert_eq!(ok.edges, [("a".to_string(), "b".to_string())]);
     }
 }
+
+/// `c` waits for `a` and `b`, and `b` for `a`: the edge `a -> c` is implied by `a -> b -> c`.
+const IMPLIED: &str = r#"
+[stages.a]
+command = ["echo", "a"]
+
+[stages.b]
+after = ["a"]
+command = ["echo", "b"]
+
+[stages.c]
+after = ["a", "b"]
+command = ["echo", "c"]
+"#;
+
+fn implied_edges(format: &str, extra: &[&str]) -> (Vec<(String, String)>, String) {
+    let t = Test::new();
+    t.write("implied.toml", IMPLIED);
+    let mut args = vec!["plan", "implied.toml", "--format", format];
+    args.extend_from_slice(extra);
+    let out = t.run(args);
+    out.code(0);
+    let arrow = if format == "dot" { " -> " } else { " --> " };
+    let edges = out
+        .stdout
+        .lines()
+        .filter_map(|line| line.trim().trim_end_matches(';').split_once(arrow))
+        .map(|(a, b)| {
+            (
+                a.trim_matches('"').to_string(),
+                b.trim_matches('"').to_string(),
+            )
+        })
+        .collect();
+    (edges, out.stdout)
+}
+
+#[test]
+fn dot_and_mermaid_leave_out_edges_a_path_implies_unless_asked() {
+    let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+    let reduced = vec![pair("a", "b"), pair("b", "c")];
+    let all = vec![pair("a", "b"), pair("a", "c"), pair("b", "c")];
+    for format in ["dot", "mermaid"] {
+        let (edges, text) = implied_edges(format, &[]);
+        assert_eq!(edges, reduced, "{text}");
+        assert!(text.contains("2 of 3 dependencies drawn"), "{text}");
+        let (mut edges, text) = implied_edges(format, &["--all-edges"]);
+        edges.sort();
+        assert_eq!(edges, all, "{text}");
+        assert!(!text.contains("dependencies drawn"), "{text}");
+    }
+    let (edges, text) = implied_edges("dot", &[]);
+    let graph = dot::parse(&text).unwrap_or_else(|e| panic!("invalid DOT ({e}):\n{text}"));
+    assert_eq!(graph.edges.len(), edges.len());
+}
+
+#[test]
+fn plan_run_colors_the_stages_by_that_run_and_marks_the_exit() {
+    let t = Test::new();
+    t.write(
+        "ran.toml",
+        r#"
+[stages.a]
+command = ["echo", "stop"]
+
+[stages.never]
+if = "false"
+command = ["echo", "no"]
+
+[stages.gate]
+after = ["a"]
+command = ["echo", "stop"]
+exit_if = "true"
+
+[stages.later]
+after = ["gate"]
+command = ["echo", "later"]
+"#,
+    );
+    t.run(["run", "ran.toml", "-q"]).code(0);
+    let out = t.run(["plan", "ran.toml", "--format", "dot", "--run", "last"]);
+    out.code(0);
+    let graph = dot::parse(&out.stdout).unwrap_or_else(|e| panic!("invalid DOT ({e})"));
+    let fill = |id: &str| {
+        graph.nodes[id]
+            .get("fillcolor")
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert_eq!(fill("a"), "#c8e6c9", "succeeded");
+    assert_eq!(fill("never"), "#eeeeee", "skipped");
+    assert_eq!(fill("gate"), "#ffe0b2", "exited");
+    assert_eq!(fill("later"), "#ffffff", "not run");
+    assert_eq!(
+        graph.nodes["gate"].get("penwidth").map(String::as_str),
+        Some("3")
+    );
+    assert!(dot::label(&graph.nodes["later"]["label"]).ends_with("\nnot_run"));
+
+    let out = t.run(["plan", "ran.toml", "--format", "mermaid", "--run", "last"]);
+    out.code(0);
+    assert!(
+        out.stdout.contains("  class gate s_exited\n"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("  class later s_not_run\n"),
+        "{}",
+        out.stdout
+    );
+    let unknown = t.run(["plan", "ran.toml", "--format", "dot", "--run", "nope"]);
+    assert_eq!(unknown.code, Some(2), "{}", unknown.stderr);
+}

@@ -84,6 +84,14 @@ pub(crate) enum Command {
         name: String,
         #[arg(long, value_enum, default_value_t = PlanFormat::Text)]
         format: PlanFormat,
+        /// With dot or mermaid: draw every dependency, also those another path already
+        /// implies (by default they are left out: the transitive reduction).
+        #[arg(long)]
+        all_edges: bool,
+        /// With dot or mermaid: color the stages by how run RUN (an id, a prefix, `last`)
+        /// ended them, the exit point marked.
+        #[arg(long, value_name = "RUN")]
+        run: Option<String>,
         /// Say for each stage whether a run would reuse it from the cache, and on a miss what
         /// changed (a dry-run with these inputs; see `run --explain`).
         #[arg(long)]
@@ -112,7 +120,7 @@ pub(crate) enum Command {
     },
     /// The run history.
     #[command(
-        after_help = "Examples:\n  stagegraph runs\n  stagegraph runs --format json\n  stagegraph runs show last\n  stagegraph runs show last --stage writer\n  stagegraph runs prune --keep 10"
+        after_help = "Examples:\n  stagegraph runs\n  stagegraph runs --format json\n  stagegraph runs show last\n  stagegraph runs show last --stage writer\n  stagegraph runs report last -o report.html\n  stagegraph runs prune --keep 10"
     )]
     Runs {
         #[command(subcommand)]
@@ -250,6 +258,14 @@ pub(crate) struct ExecArgs {
     /// first).
     #[arg(long, short = 'y')]
     pub(crate) yes: bool,
+    /// Off a terminal (a CI log), print a line for a stage still running after DURATION, and
+    /// again after each DURATION more.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub(crate) slow_after: std::time::Duration,
+}
+
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    stagegraph::parse_duration(text)
 }
 
 impl ExecArgs {
@@ -271,6 +287,7 @@ impl ExecArgs {
             answers: self.answers.clone(),
             yes: self.yes,
             no_record: false,
+            slow_after: Some(self.slow_after),
         }
     }
 }
@@ -326,6 +343,43 @@ pub(crate) enum RunsAction {
         /// Print this stage's output.
         #[arg(long)]
         stage: Option<String>,
+    },
+    /// Write one run as a self-contained HTML page: how it ended, the graph colored by status,
+    /// a timeline, each stage's details on click.
+    #[command(
+        after_help = "Examples:\n  stagegraph runs report\n  stagegraph runs report last -o report.html\n  stagegraph runs report 20261130T0015"
+    )]
+    Report {
+        /// A run id, a unique prefix, or `last`.
+        #[arg(default_value = "last")]
+        run_id: String,
+        /// Where to write the page (by default `report.html` in the run's folder).
+        #[arg(short = 'o', long, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
+    /// What changed between two runs: inputs, workflow files, and per stage the status, the
+    /// fingerprint and why it changed, the output (a diff), duration and tokens.
+    #[command(
+        after_help = "Examples:\n  stagegraph runs diff 20261130T0015 last\n  stagegraph runs diff A B --format json"
+    )]
+    Diff {
+        /// The earlier run: an id, a unique prefix, or `last`.
+        a: String,
+        /// The later run.
+        b: String,
+        #[arg(long, value_enum, default_value_t = TextOrJson::Text)]
+        format: TextOrJson,
+    },
+    /// Write one run as an OpenTelemetry trace in OTLP/JSON (the spans a run sends to
+    /// OTEL_EXPORTER_OTLP_ENDPOINT).
+    #[command(after_help = "Examples:\n  stagegraph runs trace last -o trace.json")]
+    Trace {
+        /// A run id, a unique prefix, or `last`.
+        #[arg(default_value = "last")]
+        run_id: String,
+        /// Where to write it (by default stdout).
+        #[arg(short = 'o', long, value_name = "FILE")]
+        output: Option<PathBuf>,
     },
     /// Remove all but the newest runs of each workflow.
     #[command(after_help = "Examples:\n  stagegraph runs prune\n  stagegraph runs prune --keep 5")]

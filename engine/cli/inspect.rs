@@ -82,9 +82,20 @@ impl App {
         })
     }
 
-    pub(crate) fn plan(&self, name: &str, format: PlanFormat) -> Result<i32, Failure> {
+    pub(crate) fn plan(
+        &self,
+        name: &str,
+        format: PlanFormat,
+        all_edges: bool,
+        run: Option<&str>,
+    ) -> Result<i32, Failure> {
         let workflow = self.load(name)?;
-        let plan = Plan::new(&workflow);
+        let mut plan = Plan::new(&workflow).with_all_edges(all_edges);
+        if let Some(run) = run {
+            let (id, dir) = self.state.locate(self.engine.cwd(), run).map_err(invalid)?;
+            let record = RunRecord::read(&dir, &id).map_err(invalid)?;
+            plan = plan.with_statuses(record.stage_statuses());
+        }
         match format {
             PlanFormat::Text => out!("{}", plan.to_text()),
             PlanFormat::Json => outln!(
@@ -146,7 +157,52 @@ impl App {
                 } else if json {
                     outln!("{}", pretty(&r.versioned_json()));
                 } else {
-                    out!("{}", r.to_text());
+                    out!("{}", RunRecord::show_text(&dir, &id).map_err(invalid)?);
+                }
+                Ok(exit::SUCCESS)
+            }
+            Some(RunsAction::Report { run_id, output }) => {
+                let (id, dir) = self.state.locate(cwd, &run_id).map_err(invalid)?;
+                let html = RunRecord::report_html(&dir, &id).map_err(invalid)?;
+                let path = match output {
+                    Some(path) => cwd.join(path),
+                    None => dir.join("runs").join(&id).join("report.html"),
+                };
+                std::fs::write(&path, html).map_err(|error| Failure {
+                    code: exit::FAILED,
+                    message: format!("cannot write {}: {error}", path.display()),
+                })?;
+                outln!("{}", path.display());
+                Ok(exit::SUCCESS)
+            }
+            Some(RunsAction::Diff {
+                a,
+                b,
+                format: diff_format,
+            }) => {
+                let (ia, da) = self.state.locate(cwd, &a).map_err(invalid)?;
+                let (ib, db) = self.state.locate(cwd, &b).map_err(invalid)?;
+                let diff = RunRecord::diff((&da, &ia), (&db, &ib)).map_err(invalid)?;
+                if diff_format == TextOrJson::Json || format == TextOrJson::Json {
+                    outln!("{}", pretty(&diff.to_json()));
+                } else {
+                    out!("{}", diff.to_text());
+                }
+                Ok(exit::SUCCESS)
+            }
+            Some(RunsAction::Trace { run_id, output }) => {
+                let (id, dir) = self.state.locate(cwd, &run_id).map_err(invalid)?;
+                let r = RunRecord::read(&dir, &id).map_err(invalid)?;
+                let text = pretty(&r.trace_json());
+                match output {
+                    None => outln!("{text}"),
+                    Some(path) => {
+                        let path = cwd.join(path);
+                        std::fs::write(&path, text + "\n").map_err(|error| Failure {
+                            code: exit::FAILED,
+                            message: format!("cannot write {}: {error}", path.display()),
+                        })?;
+                    }
                 }
                 Ok(exit::SUCCESS)
             }

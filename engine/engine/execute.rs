@@ -46,6 +46,8 @@ pub struct RunRequest {
     pub yes: bool,
     /// Write no run record (`plan --explain`).
     pub no_record: bool,
+    /// Off a terminal, say that a stage is still running after this long (default 30 s).
+    pub slow_after: Option<std::time::Duration>,
 }
 
 /// Why a run did not give a record.
@@ -140,6 +142,7 @@ impl Engine {
             quiet: request.quiet,
             json_events: request.json_events,
             keep_runs,
+            slow_after: request.slow_after.unwrap_or(run::SLOW_AFTER),
         };
         let runtime = Runtime {
             models: &models,

@@ -71,6 +71,95 @@ impl RunRecord {
             .map(|line| line.output)
     }
 
+    /// Run `id`'s report (`runs report`): one self-contained HTML page, the same bytes for the
+    /// same record.
+    pub fn report_html(state_dir: &Path, id: &str) -> Result<String, String> {
+        let record = Self::read(state_dir, id)?;
+        let dir = record::runs_dir(state_dir).join(id);
+        let plan = std::fs::read(dir.join(record::PLAN_FILE))
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok());
+        let outputs = record::read_outputs(state_dir, id);
+        Ok(crate::run::report::render(&record, plan.as_ref(), &outputs))
+    }
+
+    /// What changed from run `a` to run `b` (`runs diff`), each given by its state folder and
+    /// id.
+    pub fn diff(a: (&Path, &str), b: (&Path, &str)) -> Result<crate::RunDiff, String> {
+        let read = |(dir, id): (&Path, &str)| -> Result<_, String> {
+            let record = Self::read(dir, id)?;
+            let plan = std::fs::read(record::runs_dir(dir).join(id).join(record::PLAN_FILE))
+                .ok()
+                .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok());
+            let after = crate::run::diff::after_of(plan.as_ref());
+            Ok((record, record::read_outputs(dir, id), after))
+        };
+        let (ra, oa, aa) = read(a)?;
+        let (rb, ob, ab) = read(b)?;
+        let side = |record, outputs, after| crate::run::diff::DiffSide {
+            record,
+            outputs,
+            after,
+        };
+        Ok(crate::RunDiff::new(
+            &side(&ra, &oa, &aa),
+            &side(&rb, &ob, &ab),
+        ))
+    }
+
+    /// `runs show` as text for run `id`: the record, each stage with what it said on stderr and
+    /// the start of its output.
+    pub fn show_text(state_dir: &Path, id: &str) -> Result<String, String> {
+        let record = Self::read(state_dir, id)?;
+        Ok(record.to_text(&record::read_outputs(state_dir, id)))
+    }
+
+    /// Send the run's trace where `OTEL_EXPORTER_OTLP_ENDPOINT` (or `..._TRACES_ENDPOINT`)
+    /// points, as OTLP/HTTP: `None` when neither is set, else how many spans were sent or why
+    /// none arrived (a warning: the run's outcome does not change).
+    pub fn export_trace(&self) -> Option<Result<usize, String>> {
+        match crate::run::otlp::Exporter::from_env(|name| std::env::var(name).ok()) {
+            Ok(None) => None,
+            Ok(Some(exporter)) => Some(exporter.export(self)),
+            Err(error) => Some(Err(error)),
+        }
+    }
+
+    /// The run's trace as OTLP/JSON (`runs trace`), with the resource the environment gives
+    /// (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`).
+    pub fn trace_json(&self) -> Value {
+        let mut resource = vec![(
+            "service.name".to_string(),
+            std::env::var("OTEL_SERVICE_NAME").unwrap_or_else(|_| "stagegraph".into()),
+        )];
+        if let Ok(attributes) = std::env::var("OTEL_RESOURCE_ATTRIBUTES") {
+            resource.extend(
+                attributes
+                    .split(',')
+                    .filter_map(|pair| pair.split_once('='))
+                    .filter(|(k, _)| k.trim() != "service.name")
+                    .map(|(k, v)| (k.trim().to_string(), v.trim().to_string())),
+            );
+        }
+        crate::run::otlp::to_json(&crate::run::otlp::spans(self), &resource)
+    }
+
+    /// Each stage's status in this run, `exited` for the stage whose `exit_if` ended it.
+    pub fn stage_statuses(&self) -> std::collections::HashMap<String, String> {
+        let exit = self.exit.as_ref().and_then(|e| e.stage.as_deref());
+        self.stages
+            .iter()
+            .map(|(id, stage)| {
+                let status = if exit == Some(id.as_str()) {
+                    "exited"
+                } else {
+                    stage.status.as_str()
+                };
+                (id.clone(), status.to_string())
+            })
+            .collect()
+    }
+
     /// The run's id.
     pub fn run_id(&self) -> &str {
         &self.run_id

@@ -11,6 +11,7 @@ pub(crate) mod holder;
 pub(crate) mod locks;
 pub(crate) mod process;
 pub(crate) mod reaper;
+pub(crate) mod reduction;
 pub(crate) mod retry;
 pub(crate) mod secrets;
 pub(crate) mod size;

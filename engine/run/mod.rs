@@ -21,9 +21,11 @@ use crate::models::Models;
 use crate::template::{Scope, StageSlot, StageTable};
 
 pub(crate) mod cache;
+pub(crate) mod diff;
 pub(crate) mod inputs;
 pub(crate) mod journal;
 mod orphans;
+pub(crate) mod otlp;
 /// Child processes, their holders and `mkdir` locks live on the ground floor; the old paths
 /// stay for the code that names them.
 pub(crate) use crate::floor::{holder, locks, process};
@@ -31,6 +33,7 @@ mod progress;
 pub(crate) mod record;
 mod record_text;
 mod recorder;
+pub(crate) mod report;
 mod stage;
 pub(crate) mod stage_error;
 
@@ -38,6 +41,7 @@ pub(crate) use record::{ExitInfo, StageRecord, StageStatus};
 pub use record::{RunRecord, RunStatus};
 
 use progress::Reporter;
+pub(crate) use progress::SLOW_AFTER;
 use record::{Event, FileHash, OutputLine, RunFiles, Stamped, UsageTotals};
 use recorder::{Finished, Recorder};
 use stage::{StageOutcome, StageRunner};
@@ -62,6 +66,9 @@ pub(crate) struct RunOptions {
     pub answers: crate::builtins::ask::Answers,
     /// Write a run record (`plan --explain` writes none).
     pub record: bool,
+    /// Off a terminal, a stage still running says so after this long, and again each time
+    /// as long again has passed.
+    pub slow_after: Duration,
 }
 
 impl Default for RunOptions {
@@ -78,6 +85,7 @@ impl Default for RunOptions {
             keep_runs: 50,
             answers: Default::default(),
             record: true,
+            slow_after: progress::SLOW_AFTER,
         }
     }
 }
@@ -420,6 +428,16 @@ impl<'w, 'r> Executor<'w, 'r> {
     /// Records beyond `--keep-runs` are pruned meanwhile (not in a dry-run).
     fn attach(&mut self, files: RunFiles) -> std::io::Result<()> {
         self.dir = Some(files.dir.clone());
+        // The graph as it ran, for `runs report` (the workflow may change after the run).
+        let plan = crate::plan::Plan::new(self.workflow).to_json();
+        let json = serde_json::to_vec(&plan)?;
+        let bytes = crate::floor::secrets::redact_bytes(&json);
+        crate::floor::atomic::replace(
+            &files.dir.join(record::PLAN_FILE),
+            ".plan.",
+            0o666,
+            |out| out.write_all(&bytes),
+        )?;
         let full = RunRecord {
             stages: std::mem::take(&mut self.record.stages),
             ..self.record.clone()

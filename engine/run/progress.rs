@@ -2,10 +2,10 @@
 //! finished stage printed above it, or one plain line per stage otherwise; JSON events on stdout
 //! with `--json`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::io::IsTerminal;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use super::RunOptions;
 
@@ -16,6 +16,8 @@ pub(crate) struct Reporter {
     json: bool,
     pub(crate) prefix: String,
     live: Option<Arc<Live>>,
+    /// Off a terminal: the stages running, watched for those that run long.
+    slow: Option<Arc<Slow>>,
     /// Stage lines held back while stages finish back to back (plain output only); written
     /// before any other line, whenever the run waits, and at the end.
     batch: Arc<Mutex<String>>,
@@ -27,6 +29,107 @@ const BATCH_BYTES: usize = 32 * 1024;
 struct Live {
     bar: indicatif::ProgressBar,
     running: Mutex<BTreeSet<String>>,
+}
+
+/// How long a stage runs before a CI log says it still does (like nextest's SLOW).
+pub(crate) const SLOW_AFTER: Duration = Duration::from_secs(30);
+
+/// The stages running off a terminal, by name: when each started and how many times it was
+/// said to be slow. A thread wakes when the next of them is due and prints its line.
+struct Slow {
+    after: Duration,
+    running: Mutex<SlowState>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct SlowState {
+    stages: HashMap<String, (Instant, u32)>,
+    done: bool,
+}
+
+impl Slow {
+    fn start(after: Duration, batch: Arc<Mutex<String>>) -> Arc<Slow> {
+        let slow = Arc::new(Slow {
+            after,
+            running: Mutex::default(),
+            wake: Condvar::new(),
+        });
+        let watched = Arc::clone(&slow);
+        std::thread::spawn(move || watched.watch(&batch));
+        slow
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SlowState> {
+        self.running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Print a line for each stage that has run another `after`, until the run is done.
+    fn watch(&self, batch: &Mutex<String>) {
+        let mut state = self.lock();
+        while !state.done {
+            let now = Instant::now();
+            let mut lines = Vec::new();
+            let mut next: Option<Instant> = None;
+            let mut names: Vec<&String> = state.stages.keys().collect();
+            names.sort();
+            let mut said = Vec::new();
+            for name in names {
+                let (started, times) = state.stages[name];
+                let due = started + self.after * (times + 1);
+                if due <= now {
+                    lines.push(format!(
+                        "  … {name} still running after {}",
+                        seconds(now - started)
+                    ));
+                    said.push(name.clone());
+                    let again = started + self.after * (times + 2);
+                    next = Some(next.map_or(again, |n| n.min(again)));
+                } else {
+                    next = Some(next.map_or(due, |n| n.min(due)));
+                }
+            }
+            for name in said {
+                if let Some(entry) = state.stages.get_mut(&name) {
+                    entry.1 += 1;
+                }
+            }
+            if !lines.is_empty() {
+                let mut batch = batch
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                for line in lines {
+                    batch.push_str(&line);
+                    batch.push('\n');
+                }
+                write_stderr(&mut batch);
+            }
+            state = match next {
+                Some(at) => {
+                    let wait = at.saturating_duration_since(Instant::now());
+                    self.wake
+                        .wait_timeout(state, wait)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .0
+                }
+                None => self
+                    .wake
+                    .wait(state)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            };
+        }
+    }
+}
+
+fn seconds(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 60.0 {
+        format!("{s:.1}s")
+    } else {
+        format!("{}m{:02}s", d.as_secs() / 60, d.as_secs() % 60)
+    }
 }
 
 impl Reporter {
@@ -46,12 +149,16 @@ impl Reporter {
                     running: Mutex::new(BTreeSet::new()),
                 })
             });
+        let batch: Arc<Mutex<String>> = Arc::default();
+        let slow = (live.is_none() && !options.quiet && options.slow_after > Duration::ZERO)
+            .then(|| Slow::start(options.slow_after, Arc::clone(&batch)));
         Reporter {
             quiet: options.quiet,
             json: options.json_events,
             prefix: String::new(),
             live,
-            batch: Arc::default(),
+            slow,
+            batch,
         }
     }
 
@@ -138,6 +245,18 @@ impl Reporter {
     }
 
     pub(crate) fn started(&self, id: &str) {
+        if let Some(slow) = &self.slow {
+            let mut state = slow.lock();
+            let idle = state.stages.is_empty();
+            state
+                .stages
+                .insert(format!("{}{id}", self.prefix), (Instant::now(), 0));
+            // A watcher with stages to watch wakes no later than this one is due (every
+            // due time it waits for is at most `after` away); an idle one waits for this.
+            if idle {
+                slow.wake.notify_one();
+            }
+        }
         if let Some(live) = &self.live {
             let mut running = live
                 .running
@@ -158,6 +277,9 @@ impl Reporter {
     }
 
     pub(crate) fn finished(&self, id: &str) {
+        if let Some(slow) = &self.slow {
+            slow.lock().stages.remove(&format!("{}{id}", self.prefix));
+        }
         if let Some(live) = &self.live {
             let mut running = live
                 .running
@@ -173,6 +295,10 @@ impl Reporter {
 
     /// Clear the live line (the top-level run only).
     pub(crate) fn done(&self) {
+        if let (Some(slow), true) = (&self.slow, self.prefix.is_empty()) {
+            slow.lock().done = true;
+            slow.wake.notify_one();
+        }
         self.flush();
         if let (Some(live), true) = (&self.live, self.prefix.is_empty()) {
             live.bar.finish_and_clear();

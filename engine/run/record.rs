@@ -483,6 +483,10 @@ pub(crate) struct OutputLine {
     pub file: Option<String>,
 }
 
+/// The run's graph as `plan --format json` gives it, written once when the run starts (below
+/// the run's folder), so a report draws the graph that ran.
+pub(crate) const PLAN_FILE: &str = "plan.json";
+
 /// An output larger than this (as JSON) is stored once in a file of its own and the line of
 /// `outputs.jsonl` refers to it, so the log stays small and is never a copy of a huge value.
 pub(crate) const LARGE_OUTPUT: u64 = 1 << 20;

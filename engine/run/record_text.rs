@@ -1,9 +1,11 @@
 //! How a run record reads: the one-line summary a run ends with, the explain verdicts, the
 //! text of `runs show` and its line in `runs`, and the JSON document of `run --format json`.
 
+use std::collections::HashMap;
+
 use serde_json::{Map, Value};
 
-use super::record::{RunRecord, UsageTotals};
+use super::record::{OutputLine, RunRecord, UsageTotals};
 use super::RunStatus;
 use crate::JSON_VERSION;
 
@@ -173,8 +175,9 @@ impl RunRecord {
     }
 
     /// `runs show` as text: the run, how it ended, a line per stage with what it said on
-    /// stderr, then model usage. Each line ends with a newline.
-    pub fn to_text(&self) -> String {
+    /// stderr and the start of its output (from `outputs`, at most [`SHOWN_OUTPUT_LINES`]
+    /// lines of [`SHOWN_OUTPUT_BYTES`]), then model usage. Each line ends with a newline.
+    pub(crate) fn to_text(&self, outputs: &HashMap<String, OutputLine>) -> String {
         let mut out = format!(
             "run {} ({}) {}{}\n",
             self.run_id,
@@ -212,10 +215,53 @@ impl RunRecord {
             for line in s.stderr.as_deref().unwrap_or("").lines() {
                 out.push_str(&format!("      stderr: {line}\n"));
             }
+            if let Some(line) = outputs.get(id).filter(|_| s.status.has_output()) {
+                out.push_str(&self.output_lines(id, &line.output));
+            }
         }
         if self.usage.model_calls > 0 {
             out.push_str(&self.usage.summary_line());
             out.push('\n');
+        }
+        out
+    }
+}
+
+/// `runs show` prints at most this many lines of a stage's output ...
+pub(crate) const SHOWN_OUTPUT_LINES: usize = 20;
+/// ... and at most this many bytes.
+pub(crate) const SHOWN_OUTPUT_BYTES: usize = 2048;
+
+impl RunRecord {
+    /// A stage's output under its line of `runs show`: text as it is, other values as JSON,
+    /// cut with a note that says how to print it whole.
+    fn output_lines(&self, id: &str, output: &Value) -> String {
+        let text = match output {
+            Value::String(text) => text.clone(),
+            Value::Null => return String::new(),
+            other => serde_json::to_string_pretty(other).unwrap_or_default(),
+        };
+        let mut out = String::new();
+        let mut shown = 0;
+        let mut lines = text.lines();
+        for line in lines.by_ref().take(SHOWN_OUTPUT_LINES) {
+            let room = SHOWN_OUTPUT_BYTES.saturating_sub(shown);
+            if room == 0 {
+                break;
+            }
+            let mut end = line.len().min(room);
+            while !line.is_char_boundary(end) {
+                end -= 1;
+            }
+            out.push_str(&format!("      output: {}\n", &line[..end]));
+            shown += end + 1;
+        }
+        let left = text.len().saturating_sub(shown);
+        if left > 0 && shown < text.len() {
+            out.push_str(&format!(
+                "      output: ... {left} more bytes (`stagegraph runs show {} --stage {id}` prints it whole)\n",
+                self.run_id
+            ));
         }
         out
     }

@@ -1,0 +1,442 @@
+//! OpenTelemetry export: a run with `OTEL_EXPORTER_OTLP_ENDPOINT` set sends one trace to a
+//! loopback OTLP/HTTP receiver started here, whose spans match the run record (one per stage
+//! that started and per model call, statuses, token counts, the repair as an event). The
+//! protobuf body, and the JSON one too, are decoded by the official `opentelemetry-proto`
+//! Python package when `STAGEGRAPH_TEST_OTEL_PYTHON` names a Python that has it (`.ci/run`
+//! makes a virtualenv); a dead collector costs one warning and changes nothing else.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::loopback::{Reply, Server};
+use crate::support::{poll_until, Test};
+
+/// One POST the receiver got: its path, content type and body.
+type Received = Arc<Mutex<Vec<(String, String, Vec<u8>)>>>;
+
+/// An OTLP/HTTP receiver on loopback: it keeps every request's body and answers 200.
+fn receiver() -> (String, Received) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let url = format!("http://{}", listener.local_addr().expect("address"));
+    let received: Received = Arc::default();
+    let kept = Arc::clone(&received);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { break };
+            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+            let mut first = String::new();
+            if reader.read_line(&mut first).is_err() {
+                continue;
+            }
+            let path = first.split_whitespace().nth(1).unwrap_or("").to_string();
+            let (mut length, mut content_type) = (0usize, String::new());
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line.trim().is_empty() {
+                    break;
+                }
+                if let Some((name, value)) = line.split_once(':') {
+                    match name.trim().to_ascii_lowercase().as_str() {
+                        "content-length" => length = value.trim().parse().unwrap_or(0),
+                        "content-type" => content_type = value.trim().to_string(),
+                        _ => {}
+                    }
+                }
+            }
+            let mut body = vec![0; length];
+            if reader.read_exact(&mut body).is_err() {
+                continue;
+            }
+            kept.lock().unwrap().push((path, content_type, body));
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        }
+    });
+    (url, received)
+}
+
+const WORKFLOW: &str = r#"
+[stages.prep]
+command = ["echo", "ready"]
+
+[stages.ask]
+after = ["prep"]
+prompt = { inline = "Name one concept about retries." }
+model = "m"
+repair = 1
+output = { format = "json", schema = "answer.schema.json" }
+
+[stages.never]
+if = "false"
+command = ["echo", "no"]
+"#;
+
+const SCHEMA: &str =
+    r#"{"type": "object", "required": ["concept"], "properties": {"concept": {"type": "string"}}}"#;
+
+/// A model that answers wrongly first (repaired), then rightly, with token counts.
+fn model() -> Server {
+    Server::start(|_, n| {
+        let (input, usage) = if n == 0 {
+            (
+                json!({"wrong": 1}),
+                json!({"input_tokens": 100, "output_tokens": 20,
+                       "cache_read_input_tokens": 1000, "cache_creation_input_tokens": 200}),
+            )
+        } else {
+            (
+                json!({"concept": "jitter"}),
+                json!({"input_tokens": 150, "output_tokens": 10}),
+            )
+        };
+        Reply::json(
+            200,
+            &json!({
+                "id": format!("msg_{n}"), "type": "message", "role": "assistant",
+                "model": "claude-test",
+                "content": [{"type": "tool_use", "id": "toolu_1", "name": "reply", "input": input}],
+                "stop_reason": "tool_use", "usage": usage
+            }),
+        )
+    })
+}
+
+fn project(model_url: &str) -> Test {
+    let t = Test::new();
+    t.write("lib/workflows/traced.toml", WORKFLOW);
+    t.write("lib/schemas/answer.schema.json", SCHEMA);
+    t.write(
+        "stagegraph.toml",
+        &format!(
+            "[models.m]\nprovider = \"anthropic\"\nmodel = \"claude-test\"\nbase_url = \"{model_url}\"\napi_key_env = \"TEST_ANTHROPIC_KEY\"\n"
+        ),
+    );
+    t
+}
+
+/// A span reduced to what the test compares: name, ids, kind, attributes, events, status.
+#[derive(Debug, Clone)]
+struct Span {
+    name: String,
+    span_id: String,
+    parent: String,
+    kind: u64,
+    attributes: BTreeMap<String, Value>,
+    events: Vec<String>,
+    status: u64,
+    trace_id: String,
+}
+
+/// The spans and resource of a decoded export, from the normalized JSON the Python decoder
+/// (or `from_otlp_json`) gives.
+fn spans_of(doc: &Value) -> (BTreeMap<String, Value>, Vec<Span>) {
+    let attrs = |list: &Value| -> BTreeMap<String, Value> {
+        list.as_object()
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default()
+    };
+    let spans = doc["spans"]
+        .as_array()
+        .expect("spans")
+        .iter()
+        .map(|s| Span {
+            name: s["name"].as_str().unwrap_or("").into(),
+            span_id: s["span_id"].as_str().unwrap_or("").into(),
+            parent: s["parent"].as_str().unwrap_or("").into(),
+            kind: s["kind"].as_u64().unwrap_or(0),
+            attributes: attrs(&s["attributes"]),
+            events: s["events"]
+                .as_array()
+                .map(|e| {
+                    e.iter()
+                        .filter_map(|n| n.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            status: s["status"].as_u64().unwrap_or(0),
+            trace_id: s["trace_id"].as_str().unwrap_or("").into(),
+        })
+        .collect();
+    (attrs(&doc["resource"]), spans)
+}
+
+/// OTLP/JSON as the engine sends it, normalized like the Python decoder's output.
+fn from_otlp_json(body: &[u8]) -> Value {
+    let doc: Value = serde_json::from_slice(body).expect("OTLP/JSON");
+    let value = |v: &Value| {
+        v.get("stringValue")
+            .cloned()
+            .or_else(|| {
+                v.get("intValue")
+                    .and_then(Value::as_str)
+                    .and_then(|n| n.parse::<i64>().ok())
+                    .map(Value::from)
+            })
+            .or_else(|| v.get("boolValue").cloned())
+            .or_else(|| v.get("doubleValue").cloned())
+            .unwrap_or(Value::Null)
+    };
+    let attrs = |list: &Value| -> Value {
+        list.as_array()
+            .into_iter()
+            .flatten()
+            .map(|kv| {
+                (
+                    kv["key"].as_str().unwrap_or("").to_string(),
+                    value(&kv["value"]),
+                )
+            })
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    let rs = &doc["resourceSpans"][0];
+    let spans: Vec<Value> = rs["scopeSpans"][0]["spans"]
+        .as_array()
+        .expect("spans")
+        .iter()
+        .map(|s| {
+            json!({
+                "name": s["name"], "trace_id": s["traceId"], "span_id": s["spanId"],
+                "parent": s.get("parentSpanId").cloned().unwrap_or(json!("")),
+                "kind": s["kind"], "attributes": attrs(&s["attributes"]),
+                "events": s["events"].as_array().map(|e| e.iter().map(|e| e["name"].clone()).collect::<Vec<_>>()).unwrap_or_default(),
+                "status": s["status"]["code"],
+            })
+        })
+        .collect();
+    json!({ "resource": attrs(&rs["resource"]["attributes"]), "spans": spans })
+}
+
+/// Decode a body with `opentelemetry-proto` (protobuf, or OTLP/JSON through the protobuf JSON
+/// mapping, ids turned from hex to base64 as that mapping wants), normalized; `None` without
+/// such a Python.
+fn decode_with_python(t: &Test, body: &[u8], json_body: bool) -> Option<Value> {
+    let python = std::env::var_os("STAGEGRAPH_TEST_OTEL_PYTHON")?;
+    t.write("body.bin", "");
+    std::fs::write(t.path("body.bin"), body).expect("write body");
+    t.write("decode.py", DECODE);
+    let out = std::process::Command::new(python)
+        .arg(t.path("decode.py"))
+        .arg(t.path("body.bin"))
+        .arg(if json_body { "json" } else { "protobuf" })
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "opentelemetry-proto could not decode the export: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(serde_json::from_slice(&out.stdout).expect("decoder JSON"))
+}
+
+const DECODE: &str = r#"
+import base64, json, sys
+from google.protobuf import json_format
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+body = open(sys.argv[1], "rb").read()
+request = ExportTraceServiceRequest()
+if sys.argv[2] == "json":
+    doc = json.loads(body)
+    for rs in doc["resourceSpans"]:
+        for ss in rs["scopeSpans"]:
+            for span in ss["spans"]:
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in span:
+                        span[key] = base64.b64encode(bytes.fromhex(span[key])).decode()
+    json_format.ParseDict(doc, request)
+else:
+    request.ParseFromString(body)
+
+def value(any):
+    kind = any.WhichOneof("value")
+    return getattr(any, kind) if kind else None
+
+def attrs(list_):
+    return {kv.key: value(kv.value) for kv in list_}
+
+rs = request.resource_spans
+assert len(rs) == 1, len(rs)
+spans = [s for ss in rs[0].scope_spans for s in ss.spans]
+print(json.dumps({
+    "resource": attrs(rs[0].resource.attributes),
+    "spans": [{
+        "name": s.name, "trace_id": s.trace_id.hex(), "span_id": s.span_id.hex(),
+        "parent": s.parent_span_id.hex(), "kind": s.kind, "attributes": attrs(s.attributes),
+        "events": [e.name for e in s.events], "status": s.status.code,
+        "start": s.start_time_unix_nano, "end": s.end_time_unix_nano,
+    } for s in spans],
+}))
+"#;
+
+/// The spans say what the record says.
+fn assert_matches_record(t: &Test, resource: &BTreeMap<String, Value>, spans: &[Span]) {
+    let record = t.last_run();
+    assert_eq!(resource["service.name"], "nightly-hooks");
+    assert_eq!(resource["team"], "docs");
+    let started: Vec<&str> = record["stages"]
+        .as_object()
+        .expect("stages")
+        .iter()
+        .filter(|(_, s)| s.get("started_at").is_some())
+        .map(|(id, _)| id.as_str())
+        .collect();
+    let calls = record["stages"]["ask"]["model_calls"]
+        .as_array()
+        .expect("calls")
+        .len();
+    assert_eq!(calls, 2, "the reply was repaired once");
+    assert_eq!(spans.len(), 1 + started.len() + calls, "{spans:#?}");
+
+    let root = &spans[0];
+    assert_eq!(root.name, "run traced");
+    assert!(root.parent.is_empty());
+    assert_eq!(root.attributes["stagegraph.run_id"], record["run_id"]);
+    assert_eq!(root.attributes["stagegraph.status"], "completed");
+    assert!(spans
+        .iter()
+        .all(|s| s.trace_id == root.trace_id && s.trace_id.len() == 32));
+    for id in &started {
+        let span = spans
+            .iter()
+            .find(|s| s.name == format!("stage {id}"))
+            .unwrap_or_else(|| panic!("no span for stage {id}"));
+        assert_eq!(span.parent, root.span_id);
+        assert_eq!(
+            span.attributes["stagegraph.stage.status"],
+            record["stages"][id]["status"]
+        );
+    }
+    let ask = spans.iter().find(|s| s.name == "stage ask").expect("ask");
+    assert_eq!(ask.events, ["repair"], "the rejected reply is an event");
+    let chats: Vec<&Span> = spans.iter().filter(|s| s.parent == ask.span_id).collect();
+    assert_eq!(chats.len(), 2);
+    let tokens = |key: &str| -> i64 {
+        chats
+            .iter()
+            .map(|s| s.attributes.get(key).and_then(Value::as_i64).unwrap_or(0))
+            .sum()
+    };
+    let usage = &record["usage"];
+    assert_eq!(
+        tokens("gen_ai.usage.input_tokens"),
+        usage["input_tokens"].as_i64().unwrap()
+    );
+    assert_eq!(
+        tokens("gen_ai.usage.output_tokens"),
+        usage["output_tokens"].as_i64().unwrap()
+    );
+    assert_eq!(tokens("gen_ai.usage.input_tokens"), 250);
+    assert_eq!(tokens("gen_ai.usage.cache_read.input_tokens"), 1000);
+    assert_eq!(tokens("gen_ai.usage.cache_creation.input_tokens"), 200);
+    for chat in &chats {
+        assert_eq!(chat.kind, 3, "a model call is a client span");
+        assert_eq!(chat.attributes["gen_ai.operation.name"], "chat");
+        assert_eq!(chat.attributes["gen_ai.provider.name"], "anthropic");
+        assert_eq!(chat.attributes["gen_ai.request.model"], "claude-test");
+    }
+    // The rejected call is an error; the run and the accepted call are not.
+    assert_eq!(chats[0].status, 2);
+    assert_eq!(chats[1].status, 1);
+    assert_eq!(root.status, 1);
+}
+
+fn traced_run(protocol: Option<&str>) -> (Test, Vec<(String, String, Vec<u8>)>) {
+    let api = model();
+    let (collector, received) = receiver();
+    let t = project(&api.url);
+    let mut run = t
+        .command(["-L", "lib", "run", "traced", "-q"])
+        .env("TEST_ANTHROPIC_KEY", "sk-test")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &collector)
+        .env("OTEL_SERVICE_NAME", "nightly-hooks")
+        .env("OTEL_RESOURCE_ATTRIBUTES", "team=docs");
+    if let Some(protocol) = protocol {
+        run = run.env("OTEL_EXPORTER_OTLP_PROTOCOL", protocol);
+    }
+    let out = run.output();
+    out.code(0);
+    assert!(!out.stderr.contains("warning"), "{}", out.stderr);
+    // The export is done before the process exits; the receiver's thread may still be storing it.
+    poll_until(Duration::from_secs(5), || {
+        !received.lock().unwrap().is_empty()
+    });
+    let received = received.lock().unwrap().clone();
+    (t, received)
+}
+
+#[test]
+fn a_run_exports_one_trace_as_otlp_json() {
+    let (t, received) = traced_run(Some("http/json"));
+    assert_eq!(received.len(), 1, "one export per run");
+    let (path, content_type, body) = &received[0];
+    assert_eq!(path, "/v1/traces");
+    assert_eq!(content_type, "application/json");
+    let (resource, spans) = spans_of(&from_otlp_json(body));
+    assert_matches_record(&t, &resource, &spans);
+    match decode_with_python(&t, body, true) {
+        Some(decoded) => {
+            let (resource, spans) = spans_of(&decoded);
+            assert_matches_record(&t, &resource, &spans);
+        }
+        None => eprintln!("skipped decoding: STAGEGRAPH_TEST_OTEL_PYTHON is not set"),
+    }
+    // `runs trace` writes the same spans to a file.
+    t.run(["-L", "lib", "runs", "trace", "last", "-o", "trace.json"])
+        .code(0);
+    let (_, from_file) = spans_of(&from_otlp_json(t.read("trace.json").as_bytes()));
+    let names = |s: &[Span]| s.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&from_file), names(&spans));
+}
+
+#[test]
+fn a_run_exports_protobuf_by_default_which_opentelemetry_proto_decodes() {
+    let (t, received) = traced_run(None);
+    assert_eq!(received.len(), 1, "one export per run");
+    let (path, content_type, body) = &received[0];
+    assert_eq!(path, "/v1/traces");
+    assert_eq!(content_type, "application/x-protobuf");
+    let Some(decoded) = decode_with_python(&t, body, false) else {
+        eprintln!(
+            "skipped: STAGEGRAPH_TEST_OTEL_PYTHON is not set (a Python with opentelemetry-proto)"
+        );
+        return;
+    };
+    let (resource, spans) = spans_of(&decoded);
+    assert_matches_record(&t, &resource, &spans);
+}
+
+#[test]
+fn a_dead_collector_is_one_warning_and_the_run_is_unchanged() {
+    let closed = {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        format!("http://{}", listener.local_addr().expect("address"))
+    };
+    let t = Test::new();
+    t.write("w.toml", "[stages.a]\ncommand = [\"echo\", \"hi\"]\n");
+    let out = t
+        .command(["run", "w.toml", "-q"])
+        .env(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            &format!("{closed}/v1/traces"),
+        )
+        .output();
+    out.code(0);
+    let warnings: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("warning"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{}", out.stderr);
+    assert!(
+        warnings[0].contains("the run's trace was not exported"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(t.last_run()["status"], "completed");
+}
