@@ -540,7 +540,7 @@ impl Models {
             cancel,
         };
         match &alias.provider {
-            Provider::Command { argv } => {
+            Provider::Command { argv, .. } => {
                 let _permit = limiter.acquire(call.alias, &call.cancel)?;
                 command::complete(argv, call.program_timeout(), request)
                     .map_err(|error| call.program_failed(error))
