@@ -26,6 +26,7 @@ mod plan;
 mod run;
 mod schema;
 mod template;
+mod testing;
 
 /// Not part of the API: the entry points of the fuzz targets, for the fuzz crate and the
 /// regression test that replays its inputs. It may change with any release.
@@ -44,6 +45,7 @@ pub use load::RawWorkflow;
 pub use models::Migration;
 pub use plan::Plan;
 pub use run::{ResumeFrom, RunRecord, RunStatus};
+pub use testing::{CaseOutcome, CaseReport, Recording, TestOptions, TestReport, TEST_SUFFIX};
 
 /// The version of every JSON document the command line prints (`--format json`).
 pub const JSON_VERSION: u32 = 1;

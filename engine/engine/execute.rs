@@ -46,6 +46,11 @@ pub struct RunRequest {
     pub yes: bool,
     /// Write no run record (`plan --explain`).
     pub no_record: bool,
+    /// Stages whose output is given instead of produced by their action (a test case's
+    /// `[case.stages.<id>]`).
+    pub given: std::collections::HashMap<String, Value>,
+    /// Variables added to the environment of every command the run starts.
+    pub env: Vec<(String, String)>,
 }
 
 /// Why a run did not give a record.
@@ -106,10 +111,23 @@ impl Engine {
         state: &StateDir,
         resume: Option<ResumeFrom>,
     ) -> Result<ManuallyDrop<RunRecord>, RunFailure> {
+        self.run_with_models(workflow, inputs, request, state, resume, None)
+    }
+
+    /// [`Engine::run`] with the models given instead of loaded from the configuration.
+    pub(crate) fn run_with_models(
+        &self,
+        workflow: &Workflow,
+        inputs: Map<String, Value>,
+        request: &RunRequest,
+        state: &StateDir,
+        resume: Option<ResumeFrom>,
+        models: Option<Models>,
+    ) -> Result<ManuallyDrop<RunRecord>, RunFailure> {
         // An --answer for no `ask` stage is a wrong command line: rejected before any record.
         let answers = resolve_answers(workflow, &request.answers, request.yes)
             .map_err(|e| RunFailure::invalid(e.message))?;
-        let (models, state_dir) = match self.prepare(workflow, &inputs, request, state) {
+        let (models, state_dir) = match self.prepare(workflow, &inputs, request, state, models) {
             Ok(prepared) => prepared,
             Err(mut failure) => {
                 failure.unrecorded = self
@@ -140,6 +158,8 @@ impl Engine {
             quiet: request.quiet,
             json_events: request.json_events,
             keep_runs,
+            given: request.given.clone(),
+            env: request.env.clone(),
         };
         let runtime = Runtime {
             models: &models,
@@ -197,8 +217,12 @@ impl Engine {
         inputs: &Map<String, Value>,
         request: &RunRequest,
         state: &StateDir,
+        models: Option<Models>,
     ) -> Result<(Models, PathBuf), RunFailure> {
-        let models = self.models(request)?;
+        let models = match models {
+            Some(models) => models,
+            None => self.models(request)?,
+        };
         if let Some(usd) = workflow.budget_usd {
             models.set_budget(usd, "budget_usd in [workflow]");
         }

@@ -180,6 +180,8 @@ enum Mode {
     Record(PathBuf),
     /// Answer every alias from the folder; never ask a provider.
     Replay(PathBuf),
+    /// Answer from the folder what it holds; ask the providers the rest and save it there.
+    Fill(PathBuf),
 }
 
 /// Where API keys come from: the process environment, or a fixed map in tests, which must not
@@ -425,6 +427,12 @@ impl Models {
         self.mode = Mode::Replay(dir);
     }
 
+    /// Answer from `DIR` what it holds and ask the providers only the requests it does not,
+    /// saving their exchanges there (`stagegraph test --record`).
+    pub(crate) fn set_fill(&mut self, dir: PathBuf) {
+        self.mode = Mode::Fill(dir);
+    }
+
     pub(crate) fn defines(&self, alias: &str) -> bool {
         self.aliases.contains_key(alias)
     }
@@ -453,12 +461,22 @@ impl Models {
         let cancel = Cancel::after(request.timeout);
         let canonical = CanonicalRequest::new(request, alias.provider.model_identity());
         let started = Instant::now();
-        let replayed = matches!(self.mode, Mode::Replay(_))
+        let mut replayed = matches!(self.mode, Mode::Replay(_))
             || matches!(alias.provider, Provider::Replay { .. });
         let mut reservation = None;
-        let answer = match &self.mode {
-            Mode::Replay(dir) => recording::replay_exact(dir, &canonical)?,
-            Mode::Live | Mode::Record(_) => {
+        let recorded = match &self.mode {
+            Mode::Replay(dir) => Some(recording::replay_exact(dir, &canonical)?),
+            Mode::Fill(dir) => match recording::replay_exact(dir, &canonical) {
+                Ok(answer) => Some(answer),
+                Err(ModelError::ReplayMiss { .. }) => None,
+                Err(error) => return Err(error),
+            },
+            Mode::Live | Mode::Record(_) => None,
+        };
+        replayed |= recorded.is_some();
+        let answer = match recorded {
+            Some(answer) => answer,
+            None => {
                 if !replayed {
                     let estimate = alias
                         .price
@@ -486,8 +504,10 @@ impl Models {
             retries: answer.retries,
             replayed,
         };
-        if let Mode::Record(dir) = &self.mode {
-            recording::save(dir, &canonical, &reply)?;
+        match &self.mode {
+            Mode::Record(dir) => recording::save(dir, &canonical, &reply)?,
+            Mode::Fill(dir) if !reply.replayed => recording::save(dir, &canonical, &reply)?,
+            _ => {}
         }
         Ok(reply)
     }

@@ -62,6 +62,10 @@ pub(crate) struct RunOptions {
     pub answers: crate::builtins::ask::Answers,
     /// Write a run record (`plan --explain` writes none).
     pub record: bool,
+    /// Stages whose output is given instead of produced by their action.
+    pub given: HashMap<String, Value>,
+    /// Variables added to the environment of every command the run starts.
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for RunOptions {
@@ -78,6 +82,8 @@ impl Default for RunOptions {
             keep_runs: 50,
             answers: Default::default(),
             record: true,
+            given: HashMap::new(),
+            env: Vec::new(),
         }
     }
 }
@@ -555,7 +561,10 @@ impl<'w, 'r> Executor<'w, 'r> {
         };
         let base = scope.to_value();
         let prepared = match stage::Prepared::new(workflow, &base, &self.runtime.cwd) {
-            Ok(prepared) => prepared,
+            Ok(mut prepared) => {
+                prepared.child_env.extend(self.options.env.iter().cloned());
+                prepared
+            }
             Err(error) => {
                 self.record.error = Some(error.to_string());
                 self.finish(RunStatus::Failed);
