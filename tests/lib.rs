@@ -34,4 +34,5 @@ mod review;
 mod run;
 mod secrets;
 mod static_checks;
+mod test_runner;
 mod writes;

@@ -300,7 +300,8 @@ fn compare(
             match compiled.eval(&scope) {
                 Ok(value) if value.is_true() => {}
                 Ok(value) => {
-                    let mut message = format!("assert `{text}` is {value}");
+                    let shown = serde_json::to_value(&value).unwrap_or(Value::Null);
+                    let mut message = format!("assert `{text}` is {}", shorten(&shown));
                     let mut references: Vec<String> = compiled.references().into_iter().collect();
                     references.sort();
                     for reference in references {

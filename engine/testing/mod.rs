@@ -208,7 +208,8 @@ impl Engine {
                     Err(diagnostics) => {
                         problems.push(
                             Diagnostic::error(DiagnosticKind::InvalidTest(format!(
-                                "workflow `{reference}` does not load (below)"
+                                "workflow `{}` does not load (below)",
+                                options.workflow.as_deref().unwrap_or(written)
                             )))
                             .at(&parsed.source, span),
                         );
