@@ -295,6 +295,10 @@ pub(crate) struct TestArgs {
     /// text, or github (annotations at the failed cases' lines, beside the text).
     #[arg(long, value_enum, default_value_t = TestFormat::Text)]
     pub(crate) format: TestFormat,
+    /// What `now()` says in every case (RFC 3339), so that prompts holding a date replay on any
+    /// day; STAGEGRAPH_NOW, when set, wins.
+    #[arg(long, value_name = "TIME", default_value = "2026-01-01T12:00:00Z")]
+    pub(crate) now: String,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq)]

@@ -27,6 +27,10 @@ impl App {
         if args.min_pass.is_some_and(|k| k > args.repeat) {
             return Err(invalid("--min-pass cannot be more than --repeat"));
         }
+        // Pinned before any case's thread starts: the environment is read, never written, after.
+        if std::env::var_os("STAGEGRAPH_NOW").is_none() {
+            std::env::set_var("STAGEGRAPH_NOW", &args.now);
+        }
         let defaults = TestOptions::default();
         let options = TestOptions {
             paths: args.paths.clone(),
