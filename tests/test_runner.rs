@@ -303,3 +303,62 @@ outputs = { txt = "x" }
     out.code(2);
     out.stderr_has("bad.test.toml:4:1: unknown field `bogus`");
 }
+
+#[test]
+fn eject_copies_the_tests_and_an_edit_of_the_copy_shows_which_stage_changed() {
+    let test = Test::new();
+    test.run(["eject", "context-update"]).code(0);
+    assert!(test.exists(".stagegraph/workflows/context-update.test.toml"));
+    let recordings =
+        std::fs::read_dir(test.path(".stagegraph/workflows/recordings/context-update"))
+            .expect("the recordings are copied")
+            .count();
+    assert!(recordings >= 4, "{recordings} recordings");
+    // The copy's own tests, found beside it on the search path, pass offline.
+    let out = test.run(["test"]);
+    out.code(0);
+    assert!(out.stdout.contains("7 passed, 0 failed"), "{}", out.stdout);
+    // An edit of the copy's gate prompt fails the cases that reach the gate, at the gate.
+    let gate = ".stagegraph/templates/context-update/gate.md.j2";
+    test.write(
+        gate,
+        &test
+            .read(gate)
+            .replace("project lexicon", "project glossary"),
+    );
+    let out = test.run(["test"]);
+    out.code(1);
+    assert!(
+        out.stdout.contains("stage `gate` failed") && out.stdout.contains("differs in prompt"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("5 passed, 2 failed"), "{}", out.stdout);
+}
+
+#[test]
+fn a_base_workflows_tests_run_against_an_overlay() {
+    let test = Test::new();
+    // An overlay that changes what the toggle says.
+    test.write(
+        ".stagegraph/workflows/my-context.toml",
+        "[workflow]\nextends = \"context-update\"\n\n[stages.toggle]\nexit_message = \"switched off here\"\n",
+    );
+    let tests = crate::support::repo_root().join("workflows/context-update.test.toml");
+    let out = test.run([
+        "test".as_ref(),
+        "--workflow".as_ref(),
+        "my-context".as_ref(),
+        tests.as_os_str(),
+    ]);
+    out.code(1);
+    // The cases the overlay does not touch still pass; the toggle's messages do not.
+    assert!(out.stdout.contains("5 passed, 2 failed"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains(
+            "assert `run.exit.message == 'background context is disabled in CLAUDE.md'` is false"
+        ),
+        "{}",
+        out.stdout
+    );
+}
