@@ -45,7 +45,9 @@ pub use load::RawWorkflow;
 pub use models::Migration;
 pub use plan::Plan;
 pub use run::{ResumeFrom, RunRecord, RunStatus};
-pub use testing::{CaseOutcome, CaseReport, Recording, TestOptions, TestReport, TEST_SUFFIX};
+pub use testing::{
+    test_schema, CaseOutcome, CaseReport, Recording, TestOptions, TestReport, TEST_SUFFIX,
+};
 
 /// The version of every JSON document the command line prints (`--format json`).
 pub const JSON_VERSION: u32 = 1;

@@ -260,6 +260,7 @@ impl App {
                 let schema = match kind {
                     SchemaKind::Workflow => stagegraph::workflow_schema(),
                     SchemaKind::Config => stagegraph::config_schema(),
+                    SchemaKind::Test => stagegraph::test_schema(),
                 };
                 outln!(
                     "{}",

@@ -362,3 +362,38 @@ fn a_base_workflows_tests_run_against_an_overlay() {
         out.stdout
     );
 }
+
+#[test]
+fn a_cases_environment_reaches_its_commands_and_its_files_stay_its_own() {
+    let test = Test::new();
+    test.write(
+        "env.toml",
+        "[stages.greeting]\ncommand = [\"sh\", \"-c\", \"printf '%s' \\\"$GREETING\\\"; cat note.txt\"]\n\n[outputs]\nsaid = \"{{ stages.greeting.output }}\"\n",
+    );
+    test.write(
+        "env.test.toml",
+        r#"workflow = "env.toml"
+
+[[case]]
+name = "hello"
+env = { GREETING = "hello " }
+files = { "note.txt" = "from one" }
+[case.expect]
+outputs = { said = "hello from one" }
+
+[[case]]
+name = "bye"
+env = { GREETING = "bye " }
+files = { "note.txt" = "from two" }
+[case.expect]
+outputs = { said = "bye from two" }
+"#,
+    );
+    let out = test.run(["test", "--jobs", "2"]);
+    out.code(0);
+    assert!(out.stdout.contains("2 passed, 0 failed"), "{}", out.stdout);
+    assert!(
+        !test.exists("note.txt"),
+        "a case wrote into the project itself"
+    );
+}

@@ -122,7 +122,7 @@ pub(crate) enum Command {
     },
     /// Print the JSON Schema of the workflow or config format.
     #[command(
-        after_help = "Examples:\n  stagegraph schema workflow > workflow.schema.json\n  stagegraph schema config"
+        after_help = "Examples:\n  stagegraph schema workflow > workflow.schema.json\n  stagegraph schema config\n  stagegraph schema test"
     )]
     Schema {
         #[arg(value_enum, default_value_t = SchemaKind::Workflow)]
@@ -140,8 +140,10 @@ pub(crate) enum Command {
     )]
     Eject { name: String },
     /// Run test files (`*.test.toml`): golden cases of a workflow over recorded model replies.
+    ///
+    /// Exit codes: 0 every case passed, 1 a case failed, 2 a test file is invalid.
     #[command(
-        after_help = "Examples:\n  stagegraph test                              # the test files beside the workflows on the search path\n  stagegraph test workflows/compound.test.toml\n  stagegraph test --record                     # ask the models only what has no recording\n  stagegraph test --workflow my-refresh workflows/refresh.test.toml\n  stagegraph test --junit report.xml --format github\n\nExit codes: 0 every case passed, 1 a case failed, 2 a test file is invalid."
+        after_help = "Examples:\n  stagegraph test                              # the test files beside the workflows on the search path\n  stagegraph test workflows/compound.test.toml\n  stagegraph test --record                     # ask the models only what has no recording\n  stagegraph test --workflow my-refresh workflows/refresh.test.toml\n  stagegraph test --junit report.xml --format github"
     )]
     Test(TestArgs),
     /// Print a shell completion script.
@@ -405,4 +407,6 @@ pub(crate) enum PlanFormat {
 pub(crate) enum SchemaKind {
     Workflow,
     Config,
+    /// A test file (`*.test.toml`).
+    Test,
 }

@@ -12,6 +12,7 @@
 mod case;
 mod file;
 mod report;
+mod schema;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -229,6 +230,11 @@ impl Engine {
             Err(problems)
         }
     }
+}
+
+/// The JSON Schema of a test file (`stagegraph schema test`).
+pub fn test_schema() -> serde_json::Value {
+    schema::schema()
 }
 
 /// A path shown relative to `cwd` when it is below it.
