@@ -397,3 +397,49 @@ outputs = { said = "bye from two" }
         "a case wrote into the project itself"
     );
 }
+
+#[test]
+fn repeat_passes_a_case_when_enough_of_its_runs_pass() {
+    let test = Test::new();
+    // A live model whose second reply of three is wrong.
+    test.write(
+        "models/flaky.sh",
+        "n=$(cat \"$(dirname \"$0\")/n\" 2>/dev/null || echo 0); n=$((n + 1)); echo $n > \"$(dirname \"$0\")/n\"\nif [ $n -eq 2 ]; then echo bad; else echo good; fi\n",
+    );
+    test.write(
+        "stagegraph.toml",
+        &format!(
+            "[models.flaky]\nprovider = \"command\"\ncommand = [\"sh\", \"{}\"]\n",
+            test.path("models/flaky.sh").display()
+        ),
+    );
+    test.write(
+        "ask.toml",
+        "[stages.ask]\nprompt = { inline = \"say good\" }\nmodel = \"flaky\"\n\n[outputs]\nsaid = \"{{ stages.ask.output | trim }}\"\n",
+    );
+    test.write(
+        "ask.test.toml",
+        "workflow = \"ask.toml\"\n\n[[case]]\nname = \"says good\"\n[case.expect]\noutputs = { said = \"good\" }\n",
+    );
+    let out = test.run(["test", "--rerecord", "--repeat", "3", "--min-pass", "2"]);
+    out.code(0);
+    assert!(
+        out.stdout.contains("says good (2 of 3 runs passed)"),
+        "{}",
+        out.stdout
+    );
+    std::fs::remove_file(test.path("models/n")).unwrap();
+    let out = test.run(["test", "--rerecord", "--repeat", "3"]);
+    out.code(1);
+    assert!(
+        out.stdout
+            .contains("passed 2 of 3 runs; --min-pass asks for 3"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("+ \"bad\"") || out.stdout.contains("got      \"bad\""),
+        "{}",
+        out.stdout
+    );
+}
