@@ -443,3 +443,45 @@ fn repeat_passes_a_case_when_enough_of_its_runs_pass() {
         out.stdout
     );
 }
+
+#[test]
+fn a_given_output_its_stage_schema_refuses_fails_the_case() {
+    let test = Test::new();
+    test.write(
+        "lib/schemas/count.schema.json",
+        r#"{"type": "object", "required": ["n"], "properties": {"n": {"type": "integer"}}}"#,
+    );
+    test.write(
+        "lib/workflows/count.toml",
+        "[stages.count]\ncommand = [\"echo\", \"{\\\"n\\\": 1}\"]\noutput = { format = \"json\", schema = \"count.schema.json\" }\n\n[outputs]\nn = \"{{ stages.count.output.n }}\"\n",
+    );
+    test.write(
+        "lib/workflows/count.test.toml",
+        r#"workflow = "count.toml"
+
+[[case]]
+name = "a count the schema admits"
+[case.stages.count]
+output = { n = 2 }
+[case.expect]
+outputs = { n = 2 }
+
+[[case]]
+name = "a count it refuses"
+[case.stages.count]
+output = { n = "two" }
+[case.expect]
+outputs = { n = "two" }
+"#,
+    );
+    let out = test.run(["test", "lib/workflows"]);
+    out.code(1);
+    assert!(out.stdout.contains("1 passed, 1 failed"), "{}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("--- FAIL: lib/workflows/count.test.toml: a count it refuses")
+            && out.stdout.contains("stage `count` failed"),
+        "{}",
+        out.stdout
+    );
+}

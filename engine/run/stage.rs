@@ -350,6 +350,13 @@ impl StageRunner<'_> {
             .get(&stage.id)
             .filter(|p| p.fingerprint == fingerprint && is_work(stage));
         let output = if let Some(given) = given {
+            // What the stage's action would have to give: a given output its schema refuses
+            // would test a run that cannot happen.
+            if let Some(schema) = stage.schema.as_ref().filter(|_| stage.foreach.is_none()) {
+                schema
+                    .validate(given)
+                    .map_err(|errors| StageError::Schema(schema_failure(schema, &errors)))?;
+            }
             outcome.status = StageStatus::Cached;
             outcome.reused_from = Some("given".into());
             given.clone()
