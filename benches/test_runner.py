@@ -4,11 +4,13 @@
     cargo build --release && python3 benches/test_runner.py [--cases 100] [--runs 5]
 
 Records the cases once through a command model (`tr a-z A-Z`), then times the offline replay of
-all of them (`--jobs 2`) and prints the median wall time and the time per case. It asserts that
+all of them (`--jobs 2`) and prints the median wall time, the time per case and the CPU time
+(user + sys, which moves less than wall time on a shared machine). It asserts that
 every case passes and that the replay asked the model nothing.
 """
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -62,11 +64,15 @@ def main():
         if recorded.returncode != 0:
             sys.exit(f"recording failed:\n{recorded.stdout}{recorded.stderr}")
         times = []
+        cpu = []
         for _ in range(args.runs):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             started = time.perf_counter()
             out = subprocess.run([BIN, "test", "--jobs", "2"], cwd=dir, env=env,
                                  capture_output=True, text=True)
             times.append(time.perf_counter() - started)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
             last = out.stdout.strip().splitlines()[-1]
             if out.returncode != 0 or f"{args.cases} passed, 0 failed" not in last \
                     or "model calls made: 0" not in last:
@@ -74,7 +80,8 @@ def main():
         median = statistics.median(times)
         print(f"{args.cases} cases x 10 stages (5 prompts replayed), --jobs 2: "
               f"median {median:.3f} s of {args.runs} runs ({min(times):.3f}-{max(times):.3f} s), "
-              f"{median / args.cases * 1000:.1f} ms per case")
+              f"{median / args.cases * 1000:.1f} ms per case; CPU (user + sys) median "
+              f"{statistics.median(cpu):.3f} s, {statistics.median(cpu) / args.cases * 1000:.1f} ms per case")
 
 
 if __name__ == "__main__":
