@@ -324,7 +324,7 @@ fn eject_copies_the_tests_and_an_edit_of_the_copy_shows_which_stage_changed() {
         gate,
         &test
             .read(gate)
-            .replace("project lexicon", "project glossary"),
+            .replace("a short catalog", "a brief catalog"),
     );
     let out = test.run(["test"]);
     out.code(1);
@@ -334,6 +334,37 @@ fn eject_copies_the_tests_and_an_edit_of_the_copy_shows_which_stage_changed() {
         out.stdout
     );
     assert!(out.stdout.contains("5 passed, 2 failed"), "{}", out.stdout);
+
+    // --record through the scripted models the shipped cases were recorded with, counted: only
+    // the edited gate is asked (once in each of the two cases that reach it); the writer after
+    // it gets the same verdict, so its request is unchanged and replays.
+    let reply = crate::support::fixtures("shipped-models/reply.py");
+    test.write(
+        "models/count.sh",
+        &format!(
+            "echo \"$1\" >> \"$(dirname \"$0\")/calls\"\nexec python3 '{}'\n",
+            reply.display()
+        ),
+    );
+    let count = test.path("models/count.sh");
+    test.write(
+        "models.toml",
+        &format!(
+            "[models.haiku]\nprovider = \"command\"\ncommand = [\"sh\", \"{0}\", \"haiku\"]\nmodel = \"haiku\"\n\n\
+             [models.sonnet]\nprovider = \"command\"\ncommand = [\"sh\", \"{0}\", \"sonnet\"]\nmodel = \"sonnet\"\n",
+            count.display()
+        ),
+    );
+    let config = test.path("models.toml");
+    let out = test
+        .command(["test", "--record"])
+        .env("STAGEGRAPH_CONFIG", &config.display().to_string())
+        .output();
+    out.code(0);
+    assert_eq!(test.read("models/calls"), "haiku\nhaiku\n");
+    assert!(out.stdout.contains("7 passed, 0 failed"), "{}", out.stdout);
+    assert!(out.stdout.contains("model calls made: 2"), "{}", out.stdout);
+    test.run(["test"]).code(0);
 }
 
 #[test]
