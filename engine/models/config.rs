@@ -277,13 +277,13 @@ pub(crate) fn command_model(argv: &[String]) -> String {
 }
 
 /// A word naming a path, as its file name; any other word as it is. A `--flag=path` keeps
-/// its flag.
+/// its flag. A word with whitespace is not a path but text (a `sh -c` script): it is kept whole.
 fn without_folders(word: &str) -> String {
     let (flag, value) = match word.split_once('=') {
         Some((flag, value)) if flag.starts_with('-') => (Some(flag), value),
         _ => (None, word),
     };
-    if !value.contains('/') || value.contains("://") {
+    if !value.contains('/') || value.contains("://") || value.contains(char::is_whitespace) {
         return word.to_string();
     }
     let name = Path::new(value).file_name().map_or_else(

@@ -1278,6 +1278,11 @@ command = ["/usr/bin/python3", "ci/models/fake.py", "--data=d.json", "-q"]"#);
 provider = "command"
 command = ["fetcher", "http://127.0.0.1:9/v1"]"#);
     assert_eq!(url, "command:fetcher http://127.0.0.1:9/v1");
+    // A script is text, not a path: it is kept whole.
+    let script = key(r#"[models.m]
+provider = "command"
+command = ["sh", "-c", "cat >> /tmp/log; echo ok"]"#);
+    assert_eq!(script, "command:sh -c 'cat >> /tmp/log; echo ok'");
     // `model` names what the program stands for, and keys its recordings alone.
     let named = key(r#"[models.m]
 provider = "command"
