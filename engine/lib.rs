@@ -27,6 +27,7 @@ mod plan;
 mod run;
 mod schema;
 mod template;
+mod testing;
 
 /// Not part of the API: the entry points of the fuzz targets, for the fuzz crate and the
 /// regression test that replays its inputs. It may change with any release.
@@ -53,6 +54,9 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
 }
 
 pub use run::{ResumeFrom, RunRecord, RunStatus};
+pub use testing::{
+    test_schema, CaseOutcome, CaseReport, Recording, TestOptions, TestReport, TEST_SUFFIX,
+};
 
 /// The version of every JSON document the command line prints (`--format json`).
 pub const JSON_VERSION: u32 = 1;

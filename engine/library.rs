@@ -102,17 +102,11 @@ impl Library {
                 .into_iter()
                 .flatten()
                 .flatten()
-                .filter_map(|entry| {
-                    let name = entry.file_name().to_string_lossy().to_string();
-                    name.strip_suffix(".toml").map(str::to_string)
-                })
+                .filter_map(|entry| workflow_name(&entry.file_name().to_string_lossy()))
                 .collect(),
             None => BUILTIN_WORKFLOWS
                 .files()
-                .filter_map(|f| {
-                    let name = f.path().file_name()?.to_string_lossy().to_string();
-                    name.strip_suffix(".toml").map(str::to_string)
-                })
+                .filter_map(|f| workflow_name(&f.path().file_name()?.to_string_lossy()))
                 .collect(),
         };
         names.sort();
@@ -141,6 +135,15 @@ impl Library {
         out.sort();
         out
     }
+}
+
+/// The workflow a file of `workflows/` holds: `x.toml` holds `x`; a test file (`x.test.toml`)
+/// holds none.
+fn workflow_name(file: &str) -> Option<String> {
+    if file.ends_with(crate::testing::TEST_SUFFIX) {
+        return None;
+    }
+    file.strip_suffix(".toml").map(str::to_string)
 }
 
 fn collect_embedded(dir: &Dir<'_>, prefix: &str, out: &mut Vec<String>) {

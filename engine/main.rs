@@ -14,7 +14,10 @@ use stagegraph::{
     RunStatus, SettingsScope, StateDir, Toggle, Workflow,
 };
 
-use args::{Cli, Color, Command, ExecArgs, HookArgs, HookScope, RunArgs, RunFormat, SchemaKind};
+use args::{
+    Cli, Color, Command, ExecArgs, HookArgs, HookScope, RunArgs, RunFormat, SchemaKind, TestArgs,
+    TestFormat,
+};
 
 /// A run of many small stages allocates and frees many small values: with mimalloc a no-op
 /// rerun of 10,000 stages took 0.19 s instead of 0.25 s (README, "Benchmark").
@@ -58,6 +61,8 @@ macro_rules! err {
 mod args;
 #[path = "cli/inspect.rs"]
 mod inspect;
+#[path = "cli/test.rs"]
+mod test;
 
 /// A failure of the command itself, with its exit code.
 struct Failure {
@@ -317,6 +322,7 @@ impl App {
                 let schema = match kind {
                     SchemaKind::Workflow => stagegraph::workflow_schema(),
                     SchemaKind::Config => stagegraph::config_schema(),
+                    SchemaKind::Test => stagegraph::test_schema(),
                 };
                 outln!(
                     "{}",
@@ -328,6 +334,7 @@ impl App {
                 action: args::RecordingsAction::Migrate { dir },
             } => self.migrate_recordings(&dir),
             Command::Eject { name } => self.eject(&name),
+            Command::Test(args) => self.test(args),
             Command::Mcp
             | Command::InstallHook(_)
             | Command::UninstallHook(_)

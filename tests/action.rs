@@ -206,3 +206,43 @@ fn action_rehearsal_step_dry_runs_with_its_inputs() {
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("who"), "{stderr}");
 }
+
+#[test]
+fn action_test_step_runs_the_cases_with_annotations_and_junit() {
+    let action = action();
+    let script = step_script(&action, "Test workflows");
+    let test = Test::new();
+    test.write(
+        "hello.toml",
+        "[stages.hello]\ncommand = [\"echo\", \"hi\"]\n\n[outputs]\nsaid = \"{{ stages.hello.output | trim }}\"\n",
+    );
+    test.write(
+        "hello.test.toml",
+        "workflow = \"hello.toml\"\n\n[[case]]\nname = \"says hi\"\n[case.expect]\noutputs = { said = \"hi\" }\n",
+    );
+    let (code, stdout, stderr) = run_step(
+        &test,
+        &script,
+        &[("SG_TEST", "."), ("SG_JUNIT", "junit.xml")],
+    );
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("1 passed, 0 failed"), "{stdout}");
+    assert!(test
+        .read("junit.xml")
+        .contains("<testcase name=\"says hi\""));
+    // A wrong expectation fails the step, with an annotation at the case's line.
+    test.write(
+        "hello.test.toml",
+        "workflow = \"hello.toml\"\n\n[[case]]\nname = \"says ho\"\n[case.expect]\noutputs = { said = \"ho\" }\n",
+    );
+    let (code, stdout, stderr) = run_step(
+        &test,
+        &script,
+        &[("SG_TEST", "hello.test.toml"), ("SG_JUNIT", "")],
+    );
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("::error file=hello.test.toml,line=4,col=8,"),
+        "{stdout}"
+    );
+}

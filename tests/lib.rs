@@ -36,4 +36,5 @@ mod review;
 mod run;
 mod secrets;
 mod static_checks;
+mod test_runner;
 mod writes;

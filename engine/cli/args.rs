@@ -130,7 +130,7 @@ pub(crate) enum Command {
     },
     /// Print the JSON Schema of the workflow or config format.
     #[command(
-        after_help = "Examples:\n  stagegraph schema workflow > workflow.schema.json\n  stagegraph schema config"
+        after_help = "Examples:\n  stagegraph schema workflow > workflow.schema.json\n  stagegraph schema config\n  stagegraph schema test"
     )]
     Schema {
         #[arg(value_enum, default_value_t = SchemaKind::Workflow)]
@@ -147,6 +147,13 @@ pub(crate) enum Command {
         after_help = "Examples:\n  stagegraph eject refresh\n  stagegraph -L ./shared eject compound"
     )]
     Eject { name: String },
+    /// Run test files (`*.test.toml`): golden cases of a workflow over recorded model replies.
+    ///
+    /// Exit codes: 0 every case passed, 1 a case failed, 2 a test file is invalid.
+    #[command(
+        after_help = "Examples:\n  stagegraph test                              # the test files beside the workflows on the search path\n  stagegraph test workflows/compound.test.toml\n  stagegraph test --record                     # ask the models only what has no recording\n  stagegraph test --workflow my-refresh workflows/refresh.test.toml\n  stagegraph test --junit report.xml --format github"
+    )]
+    Test(TestArgs),
     /// Print a shell completion script.
     #[command(
         after_help = "Examples:\n  stagegraph completions bash > ~/.local/share/bash-completion/completions/stagegraph\n  stagegraph completions zsh > ~/.zfunc/_stagegraph\n  stagegraph completions fish > ~/.config/fish/completions/stagegraph.fish"
@@ -288,8 +295,49 @@ impl ExecArgs {
             yes: self.yes,
             no_record: false,
             slow_after: Some(self.slow_after),
+            ..RunRequest::default()
         }
     }
+}
+
+#[derive(Args)]
+pub(crate) struct TestArgs {
+    /// Test files, or folders searched for `*.test.toml`; none: the folders of the search path.
+    pub(crate) paths: Vec<PathBuf>,
+    /// Run the cases against this workflow (an overlay, an ejected copy) instead of their own.
+    #[arg(long, value_name = "NAME|FILE")]
+    pub(crate) workflow: Option<String>,
+    /// Cases at once (default: the number of cores).
+    #[arg(long, short = 'j')]
+    pub(crate) jobs: Option<usize>,
+    /// Ask the models the requests that have no recording, and record them; replay the rest.
+    #[arg(long, conflicts_with = "rerecord")]
+    pub(crate) record: bool,
+    /// Ask the models every request and record it anew.
+    #[arg(long)]
+    pub(crate) rerecord: bool,
+    /// Run each case N times (for live models, whose replies vary).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub(crate) repeat: usize,
+    /// With --repeat: a case passes when at least K of its runs pass (default: all).
+    #[arg(long, value_name = "K", requires = "repeat")]
+    pub(crate) min_pass: Option<usize>,
+    /// Also write the results as JUnit XML to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) junit: Option<PathBuf>,
+    /// text, or github (annotations at the failed cases' lines, beside the text).
+    #[arg(long, value_enum, default_value_t = TestFormat::Text)]
+    pub(crate) format: TestFormat,
+    /// What `now()` says in every case (RFC 3339), so that prompts holding a date replay on any
+    /// day; STAGEGRAPH_NOW, when set, wins.
+    #[arg(long, value_name = "TIME", default_value = "2026-01-01T12:00:00Z")]
+    pub(crate) now: String,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+pub(crate) enum TestFormat {
+    Text,
+    Github,
 }
 
 #[derive(Args)]
@@ -431,4 +479,6 @@ pub(crate) enum PlanFormat {
 pub(crate) enum SchemaKind {
     Workflow,
     Config,
+    /// A test file (`*.test.toml`).
+    Test,
 }

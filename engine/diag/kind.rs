@@ -589,6 +589,11 @@ pub enum DiagnosticKind {
         /// What the comparison always gives.
         always: bool,
     },
+
+    // Test files.
+    /// A test file (`*.test.toml`) that does not read, or names what its workflow lacks.
+    #[error("{0}")]
+    InvalidTest(String),
 }
 
 /// How a written path leaves the roots of `[workflow] writes`.

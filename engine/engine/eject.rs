@@ -26,8 +26,9 @@ pub enum EjectError {
 }
 
 impl Engine {
-    /// Copy workflow `name`, and the templates and schemas of its library under `<name>/`,
-    /// into `<cwd>/.stagegraph/`, telling `wrote` each file written.
+    /// Copy workflow `name`, its test file with its recordings (`<name>.test.toml`,
+    /// `recordings/<name>/`) and the templates and schemas of its library under `<name>/`, into
+    /// `<cwd>/.stagegraph/`, telling `wrote` each file written.
     pub fn eject(&self, name: &str, mut wrote: impl FnMut(&Path)) -> Result<(), EjectError> {
         let found = self
             .search
@@ -39,6 +40,22 @@ impl Engine {
             target.join("workflows").join(format!("{name}.toml")),
             found.source.text.to_string(),
         )];
+        // Its tests and their recordings, beside it: `<name>.test.toml` runs against the copy.
+        let tests = format!("{name}{}", crate::testing::TEST_SUFFIX);
+        if let Some(source) = library.read(Shelf::Workflows, &tests) {
+            copies.push((
+                target.join("workflows").join(&tests),
+                source.text.to_string(),
+            ));
+            for relative in library.files(Shelf::Workflows, &format!("recordings/{name}/")) {
+                if let Some(source) = library.read(Shelf::Workflows, &relative) {
+                    copies.push((
+                        target.join("workflows").join(&relative),
+                        source.text.to_string(),
+                    ));
+                }
+            }
+        }
         for shelf in [Shelf::Templates, Shelf::Schemas] {
             for relative in library.files(shelf, &format!("{name}/")) {
                 if let Some(source) = library.read(shelf, &relative) {

@@ -48,6 +48,11 @@ pub struct RunRequest {
     pub no_record: bool,
     /// Off a terminal, say that a stage is still running after this long (default 30 s).
     pub slow_after: Option<std::time::Duration>,
+    /// Stages whose output is given instead of produced by their action (a test case's
+    /// `[case.stages.<id>]`).
+    pub given: std::collections::HashMap<String, Value>,
+    /// Variables added to the environment of every command the run starts.
+    pub env: Vec<(String, String)>,
 }
 
 /// Why a run did not give a record.
@@ -108,10 +113,23 @@ impl Engine {
         state: &StateDir,
         resume: Option<ResumeFrom>,
     ) -> Result<ManuallyDrop<RunRecord>, RunFailure> {
+        self.run_with_models(workflow, inputs, request, state, resume, None)
+    }
+
+    /// [`Engine::run`] with the models given instead of loaded from the configuration.
+    pub(crate) fn run_with_models(
+        &self,
+        workflow: &Workflow,
+        inputs: Map<String, Value>,
+        request: &RunRequest,
+        state: &StateDir,
+        resume: Option<ResumeFrom>,
+        models: Option<Models>,
+    ) -> Result<ManuallyDrop<RunRecord>, RunFailure> {
         // An --answer for no `ask` stage is a wrong command line: rejected before any record.
         let answers = resolve_answers(workflow, &request.answers, request.yes)
             .map_err(|e| RunFailure::invalid(e.message))?;
-        let (models, state_dir) = match self.prepare(workflow, &inputs, request, state) {
+        let (models, state_dir) = match self.prepare(workflow, &inputs, request, state, models) {
             Ok(prepared) => prepared,
             Err(mut failure) => {
                 failure.unrecorded = self
@@ -143,6 +161,8 @@ impl Engine {
             json_events: request.json_events,
             keep_runs,
             slow_after: request.slow_after.unwrap_or(run::SLOW_AFTER),
+            given: request.given.clone(),
+            env: request.env.clone(),
         };
         let runtime = Runtime {
             models: &models,
@@ -200,8 +220,12 @@ impl Engine {
         inputs: &Map<String, Value>,
         request: &RunRequest,
         state: &StateDir,
+        models: Option<Models>,
     ) -> Result<(Models, PathBuf), RunFailure> {
-        let models = self.models(request)?;
+        let models = match models {
+            Some(models) => models,
+            None => self.models(request)?,
+        };
         if let Some(usd) = workflow.budget_usd {
             models.set_budget(usd, "budget_usd in [workflow]");
         }

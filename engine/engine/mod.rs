@@ -39,7 +39,7 @@ pub struct Engine {
     /// Where parsed documents are kept between loads, if anywhere.
     pub(crate) documents: Option<Documents>,
     /// The `--library` folders, relative to `cwd`.
-    libraries: Vec<PathBuf>,
+    pub(crate) libraries: Vec<PathBuf>,
 }
 
 impl Engine {

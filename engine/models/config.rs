@@ -102,7 +102,9 @@ struct RawAlias {
     /// claude: the program and any arguments of its own (default `["claude"]`).
     command: Option<Vec<String>>,
     /// anthropic, openai: the model name sent to the API; claude: the `--model` given to the
-    /// CLI (`haiku`, `sonnet`, or a full model name).
+    /// CLI (`haiku`, `sonnet`, or a full model name); command: the model the program stands
+    /// for, which keys its recordings instead of its argv (a script recorded as `haiku`
+    /// replays through any alias naming `haiku`).
     model: Option<String>,
     /// claude: the CLI's built-in tools the model may use (default none).
     tools: Option<Vec<String>>,
@@ -193,6 +195,8 @@ pub(crate) struct Alias {
 pub(crate) enum Provider {
     Command {
         argv: Vec<String>,
+        /// The model it stands for, when its configuration names one.
+        model: Option<String>,
     },
     Claude {
         /// The program and its own arguments.
@@ -233,7 +237,7 @@ impl Provider {
     /// What produces the replies, without secrets, stable across runs and machines.
     pub(crate) fn identity(&self) -> String {
         match self {
-            Provider::Command { argv } => {
+            Provider::Command { argv, .. } => {
                 let words: Vec<String> = argv.iter().map(|word| quote_word(word)).collect();
                 format!("command:{}", words.join(" "))
             }
@@ -275,17 +279,10 @@ impl Provider {
     /// another that names the same model.
     pub(crate) fn model_identity(&self) -> String {
         match self {
-            Provider::Command { argv } => {
-                let mut words: Vec<String> = argv.iter().map(|word| quote_word(word)).collect();
-                if let Some(program) = argv.first() {
-                    let name = Path::new(program).file_name().map_or_else(
-                        || program.clone(),
-                        |name| name.to_string_lossy().into_owned(),
-                    );
-                    words[0] = quote_word(&name);
-                }
-                format!("command:{}", words.join(" "))
-            }
+            Provider::Command {
+                model: Some(model), ..
+            } => model.clone(),
+            Provider::Command { argv, model: None } => command_model(argv),
             Provider::Claude { model, tools, .. } if tools.is_empty() => model.clone(),
             Provider::Claude { model, tools, .. } => format!("{model} tools={}", tools.join(",")),
             Provider::Anthropic { model, .. } => model.clone(),
@@ -294,6 +291,37 @@ impl Provider {
             }
             Provider::Replay { dir } => format!("replay:{}", dir.display()),
         }
+    }
+}
+
+/// A command's recording key: its argv with every path shortened to its file name (the
+/// program, an interpreter's script, a `--flag=path` value), so that the same command run
+/// from another checkout, home or machine finds the same recordings.
+pub(crate) fn command_model(argv: &[String]) -> String {
+    let words: Vec<String> = argv
+        .iter()
+        .map(|word| quote_word(&without_folders(word)))
+        .collect();
+    format!("command:{}", words.join(" "))
+}
+
+/// A word naming a path, as its file name; any other word as it is. A `--flag=path` keeps
+/// its flag. A word with whitespace is not a path but text (a `sh -c` script): it is kept whole.
+fn without_folders(word: &str) -> String {
+    let (flag, value) = match word.split_once('=') {
+        Some((flag, value)) if flag.starts_with('-') => (Some(flag), value),
+        _ => (None, word),
+    };
+    if !value.contains('/') || value.contains("://") || value.contains(char::is_whitespace) {
+        return word.to_string();
+    }
+    let name = Path::new(value).file_name().map_or_else(
+        || value.to_string(),
+        |name| name.to_string_lossy().into_owned(),
+    );
+    match flag {
+        Some(flag) => format!("{flag}={name}"),
+        None => name,
     }
 }
 
@@ -403,7 +431,7 @@ fn check_alias(
 
     let kind = raw.provider;
     let applies: &[&str] = match kind {
-        ProviderKind::Command => &["command", "timeout", "max_concurrency"],
+        ProviderKind::Command => &["command", "model", "timeout", "max_concurrency"],
         ProviderKind::Claude => &[
             "model",
             "command",
@@ -518,7 +546,13 @@ fn check_alias(
                 }
                 Some(program) => non_empty(program, "command")?,
             }
-            Provider::Command { argv }
+            if let Some(model) = &raw.model {
+                non_empty(model, "model")?;
+            }
+            Provider::Command {
+                argv,
+                model: raw.model,
+            }
         }
         ProviderKind::Claude => {
             let model = required(raw.model, "model")?;

@@ -181,6 +181,8 @@ enum Mode {
     Record(PathBuf),
     /// Answer every alias from the folder; never ask a provider.
     Replay(PathBuf),
+    /// Answer from the folder what it holds; ask the providers the rest and save it there.
+    Fill(PathBuf),
 }
 
 /// Where API keys come from: the process environment, or a fixed map in tests, which must not
@@ -434,6 +436,12 @@ impl Models {
         }
     }
 
+    /// Answer from `DIR` what it holds and ask the providers only the requests it does not,
+    /// saving their exchanges there (`stagegraph test --record`).
+    pub(crate) fn set_fill(&mut self, dir: PathBuf) {
+        self.mode = Mode::Fill(dir);
+    }
+
     pub(crate) fn defines(&self, alias: &str) -> bool {
         self.aliases.contains_key(alias)
     }
@@ -462,12 +470,22 @@ impl Models {
         let cancel = Cancel::after(request.timeout);
         let canonical = CanonicalRequest::new(request, alias.provider.model_identity());
         let started = Instant::now();
-        let replayed = matches!(self.mode, Mode::Replay(_))
+        let mut replayed = matches!(self.mode, Mode::Replay(_))
             || matches!(alias.provider, Provider::Replay { .. });
         let mut reservation = None;
-        let answer = match &self.mode {
-            Mode::Replay(dir) => recording::replay_exact(dir, &canonical)?,
-            Mode::Live | Mode::Record(_) => {
+        let recorded = match &self.mode {
+            Mode::Replay(dir) => Some(recording::replay_exact(dir, &canonical)?),
+            Mode::Fill(dir) => match recording::replay_exact(dir, &canonical) {
+                Ok(answer) => Some(answer),
+                Err(ModelError::ReplayMiss { .. }) => None,
+                Err(error) => return Err(error),
+            },
+            Mode::Live | Mode::Record(_) => None,
+        };
+        replayed |= recorded.is_some();
+        let answer = match recorded {
+            Some(answer) => answer,
+            None => {
                 if !replayed {
                     let estimate = alias
                         .price
@@ -495,8 +513,10 @@ impl Models {
             retries: answer.retries,
             replayed,
         };
-        if let Mode::Record(dir) = &self.mode {
-            recording::save(dir, &canonical, &reply)?;
+        match &self.mode {
+            Mode::Record(dir) => recording::save(dir, &canonical, &reply)?,
+            Mode::Fill(dir) if !reply.replayed => recording::save(dir, &canonical, &reply)?,
+            _ => {}
         }
         Ok(reply)
     }
@@ -549,7 +569,7 @@ impl Models {
             cancel,
         };
         match &alias.provider {
-            Provider::Command { argv } => {
+            Provider::Command { argv, .. } => {
                 let _permit = limiter.acquire(call.alias, &call.cancel)?;
                 command::complete(argv, call.program_timeout(), request)
                     .map_err(|error| call.program_failed(error))

@@ -334,8 +334,8 @@ pub struct Migration {
 
 /// Rewrite the first-format recordings of `dir` in the current, portable format: the model is
 /// read from the transport they were keyed by (`anthropic:claude-sonnet-4-5@https://...` is
-/// `claude-sonnet-4-5`, `command:claude -p --model haiku`, the old built-in, is `haiku`, a
-/// command's program path becomes its file name), each is saved under its new name and the old
+/// `claude-sonnet-4-5`, `command:claude -p --model haiku`, the old built-in, is `haiku`, every
+/// path in a command's argv becomes its file name), each is saved under its new name and the old
 /// file removed. The first format did not record the schema, so a migrated recording answers
 /// its request whatever schema the stage now has. Running it again changes nothing.
 pub(crate) fn migrate(dir: &Path) -> Result<Migration, String> {
@@ -401,7 +401,7 @@ fn model_of_transport(identity: &str) -> Option<String> {
             (!model.is_empty()).then(|| model.to_string())
         }
         "command" => {
-            let mut words = shlex::split(rest)?;
+            let words = shlex::split(rest)?;
             let program = words.first()?;
             let name = Path::new(program).file_name().map_or_else(
                 || program.clone(),
@@ -410,14 +410,9 @@ fn model_of_transport(identity: &str) -> Option<String> {
             // The built-in `haiku` and `sonnet` were `claude -p --model M` commands; they are
             // the Claude Code provider now, whose key is the model.
             if name == "claude" && words.len() == 4 && words[1] == "-p" && words[2] == "--model" {
-                return Some(words.swap_remove(3));
+                return words.get(3).cloned();
             }
-            words[0] = name;
-            let quoted: Vec<String> = words
-                .iter()
-                .map(|word| super::config::quote_word(word))
-                .collect();
-            Some(format!("command:{}", quoted.join(" ")))
+            Some(super::config::command_model(&words))
         }
         _ => None,
     }

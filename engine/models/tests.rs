@@ -1258,3 +1258,36 @@ fn calls_in_flight_reserve_their_estimate_so_together_they_stay_within_the_budge
     let two = budget.admit("free", 0.0).unwrap();
     drop((one, two));
 }
+
+#[test]
+fn a_command_model_is_keyed_without_the_folders_of_its_paths() {
+    let key = |toml: &str| {
+        let models = models(toml);
+        models.resolve("m").unwrap().provider.model_identity()
+    };
+    // An interpreter's script, a program and a `--flag=path`, checked out in two places.
+    let here = key(r#"[models.m]
+provider = "command"
+command = ["python3", "/home/ada/models/fake.py", "--data=/home/ada/d.json", "-q"]"#);
+    let there = key(r#"[models.m]
+provider = "command"
+command = ["/usr/bin/python3", "ci/models/fake.py", "--data=d.json", "-q"]"#);
+    assert_eq!(here, "command:python3 fake.py --data=d.json -q");
+    assert_eq!(here, there);
+    // A URL is not a path: its host decides what answers.
+    let url = key(r#"[models.m]
+provider = "command"
+command = ["fetcher", "http://127.0.0.1:9/v1"]"#);
+    assert_eq!(url, "command:fetcher http://127.0.0.1:9/v1");
+    // A script is text, not a path: it is kept whole.
+    let script = key(r#"[models.m]
+provider = "command"
+command = ["sh", "-c", "cat >> /tmp/log; echo ok"]"#);
+    assert_eq!(script, "command:sh -c 'cat >> /tmp/log; echo ok'");
+    // `model` names what the program stands for, and keys its recordings alone.
+    let named = key(r#"[models.m]
+provider = "command"
+command = ["python3", "/tmp/x/fake.py"]
+model = "haiku""#);
+    assert_eq!(named, "haiku");
+}

@@ -69,6 +69,10 @@ pub(crate) struct RunOptions {
     /// Off a terminal, a stage still running says so after this long, and again each time
     /// as long again has passed.
     pub slow_after: Duration,
+    /// Stages whose output is given instead of produced by their action.
+    pub given: HashMap<String, Value>,
+    /// Variables added to the environment of every command the run starts.
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for RunOptions {
@@ -86,6 +90,8 @@ impl Default for RunOptions {
             answers: Default::default(),
             record: true,
             slow_after: progress::SLOW_AFTER,
+            given: HashMap::new(),
+            env: Vec::new(),
         }
     }
 }
@@ -573,7 +579,10 @@ impl<'w, 'r> Executor<'w, 'r> {
         };
         let base = scope.to_value();
         let prepared = match stage::Prepared::new(workflow, &base, &self.runtime.cwd) {
-            Ok(prepared) => prepared,
+            Ok(mut prepared) => {
+                prepared.child_env.extend(self.options.env.iter().cloned());
+                prepared
+            }
             Err(error) => {
                 self.record.error = Some(error.to_string());
                 self.finish(RunStatus::Failed);
