@@ -236,7 +236,7 @@ impl Schema {
                     DiagnosticKind::NoDeclaredProperty {
                         subject: subject.to_string(),
                         property: (*segment).to_string(),
-                        under: walked.join("."),
+                        under: joined(&walked),
                     },
                     Some(near),
                     false,
@@ -247,13 +247,13 @@ impl Schema {
                 [scalar] if names.is_empty() => DiagnosticKind::ScalarHasNoField {
                     subject: subject.to_string(),
                     scalar,
-                    under: walked.join("."),
+                    under: joined(&walked),
                     field: (*segment).to_string(),
                 },
                 _ => DiagnosticKind::NoProperty {
                     subject: subject.to_string(),
                     property: (*segment).to_string(),
-                    under: walked.join("."),
+                    under: joined(&walked),
                 },
             };
             let help = did_you_mean(segment, names.iter().copied()).or_else(|| {
@@ -515,6 +515,22 @@ impl Schema {
             _ => Value::Null,
         }
     }
+}
+
+/// A path as a template writes it: `sources[0].meta`.
+fn joined(path: &[&str]) -> String {
+    let mut out = String::new();
+    for segment in path {
+        if segment.parse::<usize>().is_ok() {
+            out.push_str(&format!("[{segment}]"));
+        } else {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(segment);
+        }
+    }
+    out
 }
 
 /// A node that says nothing: any property may be there.
