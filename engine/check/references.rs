@@ -1,16 +1,18 @@
 //! References: every name a template reads (inputs, env, stages and their outputs' fields, item,
 //! output) resolved, and the edges they add to the graph with the explicit `after`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 
 use foldhash::HashMap;
 use regex::Regex;
 
 use super::foreach::ItemOf;
-use super::gather::{Context, Pending};
+use super::gather::{At, Context, Pending};
 use super::schemas::SchemaOf;
+use super::spans::template_error;
 use super::{stage_pointer, Checker};
 use crate::diag::{did_you_mean, DiagnosticKind};
+use crate::library::Shelf;
 use crate::template::reads::{self, Read};
 use crate::template::{compiled, Tmpl};
 
@@ -53,6 +55,8 @@ impl Checker<'_> {
             }
         }
         of_stage.push(of_workflow);
+        let mut reported = HashSet::new();
+        let roots = &compiled::known_roots();
         for group in &mut of_stage {
             if group.len() > 1 {
                 group.sort_by_cached_key(|&k| pendings[k].clean_name());
@@ -67,9 +71,24 @@ impl Checker<'_> {
             if templates[k].is_none() {
                 continue;
             }
-            for read in reads_of(pending) {
-                let Some(target) = self.check_reference(own, pending, &read, index, ids, schemas)
-                else {
+            let included = self.included(pending);
+            let own_reads = reads_of(pending).into_iter().map(|read| (pending, read));
+            // An included file also sees the names its includer binds (`set`, `with`, loop
+            // variables): only what it reads of the scope every template sees is checked.
+            let included_reads = included.iter().flat_map(|(child, reads)| {
+                reads
+                    .iter()
+                    .filter(|read| roots.contains(read.path[0].as_str()))
+                    .map(move |read| (child, read.clone()))
+            });
+            for (pending, read) in own_reads.chain(included_reads) {
+                let before = self.diags.len();
+                let target = self.check_reference(own, pending, &read, index, ids, schemas);
+                if matches!(pending.at, At::File(_)) {
+                    // A file included by several templates is reported once.
+                    self.keep_first_reports(before, &mut reported);
+                }
+                let Some(target) = target else {
                     continue;
                 };
                 let Some(own) = own else {
@@ -80,12 +99,96 @@ impl Checker<'_> {
                     // `stages.<self>` inside its own templates: only `output` makes sense.
                     let kind = DiagnosticKind::RefersToItself(ids[own].clone());
                     self.diag_span(&pending.at, &pending.source, read.span.clone(), kind);
+                    if matches!(pending.at, At::File(_)) {
+                        self.keep_first_reports(self.diags.len() - 1, &mut reported);
+                    }
                 } else {
                     deps[own].insert(target);
                 }
             }
         }
         deps
+    }
+
+    /// The template files `pending` loads by a literal name (`include`, `import`, `from`,
+    /// `extends`), followed through the files they load in turn, each file once: each as a
+    /// template of the same stage and context at its own file, with the paths it reads. A file
+    /// loaded from an included one that is not there, or that does not parse, is an error at
+    /// the including file (the loads of `pending` itself are checked with its literals).
+    fn included(&mut self, pending: &Pending) -> Vec<(Pending, Vec<Read>)> {
+        if pending.native || !compiled::has_syntax(&pending.source) {
+            return Vec::new();
+        }
+        let Ok(top) = reads::of_template(&pending.source) else {
+            return Vec::new();
+        };
+        let mut out: Vec<(Pending, Vec<Read>)> = Vec::new();
+        let mut seen: HashSet<String> = HashSet::new();
+        let mut todo: Vec<(Vec<reads::Load>, Option<usize>)> = vec![(top.loads, None)];
+        while let Some((loads, from)) = todo.pop() {
+            for load in loads {
+                if !seen.insert(load.name.clone()) {
+                    continue;
+                }
+                let found = self
+                    .search
+                    .find_file(&self.raw.library, Shelf::Templates, &load.name);
+                let Some(file) = found else {
+                    if let Some(from) = from.filter(|_| !load.ignore_missing) {
+                        let (at, source) = (out[from].0.at.clone(), out[from].0.source.clone());
+                        self.diag_span(
+                            &at,
+                            &source,
+                            load.span.clone(),
+                            DiagnosticKind::TemplateNotFound(load.name.clone()),
+                        );
+                        self.diags.last_mut().expect("pushed").help = Some(format!(
+                            "templates are looked up under `templates/` in {} and along the search path",
+                            self.raw.library.display()
+                        ));
+                    }
+                    continue;
+                };
+                let at = At::File(file.clone());
+                let analysis = match reads::of_template(&file.text) {
+                    Ok(analysis) => analysis,
+                    Err(error) => {
+                        let diagnostic = template_error(self.raw, &at, &file.text, &error);
+                        self.diags.push(diagnostic);
+                        continue;
+                    }
+                };
+                let child = Pending {
+                    key: pending.key.clone(),
+                    name: pending.name.clone(),
+                    source: file.text.to_string(),
+                    native: false,
+                    context: pending.context,
+                    at,
+                };
+                todo.push((analysis.loads, Some(out.len())));
+                out.push((child, analysis.reads));
+            }
+        }
+        out
+    }
+
+    /// Drops the diagnostics from `from` on that were already reported at the same place.
+    fn keep_first_reports(&mut self, from: usize, reported: &mut HashSet<String>) {
+        let mut k = from;
+        while k < self.diags.len() {
+            let d = &self.diags[k];
+            let place = d
+                .location
+                .as_ref()
+                .map(|l| (l.source.path.clone(), l.span.clone()));
+            let key = format!("{place:?}|{}|{:?}", d.message(), d.help);
+            if reported.insert(key) {
+                k += 1;
+            } else {
+                self.diags.remove(k);
+            }
+        }
     }
 
     pub(super) fn unknown_stage(&mut self, name: &str, pointer: &str, ids: &[String]) {
@@ -412,7 +515,7 @@ impl Checker<'_> {
                 None
             }
             other => {
-                let roots = compiled::known_roots();
+                let roots = &compiled::known_roots();
                 let help = did_you_mean(other, roots.iter().copied()).unwrap_or_else(|| {
                     "templates see inputs, env, stages, state, run, item, index and output".into()
                 });
@@ -443,7 +546,7 @@ pub(super) fn reads_of(pending: &Pending) -> Vec<Read> {
     let analysis = if pending.native {
         reads::of_expression(&pending.source)
     } else if compiled::has_syntax(&pending.source) {
-        reads::of_template(&pending.source)
+        reads::of_template(&pending.source).ok()
     } else {
         None
     };

@@ -45,8 +45,8 @@ pub(crate) struct Reads {
     pub(crate) loads: Vec<Load>,
 }
 
-/// The reads of a template's source; `None` when it does not parse (the compile reports that).
-pub(crate) fn of_template(source: &str) -> Option<Reads> {
+/// The reads of a template's source, or why it does not parse.
+pub(crate) fn of_template(source: &str) -> Result<Reads, minijinja::Error> {
     // A unit struct unless minijinja's `custom_syntax` is on; `default` is right either way.
     #[allow(clippy::default_constructed_unit_structs)]
     let tree = super::guarded(|| {
@@ -56,11 +56,10 @@ pub(crate) fn of_template(source: &str) -> Option<Reads> {
             SyntaxConfig::default(),
             WhitespaceConfig::default(),
         )
-    })
-    .ok()?;
+    })?;
     let mut walker = Walker::default();
     walker.stmt(&tree);
-    Some(walker.finish())
+    Ok(walker.finish())
 }
 
 /// The reads of a bare expression.
