@@ -377,3 +377,52 @@ fn what_a_partial_reads_orders_the_stage_that_includes_it() {
         "{plan:#}"
     );
 }
+
+#[test]
+fn a_cycle_of_sub_workflows_by_path_is_named_in_check_plan_and_dry_run() {
+    let t = Test::new();
+    t.write(
+        "subflows/ping.toml",
+        "[stages.call]\nworkflow = \"subflows/pong.toml\"\n",
+    )
+    .write(
+        "subflows/pong.toml",
+        "[stages.call]\nworkflow = \"./subflows/ping.toml\"\n",
+    )
+    .write(
+        "flow.toml",
+        "[stages.start]\nworkflow = \"subflows/ping.toml\"\n",
+    );
+    for command in [&["check"][..], &["plan"], &["run", "--dry-run"]] {
+        let mut args: Vec<&str> = command.to_vec();
+        args.push("flow.toml");
+        let out = t.run(args);
+        out.code(2).stderr_has(
+            "pong.toml:2:12: workflow `./subflows/ping.toml` calls itself: \
+             flow -> subflows/ping.toml -> subflows/pong.toml -> ./subflows/ping.toml",
+        );
+        assert!(
+            !out.stderr.contains("overflow"),
+            "{command:?}: {}",
+            out.stderr
+        );
+    }
+}
+
+#[test]
+fn a_sub_workflow_not_found_is_one_error_at_its_name() {
+    let t = Test::new();
+    t.write(
+        "flow.toml",
+        "[stages.start]\nworkflow = \"nope\"\n\n[stages.next]\ncommand = [\"echo\", \"{{ stages.start.output.x }}\"]\n",
+    );
+    let out = t.run(["check", "--format", "github", "flow.toml"]);
+    out.code(2);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "{}", out.stdout);
+    assert!(
+        lines[0].starts_with("::error file=flow.toml,line=2,col=12::no workflow named `nope`"),
+        "{}",
+        out.stdout
+    );
+}
