@@ -71,8 +71,9 @@ impl Checker<'_> {
             if templates[k].is_none() {
                 continue;
             }
-            let included = self.included(pending);
-            let own_reads = reads_of(pending).into_iter().map(|read| (pending, read));
+            let analysis = reads_of(pending);
+            let included = self.included(pending, analysis.loads);
+            let own_reads = analysis.reads.into_iter().map(|read| (pending, read));
             // An included file also sees the names its includer binds (`set`, `with`, loop
             // variables): only what it reads of the scope every template sees is checked.
             let included_reads = included.iter().flat_map(|(child, reads)| {
@@ -115,16 +116,17 @@ impl Checker<'_> {
     /// template of the same stage and context at its own file, with the paths it reads. A file
     /// loaded from an included one that is not there, or that does not parse, is an error at
     /// the including file (the loads of `pending` itself are checked with its literals).
-    fn included(&mut self, pending: &Pending) -> Vec<(Pending, Vec<Read>)> {
-        if pending.native || !compiled::has_syntax(&pending.source) {
+    fn included(
+        &mut self,
+        pending: &Pending,
+        loads: Vec<reads::Load>,
+    ) -> Vec<(Pending, Vec<Read>)> {
+        if loads.is_empty() {
             return Vec::new();
         }
-        let Ok(top) = reads::of_template(&pending.source) else {
-            return Vec::new();
-        };
         let mut out: Vec<(Pending, Vec<Read>)> = Vec::new();
         let mut seen: HashSet<String> = HashSet::new();
-        let mut todo: Vec<(Vec<reads::Load>, Option<usize>)> = vec![(top.loads, None)];
+        let mut todo: Vec<(Vec<reads::Load>, Option<usize>)> = vec![(loads, None)];
         while let Some((loads, from)) = todo.pop() {
             for load in loads {
                 if !seen.insert(load.name.clone()) {
@@ -541,8 +543,9 @@ fn failing_segment(read: &Read, path: &[&str], fits: impl Fn(&[&str]) -> bool) -
         .map_or(first, |n| first + n - 1)
 }
 
-/// Every path a queued template reads, each occurrence with its place in the source.
-pub(super) fn reads_of(pending: &Pending) -> Vec<Read> {
+/// Every path a queued template reads, each occurrence with its place in the source, and the
+/// files it loads.
+pub(super) fn reads_of(pending: &Pending) -> reads::Reads {
     let analysis = if pending.native {
         reads::of_expression(&pending.source)
     } else if compiled::has_syntax(&pending.source) {
@@ -550,7 +553,7 @@ pub(super) fn reads_of(pending: &Pending) -> Vec<Read> {
     } else {
         None
     };
-    analysis.map(|a| a.reads).unwrap_or_default()
+    analysis.unwrap_or_default()
 }
 
 /// Whether a template calls `name` as a function (`name(` not after a `.`).
