@@ -344,6 +344,11 @@ pub(crate) fn did_you_mean<'a>(
     })
 }
 
+/// Whether any diagnostic is an error.
+pub(crate) fn has_errors(diagnostics: &[Diagnostic]) -> bool {
+    diagnostics.iter().any(Diagnostic::is_error)
+}
+
 #[cfg(test)]
 mod confusable_tests {
     #[test]
@@ -358,9 +363,4 @@ mod confusable_tests {
             Some("did you mean `gate`?")
         );
     }
-}
-
-/// Whether any diagnostic is an error.
-pub(crate) fn has_errors(diagnostics: &[Diagnostic]) -> bool {
-    diagnostics.iter().any(Diagnostic::is_error)
 }
