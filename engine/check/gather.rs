@@ -256,6 +256,17 @@ impl Checker<'_> {
         visiting: &mut Vec<super::Visit>,
     ) -> Option<PendingAction> {
         let sp = stage_pointer(id);
+        if def.disabled {
+            // An overlay's `disabled` removes the base's stage when the chain is merged; one
+            // still here is in a workflow with no base, and would run.
+            self.error_key(
+                DiagnosticKind::DisabledWithoutBase(id.to_string()),
+                &format!("{sp}/disabled"),
+            )
+            .help = Some(format!(
+                "remove the stage `{id}`, or set `[workflow] extends` to the workflow whose stage it removes"
+            ));
+        }
         let prefix = format!("stages.{id}.");
         let has = |key: &str| def.has(key);
         let actions: Vec<&str> = ACTION_KEYS.iter().copied().filter(|k| has(k)).collect();

@@ -8,6 +8,7 @@ use regex::Regex;
 
 use super::foreach::ItemOf;
 use super::gather::{At, Context, Pending};
+use super::key::TemplateKey;
 use super::schemas::SchemaOf;
 use super::spans::template_error;
 use super::{stage_pointer, Checker};
@@ -360,6 +361,21 @@ impl Checker<'_> {
         let span = || read.span.clone();
         let root = parts[0];
         let stage_name = own.map_or("", |i| ids[i].as_str());
+        if pending.key == TemplateKey::RecordsProject && matches!(root, "stages" | "state") {
+            self.diag_span(
+                at,
+                source,
+                span(),
+                DiagnosticKind::ReadBeforeStages {
+                    field: "`[workflow] records.project`".into(),
+                    root: root.to_string(),
+                },
+            );
+            self.diags.last_mut().expect("pushed").help = Some(
+                "the records' folder is chosen when the run starts: read inputs or env".into(),
+            );
+            return None;
+        }
         match root {
             "inputs" => {
                 if let Some(input) = parts.get(1) {
