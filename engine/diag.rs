@@ -326,10 +326,41 @@ pub(crate) fn did_you_mean<'a>(
             best = Some((score, candidate));
         }
     }
-    best.map(|(_, candidate)| format!("did you mean `{candidate}`?"))
+    best.map(|(_, candidate)| {
+        let mut help = format!("did you mean `{candidate}`?");
+        // Two names that look the same: say which character is not what it seems.
+        let foreign: Vec<String> = name
+            .chars()
+            .filter(|c| !c.is_ascii() && !candidate.contains(*c))
+            .map(|c| format!("`{c}` (U+{:04X})", u32::from(c)))
+            .collect();
+        if !foreign.is_empty() {
+            help.push_str(&format!(
+                " `{name}` has {}, which is not ASCII",
+                foreign.join(", ")
+            ));
+        }
+        help
+    })
 }
 
 /// Whether any diagnostic is an error.
 pub(crate) fn has_errors(diagnostics: &[Diagnostic]) -> bool {
     diagnostics.iter().any(Diagnostic::is_error)
+}
+
+#[cfg(test)]
+mod confusable_tests {
+    #[test]
+    fn a_name_with_a_look_alike_character_says_which_it_is() {
+        let help = super::did_you_mean("g\u{430}te", ["gate", "greet"]).expect("a near miss");
+        assert_eq!(
+            help,
+            "did you mean `gate`? `g\u{430}te` has `\u{430}` (U+0430), which is not ASCII"
+        );
+        assert_eq!(
+            super::did_you_mean("gaet", ["gate"]).as_deref(),
+            Some("did you mean `gate`?")
+        );
+    }
 }

@@ -159,6 +159,9 @@ impl Schema {
     /// its properties and says nothing of others is taken to mean the ones listed; without it,
     /// such an object is open, and a name outside it is reported only when it is a near miss of
     /// a listed one (the third value is then false: likely a typo, not certainly wrong).
+    ///
+    /// The branches of `anyOf`, `oneOf` and `allOf` are walked as alternatives: a property is
+    /// wrong only when no branch can have it, and the names suggested are every branch's.
     pub(crate) fn check_path_in(
         &self,
         start: &Value,
@@ -166,80 +169,151 @@ impl Schema {
         subject: &str,
         listed_closes: bool,
     ) -> Result<(), (DiagnosticKind, Option<String>, bool)> {
-        let mut node = self.resolve(start);
+        let mut nodes = self.alternatives(start);
         let mut walked: Vec<&str> = Vec::new();
         for segment in path {
-            if segment.parse::<usize>().is_ok() {
-                match node.get("items") {
-                    Some(items) => node = self.resolve(items),
-                    None => return Ok(()),
+            let index = segment.parse::<usize>().is_ok();
+            let mut next: Vec<&Value> = Vec::new();
+            let mut open = false;
+            let mut listed = false;
+            let mut names: Vec<&str> = Vec::new();
+            let mut scalars: Vec<&'static str> = Vec::new();
+            for alternative in &nodes {
+                let node = alternative.node;
+                if index {
+                    match node.get("items") {
+                        Some(items) => next.push(items),
+                        // A list without an item schema, or a node that is no list at all:
+                        // what follows is not known.
+                        None if scalar_type(node).is_none() => open = true,
+                        None => {}
+                    }
+                    continue;
                 }
+                let properties = node.get("properties").and_then(Value::as_object);
+                if let Some(found) = properties.and_then(|p| p.get(*segment)) {
+                    next.push(found);
+                    continue;
+                }
+                names.extend(
+                    properties
+                        .into_iter()
+                        .flat_map(|p| p.keys().map(String::as_str)),
+                );
+                match node.get("additionalProperties") {
+                    Some(Value::Bool(false)) => {}
+                    Some(additional @ Value::Object(_)) => next.push(additional),
+                    Some(_) => open = true,
+                    None if node.get("patternProperties").is_some() => open = true,
+                    None if alternative.closed => {}
+                    None if properties.is_some() => listed = true,
+                    // A schema that lists its properties and leaves the rest open most likely
+                    // means the ones listed: a name outside them is a typo.
+                    None => match scalar_type(node) {
+                        Some(scalar) => scalars.push(scalar),
+                        None => open = true,
+                    },
+                }
+            }
+            if !next.is_empty() {
+                nodes = next
+                    .into_iter()
+                    .flat_map(|n| self.alternatives(n))
+                    .collect();
                 walked.push(segment);
                 continue;
             }
-            let properties = node.get("properties").and_then(Value::as_object);
-            let next = properties.and_then(|p| p.get(*segment));
-            match next {
-                Some(next) => node = self.resolve(next),
-                None => {
-                    let open = match node.get("additionalProperties") {
-                        Some(Value::Bool(false)) => false,
-                        Some(additional @ Value::Object(_)) => {
-                            node = self.resolve(additional);
-                            walked.push(segment);
-                            continue;
-                        }
-                        Some(_) => true,
-                        // A schema that lists its properties and leaves the rest open most
-                        // likely means the ones listed: a name outside them is a typo.
-                        None => properties.is_none() && !is_scalar(node),
-                    };
-                    if open || node.get("patternProperties").is_some() {
-                        return Ok(());
-                    }
-                    let names: Vec<&str> = properties
-                        .map(|p| p.keys().map(String::as_str).collect())
-                        .unwrap_or_default();
-                    let listed_only = properties.is_some()
-                        && node.get("additionalProperties").is_none()
-                        && !is_scalar(node);
-                    if listed_only && !listed_closes {
-                        let Some(near) = did_you_mean(segment, names.iter().copied()) else {
-                            return Ok(());
-                        };
-                        return Err((
-                            DiagnosticKind::NoDeclaredProperty {
-                                subject: subject.to_string(),
-                                property: (*segment).to_string(),
-                                under: walked.join("."),
-                            },
-                            Some(near),
-                            false,
-                        ));
-                    }
-                    let message = if let Some(scalar) = scalar_type(node) {
-                        DiagnosticKind::ScalarHasNoField {
-                            subject: subject.to_string(),
-                            scalar,
-                            under: walked.join("."),
-                            field: (*segment).to_string(),
-                        }
-                    } else {
-                        DiagnosticKind::NoProperty {
-                            subject: subject.to_string(),
-                            property: (*segment).to_string(),
-                            under: walked.join("."),
-                        }
-                    };
-                    let help = did_you_mean(segment, names.iter().copied()).or_else(|| {
-                        (!names.is_empty()).then(|| format!("properties: {}", names.join(", ")))
-                    });
-                    return Err((message, help, true));
-                }
+            if open || index {
+                return Ok(());
             }
-            walked.push(segment);
+            names.sort_unstable();
+            names.dedup();
+            if listed && !listed_closes {
+                let Some(near) = did_you_mean(segment, names.iter().copied()) else {
+                    return Ok(());
+                };
+                return Err((
+                    DiagnosticKind::NoDeclaredProperty {
+                        subject: subject.to_string(),
+                        property: (*segment).to_string(),
+                        under: joined(&walked),
+                    },
+                    Some(near),
+                    false,
+                ));
+            }
+            scalars.dedup();
+            let message = match scalars.as_slice() {
+                [scalar] if names.is_empty() => DiagnosticKind::ScalarHasNoField {
+                    subject: subject.to_string(),
+                    scalar,
+                    under: joined(&walked),
+                    field: (*segment).to_string(),
+                },
+                _ => DiagnosticKind::NoProperty {
+                    subject: subject.to_string(),
+                    property: (*segment).to_string(),
+                    under: joined(&walked),
+                },
+            };
+            let help = did_you_mean(segment, names.iter().copied()).or_else(|| {
+                (!names.is_empty()).then(|| format!("properties: {}", names.join(", ")))
+            });
+            return Err((message, help, true));
         }
         Ok(())
+    }
+
+    /// The nodes a value described by `node` may be described by: the node itself (`$ref`s
+    /// followed) and the branches of its `anyOf`, `oneOf` and `allOf`, recursively. A node that
+    /// only combines branches is not an alternative of its own; one that says
+    /// `unevaluatedProperties: false` closes branches that list properties.
+    fn alternatives<'a>(&'a self, node: &'a Value) -> Vec<Alternative<'a>> {
+        let mut out = Vec::new();
+        self.collect_alternatives(node, false, 0, &mut out);
+        out
+    }
+
+    fn collect_alternatives<'a>(
+        &'a self,
+        node: &'a Value,
+        closed: bool,
+        depth: usize,
+        out: &mut Vec<Alternative<'a>>,
+    ) {
+        let node = self.resolve(node);
+        let branches: Vec<&Value> = ["anyOf", "oneOf", "allOf"]
+            .iter()
+            .filter_map(|key| node.get(*key).and_then(Value::as_array))
+            .flatten()
+            .collect();
+        if branches.is_empty() || depth >= 8 {
+            out.push(Alternative { node, closed });
+            return;
+        }
+        let closed = closed || node.get("unevaluatedProperties") == Some(&Value::Bool(false));
+        let own = [
+            "properties",
+            "additionalProperties",
+            "patternProperties",
+            "items",
+        ];
+        if own.iter().any(|key| node.get(*key).is_some()) {
+            out.push(Alternative { node, closed });
+        }
+        if matches!(
+            node.get("unevaluatedProperties"),
+            Some(Value::Object(_) | Value::Bool(true))
+        ) {
+            // Any other property may be there.
+            out.push(Alternative {
+                node: &OPEN,
+                closed: false,
+            });
+        }
+        for branch in branches {
+            self.collect_alternatives(branch, closed, depth + 1, out);
+        }
     }
 
     /// The node a property path leads to (`$ref`s followed), when the schema says what it is.
@@ -443,8 +517,30 @@ impl Schema {
     }
 }
 
-fn is_scalar(node: &Value) -> bool {
-    scalar_type(node).is_some()
+/// A path as a template writes it: `sources[0].meta`.
+fn joined(path: &[&str]) -> String {
+    let mut out = String::new();
+    for segment in path {
+        if segment.parse::<usize>().is_ok() {
+            out.push_str(&format!("[{segment}]"));
+        } else {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(segment);
+        }
+    }
+    out
+}
+
+/// A node that says nothing: any property may be there.
+static OPEN: Value = Value::Bool(true);
+
+/// One way a value may be described, among the branches of a schema.
+struct Alternative<'a> {
+    node: &'a Value,
+    /// Under `unevaluatedProperties: false`: the properties it lists are all there are.
+    closed: bool,
 }
 
 /// The type of a node that declares one scalar type.

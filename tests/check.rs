@@ -268,3 +268,165 @@ fn workflows_validate_against_the_schema() {
         toml::from_str("[stages.a]\ncommand = [\"true\"]\nexit_iff = \"x\"\n").expect("valid TOML");
     assert!(!validator.is_valid(&bad));
 }
+
+/// Every diagnostic of a fixture as (file name, line, column, help).
+fn places(name: &str) -> Vec<(String, u64, u64, String)> {
+    let (code, json) = check_json(name);
+    assert_eq!(code, Some(2), "{json:#}");
+    let mut out: Vec<(String, u64, u64, String)> = json["diagnostics"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|d| {
+            let file = d["file"].as_str().unwrap_or_default();
+            let file = file.rsplit('/').next().unwrap_or_default().to_string();
+            (
+                file,
+                d["line"].as_u64().unwrap_or(0),
+                d["column"].as_u64().unwrap_or(0),
+                d["help"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn place(file: &str, line: u64, column: u64, help: &str) -> (String, u64, u64, String) {
+    (file.to_string(), line, column, help.to_string())
+}
+
+#[test]
+fn a_field_no_schema_branch_has_is_an_error_at_the_field() {
+    let toml = "err_schema_branches.toml";
+    assert_eq!(
+        places("err_schema_branches"),
+        [
+            place(toml, 7, 50, "did you mean `path`?"),
+            place(toml, 10, 50, "did you mean `href`?"),
+            place(toml, 13, 48, "did you mean `size`?"),
+            place(toml, 16, 49, "did you mean `title`?"),
+        ]
+    );
+}
+
+#[test]
+fn a_path_is_checked_past_indexes_and_quoted_keys() {
+    let toml = "err_index_chains.toml";
+    assert_eq!(
+        places("err_index_chains"),
+        [
+            place(toml, 7, 59, "did you mean `size`?"),
+            place(toml, 10, 51, "did you mean `name`?"),
+            place(toml, 13, 52, "did you mean `href`?"),
+        ]
+    );
+}
+
+#[test]
+fn each_occurrence_is_reported_at_its_own_line() {
+    let properties = "properties: name, size";
+    assert_eq!(
+        places("err_template_lines"),
+        [
+            place("err_template_lines.toml", 14, 33, "did you mean `name`?"),
+            place("lines.md.j2", 7, 40, properties),
+            place("lines.md.j2", 8, 39, properties),
+        ]
+    );
+}
+
+#[test]
+fn included_files_are_checked_at_their_own_lines() {
+    let found = places("err_includes");
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert_eq!(
+        found[0].0, "middle.md.j2",
+        "the missing file is named where it is included"
+    );
+    assert_eq!((found[0].1, found[0].2), (1, 12));
+    // The partial included twice is reported once.
+    assert_eq!(
+        found[1],
+        place("scan_typo.md.j2", 3, 28, "did you mean `size`?")
+    );
+}
+
+#[test]
+fn what_a_partial_reads_orders_the_stage_that_includes_it() {
+    let (_, json) = check_json("err_include_edge");
+    let found = messages(&json);
+    assert!(
+        found
+            .iter()
+            .any(|(_, m, _)| m.contains("cycle") && m.contains("report") && m.contains("scan")),
+        "{json:#}"
+    );
+    let lib = fixtures("check");
+    let out = Test::new().run([
+        "--library".as_ref(),
+        lib.as_os_str(),
+        "plan".as_ref(),
+        "--format".as_ref(),
+        "json".as_ref(),
+        "ok_includes".as_ref(),
+    ]);
+    out.code(0);
+    let plan: Value = serde_json::from_str(&out.stdout).expect("a JSON plan");
+    assert_eq!(plan["waves"][0], serde_json::json!(["scan"]), "{plan:#}");
+    assert!(
+        plan["waves"][1]
+            .as_array()
+            .is_some_and(|w| w.iter().any(|s| s == "report")),
+        "{plan:#}"
+    );
+}
+
+#[test]
+fn a_cycle_of_sub_workflows_by_path_is_named_in_check_plan_and_dry_run() {
+    let t = Test::new();
+    t.write(
+        "subflows/ping.toml",
+        "[stages.call]\nworkflow = \"subflows/pong.toml\"\n",
+    )
+    .write(
+        "subflows/pong.toml",
+        "[stages.call]\nworkflow = \"./subflows/ping.toml\"\n",
+    )
+    .write(
+        "flow.toml",
+        "[stages.start]\nworkflow = \"subflows/ping.toml\"\n",
+    );
+    for command in [&["check"][..], &["plan"], &["run", "--dry-run"]] {
+        let mut args: Vec<&str> = command.to_vec();
+        args.push("flow.toml");
+        let out = t.run(args);
+        out.code(2).stderr_has(
+            "pong.toml:2:12: workflow `./subflows/ping.toml` calls itself: \
+             flow -> subflows/ping.toml -> subflows/pong.toml -> ./subflows/ping.toml",
+        );
+        assert!(
+            !out.stderr.contains("overflow"),
+            "{command:?}: {}",
+            out.stderr
+        );
+    }
+}
+
+#[test]
+fn a_sub_workflow_not_found_is_one_error_at_its_name() {
+    let t = Test::new();
+    t.write(
+        "flow.toml",
+        "[stages.start]\nworkflow = \"nope\"\n\n[stages.next]\ncommand = [\"echo\", \"{{ stages.start.output.x }}\"]\n",
+    );
+    let out = t.run(["check", "--format", "github", "flow.toml"]);
+    out.code(2);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "{}", out.stdout);
+    assert!(
+        lines[0].starts_with("::error file=flow.toml,line=2,col=12::no workflow named `nope`"),
+        "{}",
+        out.stdout
+    );
+}

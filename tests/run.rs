@@ -754,7 +754,7 @@ by = "{{ run.exit.stage if run.exit else '' }}"
     t.run(["run", "flow.toml"]).code(0);
     assert_eq!(
         t.last_run()["outputs"],
-        json!({ "status": "completed", "reason": "finished", "by": "" })
+        json!({ "status": "succeeded", "reason": "finished", "by": "" })
     );
 }
 

@@ -107,7 +107,7 @@ pub(crate) fn assemble(
     let empty = || Tmpl::Literal(String::new());
     for (i, ((id, def), pending)) in file.stages.iter().zip(actions).enumerate() {
         let action = match pending {
-            None | Some(PendingAction::None) => Action::None,
+            None | Some(PendingAction::None | PendingAction::Failed) => Action::None,
             Some(PendingAction::Process {
                 shell,
                 argc,

@@ -79,6 +79,9 @@ pub(crate) enum Kind {
 /// What a stage's action will be, once its templates are compiled.
 pub(crate) enum PendingAction {
     None,
+    /// An action whose own problem is already reported (a sub-workflow that does not load or
+    /// check, an unknown built-in): what it gives is unknown, so nothing more is said of it.
+    Failed,
     Process {
         shell: bool,
         argc: usize,
@@ -99,7 +102,10 @@ pub(crate) enum PendingAction {
 
 impl Checker<'_> {
     /// Queue every template of the workflow; returns each stage's pending action, in order.
-    pub(super) fn gather(&mut self, visiting: &mut Vec<String>) -> Vec<Option<PendingAction>> {
+    pub(super) fn gather(
+        &mut self,
+        visiting: &mut Vec<super::Visit>,
+    ) -> Vec<Option<PendingAction>> {
         let file = self.file;
         let mut actions = Vec::with_capacity(file.stages.len());
         self.sources.reserve(2 * file.stages.len());
@@ -247,9 +253,20 @@ impl Checker<'_> {
         i: usize,
         id: &str,
         def: &StageDef,
-        visiting: &mut Vec<String>,
+        visiting: &mut Vec<super::Visit>,
     ) -> Option<PendingAction> {
         let sp = stage_pointer(id);
+        if def.disabled {
+            // An overlay's `disabled` removes the base's stage when the chain is merged; one
+            // still here is in a workflow with no base, and would run.
+            self.error_key(
+                DiagnosticKind::DisabledWithoutBase(id.to_string()),
+                &format!("{sp}/disabled"),
+            )
+            .help = Some(format!(
+                "remove the stage `{id}`, or set `[workflow] extends` to the workflow whose stage it removes"
+            ));
+        }
         let prefix = format!("stages.{id}.");
         let has = |key: &str| def.has(key);
         let actions: Vec<&str> = ACTION_KEYS.iter().copied().filter(|k| has(k)).collect();
@@ -558,7 +575,7 @@ impl Checker<'_> {
                         .unwrap_or_else(|| format!("built-ins: {}", names.join(", ")));
                     self.error(DiagnosticKind::UnknownBuiltin(name.clone()), &p("uses"))
                         .help = Some(help);
-                    return Some(PendingAction::None);
+                    return Some(PendingAction::Failed);
                 };
                 self.check_with(id, builtin, def);
                 for (key, message) in builtins::ask::problems(def.with.as_deref())
@@ -591,18 +608,33 @@ impl Checker<'_> {
             }
             Some("workflow") => {
                 let name = def.workflow.clone().unwrap_or_default();
-                if visiting.contains(&name) {
-                    self.error(
-                        DiagnosticKind::WorkflowCallsItself {
-                            name: name.clone(),
-                            chain: visiting.clone(),
-                        },
-                        &p("workflow"),
-                    );
-                    return Some(PendingAction::None);
-                }
-                let sub = load::load(self.search, &name, self.cwd)
-                    .and_then(|raw| super::check_inner(raw, self.search, self.cwd, visiting));
+                let sub = match load::load(self.search, &name, self.cwd) {
+                    Ok(raw) => {
+                        let file = super::visit_key(&raw);
+                        if visiting.iter().any(|v| v.file == file) {
+                            self.error(
+                                DiagnosticKind::WorkflowCallsItself {
+                                    name: name.clone(),
+                                    chain: visiting.iter().map(|v| v.shown.clone()).collect(),
+                                },
+                                &p("workflow"),
+                            );
+                            return Some(PendingAction::Failed);
+                        }
+                        super::check_inner(raw, self.search, self.cwd, visiting, &name)
+                    }
+                    Err(diags) => {
+                        // Not found or not read: said once, at the `workflow` key.
+                        for mut diagnostic in diags {
+                            if diagnostic.location.is_none() {
+                                let pointer = p("workflow");
+                                diagnostic.location = self.raw.locate(&pointer);
+                            }
+                            self.diags.push(diagnostic);
+                        }
+                        return Some(PendingAction::Failed);
+                    }
+                };
                 let workflow = match sub {
                     Ok(workflow) => Arc::new(workflow),
                     Err(diags) => {
@@ -615,7 +647,7 @@ impl Checker<'_> {
                             &p("workflow"),
                         );
                         self.diags.extend(diags);
-                        return Some(PendingAction::None);
+                        return Some(PendingAction::Failed);
                     }
                 };
                 let given = def.with.clone().unwrap_or_default();

@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use super::foreach::ItemOf;
 use super::gather::{Context, Pending};
+use super::key::TemplateKey;
 use super::schemas::SchemaOf;
 use super::Checker;
 use crate::diag::{did_you_mean, DiagnosticKind};
@@ -32,16 +33,21 @@ pub(crate) const STAGE_STATUSES: &[&str] = &[
     "not_run",
 ];
 
-/// What `run.status` can be: while the run goes (`running`), in `[outputs]` (`completed`,
-/// `exited`), and in finally stages (`succeeded`, `exited`, `failed`).
-pub(crate) const RUN_STATUSES: &[&str] = &[
-    "running",
-    "completed",
-    "exited",
-    "failed",
-    "interrupted",
-    "succeeded",
-];
+/// What `run.status` can be: while the run goes (`running`, in ordinary stages), and once it
+/// has ended (`succeeded`, `exited`, `failed`, in finally stages and `[outputs]` alike).
+pub(crate) const RUN_STATUSES: &[&str] = &["running", "succeeded", "exited", "failed"];
+
+/// What `run.status` can be in a template of this key: `running` in an ordinary stage, how the
+/// run ended in a finally stage and in `[outputs]`.
+fn run_statuses(file: &crate::format::WorkflowFile, key: &TemplateKey) -> &'static [&'static str] {
+    match key {
+        TemplateKey::Stage(i, _) if file.stages.get_index(*i).is_some_and(|(_, d)| !d.finally) => {
+            &RUN_STATUSES[..1]
+        }
+        TemplateKey::Stage(..) | TemplateKey::Output(_) => &RUN_STATUSES[1..],
+        _ => RUN_STATUSES,
+    }
+}
 
 const PATH: &str = r"(?:stages\.[a-z][a-z0-9_]*\.(?:status|output(?:\.[A-Za-z_][A-Za-z0-9_]*)*)|run\.status|output(?:\.[A-Za-z_][A-Za-z0-9_]*)*|item(?:\.[A-Za-z_][A-Za-z0-9_]*)*)";
 
@@ -171,9 +177,12 @@ impl Checker<'_> {
             ["stages", _, "status"] => {
                 Possible::Strings(STAGE_STATUSES.iter().map(|s| (*s).to_string()).collect())
             }
-            ["run", "status"] => {
-                Possible::Strings(RUN_STATUSES.iter().map(|s| (*s).to_string()).collect())
-            }
+            ["run", "status"] => Possible::Strings(
+                run_statuses(self.file, &pending.key)
+                    .iter()
+                    .map(|s| (*s).to_string())
+                    .collect(),
+            ),
             ["stages", stage, "output", rest @ ..] => {
                 let Some(target) = self.file.stages.get_index_of(*stage) else {
                     return;

@@ -74,7 +74,26 @@ pub(crate) fn check(
     cwd: &Path,
 ) -> Result<Workflow, Vec<Diagnostic>> {
     let mut visiting = Vec::new();
-    check_inner(raw, search, cwd, &mut visiting).map_err(in_file_order)
+    let shown = raw.name.clone();
+    check_inner(raw, search, cwd, &mut visiting, &shown).map_err(in_file_order)
+}
+
+/// A workflow being checked, with the sub-workflows it is inside of: the chain a cycle of
+/// sub-workflows is found in and named by.
+pub(crate) struct Visit {
+    /// The file it was read from (resolved, so two names of one file are one workflow).
+    file: String,
+    /// How it was called: its name or path as written.
+    shown: String,
+}
+
+/// What a workflow's file is known by in a cycle search: its real path, where it has one.
+fn visit_key(raw: &RawWorkflow) -> String {
+    let path = &raw.file().path;
+    std::fs::canonicalize(path)
+        .unwrap_or_else(|_| path.clone())
+        .display()
+        .to_string()
 }
 
 /// Problems are found phase by phase; a reader wants them in the order of the file.
@@ -91,7 +110,8 @@ fn check_inner(
     raw: RawWorkflow,
     search: &SearchPath,
     cwd: &Path,
-    visiting: &mut Vec<String>,
+    visiting: &mut Vec<Visit>,
+    shown: &str,
 ) -> Result<Workflow, Vec<Diagnostic>> {
     let mut diags = Vec::new();
     // The typed reading is as strict as the format's schema but for the bounds in
@@ -125,7 +145,10 @@ fn check_inner(
             .at(raw.file(), 0..0)]);
         }
     };
-    visiting.push(raw.name.clone());
+    visiting.push(Visit {
+        file: visit_key(&raw),
+        shown: shown.to_string(),
+    });
     let mut checker = Checker {
         raw: &raw,
         file: &file,
@@ -253,7 +276,7 @@ impl Checker<'_> {
     /// The passes, in order; `None` when any found an error.
     fn run(
         &mut self,
-        visiting: &mut Vec<String>,
+        visiting: &mut Vec<Visit>,
         definition_hashes: impl FnOnce() -> Vec<String>,
     ) -> Option<Parts> {
         let ids: Vec<String> = self.file.stages.keys().cloned().collect();

@@ -1,16 +1,20 @@
 //! References: every name a template reads (inputs, env, stages and their outputs' fields, item,
 //! output) resolved, and the edges they add to the graph with the explicit `after`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 
 use foldhash::HashMap;
 use regex::Regex;
 
 use super::foreach::ItemOf;
 use super::gather::{At, Context, Pending};
+use super::key::TemplateKey;
 use super::schemas::SchemaOf;
+use super::spans::template_error;
 use super::{stage_pointer, Checker};
 use crate::diag::{did_you_mean, DiagnosticKind};
+use crate::library::Shelf;
+use crate::template::reads::{self, Read};
 use crate::template::{compiled, Tmpl};
 
 impl Checker<'_> {
@@ -52,6 +56,8 @@ impl Checker<'_> {
             }
         }
         of_stage.push(of_workflow);
+        let mut reported = HashSet::new();
+        let roots = &compiled::known_roots();
         for group in &mut of_stage {
             if group.len() > 1 {
                 group.sort_by_cached_key(|&k| pendings[k].clean_name());
@@ -63,13 +69,28 @@ impl Checker<'_> {
                 .map(move |&k| (k, (i < ids.len()).then_some(i)))
         }) {
             let pending = &pendings[k];
-            let Some(template) = &templates[k] else {
+            if templates[k].is_none() {
                 continue;
-            };
-            for reference in template.references() {
-                let Some(target) =
-                    self.check_reference(own, pending, &reference, index, ids, schemas)
-                else {
+            }
+            let analysis = reads_of(pending);
+            let included = self.included(pending, analysis.loads);
+            let own_reads = analysis.reads.into_iter().map(|read| (pending, read));
+            // An included file also sees the names its includer binds (`set`, `with`, loop
+            // variables): only what it reads of the scope every template sees is checked.
+            let included_reads = included.iter().flat_map(|(child, reads)| {
+                reads
+                    .iter()
+                    .filter(|read| roots.contains(read.path[0].as_str()))
+                    .map(move |read| (child, read.clone()))
+            });
+            for (pending, read) in own_reads.chain(included_reads) {
+                let before = self.diags.len();
+                let target = self.check_reference(own, pending, &read, index, ids, schemas);
+                if matches!(pending.at, At::File(_)) {
+                    // A file included by several templates is reported once.
+                    self.keep_first_reports(before, &mut reported);
+                }
+                let Some(target) = target else {
                     continue;
                 };
                 let Some(own) = own else {
@@ -79,13 +100,98 @@ impl Checker<'_> {
                 if target == own {
                     // `stages.<self>` inside its own templates: only `output` makes sense.
                     let kind = DiagnosticKind::RefersToItself(ids[own].clone());
-                    self.diag_at(&pending.at, &pending.source, &reference, kind);
+                    self.diag_span(&pending.at, &pending.source, read.span.clone(), kind);
+                    if matches!(pending.at, At::File(_)) {
+                        self.keep_first_reports(self.diags.len() - 1, &mut reported);
+                    }
                 } else {
                     deps[own].insert(target);
                 }
             }
         }
         deps
+    }
+
+    /// The template files `pending` loads by a literal name (`include`, `import`, `from`,
+    /// `extends`), followed through the files they load in turn, each file once: each as a
+    /// template of the same stage and context at its own file, with the paths it reads. A file
+    /// loaded from an included one that is not there, or that does not parse, is an error at
+    /// the including file (the loads of `pending` itself are checked with its literals).
+    fn included(
+        &mut self,
+        pending: &Pending,
+        loads: Vec<reads::Load>,
+    ) -> Vec<(Pending, Vec<Read>)> {
+        if loads.is_empty() {
+            return Vec::new();
+        }
+        let mut out: Vec<(Pending, Vec<Read>)> = Vec::new();
+        let mut seen: HashSet<String> = HashSet::new();
+        let mut todo: Vec<(Vec<reads::Load>, Option<usize>)> = vec![(loads, None)];
+        while let Some((loads, from)) = todo.pop() {
+            for load in loads {
+                if !seen.insert(load.name.clone()) {
+                    continue;
+                }
+                let found = self
+                    .search
+                    .find_file(&self.raw.library, Shelf::Templates, &load.name);
+                let Some(file) = found else {
+                    if let Some(from) = from.filter(|_| !load.ignore_missing) {
+                        let (at, source) = (out[from].0.at.clone(), out[from].0.source.clone());
+                        self.diag_span(
+                            &at,
+                            &source,
+                            load.span.clone(),
+                            DiagnosticKind::TemplateNotFound(load.name.clone()),
+                        );
+                        self.diags.last_mut().expect("pushed").help = Some(format!(
+                            "templates are looked up under `templates/` in {} and along the search path",
+                            self.raw.library.display()
+                        ));
+                    }
+                    continue;
+                };
+                let at = At::File(file.clone());
+                let analysis = match reads::of_template(&file.text) {
+                    Ok(analysis) => analysis,
+                    Err(error) => {
+                        let diagnostic = template_error(self.raw, &at, &file.text, &error);
+                        self.diags.push(diagnostic);
+                        continue;
+                    }
+                };
+                let child = Pending {
+                    key: pending.key.clone(),
+                    name: pending.name.clone(),
+                    source: file.text.to_string(),
+                    native: false,
+                    context: pending.context,
+                    at,
+                };
+                todo.push((analysis.loads, Some(out.len())));
+                out.push((child, analysis.reads));
+            }
+        }
+        out
+    }
+
+    /// Drops the diagnostics from `from` on that were already reported at the same place.
+    fn keep_first_reports(&mut self, from: usize, reported: &mut HashSet<String>) {
+        let mut k = from;
+        while k < self.diags.len() {
+            let d = &self.diags[k];
+            let place = d
+                .location
+                .as_ref()
+                .map(|l| (l.source.path.clone(), l.span.clone()));
+            let key = format!("{place:?}|{}|{:?}", d.message(), d.help);
+            if reported.insert(key) {
+                k += 1;
+            } else {
+                self.diags.remove(k);
+            }
+        }
     }
 
     pub(super) fn unknown_stage(&mut self, name: &str, pointer: &str, ids: &[String]) {
@@ -109,29 +215,26 @@ impl Checker<'_> {
     }
 
     /// `stages.X.output.<path>` (or `output.<path>` in X's own predicates) against what X can
-    /// produce; the error points at the first segment of the path.
+    /// produce; the error points at the whole path read.
     fn check_output_path(
         &mut self,
         schema: &SchemaOf,
         path: &[&str],
         stage: &str,
-        at: &At,
-        source: &str,
-        reference: &str,
+        pending: &Pending,
+        read: &Read,
     ) {
         if let Err((message, help)) = schema.check_path(path, stage) {
-            self.diag_at(
-                at,
-                source,
-                path.first().copied().unwrap_or(reference),
-                message,
-            );
+            let span = read.segment(failing_segment(read, path, |p| {
+                schema.check_path(p, stage).is_ok()
+            }));
+            self.diag_span(&pending.at, &pending.source, span, message);
             self.diags.last_mut().expect("pushed").help = help;
         }
     }
 
     /// `item.<path>` against what is known of the stage's items.
-    fn check_item_path(&mut self, own: usize, path: &[&str], at: &At, source: &str) {
+    fn check_item_path(&mut self, own: usize, path: &[&str], pending: &Pending, read: &Read) {
         let Some(first) = path.first().copied() else {
             return;
         };
@@ -158,7 +261,20 @@ impl Checker<'_> {
             _ => return,
         };
         let (message, help, certain) = problem;
-        self.diag_at(at, source, first, message);
+        let span = read.segment(failing_segment(read, path, |p| match self.items.get(own) {
+            Some(ItemOf::Schema {
+                schema,
+                path: to_items,
+                ..
+            }) => {
+                let to_items: Vec<&str> = to_items.iter().map(String::as_str).collect();
+                schema
+                    .node_at(&to_items)
+                    .is_none_or(|items| schema.check_path_in(items, p, "", false).is_ok())
+            }
+            _ => p.is_empty(),
+        }));
+        self.diag_span(&pending.at, &pending.source, span, message);
         let diagnostic = self.diags.last_mut().expect("pushed");
         diagnostic.help = help;
         if !certain {
@@ -167,7 +283,7 @@ impl Checker<'_> {
     }
 
     /// `run.<field>`: what templates see of the run.
-    fn check_run_path(&mut self, path: &[&str], at: &At, source: &str) {
+    fn check_run_path(&mut self, path: &[&str], pending: &Pending, read: &Read) {
         const FIELDS: &[&str] = &[
             "id",
             "dir",
@@ -194,14 +310,16 @@ impl Checker<'_> {
             _ => None,
         };
         if let Some((needle, message, help)) = problem {
-            self.diag_at(at, source, needle, message);
+            let at = path.iter().position(|p| *p == needle).unwrap_or(0);
+            let span = read.segment(read.path.len() - path.len() + at);
+            self.diag_span(&pending.at, &pending.source, span, message);
             self.diags.last_mut().expect("pushed").help = Some(help);
         }
     }
 
     /// `state.<key>`: a key some stage of the workflow sets with `set_state` (state holds
     /// nothing else). Left alone when an overlay disabled a stage, which may have set it.
-    fn check_state_key(&mut self, key: &str, at: &At, source: &str, reference: &str) {
+    fn check_state_key(&mut self, key: &str, pending: &Pending, read: &Read) {
         if !self.raw.disabled.is_empty()
             || self
                 .file
@@ -220,10 +338,10 @@ impl Checker<'_> {
         let help = did_you_mean(key, keys.iter().copied()).unwrap_or_else(|| {
             format!("state holds what stages keep with `set_state = {{ {key} = \"...\" }}`")
         });
-        self.diag_at(
-            at,
-            source,
-            reference,
+        self.diag_span(
+            &pending.at,
+            &pending.source,
+            read.span.clone(),
             DiagnosticKind::StateNeverSet(key.to_string()),
         );
         self.diags.last_mut().expect("pushed").help = Some(help);
@@ -233,24 +351,40 @@ impl Checker<'_> {
         &mut self,
         own: Option<usize>,
         pending: &Pending,
-        reference: &str,
+        read: &Read,
         index: &HashMap<&str, usize>,
         ids: &[String],
         schemas: &[SchemaOf],
     ) -> Option<usize> {
         let (context, at, source) = (pending.context, &pending.at, pending.source.as_str());
-        let parts: Vec<&str> = reference.split('.').collect();
+        let parts: Vec<&str> = read.path.iter().map(String::as_str).collect();
+        let span = || read.span.clone();
         let root = parts[0];
         let stage_name = own.map_or("", |i| ids[i].as_str());
+        if pending.key == TemplateKey::RecordsProject && matches!(root, "stages" | "state") {
+            self.diag_span(
+                at,
+                source,
+                span(),
+                DiagnosticKind::ReadBeforeStages {
+                    field: "`[workflow] records.project`".into(),
+                    root: root.to_string(),
+                },
+            );
+            self.diags.last_mut().expect("pushed").help = Some(
+                "the records' folder is chosen when the run starts: read inputs or env".into(),
+            );
+            return None;
+        }
         match root {
             "inputs" => {
                 if let Some(input) = parts.get(1) {
                     if !self.file.inputs.contains_key(*input) {
                         let help = did_you_mean(input, self.file.inputs.keys().map(String::as_str));
-                        self.diag_at(
+                        self.diag_span(
                             at,
                             source,
-                            reference,
+                            span(),
                             DiagnosticKind::UnknownInput((*input).to_string()),
                         );
                         self.diags.last_mut().expect("pushed").help =
@@ -262,10 +396,10 @@ impl Checker<'_> {
             "env" => {
                 if let Some(var) = parts.get(1) {
                     if !self.file.workflow.env.iter().any(|e| e == var) {
-                        self.diag_at(
+                        self.diag_span(
                             at,
                             source,
-                            reference,
+                            span(),
                             DiagnosticKind::EnvNotAllowed((*var).to_string()),
                         );
                         self.diags.last_mut().expect("pushed").help = Some(format!(
@@ -283,10 +417,10 @@ impl Checker<'_> {
                         let origin = &self.raw.disabled[*target];
                         let file = &self.raw.sources[origin.source()];
                         let (line, _) = file.line_col(origin.key().start);
-                        self.diag_at(
+                        self.diag_span(
                             at,
                             source,
-                            reference,
+                            span(),
                             DiagnosticKind::DisabledStage {
                                 stage: (*target).to_string(),
                                 file: file.path.display().to_string(),
@@ -295,10 +429,10 @@ impl Checker<'_> {
                         );
                     } else {
                         let help = did_you_mean(target, ids.iter().map(String::as_str));
-                        self.diag_at(
+                        self.diag_span(
                             at,
                             source,
-                            reference,
+                            span(),
                             DiagnosticKind::UnknownStage((*target).to_string()),
                         );
                         self.diags.last_mut().expect("pushed").help = help;
@@ -312,16 +446,15 @@ impl Checker<'_> {
                             &schemas[target_index],
                             &parts[3..],
                             target,
-                            at,
-                            source,
-                            reference,
+                            pending,
+                            read,
                         );
                     }
                     Some(other) => {
-                        self.diag_at(
+                        self.diag_span(
                             at,
                             source,
-                            reference,
+                            read.segment(2),
                             DiagnosticKind::NoStageField {
                                 stage: (*target).to_string(),
                                 field: (*other).to_string(),
@@ -335,17 +468,10 @@ impl Checker<'_> {
             }
             "output" => {
                 if context != Context::Output {
-                    self.diag_at(at, source, reference, DiagnosticKind::OutputNotBound);
+                    self.diag_span(at, source, span(), DiagnosticKind::OutputNotBound);
                     self.diags.last_mut().expect("pushed").help = own.map(|_| format!("read another stage's result as `stages.<id>.output`; this is stage `{stage_name}`"));
                 } else if let Some(own) = own {
-                    self.check_output_path(
-                        &schemas[own],
-                        &parts[1..],
-                        stage_name,
-                        at,
-                        source,
-                        reference,
-                    );
+                    self.check_output_path(&schemas[own], &parts[1..], stage_name, pending, read);
                 }
                 None
             }
@@ -365,21 +491,21 @@ impl Checker<'_> {
                         }
                         _ => DiagnosticKind::ItemWithoutForeach(root.to_string()),
                     };
-                    self.diag_at(at, source, reference, message);
+                    self.diag_span(at, source, span(), message);
                 } else if root == "item" {
                     if let Some(own) = own {
-                        self.check_item_path(own, &parts[1..], at, source);
+                        self.check_item_path(own, &parts[1..], pending, read);
                     }
                 }
                 None
             }
             "run" => {
-                self.check_run_path(&parts[1..], at, source);
+                self.check_run_path(&parts[1..], pending, read);
                 None
             }
             "state" => {
                 if let Some(key) = parts.get(1) {
-                    self.check_state_key(key, at, source, reference);
+                    self.check_state_key(key, pending, read);
                 }
                 None
             }
@@ -397,24 +523,24 @@ impl Checker<'_> {
                         names.sort_unstable();
                         format!("the functions are {}", names.join(", "))
                     });
-                self.diag_at(
+                self.diag_span(
                     at,
                     source,
-                    other,
+                    span(),
                     DiagnosticKind::UnknownFunction(other.to_string()),
                 );
                 self.diags.last_mut().expect("pushed").help = Some(help);
                 None
             }
             other => {
-                let roots = compiled::known_roots();
+                let roots = &compiled::known_roots();
                 let help = did_you_mean(other, roots.iter().copied()).unwrap_or_else(|| {
                     "templates see inputs, env, stages, state, run, item, index and output".into()
                 });
-                self.diag_at(
+                self.diag_span(
                     at,
                     source,
-                    other,
+                    span(),
                     DiagnosticKind::UndefinedVariable(other.to_string()),
                 );
                 self.diags.last_mut().expect("pushed").help = Some(help);
@@ -422,6 +548,28 @@ impl Checker<'_> {
             }
         }
     }
+}
+
+/// The segment of `read` where `path`, its tail, stops being what `fits` accepts: the index
+/// in `read` of the first segment whose prefix does not fit.
+fn failing_segment(read: &Read, path: &[&str], fits: impl Fn(&[&str]) -> bool) -> usize {
+    let first = read.path.len() - path.len();
+    (1..=path.len())
+        .find(|&n| !fits(&path[..n]))
+        .map_or(first, |n| first + n - 1)
+}
+
+/// Every path a queued template reads, each occurrence with its place in the source, and the
+/// files it loads.
+pub(super) fn reads_of(pending: &Pending) -> reads::Reads {
+    let analysis = if pending.native {
+        reads::of_expression(&pending.source)
+    } else if compiled::has_syntax(&pending.source) {
+        reads::of_template(&pending.source).ok()
+    } else {
+        None
+    };
+    analysis.unwrap_or_default()
 }
 
 /// Whether a template calls `name` as a function (`name(` not after a `.`).

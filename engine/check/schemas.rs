@@ -73,6 +73,7 @@ impl Checker<'_> {
             (_, Some(OutputFormat::Json)) => SchemaOf::Unknown,
             (_, Some(OutputFormat::Lines)) => SchemaOf::List,
             (Some(PendingAction::None), _) => SchemaOf::Nothing,
+            (Some(PendingAction::Failed), _) => SchemaOf::Unknown,
             _ => SchemaOf::Text,
         }
     }

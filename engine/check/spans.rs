@@ -22,6 +22,61 @@ impl Checker<'_> {
     }
 }
 
+impl Checker<'_> {
+    /// An error at `span`, a range of the template's `source`: in a template file, that range
+    /// of it; in a TOML string, the same occurrence of the same text inside the string as
+    /// written (the n-th of its kind in the template is the n-th in the string).
+    pub(super) fn diag_span(
+        &mut self,
+        at: &At,
+        source: &str,
+        span: std::ops::Range<usize>,
+        kind: DiagnosticKind,
+    ) {
+        let diagnostic = match at {
+            At::File(file) if file.text.len() >= span.end && *file.text == *source => {
+                Diagnostic::error(kind).at(file, span)
+            }
+            At::File(file) => {
+                let found = source
+                    .get(span)
+                    .and_then(|needle| find_span(&file.text, needle))
+                    .unwrap_or(0..0);
+                Diagnostic::error(kind).at(file, found)
+            }
+            At::Pointer(pointer) => {
+                let location = self
+                    .raw
+                    .locate(pointer)
+                    .map(|location| same_occurrence(location, source, span));
+                Diagnostic::error(kind).at_opt(location)
+            }
+        };
+        self.diags.push(diagnostic);
+    }
+}
+
+/// `span` of `source` found inside the located TOML value that wrote `source`: the text of the
+/// span, at its rank among the occurrences of that text.
+fn same_occurrence(location: Location, source: &str, span: std::ops::Range<usize>) -> Location {
+    let Some(needle) = source.get(span.clone()).filter(|n| !n.is_empty()) else {
+        return location;
+    };
+    let rank = source[..span.start].matches(needle).count();
+    let text = &location.source.text[location.span.clone()];
+    match text
+        .match_indices(needle)
+        .nth(rank)
+        .or_else(|| text.match_indices(needle).next())
+    {
+        Some((found, _)) => Location {
+            span: location.span.start + found..location.span.start + found + needle.len(),
+            source: location.source,
+        },
+        None => narrow(location, source, needle),
+    }
+}
+
 /// Narrow a location to the first occurrence of `needle` inside the located value.
 fn narrow(location: Location, _source: &str, needle: &str) -> Location {
     let text = &location.source.text[location.span.clone()];

@@ -374,6 +374,17 @@ pub enum DiagnosticKind {
         /// The line of its `disabled`.
         line: usize,
     },
+    /// `disabled = true` in a workflow that extends none: there is no base stage to remove.
+    #[error("stage `{0}` is `disabled`, but this workflow extends none")]
+    DisabledWithoutBase(String),
+    /// A template rendered before any stage runs that reads what only stages give.
+    #[error("{field} is rendered before any stage runs, so it cannot read `{root}`")]
+    ReadBeforeStages {
+        /// The field, as messages name it.
+        field: String,
+        /// What it reads: `stages` or `state`.
+        root: String,
+    },
     /// `after` naming the stage itself.
     #[error("stage `{0}` cannot run after itself")]
     AfterItself(String),

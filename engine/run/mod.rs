@@ -496,8 +496,8 @@ impl<'w, 'r> Executor<'w, 'r> {
         }
     }
 
-    /// What templates see as `run`: `status` is `running` until `[outputs]`, which also see
-    /// `exit` (`{ stage, message }` when a stage ended the run early, else none).
+    /// What ordinary stages see as `run`: `status` is `running` (finally stages and `[outputs]`
+    /// see [`Self::ended_value`]).
     fn run_value(&self, status: RunStatus) -> minijinja::Value {
         minijinja::Value::from_serialize(json!({
             "id": self.record.run_id,
@@ -726,9 +726,10 @@ impl<'w, 'r> Executor<'w, 'r> {
             .spawn(move || drop(cache));
         scope.output = None;
 
-        // Outputs, which also see how the run ended (`run.status`, `run.exit`).
+        // Outputs, which also see how the run ended, in the words finally stages read it
+        // (`run.status` is `succeeded`, `exited` or `failed`; `run.exit`, `run.error`).
         if status == RunStatus::Completed || status == RunStatus::Exited {
-            scope.run = self.run_value(status);
+            scope.run = self.ended_value(status);
             let base = scope.to_value();
             let mut outputs = Map::new();
             for (name, tmpl) in &workflow.outputs {

@@ -155,7 +155,7 @@ enum Part {
 }
 
 /// Words minijinja reads as operators or constants, never as a plain name.
-const KEYWORDS: &[&str] = &[
+pub(super) const KEYWORDS: &[&str] = &[
     "and", "or", "not", "in", "is", "if", "else", "true", "false", "none", "True", "False", "None",
     "loop", "self", "super", "varargs", "kwargs",
 ];

@@ -14,6 +14,7 @@ use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 
 pub(crate) mod compiled;
 pub(crate) mod functions;
+pub(crate) mod reads;
 pub(crate) mod shell;
 
 pub(crate) use compiled::{Scope, StageSlot, StageTable, Tmpl};
