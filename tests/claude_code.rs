@@ -437,26 +437,32 @@ fn claude_code_loads_the_plugin_and_its_stop_hook_runs_context_update_on_the_tra
         "claude called the loopback API"
     );
 
-    // The detached run finishes after claude has exited: wait for its record.
-    let show = || {
-        Command::new(BIN)
-            .args(["runs", "show", "last", "--json"])
-            .current_dir(&project)
-            .env("HOME", test.root())
-            .env("XDG_CONFIG_HOME", test.path("config"))
-            .env("XDG_STATE_HOME", test.path("state-home"))
-            .output()
-            .ok()
-            .filter(|out| out.status.success())
-            .and_then(|out| serde_json::from_slice::<Value>(&out.stdout).ok())
-            .filter(|record| record["status"] != "running")
+    // The detached runs finish after claude has exited: the turn's end and the session's (the
+    // plugin has both hooks). Wait for both records, finished.
+    let records = || -> Vec<Value> {
+        let mut records: Vec<Value> = walkdir::WalkDir::new(test.path("state-home"))
+            .into_iter()
+            .flatten()
+            .filter(|entry| entry.file_name() == "run.json")
+            .filter_map(|entry| std::fs::read(entry.path()).ok())
+            .filter_map(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
+            .collect();
+        records.sort_by_key(|run| run["inputs"]["hook_event_name"].to_string());
+        records
     };
     crate::support::wait_for(
-        "the Stop hook's run",
+        "the Stop and SessionEnd hooks' runs",
         std::time::Duration::from_secs(120),
-        || show().is_some(),
+        || {
+            let records = records();
+            let events: Vec<&str> = records
+                .iter()
+                .filter_map(|run| run["inputs"]["hook_event_name"].as_str())
+                .collect();
+            events == ["SessionEnd", "Stop"] && records.iter().all(|run| run["status"] != "running")
+        },
     );
-    let record = show().expect("a finished run");
+    let record = records().pop().expect("the Stop run");
     assert_eq!(record["workflow"], "context-update", "{record}");
     assert_eq!(record["inputs"]["hook_event_name"], "Stop");
     let transcript = PathBuf::from(
@@ -514,6 +520,8 @@ fn claude_code_calls_a_workflow_through_the_mcp_server_and_reads_its_result() {
     std::fs::write(&config_path, config.to_string()).expect("write the MCP config");
     let out = claude_command(&claude, &test, &stub, &project)
         .args(["-p", "Greet claude with the hello workflow."])
+        // Every tool in the first request, not found later through a tool search.
+        .env("ENABLE_TOOL_SEARCH", "false")
         .arg("--mcp-config")
         .arg(&config_path)
         .arg("--strict-mcp-config")
