@@ -1814,6 +1814,43 @@ fn two_sessions_of_a_project_keep_their_own_cursors() {
 }
 
 #[test]
+fn a_session_started_in_a_subfolder_is_told_where_the_toggle_is() {
+    // Claude Code sets $CLAUDE_PROJECT_DIR to the folder it was started in: a subfolder of the
+    // repository whose root CLAUDE.md has the toggle.
+    let project = Project::new();
+    fs::create_dir_all(project.path(".git")).expect("a repository");
+    fs::create_dir_all(project.path("services/billing")).expect("a subfolder");
+    let sub = project.path("services/billing");
+    let run = project.hook_with(T0, &[], |invocation| {
+        invocation.env("CLAUDE_PROJECT_DIR", sub.to_str().expect("UTF-8"))
+    });
+    // Its records are the subfolder's (another project key): the summary line tells.
+    assert_eq!(run.code, 0);
+    let message = &run.stderr;
+    assert!(message.contains("exited early at `toggle`"), "{message}");
+    assert!(
+        message.contains("the repository root")
+            && message.contains(&project.root().display().to_string()),
+        "{message}"
+    );
+    assert!(
+        !project.path("services/billing/.roc").exists(),
+        "no second lexicon"
+    );
+    // Without a toggle above, the message is the plain one.
+    project.write("CLAUDE.md", "# Repo\n");
+    let run = project.hook_with(T0, &[], |invocation| {
+        invocation.env("CLAUDE_PROJECT_DIR", sub.to_str().expect("UTF-8"))
+    });
+    assert!(
+        run.stderr
+            .contains("background context is off: no CLAUDE.md at the project root"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
 fn the_toggle_is_matched_in_any_case() {
     for line in [
         "- background context: Enabled",
