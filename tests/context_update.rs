@@ -542,6 +542,14 @@ fn a_hook_run_writes_the_lexicon_and_advances_the_cursor() {
         "Lexicon updated: 2 added, 0 merged, 0 flagged. Flagged: none."
     );
     assert_eq!(run.summary(), run.stdout.trim());
+    // The run history says it too, beside the run.
+    let listed = project.command(T0, &["runs"]).output();
+    listed.code(0);
+    assert!(
+        listed.stdout.contains("completed") && listed.stdout.contains(run.summary()),
+        "{}",
+        listed.stdout
+    );
     for exit in ["heuristic_no", "gate_no"] {
         assert_eq!(
             run.stage(exit),

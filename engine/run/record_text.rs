@@ -136,10 +136,20 @@ impl RunRecord {
     /// A run's line in `runs`: id, workflow, status, duration and the first line of how it
     /// ended.
     pub fn listing_line(&self, id: &str) -> String {
+        // How it ended: the exit's message, the error, or the run's single text output (a
+        // summary line such as context-update's), as read as written.
+        let single_text = || match &self.outputs {
+            Some(Value::Object(outputs)) if outputs.len() == 1 => outputs
+                .values()
+                .next()
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            _ => None,
+        };
         let detail = match (&self.exit, &self.error) {
             (Some(exit), _) => exit.message.clone(),
             (_, Some(error)) => error.clone(),
-            _ => String::new(),
+            _ => single_text().unwrap_or_default(),
         };
         let status = match self.dry_run {
             true => format!("{} (dry-run)", self.status.as_str()),
