@@ -647,3 +647,44 @@ fn pruning_keeps_the_record_of_a_run_in_progress() {
     let record = crate::support::read_record(&test.state_dir(), &held);
     assert_eq!(record["status"], "completed", "{record:#}");
 }
+
+/// One engine at a time resumes a run: a second resume of a run being resumed fails at once,
+/// naming the reason, and runs none of its stages; the first goes on and finishes.
+#[test]
+fn a_second_resume_of_a_run_being_resumed_is_refused() {
+    let test = Test::new();
+    test.write(
+        "lib/workflows/w.toml",
+        "[workflow]\ndescription = \"d\"\n\n[stages.s]\nshell = '''\n\
+         echo x >> attempts\n\
+         if [ -e hold ]; then rm hold; touch started; while [ ! -e go ]; do sleep 0.05; done; fi\n\
+         test -e ok\n'''\n",
+    );
+    test.run(["-L", "lib", "run", "w"]).code(1);
+    let failed = test.newest_run();
+    test.write("hold", "").write("ok", "");
+    let mut first = test
+        .command(["-L", "lib", "resume", failed.as_str()])
+        .spawn();
+    crate::support::wait_for(
+        "the first resume to start its stage",
+        std::time::Duration::from_secs(60),
+        || test.exists("started"),
+    );
+    let second = test.run(["-L", "lib", "resume", failed.as_str()]);
+    assert_ne!(second.code, Some(0), "{second:?}");
+    second.stderr_has("is being resumed by another engine");
+    assert_eq!(
+        test.read("attempts").lines().count(),
+        2,
+        "the second resume ran the stage"
+    );
+    test.write("go", "");
+    let code = crate::support::wait_exit(
+        &mut first,
+        "the first resume",
+        std::time::Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "{}", test.read("spawned.stderr"));
+    assert_eq!(test.last_run()["status"], "completed");
+}
