@@ -535,3 +535,156 @@ fn reapers_of(pid: u32) -> Vec<String> {
         })
         .collect()
 }
+
+/// Loops nested past any use: each evaluation has a bound on the steps it may run.
+const ENDLESS: &str =
+    "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}";
+
+/// A template, a command's argument or an `[outputs]` entry that would loop for hours fails
+/// its run with an error naming the bound, in a real run and in a dry-run, and the record says
+/// `failed` rather than `running`.
+#[test]
+fn an_endless_template_fails_its_run_naming_the_bound_wherever_it_is() {
+    let cases = [
+        (
+            "template",
+            format!("[stages.t]\ntemplate = {{ inline = \"{ENDLESS}\" }}\n"),
+        ),
+        (
+            "argv",
+            format!("[stages.c]\ncommand = [\"echo\", \"{ENDLESS}\"]\n"),
+        ),
+        (
+            "outputs",
+            format!("[stages.c]\ncommand = [\"true\"]\n\n[outputs]\no = \"{ENDLESS}\"\n"),
+        ),
+    ];
+    for (name, body) in cases {
+        for dry in [false, true] {
+            let test = Test::new();
+            test.write(
+                "lib/workflows/w.toml",
+                &format!("[workflow]\ndescription = \"d\"\n\n{body}"),
+            );
+            let mut args = vec!["-L", "lib", "run", "w"];
+            if dry {
+                args.push("--dry-run");
+            }
+            let mut child = test.command(args).spawn();
+            let code = crate::support::wait_exit(
+                &mut child,
+                "a run of an endless template",
+                std::time::Duration::from_secs(120),
+            );
+            let stderr = test.read("spawned.stderr");
+            assert_eq!(code, Some(1), "{name} (dry-run {dry}): {stderr}");
+            assert!(
+                stderr.contains("steps, the most one evaluation may run"),
+                "{name} (dry-run {dry}): {stderr}"
+            );
+            if !dry {
+                assert_eq!(test.last_run()["status"], "failed", "{name}");
+            }
+        }
+    }
+}
+
+/// A template that prints without end stops at the most text one template may render.
+#[test]
+fn a_template_rendering_too_much_text_fails_naming_the_bound() {
+    let test = Test::new();
+    test.write(
+        "lib/workflows/w.toml",
+        "[workflow]\ndescription = \"d\"\n\n[stages.t]\n\
+         template = { inline = \"{% for i in range(1000) %}{{ 'y' * 1000000 }}{% endfor %}\" }\n",
+    );
+    let out = test.run(["-L", "lib", "run", "w"]);
+    out.code(1).stderr_has("renders more than 64 MiB of text");
+    assert_eq!(test.last_run()["status"], "failed");
+}
+
+/// `--keep-runs` never removes the record of a run still in progress: the run goes on, writes
+/// its record and finishes, while newer runs of its workflow prune the older finished ones.
+#[test]
+fn pruning_keeps_the_record_of_a_run_in_progress() {
+    let test = Test::new();
+    test.write(
+        "lib/workflows/w.toml",
+        "[workflow]\ndescription = \"d\"\n\n[stages.s]\nshell = '''\n\
+         if [ -e hold ]; then rm hold; touch started; while [ ! -e go ]; do sleep 0.05; done; fi\n\
+         '''\n",
+    );
+    test.run(["-L", "lib", "run", "w"]).code(0);
+    let finished = test.newest_run();
+    test.write("hold", "");
+    let mut child = test
+        .command(["-L", "lib", "run", "w", "--keep-runs", "1"])
+        .spawn();
+    crate::support::wait_for(
+        "the held run to start its stage",
+        std::time::Duration::from_secs(60),
+        || test.exists("started"),
+    );
+    let held = test.newest_run();
+    assert_ne!(held, finished);
+    test.run(["-L", "lib", "run", "w", "--keep-runs", "1"])
+        .code(0);
+    test.run(["-L", "lib", "run", "w", "--keep-runs", "1"])
+        .code(0);
+    let runs = test.state_dir().join("runs");
+    assert!(
+        runs.join(&held).join("run.json").exists(),
+        "the run in progress was pruned"
+    );
+    assert!(!runs.join(&finished).exists(), "the finished run was kept");
+    test.write("go", "");
+    let code = crate::support::wait_exit(
+        &mut child,
+        "the held run",
+        std::time::Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "{}", test.read("spawned.stderr"));
+    let record = crate::support::read_record(&test.state_dir(), &held);
+    assert_eq!(record["status"], "completed", "{record:#}");
+}
+
+/// One engine at a time resumes a run: a second resume of a run being resumed fails at once,
+/// naming the reason, and runs none of its stages; the first goes on and finishes.
+#[test]
+fn a_second_resume_of_a_run_being_resumed_is_refused() {
+    let test = Test::new();
+    test.write(
+        "lib/workflows/w.toml",
+        "[workflow]\ndescription = \"d\"\n\n[stages.s]\nshell = '''\n\
+         echo x >> attempts\n\
+         if [ -e hold ]; then rm hold; touch started; while [ ! -e go ]; do sleep 0.05; done; fi\n\
+         test -e ok\n'''\n",
+    );
+    test.run(["-L", "lib", "run", "w"]).code(1);
+    let failed = test.newest_run();
+    test.write("hold", "").write("ok", "");
+    let mut first = test
+        .command(["-L", "lib", "resume", failed.as_str()])
+        .spawn();
+    crate::support::wait_for(
+        "the first resume to start its stage",
+        std::time::Duration::from_secs(60),
+        || test.exists("started"),
+    );
+    let second = test.run(["-L", "lib", "resume", failed.as_str()]);
+    assert_ne!(second.code, Some(0), "{second:?}");
+    second.stderr_has("is being resumed by another engine");
+    assert_eq!(
+        test.read("attempts").lines().count(),
+        2,
+        "the second resume ran the stage"
+    );
+    test.write("go", "");
+    let code = crate::support::wait_exit(
+        &mut first,
+        "the first resume",
+        std::time::Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "{}", test.read("spawned.stderr"));
+    assert_eq!(test.last_run()["status"], "completed");
+}

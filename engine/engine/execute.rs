@@ -188,6 +188,7 @@ impl Engine {
                     processes: Vec::new(),
                     interrupted: false,
                     rehearsal: true,
+                    claim: None,
                 }),
             resume => resume,
         };
@@ -314,9 +315,19 @@ impl Engine {
                 holder.pid
             ));
         }
+        let run_dir = record::runs_dir(&dir).join(&id);
+        let claim = claim_resume(&run_dir).map_err(|error| match error {
+            Some(error) => format!(
+                "cannot take {}: {error}",
+                run_dir.join("resume.lock").display()
+            ),
+            None => format!(
+                "run {id} is being resumed by another engine; a second resume would run its \
+                 unfinished stages twice: wait for that one to end"
+            ),
+        })?;
         let reference = self.resume_reference(&previous);
         let outputs = record::read_outputs(&dir, &id);
-        let run_dir = record::runs_dir(&dir).join(&id);
         let interrupted = matches!(previous.status, RunStatus::Interrupted | RunStatus::Running);
         Ok((
             previous,
@@ -328,6 +339,7 @@ impl Engine {
                 processes: run::journal::read_processes(&run_dir),
                 interrupted,
                 rehearsal: false,
+                claim: Some(claim),
             },
         ))
     }
@@ -346,5 +358,27 @@ impl Engine {
             _ if top.ends_with(".toml") && Path::new(top).is_file() => top.to_string(),
             _ => previous.workflow.clone(),
         }
+    }
+}
+
+/// The exclusive lock on `resume.lock` in a run's folder, taken without waiting: `Err(None)`
+/// when another process holds it.
+fn claim_resume(run_dir: &std::path::Path) -> Result<std::fs::File, Option<std::io::Error>> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(run_dir.join("resume.lock"))
+        .map_err(Some)?;
+    // SAFETY: flock on a descriptor this function owns; it touches no memory.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(file);
+    }
+    let error = std::io::Error::last_os_error();
+    if error.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Err(None)
+    } else {
+        Err(Some(error))
     }
 }

@@ -121,6 +121,9 @@ pub struct ResumeFrom {
     /// the same as in that run takes the output it recorded instead of an assumed one (the run
     /// is not resumed: nothing that a real run would execute is marked reused).
     pub(crate) rehearsal: bool,
+    /// An exclusive lock on the resumed run's `resume.lock`, held until this run ends: one
+    /// engine at a time resumes a run (the kernel drops it with the process, a kill included).
+    pub(crate) claim: Option<std::fs::File>,
 }
 
 /// Errors that stop a run before it starts.
@@ -177,8 +180,8 @@ pub(crate) fn run(
     if let Some(files) = files {
         executor.attach(files)?;
     }
-    let (outputs, items) = match resume {
-        Some(resume) => (resume.outputs, resume.items),
+    let (outputs, items, _claim) = match resume {
+        Some(resume) => (resume.outputs, resume.items, resume.claim),
         None => Default::default(),
     };
     executor.execute(outputs, items);

@@ -902,7 +902,22 @@ fn read_workflow_name(state_dir: &Path, id: &str) -> Option<String> {
     })
 }
 
-/// Keep the newest `keep` runs of each workflow; returns the ids removed.
+/// Whether a run may still be going on: its record says `running` and its process is alive (or
+/// on another host), or its folder has no readable record yet and was made in the last minute
+/// (a run between making its folder and writing its first record).
+fn in_progress(state_dir: &Path, id: &str) -> bool {
+    match read_record_as_written(state_dir, id) {
+        Ok(record) => record.status == RunStatus::Running,
+        Err(_) => std::fs::metadata(runs_dir(state_dir).join(id))
+            .and_then(|meta| meta.modified())
+            .ok()
+            .and_then(|made| made.elapsed().ok())
+            .is_none_or(|age| age < std::time::Duration::from_secs(60)),
+    }
+}
+
+/// Keep the newest `keep` runs of each workflow; returns the ids removed. A run still in
+/// progress is never removed (it could then neither write its record nor be resumed).
 pub(crate) fn prune(state_dir: &Path, keep: usize) -> Vec<String> {
     let mut by_workflow: HashMap<String, Vec<String>> = HashMap::new();
     let ids = list_runs(state_dir);
@@ -917,6 +932,9 @@ pub(crate) fn prune(state_dir: &Path, keep: usize) -> Vec<String> {
     for ids in by_workflow.values() {
         if ids.len() > keep {
             for id in &ids[..ids.len() - keep] {
+                if in_progress(state_dir, id) {
+                    continue;
+                }
                 if std::fs::remove_dir_all(runs_dir(state_dir).join(id)).is_ok() {
                     removed.push(id.clone());
                 }

@@ -93,11 +93,15 @@ impl Tmpl {
 
     /// Evaluate: a string for text templates, the value for native ones.
     pub(crate) fn eval(&self, scope: &Value) -> Result<Value, Error> {
+        self.eval_unexplained(scope).map_err(explained)
+    }
+
+    fn eval_unexplained(&self, scope: &Value) -> Result<Value, Error> {
         match self {
             Tmpl::Literal(text) => Ok(Value::from(text.as_str())),
             Tmpl::Interpolated(interpolation) => interpolation.eval(scope),
             Tmpl::Text(template) => {
-                template.with_dependent(|_, t| t.render(scope).map(Value::from))
+                template.with_dependent(|_, t| render_bounded(t, scope).map(Value::from))
             }
             Tmpl::Native(expression) => {
                 expression.with_dependent(|_, e| e.eval(scope).and_then(|v| bounded(&v)))
@@ -107,10 +111,14 @@ impl Tmpl {
 
     /// Evaluate to text (a native value is formatted as minijinja prints it).
     pub(crate) fn render(&self, scope: &Value) -> Result<String, Error> {
+        self.render_unexplained(scope).map_err(explained)
+    }
+
+    fn render_unexplained(&self, scope: &Value) -> Result<String, Error> {
         match self {
             Tmpl::Literal(text) => Ok(text.clone()),
             Tmpl::Interpolated(interpolation) => interpolation.render(scope),
-            Tmpl::Text(template) => template.with_dependent(|_, t| t.render(scope)),
+            Tmpl::Text(template) => template.with_dependent(|_, t| render_bounded(t, scope)),
             Tmpl::Native(expression) => {
                 text_of_expression(&expression.with_dependent(|_, e| e.eval(scope))?)
             }
@@ -321,6 +329,63 @@ fn text_of_expression(value: &Value) -> Result<String, Error> {
 
 /// The most items a list or map made by an expression may have.
 const MAX_ITEMS: usize = 1 << 24;
+
+/// The most text one template may render: 64 MiB. Rendering stops with an error at the first
+/// byte past it, so a loop that prints without end fails instead of filling memory.
+pub(crate) const MAX_RENDERED: usize = 64 << 20;
+
+/// Instructions one evaluation of a template or expression may execute (minijinja's fuel): a
+/// bound on loops nested without end, reached in about a second.
+pub(crate) const FUEL: u64 = 50_000_000;
+
+/// minijinja's "out of fuel" in words a workflow's author can act on.
+fn explained(error: Error) -> Error {
+    if error.kind() != minijinja::ErrorKind::OutOfFuel {
+        return error;
+    }
+    Error::new(
+        minijinja::ErrorKind::InvalidOperation,
+        format!(
+            "the template ran more than {FUEL} steps, the most one evaluation may run \
+             (loops nested too deep, or a loop over too long a range?)"
+        ),
+    )
+    .with_source(error)
+}
+
+/// A render into a buffer that refuses to grow past [`MAX_RENDERED`].
+fn render_bounded(template: &Template<'_, '_>, scope: &Value) -> Result<String, Error> {
+    struct Bounded(Vec<u8>);
+    impl std::io::Write for Bounded {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.0.len() + buf.len() > MAX_RENDERED {
+                return Err(std::io::Error::other("too large"));
+            }
+            self.0.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut out = Bounded(Vec::new());
+    match template.render_captured_to(scope, &mut out) {
+        Ok(_) => String::from_utf8(out.0).map_err(|_| {
+            Error::new(
+                minijinja::ErrorKind::InvalidOperation,
+                "the template rendered text that is not UTF-8",
+            )
+        }),
+        Err(error) if error.kind() == minijinja::ErrorKind::WriteFailure => Err(Error::new(
+            minijinja::ErrorKind::InvalidOperation,
+            format!(
+                "the template renders more than {} MiB of text (the most one template may render)",
+                MAX_RENDERED >> 20
+            ),
+        )),
+        Err(error) => Err(error),
+    }
+}
 
 /// A value an expression made, made safe to walk: a list made by repetition (`[1] * n`) that
 /// no memory could hold is an error, and one that is empty is an empty list. minijinja 2.24

@@ -24,6 +24,7 @@ pub(crate) fn environment() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_undefined_behavior(UndefinedBehavior::Strict);
     env.set_keep_trailing_newline(true);
+    env.set_fuel(Some(compiled::FUEL));
     env.set_auto_escape_callback(|name| {
         if name.ends_with(".sh") {
             AutoEscape::Custom("shell")
