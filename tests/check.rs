@@ -430,3 +430,17 @@ fn a_sub_workflow_not_found_is_one_error_at_its_name() {
         out.stdout
     );
 }
+
+#[test]
+fn a_test_file_given_to_check_is_skipped_and_named() {
+    let test = Test::new();
+    test.write("w.toml", "[stages.a]\ncommand = [\"true\"]\n");
+    test.write(
+        "w.test.toml",
+        "workflow = \"w.toml\"\n\n[[case]]\nname = \"runs\"\n",
+    );
+    let out = test.run(["check", "w.toml", "w.test.toml"]);
+    out.code(0)
+        .stderr_has("w.test.toml: a test file, skipped")
+        .stderr_has("w.toml: ok");
+}

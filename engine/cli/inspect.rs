@@ -60,7 +60,24 @@ impl App {
         format: CheckFormat,
         deny_warnings: bool,
     ) -> Result<i32, Failure> {
-        let report = self.engine.check_all(names);
+        // A test file beside its workflow (a glob such as `workflows/*.toml` takes both) is
+        // checked by `stagegraph test`, which reads its format.
+        let (tests, names): (Vec<&String>, Vec<String>) = {
+            let (tests, names): (Vec<&String>, Vec<&String>) =
+                names.iter().partition(|name| name.ends_with(".test.toml"));
+            (tests, names.into_iter().cloned().collect())
+        };
+        if format == CheckFormat::Text {
+            for test in &tests {
+                errln!(
+                    "{test}: a test file, skipped (`stagegraph test {test}` checks and runs it)"
+                );
+            }
+        }
+        if !tests.is_empty() && names.is_empty() {
+            return Ok(exit::SUCCESS);
+        }
+        let report = self.engine.check_all(&names);
         match format {
             CheckFormat::Text => {
                 self.print_diagnostics(&report.diagnostics);
