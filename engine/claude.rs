@@ -351,6 +351,15 @@ fn remove_hook(settings: &mut Map<String, Value>) -> bool {
 /// The toggle line `install-hook --enable` writes.
 pub(crate) const TOGGLE_LINE: &str = "- Background context: enabled";
 
+/// A toggle line of CLAUDE.md, in any case: its state (`enabled` or `disabled`) is the first
+/// group, the whole line the match (as the shipped workflow reads it).
+pub(crate) static TOGGLE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(
+        r"(?mi)^[[:blank:]]*-[[:blank:]]*Background context[[:blank:]]*:[[:blank:]]*(enabled|disabled)([^[:alnum:]\n].*)?$",
+    )
+    .expect("constant pattern")
+});
+
 /// What `--enable` did to CLAUDE.md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Toggle {
@@ -374,10 +383,7 @@ pub fn enable_toggle(claude_md: &Path) -> Result<Toggle, SettingsError> {
             })
         }
     };
-    let toggle = regex::Regex::new(
-        r"(?mi)^[[:blank:]]*-[[:blank:]]*Background context[[:blank:]]*:[[:blank:]]*(enabled|disabled)\b.*$",
-    )
-    .expect("constant pattern");
+    let toggle = &*TOGGLE;
     let (after, what) = match text.as_deref() {
         Some(text) => match toggle.captures(text) {
             Some(found) if found[1].eq_ignore_ascii_case("enabled") => {

@@ -242,11 +242,7 @@ fn toggle(root: &Path) -> Finding {
 /// `Some(true)` enabled, `Some(false)` disabled, `None` no toggle (or no file).
 fn toggle_in(claude_md: &Path) -> Option<bool> {
     let text = std::fs::read_to_string(claude_md).ok()?;
-    let pattern = regex::Regex::new(
-        r"(?mi)^[[:blank:]]*-[[:blank:]]*Background context[[:blank:]]*:[[:blank:]]*(enabled|disabled)([^[:alnum:]]|$)",
-    )
-    .expect("constant pattern");
-    let found = pattern.captures(&text)?;
+    let found = crate::claude::TOGGLE.captures(&text)?;
     Some(found[1].eq_ignore_ascii_case("enabled"))
 }
 

@@ -446,23 +446,12 @@ impl App {
             return zero_if(started.map(|()| exit::SUCCESS));
         }
         let told: Option<&dyn Fn() -> Option<String>> = if hook { Some(&notice) } else { None };
-        zero_if(self.execute_as(&workflow, inputs.clone(), request, format, None, told))
+        zero_if(self.execute(&workflow, inputs.clone(), request, format, None, told))
     }
 
+    /// Run the workflow and print what it gives; where `notice` gives a line for the hook's
+    /// host, stdout gets it in place of the outputs.
     fn execute(
-        &self,
-        workflow: &Workflow,
-        inputs: Map<String, Value>,
-        request: &RunRequest,
-        format: RunFormat,
-        resume: Option<ResumeFrom>,
-    ) -> Result<i32, Failure> {
-        self.execute_as(workflow, inputs, request, format, resume, None)
-    }
-
-    /// [`App::execute`]; where `notice` gives a line for the hook's host, stdout gets it in
-    /// place of the outputs.
-    fn execute_as(
         &self,
         workflow: &Workflow,
         inputs: Map<String, Value>,
@@ -514,6 +503,7 @@ impl App {
             &exec.request(),
             exec.format,
             Some(from),
+            None,
         )?;
         let always_zero = workflow.always_exit_zero();
         Ok(

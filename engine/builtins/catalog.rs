@@ -1206,15 +1206,8 @@ fn prune(
                     if !targets_of(entry).contains(&partner_name) {
                         continue;
                     }
-                    let partner_by: Vec<(usize, usize)> = referencers
-                        .get(&partner_name)
-                        .into_iter()
-                        .flatten()
-                        .copied()
-                        .filter(|at| !removed.contains(at) && *at != partner && *at != (a, e))
-                        .collect();
                     if !droppable.contains(&partner)
-                        || !partner_by.is_empty()
+                        || live(&partner_name).iter().any(|at| *at != partner)
                         || !may_go(&catalog.areas[partner.0].entries[partner.1], late)
                     {
                         continue;

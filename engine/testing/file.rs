@@ -233,36 +233,27 @@ impl Parsed {
                     Map::new()
                 }
             };
-            let mut given = HashMap::new();
-            for (stage, value) in &raw_case.stages {
+            // A stage the case names that the workflow lacks.
+            let no_stage = |bad: &mut dyn FnMut(Range<usize>, String, Option<String>),
+                            stage: &Spanned<String>| {
                 if !stage_ids.contains(&stage.get_ref().as_str()) {
                     let help = did_you_mean(stage.get_ref(), stage_ids.iter().copied());
-                    bad(
-                        stage.span(),
-                        format!(
-                            "workflow `{}` has no stage `{}`",
-                            workflow.name,
-                            stage.get_ref()
-                        ),
-                        help,
+                    let message = format!(
+                        "workflow `{}` has no stage `{}`",
+                        workflow.name,
+                        stage.get_ref()
                     );
+                    bad(stage.span(), message, help);
                 }
+            };
+            let mut given = HashMap::new();
+            for (stage, value) in &raw_case.stages {
+                no_stage(&mut bad, stage);
                 given.insert(stage.get_ref().clone(), json_of(&value.output));
             }
             let mut answers = Vec::new();
             for (stage, value) in &raw_case.answers {
-                if !stage_ids.contains(&stage.get_ref().as_str()) {
-                    let help = did_you_mean(stage.get_ref(), stage_ids.iter().copied());
-                    bad(
-                        stage.span(),
-                        format!(
-                            "workflow `{}` has no stage `{}`",
-                            workflow.name,
-                            stage.get_ref()
-                        ),
-                        help,
-                    );
-                }
+                no_stage(&mut bad, stage);
                 answers.push(format!("{}={value}", stage.get_ref()));
             }
             let mut files = Vec::new();
