@@ -18,8 +18,6 @@ pub(crate) struct Seen {
     /// Lower-case names.
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) body: Value,
-    /// When it arrived.
-    pub(crate) at: Instant,
 }
 
 impl Seen {
@@ -157,7 +155,6 @@ fn serve(stream: TcpStream, seen: &Mutex<Vec<Seen>>, handler: &Handler, load: &L
             path,
             headers,
             body: serde_json::from_slice(&body).unwrap_or(Value::Null),
-            at: Instant::now(),
         };
         let index = {
             let mut seen = seen.lock().unwrap();

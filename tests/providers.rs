@@ -6,8 +6,8 @@
 
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::loopback::{anthropic_stream, Batches, Reply, Server};
 use crate::support::{make_executable, stage, Test};
@@ -877,42 +877,35 @@ model = "cheap"
     assert_eq!(api.most_at_once(), 3, "two aliases, one queue of three");
 }
 
-/// The body of the refused call, and whether it has come again.
-type Refused = (Option<Value>, bool);
+/// What the server saw of a refused call: its body, whether it has come again, and the
+/// requests of other calls that arrived between the refusal and the retry.
+#[derive(Default)]
+struct Refusal {
+    body: Option<Value>,
+    retried: bool,
+    meanwhile: usize,
+}
 
 #[test]
-fn a_rate_limit_pauses_the_model_for_every_call_and_the_retry_is_counted() {
-    // The first four calls go out together and the third is refused with `retry-after: 1`.
-    // The other three are answered only once the refused call has come again, so they keep
-    // their places through the pause: the refused call's place is the only one free.
-    let batch = Batches::new(4, 13);
-    let refused: Arc<(Mutex<Refused>, Condvar)> = Arc::default();
-    let api = Server::start(move |seen, index| {
-        let (state, changed) = &*refused;
-        if index < 4 {
-            batch.hold();
-        }
+fn a_rate_limit_retries_only_the_refused_call_while_the_others_go_on() {
+    // Twelve calls, four at a time; the third is refused with `retry-after: 1`. The others are
+    // answered at once: while the refused call waits out its second, they keep going.
+    let refusal: Arc<Mutex<Refusal>> = Arc::default();
+    let seen = Arc::clone(&refusal);
+    let api = Server::start(move |request, index| {
+        let mut refusal = seen.lock().unwrap();
         if index == 2 {
-            state.lock().unwrap().0 = Some(seen.body.clone());
+            refusal.body = Some(request.body.clone());
             return Reply::json(
                 429,
                 &json!({"error": {"type": "rate_limit_error", "message": "slow down"}}),
             )
             .header("retry-after", "1");
         }
-        let mut state = state.lock().unwrap();
-        if index < 4 {
-            // Bounded against hanging; past it the test fails on the retry's timing.
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while !state.1 && Instant::now() < deadline {
-                state = changed
-                    .wait_timeout(state, Duration::from_millis(100))
-                    .unwrap()
-                    .0;
-            }
-        } else if state.0.as_ref() == Some(&seen.body) {
-            state.1 = true;
-            changed.notify_all();
+        if refusal.body.as_ref() == Some(&request.body) {
+            refusal.retried = true;
+        } else if refusal.body.is_some() && !refusal.retried {
+            refusal.meanwhile += 1;
         }
         Reply::json(200, &openai_reply("ok"))
     });
@@ -923,29 +916,15 @@ fn a_rate_limit_pauses_the_model_for_every_call_and_the_retry_is_counted() {
     test.run(["-L", "lib", "run", "ask"]).code(0);
     let posts = api.posts();
     assert_eq!(posts.len(), 13, "twelve items and one retry");
-    let limited = posts[2].at;
-    let retry = posts
-        .iter()
-        .skip(3)
-        .find(|seen| seen.body == posts[2].body)
-        .expect("the refused call came again");
-    // The pause began after the refusal arrived, so its second can only be overstated here.
+    let refusal = refusal.lock().unwrap();
+    assert!(refusal.retried, "the refused call came again");
+    // A queue paused for everyone would have let at most the calls already on their way
+    // through (the three others in flight at the refusal); the nine items left all can go.
     assert!(
-        retry.at - limited >= Duration::from_secs(1),
-        "retried {:?} after the refusal",
-        retry.at - limited
+        refusal.meanwhile > 3,
+        "{} requests between the refusal and its retry",
+        refusal.meanwhile
     );
-    // Nothing else could reach the server within the second but a call that took the refused
-    // call's place before the pause began: a queue that let its other calls go on would have
-    // sent the eight items left through that place by then.
-    let during: Vec<usize> = posts
-        .iter()
-        .enumerate()
-        .skip(4)
-        .filter(|(_, seen)| seen.at - limited < Duration::from_secs(1))
-        .map(|(index, _)| index)
-        .collect();
-    assert!(during.len() <= 1, "calls during the pause: {during:?}");
 
     let record = test.last_run();
     assert_eq!(record["status"], "completed");
@@ -956,7 +935,18 @@ fn a_rate_limit_pauses_the_model_for_every_call_and_the_retry_is_counted() {
     assert_eq!(calls.len(), 12);
     let retried: Vec<&Value> = calls.iter().filter(|call| call["retries"] == 1).collect();
     assert_eq!(retried.len(), 1, "{calls:#?}");
+    // The record says the retry followed a rate limit, and how long it waited: the second
+    // asked for, with at most a fifth more of jitter.
+    assert_eq!(retried[0]["throttled"], 1, "{calls:#?}");
+    let waited = retried[0]["waited_ms"].as_u64().unwrap();
+    assert!((1000..=1200).contains(&waited), "waited {waited} ms");
     assert_eq!(record["usage"]["retries"], 1);
+    assert_eq!(record["usage"]["throttled"], 1);
+    assert_eq!(record["usage"]["waited_ms"], waited);
+    let shown = test.run(["runs", "show", "last"]);
+    shown.code(0);
+    let line = format!("retries: 1 (1 rate-limited)  waited: {waited}ms");
+    assert!(shown.stdout.contains(&line), "{}", shown.stdout);
 }
 
 // ---- Recordings ----

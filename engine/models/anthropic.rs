@@ -98,7 +98,7 @@ impl Anthropic<'_> {
             limiter: call.limiter,
             cancel: call.cancel,
         };
-        let (response, retries) = post.send(call.agent)?;
+        let (response, retried) = post.send(call.agent)?;
         let blocks = response
             .get("content")
             .and_then(|content| content.as_array())
@@ -126,7 +126,7 @@ impl Anthropic<'_> {
             text,
             usage,
             cost_usd: None,
-            retries,
+            retried,
         })
     }
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::error::ModelError;
-use super::{Answer, ModelRequest, Usage};
+use super::{Answer, ModelRequest, Retried, Usage};
 use crate::floor::process::{run, ProcessSpec};
 
 /// Settings layered over the user's: no hook of any settings file runs.
@@ -208,7 +208,7 @@ pub(crate) fn read_result(alias: &str, result: &Value) -> Result<Answer, ModelEr
         text,
         usage,
         cost_usd: result.get("total_cost_usd").and_then(Value::as_f64),
-        retries: 0,
+        retried: Retried::default(),
     })
 }
 

@@ -1,5 +1,6 @@
 //! The HTTP transport the API providers share: a JSON POST with a per-request timeout, retries
-//! with exponential backoff for 429, 5xx and connection errors (honouring `retry-after`), and
+//! of that request alone for 429, 5xx and connection errors (after the server's `retry-after`,
+//! else an exponential backoff, with jitter; a rate limit also lowers the alias's limit), and
 //! error bodies surfaced with the key redacted.
 //!
 //! Each attempt runs on a thread of its own that the call waits for with its cancellation
@@ -12,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::error::{is_retryable_status, ModelError};
 use super::limits::Limiter;
+use super::Retried;
 use crate::floor::cancel::{Cancel, Stopped};
 use crate::floor::retry::{AfterFailure, RetryPolicy};
 
@@ -112,7 +114,7 @@ pub(crate) struct JsonPost<'a> {
     pub(crate) retries: u32,
     /// The first wait between attempts; it doubles with each retry.
     pub(crate) backoff: Duration,
-    /// The alias's queue: each attempt takes a place in it, and a rate limit pauses it.
+    /// The alias's queue: each attempt takes a place in it, and a rate limit lowers its limit.
     pub(crate) limiter: &'a Limiter,
     /// The run's interrupt and the stage's deadline: checked before each attempt, during the
     /// waits between them, and while an attempt is in flight.
@@ -128,17 +130,22 @@ struct Outgoing {
     timeout: Duration,
 }
 
-/// What came back: the status, the `retry-after` header, the body.
+/// What came back: the status, the wait asked for (`retry-after-ms`, else `retry-after`), the
+/// body.
 type Incoming = (u16, Option<Duration>, String);
 
 impl JsonPost<'_> {
-    /// Send, retrying what may pass, and parse the success body as JSON; also says how many
-    /// times the request was sent again.
+    /// Send, retrying what may pass, and parse the success body as JSON; also says what was
+    /// sent again and how long the call waited between its requests.
     ///
-    /// A rate limit or an overload (429, 529) pauses the alias's whole queue for the wait the
-    /// server asked for (`retry-after`) or the backoff: every call to that model waits, not
-    /// only the one that was refused. Other failures wait on their own.
-    pub(crate) fn send(&self, agent: &ureq::Agent) -> Result<(serde_json::Value, u32), ModelError> {
+    /// A rate limit or an overload (429, 529, or 503 with `retry-after`) is retried after the
+    /// wait the server asked for, plus jitter, and lowers the alias's limit of calls in flight
+    /// ([`Limiter::throttled`]); the refused call gives its place up while it waits, so the
+    /// others go on. Other failures wait the backoff, plus jitter, on their own.
+    pub(crate) fn send(
+        &self,
+        agent: &ureq::Agent,
+    ) -> Result<(serde_json::Value, Retried), ModelError> {
         let policy = RetryPolicy::new(self.retries, self.backoff).capped(MAX_BACKOFF);
         // Serialized once, whatever the number of attempts.
         let body =
@@ -149,39 +156,47 @@ impl JsonPost<'_> {
                     message: format!("the request cannot be written as JSON: {error}"),
                 })?,
             );
+        let mut retried = Retried::default();
         let (result, attempts) = policy.run(
             |_| {
                 self.cancel.check().map_err(|stop| self.stopped(stop))?;
-                let _permit = self.limiter.acquire(self.alias, &self.cancel)?;
-                self.attempt(agent, &body)
+                let permit = self.limiter.acquire(self.alias, &self.cancel)?;
+                let answer = self.attempt(agent, &body);
+                drop(permit);
+                if answer.is_ok() {
+                    self.limiter.answered();
+                }
+                answer
             },
             |error, _, backoff| {
                 if !retried_here(&error) {
                     return AfterFailure::Stop(error);
                 }
-                // The wait the server asked for, else the policy's.
-                let delay = match &error {
+                // The wait the server asked for, else the policy's; either with jitter, so
+                // that calls refused together do not come back together.
+                let (asked, throttled) = match &error {
                     ModelError::Status {
-                        retry_after: Some(after),
+                        status,
+                        retry_after,
                         ..
-                    } => policy.clamp(*after),
-                    _ => backoff,
+                    } => (*retry_after, is_throttling(*status, *retry_after)),
+                    _ => (None, false),
                 };
-                match error {
-                    ModelError::Status {
-                        status: 429 | 529, ..
-                    } => self.limiter.pause(delay),
-                    _ => {
-                        if let Err(stop) = self.cancel.sleep(delay) {
-                            return AfterFailure::Stop(self.stopped(stop));
-                        }
-                    }
+                let delay = with_jitter(asked.map_or(backoff, |after| policy.clamp(after)));
+                if throttled {
+                    self.limiter.throttled(delay);
+                    retried.throttled += 1;
+                }
+                retried.retries += 1;
+                retried.waited_ms += u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+                if let Err(stop) = self.cancel.sleep(delay) {
+                    return AfterFailure::Stop(self.stopped(stop));
                 }
                 AfterFailure::Retry
             },
         );
         match result {
-            Ok(value) => Ok((value, attempts - 1)),
+            Ok(value) => Ok((value, retried)),
             Err(mut error) => {
                 if let ModelError::Status { attempts: n, .. }
                 | ModelError::Transport { attempts: n, .. } = &mut error
@@ -287,12 +302,19 @@ impl Outgoing {
         }
         let mut response = request.send(self.body.as_slice())?;
         let status = response.status().as_u16();
-        let retry_after = response
-            .headers()
-            .get("retry-after")
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|value| value.to_str().ok())
+                .and_then(|value| value.trim().parse::<f64>().ok())
+                .filter(|value| value.is_finite() && *value >= 0.0)
+        };
+        // OpenAI's `retry-after-ms` is the finer of the two when both are sent.
+        let retry_after = header("retry-after-ms")
+            .map(|ms| ms / 1000.0)
+            .or_else(|| header("retry-after"))
+            .map(|secs| Duration::from_secs_f64(secs.min(MAX_BACKOFF.as_secs_f64())));
         let body = response
             .body_mut()
             .with_config()
@@ -300,6 +322,17 @@ impl Outgoing {
             .read_to_string()?;
         Ok((status, retry_after, body))
     }
+}
+
+/// A refusal for being too many: a rate limit (429), an overload (Anthropic's 529), or a 503
+/// that says when to come back.
+fn is_throttling(status: u16, retry_after: Option<Duration>) -> bool {
+    matches!(status, 429 | 529) || (status == 503 && retry_after.is_some())
+}
+
+/// The wait and up to a fifth more, at random.
+fn with_jitter(wait: Duration) -> Duration {
+    wait.mul_f64(1.0 + rand::random::<f64>() * 0.2)
 }
 
 /// The failures worth another attempt right away; a timeout is not one of them, since a second

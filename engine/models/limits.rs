@@ -1,5 +1,11 @@
-//! What a run may spend on its models: how many calls to one alias are in flight at once, how
-//! long everyone waits after the provider said "too many", and how much money the run may use.
+//! What a run may spend on its models: how many calls to one alias are in flight at once (a
+//! limit that adapts to the provider's refusals, never above `max_concurrency`), and how much
+//! money the run may use.
+//!
+//! The limit is AIMD, as TCP's window: a rate limit or an overload halves it (at most once per
+//! wait the provider asked for, so a burst of refusals of the calls in flight counts once), and
+//! every `limit` answers in a row raise it by one, back up to `max_concurrency`. A refused call
+//! waits on its own, its place given up, so the other calls go on meanwhile.
 
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -11,7 +17,7 @@ use crate::floor::process::Interrupt;
 /// How often a waiting call looks at the interrupt flag.
 const POLL: Duration = Duration::from_millis(50);
 
-/// One alias's queue: at most `max` calls in flight, and none started while it is paused.
+/// One alias's queue: at most `limit` calls in flight, the limit between 1 and `max`.
 #[derive(Debug)]
 pub(crate) struct Limiter {
     max: usize,
@@ -19,10 +25,17 @@ pub(crate) struct Limiter {
     changed: Condvar,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct QueueState {
     active: usize,
-    paused_until: Option<Instant>,
+    /// The calls allowed in flight now; `usize::MAX` while an alias without `max_concurrency`
+    /// has not been refused.
+    limit: usize,
+    /// Answers since the limit last rose or fell.
+    answered: usize,
+    /// A refusal before this instant belongs to the throttling that lowered the limit last:
+    /// it does not lower it again.
+    calm_until: Option<Instant>,
 }
 
 /// A place in the queue, given back when dropped.
@@ -32,9 +45,15 @@ pub(crate) struct Permit<'a> {
 
 impl Limiter {
     pub(crate) fn new(max: Option<u32>) -> Limiter {
+        let max = max.map_or(usize::MAX, |n| (n as usize).max(1));
         Limiter {
-            max: max.map_or(usize::MAX, |n| (n as usize).max(1)),
-            state: Mutex::new(QueueState::default()),
+            max,
+            state: Mutex::new(QueueState {
+                active: 0,
+                limit: max,
+                answered: 0,
+                calm_until: None,
+            }),
             changed: Condvar::new(),
         }
     }
@@ -44,55 +63,69 @@ impl Limiter {
         (self.max != usize::MAX).then_some(self.max)
     }
 
+    /// The calls allowed in flight now, when there is a limit.
+    #[cfg(test)]
+    pub(crate) fn limit(&self) -> Option<usize> {
+        let limit = self.lock().limit;
+        (limit != usize::MAX).then_some(limit)
+    }
+
     fn lock(&self) -> MutexGuard<'_, QueueState> {
         self.state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Wait for a free place and for the end of any pause, then take the place; `cancel` ends
-    /// the wait, with the stage's timeout reported as `alias`'s.
+    /// Wait for a free place, then take it; `cancel` ends the wait, with the stage's timeout
+    /// reported as `alias`'s.
     pub(crate) fn acquire(&self, alias: &str, cancel: &Cancel) -> Result<Permit<'_>, ModelError> {
         let mut state = self.lock();
         loop {
             cancel
                 .check()
                 .map_err(|stop| ModelError::stopped(alias, stop))?;
-            let now = Instant::now();
-            let wait = match state.paused_until {
-                Some(until) if until > now => Some(until - now),
-                _ => None,
-            };
-            match wait {
-                Some(wait) => {
-                    state = self
-                        .changed
-                        .wait_timeout(state, wait.min(POLL))
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .0;
-                }
-                None if state.active < self.max => {
-                    state.active += 1;
-                    return Ok(Permit { limiter: self });
-                }
-                None => {
-                    state = self
-                        .changed
-                        .wait_timeout(state, POLL)
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .0;
-                }
+            if state.active < state.limit {
+                state.active += 1;
+                return Ok(Permit { limiter: self });
             }
+            state = self
+                .changed
+                .wait_timeout(state, POLL)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
         }
     }
 
-    /// Start no call before `for` has passed (a pause already longer stays).
-    pub(crate) fn pause(&self, duration: Duration) {
-        let until = Instant::now() + duration;
+    /// A call was answered: after `limit` answers since the last change, one more call may be
+    /// in flight, up to the maximum.
+    pub(crate) fn answered(&self) {
         let mut state = self.lock();
-        if state.paused_until.is_none_or(|current| current < until) {
-            state.paused_until = Some(until);
+        if state.limit >= self.max {
+            return;
         }
+        state.answered += 1;
+        if state.answered >= state.limit {
+            state.limit += 1;
+            state.answered = 0;
+            drop(state);
+            self.changed.notify_one();
+        }
+    }
+
+    /// The provider refused a call for being too many (429, 529, 503 with `retry-after`) and
+    /// asked for `wait`: halve the limit, unless a refusal within the last wait asked for did
+    /// already. An alias without a maximum is limited from now on to half the calls in flight.
+    pub(crate) fn throttled(&self, wait: Duration) {
+        let now = Instant::now();
+        let mut state = self.lock();
+        if state.calm_until.is_some_and(|until| now < until) {
+            return;
+        }
+        // The refused call has given its place back: it counts among those in flight.
+        let current = state.limit.min(state.active + 1);
+        state.limit = (current / 2).max(1);
+        state.answered = 0;
+        state.calm_until = Some(now + wait);
     }
 }
 

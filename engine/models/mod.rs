@@ -140,8 +140,8 @@ pub(crate) struct ModelReply {
     /// What the call cost in USD: as the provider reported it, or from the alias's price table;
     /// `None` when neither is known. A replayed call reports what the recorded call cost.
     pub cost_usd: Option<f64>,
-    /// Requests sent again after a rate limit, an overload or a transient failure.
-    pub retries: u32,
+    /// Requests sent again, and the waits between them.
+    pub retried: Retried,
     /// Answered from a recording, not by the provider: nothing was paid.
     pub replayed: bool,
 }
@@ -153,7 +153,18 @@ pub(crate) struct Answer {
     pub(crate) usage: Option<Usage>,
     /// The cost the provider itself reported (the Claude Code CLI does).
     pub(crate) cost_usd: Option<f64>,
-    pub(crate) retries: u32,
+    pub(crate) retried: Retried,
+}
+
+/// What a call sent again, and how long it waited between its requests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Retried {
+    /// Requests sent again after a rate limit, an overload or a transient failure.
+    pub retries: u32,
+    /// Of those, the ones after a rate limit or an overload (429, 529, 503 with `retry-after`).
+    pub throttled: u32,
+    /// The waits before them, summed: the `retry-after` asked or the backoff, with jitter.
+    pub waited_ms: u64,
 }
 
 /// How long the first retry of an HTTP request waits; each further retry doubles it.
@@ -168,7 +179,7 @@ pub(crate) struct Models {
     environment: Environment,
     backoff: Duration,
     /// Each alias's queue (shared by the aliases that name the same provider model): the
-    /// lowest `max_concurrency` among them and the pauses after a rate limit, shared by every
+    /// lowest `max_concurrency` among them and the limit a rate limit lowers, shared by every
     /// clone, so by every stage and foreach item of a run.
     limiters: Arc<BTreeMap<String, Arc<Limiter>>>,
     budget: Arc<Budget>,
@@ -510,7 +521,7 @@ impl Models {
             usage: answer.usage,
             latency_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             cost_usd,
-            retries: answer.retries,
+            retried: answer.retried,
             replayed,
         };
         match &self.mode {

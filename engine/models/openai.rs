@@ -95,7 +95,7 @@ impl OpenAi<'_> {
             limiter: call.limiter,
             cancel: call.cancel,
         };
-        let (response, retries) = post.send(call.agent)?;
+        let (response, retried) = post.send(call.agent)?;
         let message = response
             .get("choices")
             .and_then(|choices| choices.get(0))
@@ -126,7 +126,7 @@ impl OpenAi<'_> {
             text,
             usage,
             cost_usd: None,
-            retries,
+            retried,
         })
     }
 }

@@ -23,7 +23,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::error::{ModelError, NearestRecording};
-use super::{Answer, ModelReply, ModelRequest, Role, Usage};
+use super::{Answer, ModelReply, ModelRequest, Retried, Role, Usage};
 
 /// How much of two prompts the nearest-recording search compares: edit distance is quadratic.
 const COMPARED_PROMPT_CHARS: usize = 2000;
@@ -136,7 +136,7 @@ impl RecordedReply {
             text: self.text.clone(),
             usage: self.usage,
             cost_usd: self.cost_usd,
-            retries: 0,
+            retried: Retried::default(),
         }
     }
 }

@@ -230,6 +230,14 @@ fn rate_limit_honours_retry_after_then_succeeds() {
         .complete(&request("claude", "p"))
         .unwrap();
     assert_eq!(reply.text, "after the wait");
+    // The wait asked for, with at most a fifth more of jitter.
+    assert_eq!(reply.retried.retries, 1);
+    assert_eq!(reply.retried.throttled, 1);
+    assert!(
+        (1000..=1200).contains(&reply.retried.waited_ms),
+        "{:?}",
+        reply.retried
+    );
     // The backoff is 10 ms here: a wait of a second can only come from `retry-after`.
     assert!(
         started.elapsed() >= Duration::from_secs(1),
@@ -1129,36 +1137,83 @@ fn a_budget_expects_the_average_cost_and_refuses_past_the_limit() {
 }
 
 #[test]
-fn a_paused_queue_starts_nothing_until_the_pause_ends() {
-    let limiter = Arc::new(limits::Limiter::new(Some(2)));
-    let first = limiter.acquire("m", &Cancel::default()).unwrap();
-    let _second = limiter.acquire("m", &Cancel::default()).unwrap();
-    let (tx, rx) = mpsc::channel();
-    let waiting = Arc::clone(&limiter);
-    thread::spawn(move || {
-        let _third = waiting.acquire("m", &Cancel::default()).unwrap();
-        tx.send(Instant::now()).unwrap();
-    });
+fn a_throttled_queue_halves_its_limit_once_per_wait_then_recovers_with_answers() {
+    let limiter = limits::Limiter::new(Some(8));
+    assert_eq!(limiter.limit(), Some(8));
+    let mut held: Vec<_> = (0..8)
+        .map(|_| limiter.acquire("m", &Cancel::default()).unwrap())
+        .collect();
+    // One of the eight is refused: it gives its place back, then the limit halves.
+    held.pop();
+    limiter.throttled(Duration::from_secs(60));
+    drop(held);
+    assert_eq!(limiter.limit(), Some(4));
+    // Refusals within the wait asked for are the same throttling: the limit stays.
+    limiter.throttled(Duration::from_secs(60));
+    assert_eq!(limiter.limit(), Some(4));
+    // Four at once now, no fifth.
+    let held: Vec<_> = (0..4)
+        .map(|_| limiter.acquire("m", &Cancel::default()).unwrap())
+        .collect();
+    let fifth = limiter.acquire("m", &Cancel::after(Some(Duration::from_millis(100))));
     assert!(
-        rx.recv_timeout(Duration::from_millis(100)).is_err(),
-        "no free place"
+        matches!(fifth, Err(ModelError::Timeout { .. })),
+        "a fifth place was given"
     );
-    // Taken before the pause begins, so the wait seen can only overstate the pause.
-    let paused = Instant::now();
-    limiter.pause(Duration::from_millis(300));
-    drop(first);
-    let started = rx.recv_timeout(Duration::from_secs(30)).unwrap();
-    assert!(
-        started - paused >= Duration::from_millis(300),
-        "{:?}",
-        started - paused
+    drop(held);
+    // One more place after as many answers as the limit, up to the maximum and no further.
+    for limit in 4..8 {
+        for _ in 0..limit - 1 {
+            limiter.answered();
+        }
+        assert_eq!(limiter.limit(), Some(limit));
+        limiter.answered();
+        assert_eq!(limiter.limit(), Some(limit + 1));
+    }
+    for _ in 0..100 {
+        limiter.answered();
+    }
+    assert_eq!(limiter.limit(), Some(8));
+}
+
+#[test]
+fn a_throttling_after_the_wait_lowers_the_limit_again_and_never_below_one() {
+    let limiter = limits::Limiter::new(Some(4));
+    let _held: Vec<_> = (0..3)
+        .map(|_| limiter.acquire("m", &Cancel::default()).unwrap())
+        .collect();
+    // No wait asked: each refusal is a new throttling.
+    for expected in [2, 1, 1] {
+        limiter.throttled(Duration::ZERO);
+        assert_eq!(limiter.limit(), Some(expected));
+    }
+    // Without a maximum, a refusal limits the alias to half the calls in flight.
+    let open = limits::Limiter::new(None);
+    assert_eq!(open.limit(), None);
+    let held: Vec<_> = (0..5)
+        .map(|_| open.acquire("m", &Cancel::default()).unwrap())
+        .collect();
+    open.throttled(Duration::from_secs(60));
+    assert_eq!(
+        open.limit(),
+        Some(3),
+        "six in flight, the refused one with them"
+    );
+    drop(held);
+    for _ in 0..3 {
+        open.answered();
+    }
+    assert_eq!(
+        open.limit(),
+        Some(4),
+        "and it grows again without a ceiling"
     );
 }
 
 #[test]
 fn the_stage_deadline_ends_a_wait_in_the_queue() {
     let limiter = limits::Limiter::new(Some(1));
-    limiter.pause(Duration::from_secs(600));
+    let _held = limiter.acquire("m", &Cancel::default()).unwrap();
     let started = Instant::now();
     let waited = limiter.acquire("m", &Cancel::after(Some(Duration::from_millis(100))));
     assert!(
@@ -1190,23 +1245,10 @@ fn aliases_naming_the_same_provider_model_share_one_queue() {
     assert!(Arc::ptr_eq(&queue("a"), &queue("b")));
     assert!(Arc::ptr_eq(&queue("h1"), &queue("h2")));
     assert!(!Arc::ptr_eq(&queue("a"), &queue("other")));
-    // A pause after a rate limit seen through one alias holds the other.
-    queue("a").pause(Duration::from_secs(30));
-    let (tx, rx) = mpsc::channel();
-    let b = queue("b");
-    thread::spawn(move || {
-        let started = b.acquire("m", &Cancel::default()).is_ok();
-        tx.send(started).ok();
-    });
-    assert!(
-        rx.recv_timeout(Duration::from_millis(200)).is_err(),
-        "b waits out a's pause"
-    );
-    let other = queue("other");
-    assert!(
-        other.acquire("m", &Cancel::default()).is_ok(),
-        "another model is not paused"
-    );
+    // A rate limit seen through one alias lowers the other's limit; another model's stays.
+    queue("a").throttled(Duration::from_secs(30));
+    assert_eq!(queue("b").limit(), Some(1));
+    assert_eq!(queue("other").limit(), None);
 }
 
 #[test]

@@ -380,6 +380,13 @@ fn stage_spans(
         }
         if call.retries > 0 {
             attrs.push(("stagegraph.retries".into(), int(u64::from(call.retries))));
+            attrs.push(("stagegraph.waited_ms".into(), int(call.waited_ms)));
+        }
+        if call.throttled > 0 {
+            attrs.push((
+                "stagegraph.throttled".into(),
+                int(u64::from(call.throttled)),
+            ));
         }
         if call.replayed {
             attrs.push(("stagegraph.replayed".into(), Attr::Bool(true)));

@@ -101,9 +101,16 @@ pub(crate) struct ModelCall {
     /// USD, when the provider reported it or the alias has a price table.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
-    /// Requests sent again after a rate limit or a transient failure.
+    /// Requests sent again after a rate limit or a transient failure (the call made
+    /// `retries + 1` requests).
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub retries: u32,
+    /// Of those, the ones after a rate limit or an overload (429, 529, 503 with `retry-after`).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub throttled: u32,
+    /// The waits before the requests sent again, summed, in ms.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub waited_ms: u64,
     /// Answered from a recording (`--replay`): its cost is what a real call would have paid.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub replayed: bool,
@@ -253,6 +260,12 @@ pub(crate) struct UsageTotals {
     pub estimated_cost_usd: Option<f64>,
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub retries: u64,
+    /// Requests sent again after a rate limit or an overload.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub throttled: u64,
+    /// The waits before requests sent again, summed, in ms.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub waited_ms: u64,
 }
 
 impl UsageTotals {
@@ -261,6 +274,8 @@ impl UsageTotals {
         self.model_calls += 1;
         self.latency_ms += call.latency_ms;
         self.retries += u64::from(call.retries);
+        self.throttled += u64::from(call.throttled);
+        self.waited_ms += call.waited_ms;
         if let Some(usage) = call.usage {
             self.input_tokens += usage.input_tokens;
             self.output_tokens += usage.output_tokens;

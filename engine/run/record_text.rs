@@ -25,6 +25,10 @@ impl UsageTotals {
         line.push_str(&format!("  latency: {}ms", self.latency_ms));
         if self.retries > 0 {
             line.push_str(&format!("  retries: {}", self.retries));
+            if self.throttled > 0 {
+                line.push_str(&format!(" ({} rate-limited)", self.throttled));
+            }
+            line.push_str(&format!("  waited: {}ms", self.waited_ms));
         }
         if let Some(cost) = self.cost_usd {
             line.push_str(&format!("  cost: ${cost:.4}"));

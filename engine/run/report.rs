@@ -760,7 +760,11 @@ const SCRIPT: &str = r"
       var line = call.model + ', attempt ' + call.attempt + ', ' + call.latency_ms + 'ms';
       if (call.usage) { line += ', ' + call.usage.input_tokens + ' in / ' + call.usage.output_tokens + ' out'; }
       if (call.cost_usd !== undefined) { line += ', $' + call.cost_usd.toFixed(4); }
-      if (call.retries) { line += ', ' + call.retries + ' retries'; }
+      if (call.retries) {
+        line += ', ' + call.retries + ' retries';
+        if (call.throttled) { line += ' (' + call.throttled + ' rate-limited)'; }
+        if (call.waited_ms) { line += ', waited ' + call.waited_ms + 'ms'; }
+      }
       if (call.replayed) { line += ', replayed'; }
       if (call.rejected) { line += '\nrejected (repaired): ' + call.rejected; }
       add(dl, 'model call ' + (n + 1), line, !!call.rejected);

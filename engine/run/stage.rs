@@ -1213,7 +1213,9 @@ impl StageRunner<'_> {
                 latency_ms: reply.latency_ms,
                 usage: reply.usage,
                 cost_usd: reply.cost_usd,
-                retries: reply.retries,
+                retries: reply.retried.retries,
+                throttled: reply.retried.throttled,
+                waited_ms: reply.retried.waited_ms,
                 replayed: reply.replayed,
                 rejected: None,
             });
