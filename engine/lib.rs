@@ -39,9 +39,9 @@ pub use claude::{enable_toggle, HookChange, SettingsError, SettingsScope, Toggle
 pub use diag::{Diagnostic, DiagnosticKind, Escape, Severity};
 pub use doctor::{doctor, Finding, Level, NEWEST_CLAUDE, OLDEST_CLAUDE};
 pub use engine::{
-    config_schema, interrupt, migrate_recordings, read_inputs, reaper, redact, register_secrets,
-    spawn_detached, workflow_schema, CheckReport, EjectError, Engine, InputError, Listing,
-    RunFailure, RunRequest, StateDir,
+    builtins_schema, config_schema, interrupt, migrate_recordings, read_inputs, reaper, redact,
+    register_secrets, resume_inputs, spawn_detached, workflow_schema, CheckReport, EjectError,
+    Engine, InputError, Listing, RunFailure, RunRequest, StateDir,
 };
 pub use load::RawWorkflow;
 pub use models::Migration;

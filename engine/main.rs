@@ -59,6 +59,8 @@ macro_rules! err {
 // The command line's own modules, after the printing macros they use.
 #[path = "cli/args.rs"]
 mod args;
+#[path = "cli/docs.rs"]
+mod docs;
 #[path = "cli/inspect.rs"]
 mod inspect;
 #[path = "cli/test.rs"]
@@ -311,11 +313,17 @@ impl App {
             }
             Command::Man => {
                 let command = <Cli as clap::CommandFactory>::command();
-                let mut page = Vec::new();
-                clap_mangen::Man::new(command)
-                    .render(&mut page)
+                let page = docs::man_page(command)
                     .map_err(|e| invalid(format!("cannot render the manual page: {e}")))?;
-                out!("{}", String::from_utf8_lossy(&page));
+                out!("{page}");
+                Ok(exit::SUCCESS)
+            }
+            Command::Docs { out } => {
+                let written = docs::write_pages(&out).map_err(|e| Failure {
+                    code: exit::FAILED,
+                    message: e,
+                })?;
+                errln!("{written} page(s) written to {}", out.display());
                 Ok(exit::SUCCESS)
             }
             Command::Schema { kind } => {
@@ -323,6 +331,7 @@ impl App {
                     SchemaKind::Workflow => stagegraph::workflow_schema(),
                     SchemaKind::Config => stagegraph::config_schema(),
                     SchemaKind::Test => stagegraph::test_schema(),
+                    SchemaKind::Builtins => stagegraph::builtins_schema(),
                 };
                 outln!(
                     "{}",
@@ -414,6 +423,17 @@ impl App {
             outcome => outcome,
         };
         let cwd = self.engine.cwd();
+        // A file named on the command line that is not there is a wrong command line, as a
+        // workflow that is not there is: exit 2 whatever `always_exit_zero` says (a payload on
+        // stdin that is not JSON is the hook's to forgive).
+        if let Some(source) = args.inputs_json.as_deref().filter(|source| *source != "-") {
+            if let Err(error) = std::fs::metadata(cwd.join(source)) {
+                return Err(invalid(format!(
+                    "cannot read --inputs-json {source}: {error}; give a file holding a JSON \
+                     object, or - to read it from stdin"
+                )));
+            }
+        }
         let inputs = match read_inputs(&workflow, args.inputs_json.as_deref(), &args.inputs, cwd) {
             Ok(inputs) => inputs,
             Err(error) => {
@@ -497,9 +517,18 @@ impl App {
             .recorded_run(&self.state, run_id)
             .map_err(invalid)?;
         let workflow = self.load(&reference)?;
+        let inputs = stagegraph::resume_inputs(&workflow, previous.inputs()).map_err(|error| {
+            invalid(format!(
+                "cannot resume run {}: its recorded inputs do not do for the workflow now: {}; \
+                 a resume takes no inputs (a run that failed before its first stage recorded \
+                 none), so start it again: `stagegraph run {reference}` with its inputs",
+                previous.run_id(),
+                error.message
+            ))
+        })?;
         let code = self.execute(
             &workflow,
-            previous.inputs().clone(),
+            inputs,
             &exec.request(),
             exec.format,
             Some(from),

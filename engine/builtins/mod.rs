@@ -191,9 +191,8 @@ pub(crate) type BuiltinResult = Result<Value, BuiltinError>;
 /// One built-in action.
 pub(crate) struct Builtin {
     pub name: &'static str,
-    /// What it does, in one line: the registry's account of each built-in for a reader of
-    /// the code (the README's table says it to users); no code reads it.
-    #[allow(dead_code)]
+    /// What it does, in one line: the built-ins reference of the book is made from it
+    /// (`stagegraph schema builtins`).
     pub description: &'static str,
     /// True when the action changes anything outside the run (a dry-run skips it).
     pub writes: bool,
@@ -292,7 +291,7 @@ mod tests {
     }
 
     /// Every property of every built-in's `with` and output schema says what it is, since
-    /// `check` messages and the README's reference are built from them.
+    /// `check` messages and the book's reference are built from them.
     #[test]
     fn every_schema_property_of_every_builtin_is_described() {
         fn check(schema: &Value, at: &str, missing: &mut Vec<String>) {

@@ -113,7 +113,7 @@ pub(crate) enum Command {
         after_help = "Examples:\n  stagegraph resume last\n  stagegraph resume 20261130T0015 --explain\n  stagegraph resume last --no-cache --jobs 1"
     )]
     Resume {
-        /// A run id, a unique prefix of one, or `last`.
+        /// A run id, a unique prefix of one, `last` or `last~N` (the Nth run before it).
         run_id: String,
         #[command(flatten)]
         exec: ExecArgs,
@@ -128,9 +128,9 @@ pub(crate) enum Command {
         #[arg(long, value_enum, default_value_t = TextOrJson::Text)]
         format: TextOrJson,
     },
-    /// Print the JSON Schema of the workflow or config format.
+    /// Print the JSON Schema of the workflow, config or test file format, or of the built-ins.
     #[command(
-        after_help = "Examples:\n  stagegraph schema workflow > workflow.schema.json\n  stagegraph schema config\n  stagegraph schema test"
+        after_help = "Examples:\n  stagegraph schema workflow > workflow.schema.json\n  stagegraph schema config\n  stagegraph schema test\n  stagegraph schema builtins"
     )]
     Schema {
         #[arg(value_enum, default_value_t = SchemaKind::Workflow)]
@@ -192,6 +192,13 @@ pub(crate) enum Command {
         after_help = "Examples:\n  stagegraph uninstall-hook\n  stagegraph uninstall-hook --scope user --dry-run"
     )]
     UninstallHook(HookArgs),
+    /// Write the book's reference pages (formats, built-ins, command line) into DIR.
+    #[command(hide = true)]
+    Docs {
+        /// The folder to write the pages into (book/src/reference in the repository).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
 }
 
 #[derive(Args)]
@@ -380,7 +387,7 @@ pub(crate) enum RunsAction {
         after_help = "Examples:\n  stagegraph runs show last\n  stagegraph runs show last --format json\n  stagegraph runs show 20261130T0015 --stage writer"
     )]
     Show {
-        /// A run id, a unique prefix, or `last` (the newest run that was not a dry-run).
+        /// A run id, a unique prefix, `last` (the newest run that was not a dry-run) or `last~N`.
         run_id: String,
         /// text, or json (run.json, with `version`).
         #[arg(long, value_enum, default_value_t = TextOrJson::Text)]
@@ -398,7 +405,7 @@ pub(crate) enum RunsAction {
         after_help = "Examples:\n  stagegraph runs report\n  stagegraph runs report last -o report.html\n  stagegraph runs report 20261130T0015"
     )]
     Report {
-        /// A run id, a unique prefix, or `last`.
+        /// A run id, a unique prefix, `last` or `last~N`.
         #[arg(default_value = "last")]
         run_id: String,
         /// Where to write the page (by default `report.html` in the run's folder).
@@ -408,10 +415,10 @@ pub(crate) enum RunsAction {
     /// What changed between two runs: inputs, workflow files, and per stage the status, the
     /// fingerprint and why it changed, the output (a diff), duration and tokens.
     #[command(
-        after_help = "Examples:\n  stagegraph runs diff 20261130T0015 last\n  stagegraph runs diff A B --format json"
+        after_help = "Examples:\n  stagegraph runs diff last~1 last\n  stagegraph runs diff 20261130T0015 last\n  stagegraph runs diff A B --format json"
     )]
     Diff {
-        /// The earlier run: an id, a unique prefix, or `last`.
+        /// The earlier run: an id, a unique prefix, `last` or `last~N` (the Nth run before the last).
         a: String,
         /// The later run.
         b: String,
@@ -422,7 +429,7 @@ pub(crate) enum RunsAction {
     /// OTEL_EXPORTER_OTLP_ENDPOINT).
     #[command(after_help = "Examples:\n  stagegraph runs trace last -o trace.json")]
     Trace {
-        /// A run id, a unique prefix, or `last`.
+        /// A run id, a unique prefix, `last` or `last~N`.
         #[arg(default_value = "last")]
         run_id: String,
         /// Where to write it (by default stdout).
@@ -481,4 +488,6 @@ pub(crate) enum SchemaKind {
     Config,
     /// A test file (`*.test.toml`).
     Test,
+    /// Every built-in action: its description and the JSON Schemas of its `with` and output.
+    Builtins,
 }

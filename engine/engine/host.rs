@@ -56,6 +56,25 @@ pub fn workflow_schema() -> Value {
     crate::format::workflow_schema()
 }
 
+/// Every built-in action (`uses = "..."`), sorted by name: `{ "builtins": [{ name, description,
+/// writes, with, output }] }`, `with` and `output` the JSON Schemas `check` holds a stage's
+/// arguments and its readers to (`with` derived from the struct the built-in reads at run time).
+pub fn builtins_schema() -> Value {
+    let builtins: Vec<Value> = crate::builtins::all()
+        .iter()
+        .map(|builtin| {
+            serde_json::json!({
+                "name": builtin.name,
+                "description": builtin.description,
+                "writes": builtin.writes,
+                "with": (builtin.with_schema)(),
+                "output": (builtin.output_schema)(),
+            })
+        })
+        .collect();
+    serde_json::json!({ "builtins": builtins })
+}
+
 /// The JSON Schema of the model configuration (`stagegraph.toml`).
 pub fn config_schema() -> Value {
     Models::config_schema()

@@ -129,3 +129,14 @@ pub fn read_inputs(
     }
     resolve_inputs(workflow, json, &given)
 }
+
+/// The inputs a recorded run is resumed with: what it recorded, resolved again against the
+/// workflow as it is now (defaults applied, types and required inputs checked), so a run that
+/// failed before its inputs were resolved, or a workflow that has gained a required input since,
+/// is refused with the input it lacks instead of failing inside a template.
+pub fn resume_inputs(
+    workflow: &Workflow,
+    recorded: &Map<String, Value>,
+) -> Result<Map<String, Value>, InputError> {
+    resolve_inputs(workflow, recorded.clone(), &Map::new())
+}

@@ -23,11 +23,11 @@ use crate::models::Models;
 pub use eject::EjectError;
 pub use execute::{RunFailure, RunRequest, StateDir};
 pub use host::{
-    config_schema, interrupt, migrate_recordings, reaper, redact, register_secrets, spawn_detached,
-    workflow_schema,
+    builtins_schema, config_schema, interrupt, migrate_recordings, reaper, redact,
+    register_secrets, spawn_detached, workflow_schema,
 };
 pub(crate) use inputs::resolve_answers;
-pub use inputs::{read_inputs, InputError};
+pub use inputs::{read_inputs, resume_inputs, InputError};
 pub use listing::{CheckReport, Listing};
 
 /// A search path and a working directory: everything needed to find and check workflows.

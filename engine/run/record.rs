@@ -1067,15 +1067,24 @@ fn places(dirs: &[PathBuf]) -> String {
 /// that holds it.
 pub(crate) fn locate_run(dirs: &[PathBuf], id: &str) -> Result<(String, PathBuf), LocateError> {
     let all = list_runs_in(dirs);
-    if id == "last" {
-        return all
-            .iter()
-            .rev()
-            .find(|(id, dir)| !is_dry_run(dir, id))
-            .cloned()
-            .ok_or_else(|| LocateError::NoRuns {
+    // `last` is the newest run that was not a dry-run; `last~N` the Nth such run before it.
+    let back = match id.strip_prefix("last") {
+        Some("") => Some(0),
+        Some(rest) => rest.strip_prefix('~').and_then(|n| n.parse::<usize>().ok()),
+        None => None,
+    };
+    if let Some(back) = back {
+        let mut real = all.iter().rev().filter(|(id, dir)| !is_dry_run(dir, id));
+        return match real.nth(back) {
+            Some(found) => Ok(found.clone()),
+            None if back == 0 => Err(LocateError::NoRuns {
                 searched: dirs.to_vec(),
-            });
+            }),
+            None => Err(LocateError::NoSuchRun {
+                id: id.to_string(),
+                searched: dirs.to_vec(),
+            }),
+        };
     }
     let matches: Vec<&(String, PathBuf)> = all.iter().filter(|(r, _)| r.starts_with(id)).collect();
     match matches.as_slice() {
