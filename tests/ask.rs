@@ -152,7 +152,7 @@ answers = "{{ stages.recrawl.output | join(',') }}"
 /// `script` gives the run a terminal: stdin and stderr are a pseudo-terminal fed by our stdin.
 fn on_a_terminal(t: &Test, args: &[&str], typed: &str) -> Option<String> {
     if !Path::new("/usr/bin/script").exists() && which("script").is_none() {
-        eprintln!("skipped: `script` (util-linux) is not installed");
+        crate::support::skip("`script` (util-linux) is not installed");
         return None;
     }
     let mut line = format!(

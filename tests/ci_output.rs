@@ -123,11 +123,11 @@ command = ["true"]
 
 fn node_modules() -> Option<PathBuf> {
     let Some(modules) = std::env::var_os("STAGEGRAPH_TEST_NODE_MODULES").map(PathBuf::from) else {
-        eprintln!("skipped: STAGEGRAPH_TEST_NODE_MODULES is not set (npm i mermaid)");
+        crate::support::skip("STAGEGRAPH_TEST_NODE_MODULES is not set (npm i mermaid)");
         return None;
     };
     if !modules.join("mermaid").is_dir() {
-        eprintln!("skipped: no mermaid under {}", modules.display());
+        crate::support::skip(&format!("no mermaid under {}", modules.display()));
         return None;
     }
     Some(modules)
@@ -184,7 +184,7 @@ fn mermaid_output_parses_for_keyword_ids() {
             .output()
     };
     let Ok(good) = parse("plan.mmd") else {
-        eprintln!("skipped: node is not installed");
+        crate::support::skip("node is not installed");
         return;
     };
     let said = String::from_utf8_lossy(&good.stdout);
@@ -210,7 +210,7 @@ fn dot_output_is_read_by_graphviz_for_keyword_ids() {
         .current_dir(t.root())
         .output()
     else {
-        eprintln!("skipped: graphviz `dot` is not installed");
+        crate::support::skip("graphviz `dot` is not installed");
         return;
     };
     assert!(

@@ -41,8 +41,8 @@ fn python_with_mcp() -> bool {
 #[test]
 fn plugin_and_marketplace_pass_strict_validation() {
     let Some(claude) = claude_cli() else {
-        eprintln!(
-            "skipped: the Claude Code CLI is not installed (npm i @anthropic-ai/claude-code)"
+        crate::support::skip(
+            "the Claude Code CLI is not installed (npm i @anthropic-ai/claude-code)",
         );
         return;
     };
@@ -239,7 +239,7 @@ fn install_hook_merges_is_idempotent_and_uninstall_removes_exactly_it() {
 #[test]
 fn mcp_serves_workflows_to_the_official_python_client() {
     if !python_with_mcp() {
-        eprintln!("skipped: python3 with the `mcp` package is not installed (pip install mcp)");
+        crate::support::skip("python3 with the `mcp` package is not installed (pip install mcp)");
         return;
     }
     let test = Test::new();
@@ -407,8 +407,8 @@ fn claude_command(
 #[test]
 fn claude_code_loads_the_plugin_and_its_stop_hook_runs_context_update_on_the_transcript() {
     let Some(claude) = claude_cli() else {
-        eprintln!(
-            "skipped: the Claude Code CLI is not installed (npm i @anthropic-ai/claude-code)"
+        crate::support::skip(
+            "the Claude Code CLI is not installed (npm i @anthropic-ai/claude-code)",
         );
         return;
     };
@@ -485,8 +485,8 @@ fn claude_code_loads_the_plugin_and_its_stop_hook_runs_context_update_on_the_tra
 #[test]
 fn claude_code_calls_a_workflow_through_the_mcp_server_and_reads_its_result() {
     let Some(claude) = claude_cli() else {
-        eprintln!(
-            "skipped: the Claude Code CLI is not installed (npm i @anthropic-ai/claude-code)"
+        crate::support::skip(
+            "the Claude Code CLI is not installed (npm i @anthropic-ai/claude-code)",
         );
         return;
     };

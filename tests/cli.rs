@@ -102,7 +102,7 @@ fn completions_load_in_bash_and_every_shell_gets_a_script() {
         .current_dir(t.root())
         .output();
     let Ok(bash) = bash else {
-        eprintln!("skipped: bash is not installed");
+        crate::support::skip("bash is not installed");
         return;
     };
     let stdout = String::from_utf8_lossy(&bash.stdout);
@@ -137,7 +137,7 @@ fn the_manual_page_renders() {
         .stderr(Stdio::piped())
         .output();
     let Ok(groff) = groff else {
-        eprintln!("skipped: groff is not installed");
+        crate::support::skip("groff is not installed");
         return;
     };
     let text = String::from_utf8_lossy(&groff.stdout);

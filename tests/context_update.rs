@@ -1929,7 +1929,7 @@ fn request_text(request: &Value) -> String {
 #[test]
 fn the_real_claude_cli_fires_the_hook_after_each_turn_and_the_lexicon_is_written() {
     let Some(claude) = crate::claude_code::claude_cli() else {
-        eprintln!("skipped: the Claude Code CLI is not installed (set STAGEGRAPH_TEST_CLAUDE or put claude on PATH)");
+        crate::support::skip("the Claude Code CLI is not installed (set STAGEGRAPH_TEST_CLAUDE or put claude on PATH)");
         return;
     };
     use messages_stub::{MessagesStub, Reply};

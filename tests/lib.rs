@@ -29,6 +29,7 @@ mod plan;
 mod providers;
 mod records;
 mod refresh;
+mod release;
 mod reliability;
 mod report;
 mod resume;

@@ -384,7 +384,9 @@ fn a_run_exports_one_trace_as_otlp_json() {
             let (resource, spans) = spans_of(&decoded);
             assert_matches_record(&t, &resource, &spans);
         }
-        None => eprintln!("skipped decoding: STAGEGRAPH_TEST_OTEL_PYTHON is not set"),
+        None => crate::support::skip(
+            "decoding the export: STAGEGRAPH_TEST_OTEL_PYTHON is not set (a Python with opentelemetry-proto)",
+        ),
     }
     // `runs trace` writes the same spans to a file.
     t.run(["-L", "lib", "runs", "trace", "last", "-o", "trace.json"])
@@ -402,8 +404,8 @@ fn a_run_exports_protobuf_by_default_which_opentelemetry_proto_decodes() {
     assert_eq!(path, "/v1/traces");
     assert_eq!(content_type, "application/x-protobuf");
     let Some(decoded) = decode_with_python(&t, body, false) else {
-        eprintln!(
-            "skipped: STAGEGRAPH_TEST_OTEL_PYTHON is not set (a Python with opentelemetry-proto)"
+        crate::support::skip(
+            "STAGEGRAPH_TEST_OTEL_PYTHON is not set (a Python with opentelemetry-proto)",
         );
         return;
     };

@@ -327,7 +327,9 @@ fn messages_api_for_the_cli() -> Server {
 #[test]
 fn the_real_claude_cli_answers_a_prompt_stage_with_no_transcript_no_hook_and_its_cost() {
     let Some(claude) = crate::claude_code::claude_cli() else {
-        eprintln!("skipped: no Claude Code CLI (set STAGEGRAPH_TEST_CLAUDE or put claude on PATH)");
+        crate::support::skip(
+            "no Claude Code CLI (set STAGEGRAPH_TEST_CLAUDE or put claude on PATH)",
+        );
         return;
     };
     let api = messages_api_for_the_cli();

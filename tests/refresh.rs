@@ -1657,7 +1657,7 @@ fn a_refused_write_under_claude_skills_gets_the_sandbox_diagnostic() {
         .output()
         .map(|out| out.status.success());
     if probe.as_ref().map_or(true, |ok| !ok) {
-        eprintln!("skipped: `unshare -rm` is not available here ({probe:?})");
+        crate::support::skip(&format!("`unshare -rm` is not available here ({probe:?})"));
         return;
     }
     let home = Home::new();

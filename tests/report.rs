@@ -197,7 +197,7 @@ fn headless(browser: &Path, profile: &Path, args: &[&str], url: &str) -> (String
 #[test]
 fn report_opens_in_headless_chromium() {
     let Some(browser) = chromium() else {
-        eprintln!("skipped: chromium is not installed (apt-get install chromium)");
+        crate::support::skip("chromium is not installed (apt-get install chromium)");
         return;
     };
     let (t, path, _) = reported();

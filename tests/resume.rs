@@ -151,7 +151,7 @@ fn leftover_workflow(detach: &str) -> String {
 #[test]
 fn a_resume_stops_what_the_killed_run_left_running_before_the_stage_runs_again() {
     if !std::path::Path::new("/proc/self/environ").exists() {
-        eprintln!("skipped: no /proc");
+        crate::support::skip("no /proc");
         return;
     }
     {
@@ -219,7 +219,7 @@ fn a_resume_stops_what_the_killed_run_left_running_before_the_stage_runs_again()
 #[test]
 fn a_resume_stops_what_a_sub_workflow_of_the_killed_run_left_running() {
     if !std::path::Path::new("/proc/self/environ").exists() {
-        eprintln!("skipped: no /proc");
+        crate::support::skip("no /proc");
         return;
     }
     for (foreach, item) in [("", "-"), ("foreach = \"[0]\"\n", "0")] {

