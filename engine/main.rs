@@ -1,7 +1,6 @@
 //! The command line: parses arguments, calls the library, prints, and maps outcomes to the
 //! documented exit codes.
 
-use std::io::IsTerminal;
 use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -89,7 +88,11 @@ fn main() -> ExitCode {
     let color = match cli.color {
         Color::Always => true,
         Color::Never => false,
-        Color::Auto => std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+        // A terminal unless NO_COLOR is set (which wins over CLICOLOR_FORCE), CLICOLOR=0 says
+        // not, or TERM=dumb; CLICOLOR_FORCE forces it off a terminal.
+        Color::Auto => {
+            anstream::AutoStream::choice(&std::io::stderr()) != anstream::ColorChoice::Never
+        }
     };
     let state_dir = cli
         .state_dir
@@ -393,7 +396,11 @@ impl App {
             detach: args.detach,
             detached: args.detached,
         };
-        self.run_with(&given, &args.exec.request(), args.exec.format)
+        let request = RunRequest {
+            color: self.color,
+            ..args.exec.request()
+        };
+        self.run_with(&given, &request, args.exec.format)
     }
 
     fn run_with(
@@ -529,7 +536,10 @@ impl App {
         let code = self.execute(
             &workflow,
             inputs,
-            &exec.request(),
+            &RunRequest {
+                color: self.color,
+                ..exec.request()
+            },
             exec.format,
             Some(from),
             None,
@@ -604,6 +614,9 @@ fn print_run(record: &RunRecord, request: &RunRequest, format: RunFormat, print_
         errln!("run {} {}", record.run_id(), record.summary());
     }
     if !request.quiet {
+        for line in record.tally_lines(request.color) {
+            errln!("{line}");
+        }
         for line in record.cost_lines() {
             errln!("{line}");
         }

@@ -26,6 +26,7 @@ mod names;
 mod otel;
 mod overlay;
 mod plan;
+mod progress;
 mod providers;
 mod records;
 mod refresh;

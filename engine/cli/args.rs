@@ -25,7 +25,8 @@ pub(crate) struct Cli {
     /// Where run records, the cache and state live (default: .stagegraph/).
     #[arg(long, global = true, value_name = "DIR")]
     pub(crate) state_dir: Option<PathBuf>,
-    /// Colour in diagnostics.
+    /// Colour in diagnostics and progress (auto: on a terminal unless NO_COLOR is set;
+    /// CLICOLOR_FORCE forces it off a terminal, NO_COLOR still wins).
     #[arg(long, global = true, value_enum, default_value_t = Color::Auto)]
     pub(crate) color: Color,
     #[command(subcommand)]

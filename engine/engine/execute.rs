@@ -53,6 +53,8 @@ pub struct RunRequest {
     pub given: std::collections::HashMap<String, Value>,
     /// Variables added to the environment of every command the run starts.
     pub env: Vec<(String, String)>,
+    /// Colour the progress lines on stderr.
+    pub color: bool,
 }
 
 /// Why a run did not give a record.
@@ -163,6 +165,7 @@ impl Engine {
             slow_after: request.slow_after.unwrap_or(run::SLOW_AFTER),
             given: request.given.clone(),
             env: request.env.clone(),
+            color: request.color,
         };
         let runtime = Runtime {
             models: &models,

@@ -73,6 +73,8 @@ pub(crate) struct RunOptions {
     pub given: HashMap<String, Value>,
     /// Variables added to the environment of every command the run starts.
     pub env: Vec<(String, String)>,
+    /// Colour the progress lines.
+    pub color: bool,
 }
 
 impl Default for RunOptions {
@@ -92,6 +94,7 @@ impl Default for RunOptions {
             slow_after: progress::SLOW_AFTER,
             given: HashMap::new(),
             env: Vec::new(),
+            color: false,
         }
     }
 }
@@ -1075,7 +1078,11 @@ impl<'w, 'r> Executor<'w, 'r> {
         let duration_ms = outcome.duration.as_millis() as u64;
         self.reporter.finished(&id);
         if self.reporter.shows_lines() {
-            let mut line = format!("  {} {}{}", outcome.status_mark(), self.reporter.prefix, id);
+            let mark = self.reporter.paint(
+                progress::Tone::of(outcome.status, outcome.exit.is_some()),
+                outcome.status_mark(),
+            );
+            let mut line = format!("  {mark} {}{}", self.reporter.prefix, id);
             match outcome.status {
                 StageStatus::Skipped => line.push_str(" skipped"),
                 StageStatus::Cached => line.push_str(" cached"),
@@ -1232,7 +1239,7 @@ enum Verdict {
     Fail(String),
 }
 
-fn human_duration(ms: u64) -> String {
+pub(crate) fn human_duration(ms: u64) -> String {
     if ms < 1000 {
         format!("{ms}ms")
     } else {

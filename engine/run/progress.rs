@@ -1,8 +1,10 @@
 //! Progress on stderr: a live line on a terminal (what is running, how much is done) with each
 //! finished stage printed above it, or one plain line per stage otherwise; JSON events on stdout
-//! with `--json`.
+//! with `--json`. A `foreach` stage tells how many of its items are done: on the live line,
+//! in its SLOW lines, and off a terminal in at most ten `item N/M` lines. Status marks are
+//! coloured when the run is asked to colour (see [`Tone`]).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::io::IsTerminal;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -21,6 +23,60 @@ pub(crate) struct Reporter {
     /// Stage lines held back while stages finish back to back (plain output only); written
     /// before any other line, whenever the run waits, and at the end.
     batch: Arc<Mutex<String>>,
+    color: bool,
+}
+
+/// What a status mark says, as a colour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Tone {
+    Succeeded,
+    Cached,
+    Skipped,
+    Exited,
+    Failed,
+    Quiet,
+}
+
+impl Tone {
+    pub(crate) fn of(status: super::record::StageStatus, exited: bool) -> Tone {
+        use super::record::StageStatus;
+        match status {
+            StageStatus::Succeeded if exited => Tone::Exited,
+            StageStatus::Succeeded => Tone::Succeeded,
+            StageStatus::Cached => Tone::Cached,
+            StageStatus::Skipped => Tone::Skipped,
+            StageStatus::Failed => Tone::Failed,
+            StageStatus::Running | StageStatus::NotRun => Tone::Quiet,
+        }
+    }
+}
+
+/// `text` in the tone's colour when `on`, as it is otherwise.
+pub(crate) fn paint(on: bool, tone: Tone, text: &str) -> String {
+    use anstyle::AnsiColor;
+    if !on {
+        return text.to_string();
+    }
+    let style = match tone {
+        Tone::Succeeded => AnsiColor::Green.on_default(),
+        Tone::Cached => AnsiColor::Cyan.on_default(),
+        Tone::Skipped => AnsiColor::Yellow.on_default(),
+        Tone::Exited => AnsiColor::Magenta.on_default(),
+        Tone::Failed => AnsiColor::Red.on_default().bold(),
+        Tone::Quiet => anstyle::Style::new().dimmed(),
+    };
+    format!("{style}{text}{style:#}")
+}
+
+/// A `foreach` stage says it has done this many tenths of its items at most: ten lines in a
+/// CI log for 10 items or 10,000.
+const ITEM_LINES: usize = 10;
+
+/// Whether finishing the `done`th of `total` items is one of the at most [`ITEM_LINES`] - 1
+/// said off a terminal (the last is said by the stage's own line).
+fn item_line_due(done: usize, total: usize) -> bool {
+    let step = total.div_ceil(ITEM_LINES).max(1);
+    done < total && done.is_multiple_of(step)
 }
 
 /// A batch is written once it holds this much.
@@ -28,7 +84,8 @@ const BATCH_BYTES: usize = 32 * 1024;
 
 struct Live {
     bar: indicatif::ProgressBar,
-    running: Mutex<BTreeSet<String>>,
+    /// The stages running, each with its items done and items in all (`foreach`).
+    running: Mutex<BTreeMap<String, Option<(usize, usize)>>>,
 }
 
 /// How long a stage runs before a CI log says it still does (like nextest's SLOW).
@@ -44,8 +101,16 @@ struct Slow {
 
 #[derive(Default)]
 struct SlowState {
-    stages: HashMap<String, (Instant, u32)>,
+    stages: HashMap<String, SlowStage>,
     done: bool,
+}
+
+struct SlowStage {
+    started: Instant,
+    /// How many times it was said to be slow.
+    said: u32,
+    /// `foreach`: items done, items in all.
+    items: Option<(usize, usize)>,
 }
 
 impl Slow {
@@ -77,11 +142,16 @@ impl Slow {
             names.sort();
             let mut said = Vec::new();
             for name in names {
-                let (started, times) = state.stages[name];
+                let stage = &state.stages[name];
+                let (started, times) = (stage.started, stage.said);
                 let due = started + self.after * (times + 1);
                 if due <= now {
+                    let items = stage
+                        .items
+                        .map(|(done, total)| format!(" (item {done}/{total})"))
+                        .unwrap_or_default();
                     lines.push(format!(
-                        "  … {name} still running after {}",
+                        "  … {name} still running after {}{items}",
                         seconds(now - started)
                     ));
                     said.push(name.clone());
@@ -93,7 +163,7 @@ impl Slow {
             }
             for name in said {
                 if let Some(entry) = state.stages.get_mut(&name) {
-                    entry.1 += 1;
+                    entry.said += 1;
                 }
             }
             if !lines.is_empty() {
@@ -146,7 +216,7 @@ impl Reporter {
                 bar.enable_steady_tick(Duration::from_millis(120));
                 Arc::new(Live {
                     bar,
-                    running: Mutex::new(BTreeSet::new()),
+                    running: Mutex::new(BTreeMap::new()),
                 })
             });
         let batch: Arc<Mutex<String>> = Arc::default();
@@ -159,7 +229,13 @@ impl Reporter {
             live,
             slow,
             batch,
+            color: options.color,
         }
+    }
+
+    /// `text` in the tone's colour, if the run colours its lines.
+    pub(crate) fn paint(&self, tone: Tone, text: &str) -> String {
+        paint(self.color, tone, text)
     }
 
     /// The reporter of a sub-workflow run inside stage `parent`.
@@ -248,9 +324,14 @@ impl Reporter {
         if let Some(slow) = &self.slow {
             let mut state = slow.lock();
             let idle = state.stages.is_empty();
-            state
-                .stages
-                .insert(format!("{}{id}", self.prefix), (Instant::now(), 0));
+            state.stages.insert(
+                format!("{}{id}", self.prefix),
+                SlowStage {
+                    started: Instant::now(),
+                    said: 0,
+                    items: None,
+                },
+            );
             // A watcher with stages to watch wakes no later than this one is due (every
             // due time it waits for is at most `after` away); an idle one waits for this.
             if idle {
@@ -262,7 +343,7 @@ impl Reporter {
                 .running
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            running.insert(format!("{}{id}", self.prefix));
+            running.insert(format!("{}{id}", self.prefix), None);
             live.bar.set_message(running_message(&running));
         }
     }
@@ -273,6 +354,33 @@ impl Reporter {
     pub(crate) fn working(&self, id: &str) {
         if self.live.is_none() && !self.quiet {
             self.stage_line(&format!("  ▸ {}{id} started", self.prefix));
+        }
+    }
+
+    /// `done` of the `total` items of `foreach` stage `id` are done: the live line and the SLOW
+    /// lines say so, and off a terminal an `item N/M` line at each tenth.
+    pub(crate) fn item_done(&self, id: &str, done: usize, total: usize) {
+        let name = format!("{}{id}", self.prefix);
+        if let Some(slow) = &self.slow {
+            if let Some(stage) = slow.lock().stages.get_mut(&name) {
+                stage.items = Some((done, total));
+            }
+        }
+        match &self.live {
+            Some(live) => {
+                let mut running = live
+                    .running
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if let Some(items) = running.get_mut(&name) {
+                    *items = Some((done, total));
+                }
+                live.bar.set_message(running_message(&running));
+            }
+            None if !self.quiet && item_line_due(done, total) => {
+                self.line(&format!("  … {name} item {done}/{total}"));
+            }
+            None => {}
         }
     }
 
@@ -314,15 +422,49 @@ fn write_stderr(batch: &mut String) {
     }
 }
 
-fn running_message(running: &BTreeSet<String>) -> String {
+fn running_message(running: &BTreeMap<String, Option<(usize, usize)>>) -> String {
     if running.is_empty() {
         return String::new();
     }
-    let names: Vec<&str> = running.iter().take(4).map(String::as_str).collect();
+    let names: Vec<String> = running
+        .iter()
+        .take(4)
+        .map(|(name, items)| match items {
+            Some((done, total)) => format!("{name} {done}/{total}"),
+            None => name.clone(),
+        })
+        .collect();
     let more = running.len().saturating_sub(names.len());
     let mut text = format!("running {}", names.join(", "));
     if more > 0 {
         text.push_str(&format!(" (+{more})"));
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn item_lines_are_at_most_nine_and_never_the_last() {
+        for total in [1, 3, 10, 50, 10_000] {
+            let said: Vec<usize> = (1..=total).filter(|&d| item_line_due(d, total)).collect();
+            assert!(said.len() < ITEM_LINES, "{total}: {said:?}");
+            assert!(!said.contains(&total));
+        }
+        let fifty: Vec<usize> = (1..=50).filter(|&d| item_line_due(d, 50)).collect();
+        assert_eq!(fifty, [5, 10, 15, 20, 25, 30, 35, 40, 45]);
+        assert_eq!(
+            (1..=3).filter(|&d| item_line_due(d, 3)).collect::<Vec<_>>(),
+            [1, 2]
+        );
+    }
+
+    #[test]
+    fn paint_colours_only_when_on() {
+        assert_eq!(paint(false, Tone::Failed, "✗"), "✗");
+        let on = paint(true, Tone::Succeeded, "✓");
+        assert!(on.starts_with("\x1b[") && on.ends_with("\x1b[0m"), "{on:?}");
+    }
 }

@@ -51,6 +51,9 @@ impl RunStatus {
     }
 }
 
+/// How many of the slowest stages the end of a run names.
+const SLOWEST: usize = 3;
+
 impl RunRecord {
     /// How the run ended, after `run <id> `: "completed in 0.12s", "exited early at `x`: ...",
     /// "failed: ...".
@@ -71,6 +74,80 @@ impl RunRecord {
             RunStatus::Interrupted => "interrupted".to_string(),
             RunStatus::Running => "running".to_string(),
         }
+    }
+
+    /// What the end of a run says beside its summary: the stages by status
+    /// (`stages: 4 succeeded, 1 exited, 3 not run`) and, when any took time, the slowest
+    /// three (`slowest: scan 12.3s, draft 4.1s, review 310ms`); status words coloured when
+    /// `color`.
+    pub fn tally_lines(&self, color: bool) -> Vec<String> {
+        use super::progress::{paint, Tone};
+        use super::record::StageStatus;
+        let exit_stage = self.exit.as_ref().and_then(|e| e.stage.as_deref());
+        let tone = |id: &str, status: StageStatus| {
+            Tone::of(
+                status,
+                status == StageStatus::Succeeded && exit_stage == Some(id),
+            )
+        };
+        let order = [
+            Tone::Succeeded,
+            Tone::Exited,
+            Tone::Cached,
+            Tone::Skipped,
+            Tone::Failed,
+            Tone::Quiet,
+        ];
+        let mut counts = [0usize; 6];
+        let mut running = 0usize;
+        for (id, stage) in &self.stages {
+            if stage.status == StageStatus::Running {
+                running += 1;
+                continue;
+            }
+            let t = tone(id, stage.status);
+            if let Some(slot) = order.iter().position(|o| *o == t) {
+                counts[slot] += 1;
+            }
+        }
+        let words = [
+            "succeeded",
+            "exited",
+            "cached",
+            "skipped",
+            "failed",
+            "not run",
+        ];
+        let mut parts: Vec<String> = order
+            .iter()
+            .zip(words)
+            .zip(counts)
+            .filter(|(_, n)| *n > 0)
+            .map(|((t, word), n)| paint(color, *t, &format!("{n} {word}")))
+            .collect();
+        if running > 0 {
+            parts.push(format!("{running} running"));
+        }
+        let mut lines = Vec::new();
+        if !parts.is_empty() {
+            lines.push(format!("stages: {}", parts.join(", ")));
+        }
+        let mut timed: Vec<(&String, u64)> = self
+            .stages
+            .iter()
+            .filter(|(_, s)| s.duration_ms > 0 && !s.assumed)
+            .map(|(id, s)| (id, s.duration_ms))
+            .collect();
+        timed.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        if !timed.is_empty() {
+            let slowest: Vec<String> = timed
+                .iter()
+                .take(SLOWEST)
+                .map(|(id, ms)| format!("{id} {}", super::human_duration(*ms)))
+                .collect();
+            lines.push(format!("slowest: {}", slowest.join(", ")));
+        }
+        lines
     }
 
     /// Each stage's explain verdict (`--explain`), `not reached (<status>)` for a stage that

@@ -962,6 +962,8 @@ impl StageRunner<'_> {
             .collect();
         let cap = cap.min(todo.len()).max(1);
         let next = AtomicUsize::new(0);
+        let total = rendered.len();
+        let done = AtomicUsize::new(outcome.reused_items);
         let results = Mutex::new(results);
         let keep_going = stage.on_item_error == OnItemError::Continue;
         let failed = std::sync::atomic::AtomicBool::new(false);
@@ -984,6 +986,8 @@ impl StageRunner<'_> {
                     results
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner)[i] = Some(result);
+                    let done = done.fetch_add(1, Ordering::SeqCst) + 1;
+                    self.reporter.item_done(&stage.id, done, total);
                 });
             }
         });
