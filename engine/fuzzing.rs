@@ -161,7 +161,7 @@ pub fn shell(data: &[u8]) {
         let env = std::sync::Arc::new(env);
         if let Ok(tmpl) = Tmpl::text(&env, "script.sh") {
             let _ = crate::template::guarded(|| {
-                shell::render_script(&tmpl, &scope).map(|script| script.text)
+                shell::render_script(&tmpl, &scope, false).map(|script| script.text)
             });
         }
     }

@@ -124,7 +124,7 @@ fn a_command_running_a_shell_or_an_interpreter_gets_no_code() {
         "--input",
         "v=x'); open('PWNED', 'w'); print('",
     ])
-    .code(1)
+    .code(2)
     .stderr_has("is printed into the code `python3` runs");
     assert!(!t.exists("PWNED"));
 }
@@ -687,4 +687,217 @@ fn a_second_resume_of_a_run_being_resumed_is_refused() {
     );
     assert_eq!(code, Some(0), "{}", test.read("spawned.stderr"));
     assert_eq!(test.last_run()["status"], "completed");
+}
+
+/// A value that runs `touch PWNED` wherever bash reads it as arithmetic or as a name.
+const SUBSCRIPT: &str = "a[$(touch PWNED)]";
+
+fn bash_workflow(script: &str) -> String {
+    format!(
+        "[workflow]\ndescription = \"d\"\n\n[inputs.v]\ntype = \"string\"\n\n\
+         [stages.s]\ncommand = [\"bash\", \"-c\", '''{script}''']\n"
+    )
+}
+
+/// Where bash reads a value as arithmetic or as a variable name (`[[ -eq ]]`, `$(( ))`, `let`,
+/// `(( ))`, subscripts, `declare -i`, `-v`, `read`, `printf -v`), it evaluates the value's
+/// subscripts as code: a value there must be an integer (or a name), else the stage fails
+/// without running anything; an integer passes.
+#[test]
+fn a_value_read_as_bash_arithmetic_must_be_an_integer() {
+    let cases = [
+        "[[ \"{{ inputs.v }}\" -eq 1 ]] && echo one",
+        "echo $(( {{ inputs.v }} + 1 ))",
+        "echo \"$(( {{ inputs.v }} ))\"",
+        "let \"x = {{ inputs.v }}\"; echo $x",
+        "(( {{ inputs.v }} > 0 )) && echo pos",
+        "a=(); a[{{ inputs.v }}]=1; echo \"${a[@]}\"",
+        "a=(1 2); echo \"${a[{{ inputs.v }}]}\"",
+        "declare -i n=\"{{ inputs.v }}\"; echo $n",
+        "for (( i = {{ inputs.v }}; i < 2; i++ )); do echo $i; done",
+        "[[ -v \"{{ inputs.v }}\" ]] && echo set",
+        "printf -v \"{{ inputs.v }}\" %s 1",
+        "read \"{{ inputs.v }}\" <<< 1",
+        "declare \"{{ inputs.v }}=1\"",
+        "test -v \"{{ inputs.v }}\"",
+    ];
+    for script in cases {
+        let t = Test::new();
+        t.write("w.toml", &bash_workflow(script));
+        let out = t.run(["run", "w.toml", "--input", &format!("v={SUBSCRIPT}")]);
+        out.code(1);
+        assert!(!t.exists("PWNED"), "{script}: the value ran as code");
+        assert!(
+            out.stderr.contains("must be an integer") || out.stderr.contains("must be a name"),
+            "{script}: {}",
+            out.stderr
+        );
+    }
+    // An integer (and a name, where a name is read) passes as data.
+    let t = Test::new();
+    t.write(
+        "w.toml",
+        &bash_workflow(
+            "[[ \"{{ inputs.v }}\" -eq 1 ]] && echo one; echo $(( {{ inputs.v }} + 1 ))",
+        ),
+    );
+    t.run(["run", "w.toml", "--input", "v=1"]).code(0);
+    assert_eq!(t.stage_output("s"), "one\n2\n");
+}
+
+/// A value printed into code that a program further in runs: behind a wrapper the engine
+/// does not know (`timeout`, `env`, `nice`, `nohup`, `stdbuf`, `sudo`, `exec`, `command`,
+/// `builtin`), through `xargs`, `eval`, `trap`, or the code of another interpreter (`python3
+/// -c`, `perl -e`, `node -e`, `ruby -e`, an awk program, a sed script): the stage is refused
+/// before anything runs, and `check` says where.
+#[test]
+fn a_value_printed_into_code_a_script_runs_is_refused() {
+    let cases = [
+        "timeout 5 sh -c \"echo {{ inputs.v }}\"",
+        "timeout -s KILL 5 bash -c 'echo {{ inputs.v }}'",
+        "env FOO=1 sh -c \"echo {{ inputs.v }}\"",
+        "nice -n 5 sh -c \"echo {{ inputs.v }}\"",
+        "nohup sh -c \"echo {{ inputs.v }}\" 2>/dev/null",
+        "stdbuf -oL sh -c \"echo {{ inputs.v }}\"",
+        "exec sh -c \"echo {{ inputs.v }}\"",
+        "command sh -c \"echo {{ inputs.v }}\"",
+        "builtin eval \"echo {{ inputs.v }}\"",
+        "eval \"echo {{ inputs.v }}\"",
+        "trap \"echo {{ inputs.v }}\" EXIT",
+        "x=$(sh -c \"echo {{ inputs.v }}\"); echo $x",
+        "python3 -c \"print('{{ inputs.v }}')\"",
+        "perl -e 'print \"{{ inputs.v }}\"'",
+        "perl -lne 'print \"{{ inputs.v }}\"' /dev/null",
+        "ruby -e 'puts \"{{ inputs.v }}\"'",
+        "node -e 'console.log(\"{{ inputs.v }}\")'",
+        "awk 'BEGIN { print \"{{ inputs.v }}\" }'",
+        "echo x | sed -e 's/x/{{ inputs.v }}/'",
+        "echo x | sed 's/x/{{ inputs.v }}/'",
+        "env -S \"sh -c {{ inputs.v }}\"",
+        "su -c \"echo {{ inputs.v }}\" root",
+    ];
+    let payload = "'; touch PWNED; echo '\"; touch PWNED; echo \"";
+    for script in cases {
+        let t = Test::new();
+        t.write("w.toml", &injection_workflow(&format!("{script}\n")));
+        let out = t.run(["run", "w.toml", "--input", &format!("v={payload}")]);
+        out.code(2);
+        assert!(!t.exists("PWNED"), "{script}: the value ran as code");
+        assert!(
+            out.stderr.contains("would run as code"),
+            "{script}: {}",
+            out.stderr
+        );
+        let check = t.run(["check", "w.toml"]);
+        check.code(2);
+        assert!(
+            check.stderr.contains("would run as code") && check.stderr.contains("w.toml:"),
+            "{script}: check: {}",
+            check.stderr
+        );
+    }
+}
+
+/// A shell or interpreter that reads its code from its standard input (`sh -s`, `bash <
+/// file`, `| sh`, a heredoc, `xargs sh -c`) in a script that passes values is refused: the
+/// input may carry them.
+#[test]
+fn a_shell_reading_its_code_from_input_in_a_script_with_values_is_refused() {
+    let cases = [
+        "echo \"{{ inputs.v }}\" | sh",
+        "echo \"{{ inputs.v }}\" | sh -s",
+        "printf '%s' \"{{ inputs.v }}\" > f.sh; bash < f.sh",
+        "bash <<EOF\necho {{ inputs.v }}\nEOF\n",
+        "echo \"{{ inputs.v }}\" | python3",
+        "echo \"{{ inputs.v }}\" | xargs sh -c",
+        "echo \"{{ inputs.v }}\" | xargs -I{} sh -c 'echo {}'",
+        "sh <(echo \"{{ inputs.v }}\")",
+        "bash <<< \"{{ inputs.v }}\"",
+    ];
+    for script in cases {
+        let t = Test::new();
+        t.write("w.toml", &injection_workflow(&format!("{script}\n")));
+        let out = t.run(["run", "w.toml", "--input", "v=touch PWNED"]);
+        assert_ne!(out.code, Some(0), "{script}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("standard input")
+                || out.stderr.contains("its input")
+                || out.stderr.contains("would run as code"),
+            "{script}: {}",
+            out.stderr
+        );
+        assert!(!t.exists("PWNED"), "{script}: the value ran as code");
+    }
+    // A command running a shell behind a wrapper, or one reading a value from its input.
+    for (argv, stdin) in [
+        (r#"["timeout", "5", "sh", "-c", "{{ inputs.v }}"]"#, ""),
+        (r#"["env", "sh", "-c", "{{ inputs.v }}"]"#, ""),
+        (r#"["sh"]"#, "stdin = \"{{ inputs.v }}\"\n"),
+        (r#"["perl", "-pe", "{{ inputs.v }}"]"#, ""),
+    ] {
+        let t = Test::new();
+        t.write(
+            "w.toml",
+            &format!(
+                "[workflow]\ndescription = \"d\"\n\n[inputs.v]\ntype = \"string\"\n\n\
+                 [stages.s]\ncommand = {argv}\n{stdin}"
+            ),
+        );
+        let out = t.run(["run", "w.toml", "--input", "v=touch PWNED"]);
+        assert_ne!(out.code, Some(0), "{argv}: {}", out.stderr);
+        assert!(!t.exists("PWNED"), "{argv}: the value ran as code");
+    }
+}
+
+/// What stays data stays clean: comparisons, `echo`, `printf '%s'`, `grep -F --`, a value as
+/// an argument after `sh -c`'s script, `export NAME=value`.
+#[test]
+fn valid_uses_of_values_stay_clean() {
+    let script = "[[ \"{{ inputs.v }}\" == x ]] || echo differs\n\
+                  echo \"{{ inputs.v }}\" | grep -F -- \"{{ inputs.v }}\"\n\
+                  printf '%s\\n' \"{{ inputs.v }}\"\n\
+                  export V=\"{{ inputs.v }}\"; sh -c 'printf \"%s\\n\" \"$1\"' _ \"{{ inputs.v }}\"\n";
+    let t = Test::new();
+    t.write("w.toml", &bash_workflow(script));
+    t.run(["check", "w.toml"]).code(0);
+    t.run(["run", "w.toml", "--input", &format!("v={PAYLOAD}")])
+        .code(0);
+    assert!(!t.exists("PWNED"));
+    assert_eq!(
+        t.stage_output("s"),
+        format!("differs\n{PAYLOAD}\n{PAYLOAD}\n{PAYLOAD}\n")
+    );
+}
+
+/// A NUL in a value is refused with its place wherever it would go (a script, an argument, an
+/// environment variable); and data cannot spell the marker a script's value is replaced by.
+#[test]
+fn a_nul_in_a_value_is_an_error_everywhere() {
+    let forms = [
+        injection_workflow("printf '%s' \"{{ inputs.v }}\"\n"),
+        "[workflow]\ndescription = \"d\"\n\n[inputs.v]\ntype = \"string\"\n\n\
+         [stages.s]\ncommand = [\"printf\", \"%s\", \"{{ inputs.v }}\"]\n"
+            .to_string(),
+        "[workflow]\ndescription = \"d\"\n\n[inputs.v]\ntype = \"string\"\n\n\
+         [stages.s]\ncommand = [\"true\"]\nenv = { X = \"{{ inputs.v }}\" }\n"
+            .to_string(),
+    ];
+    for workflow in forms {
+        let t = Test::new();
+        t.write("w.toml", &workflow);
+        t.write("v.json", r#"{"v": "a\u0000b"}"#);
+        t.run(["run", "w.toml", "--inputs-json", "v.json"])
+            .code(1)
+            .stderr_has("NUL character (at byte 1)");
+    }
+    // NUL, a digit, NUL inside a value: once it stood for another printed value.
+    let t = Test::new();
+    t.write(
+        "w.toml",
+        &injection_workflow("printf '%s|%s' \"{{ inputs.v }}\" \"{{ inputs.v }}x\"\n"),
+    );
+    t.write("v.json", r#"{"v": "\u00001\u0000"}"#);
+    t.run(["run", "w.toml", "--inputs-json", "v.json"])
+        .code(1)
+        .stderr_has("NUL character");
 }

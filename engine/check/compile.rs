@@ -7,8 +7,10 @@
 use std::sync::Arc;
 
 use super::gather::Pending;
+use super::key::{Field, TemplateKey};
 use super::spans::template_error;
 use super::Checker;
+use crate::diag::DiagnosticKind;
 use crate::library::Shelf;
 use crate::template::{self, compiled, Tmpl};
 
@@ -73,6 +75,76 @@ impl Checker<'_> {
                 }
             }
         }
+        self.review_scripts(pendings);
         templates
+    }
+
+    /// The values of shell scripts (and of commands running a shell or an interpreter) that
+    /// would be code: errors; those read as arithmetic or names: warnings (at run time such a
+    /// value must be an integer or a name).
+    fn review_scripts(&mut self, pendings: &[Pending]) {
+        use crate::template::shell;
+        let mut argvs: std::collections::BTreeMap<usize, Vec<&Pending>> = Default::default();
+        for pending in pendings {
+            match &pending.key {
+                TemplateKey::Stage(_, Field::Shell) => self.review_script(pending),
+                TemplateKey::Stage(i, Field::Command(_)) => {
+                    argvs.entry(*i).or_default().push(pending);
+                }
+                _ => {}
+            }
+        }
+        for argv in argvs.values() {
+            let texts: Vec<String> = argv.iter().map(|p| p.source.clone()).collect();
+            let script = (1..texts.len()).find(|&j| shell::script_argument(&texts[..j]) == Some(j));
+            if let Some(pending) = script.and_then(|j| argv.get(j)) {
+                self.review_script(pending);
+            }
+            let words: Vec<shell::Word> = texts
+                .iter()
+                .enumerate()
+                .map(|(k, t)| shell::Word::argument(t, k, compiled::has_syntax(t)))
+                .collect();
+            let mut findings = Vec::new();
+            shell::analyze(&words, false, &mut findings);
+            for finding in findings {
+                let (shell::Use::Code(_), Some(pending)) = (&finding.usage, argv.get(finding.at))
+                else {
+                    continue;
+                };
+                if script == Some(finding.at) {
+                    continue;
+                }
+                let message = finding.usage.message(true, None);
+                let span = 0..pending.source.len();
+                self.diag_span(
+                    &pending.at,
+                    &pending.source,
+                    span,
+                    DiagnosticKind::ValueInCode(message),
+                );
+            }
+        }
+    }
+
+    fn review_script(&mut self, pending: &Pending) {
+        for review in crate::template::shell::review(&pending.source) {
+            let code = matches!(review.usage, crate::template::shell::Use::Code(_));
+            let mut message = review.usage.message(review.valued, None);
+            if !code {
+                message.push_str(" at run time, or the stage fails");
+            }
+            self.diag_span(
+                &pending.at,
+                &pending.source,
+                review.span,
+                DiagnosticKind::ValueInCode(message),
+            );
+            if !code {
+                if let Some(last) = self.diags.last_mut() {
+                    last.severity = crate::diag::Severity::Warning;
+                }
+            }
+        }
     }
 }

@@ -35,6 +35,10 @@ pub enum DiagnosticKind {
     /// Any other TOML syntax error (the parser's explanation, its first letter lowercase).
     #[error("invalid TOML: {0}")]
     InvalidToml(String),
+    /// A value printed where a shell script (or a program it runs) reads code, arithmetic or a
+    /// variable name: the message says which and what to do.
+    #[error("{0}")]
+    ValueInCode(String),
     /// An overlay's `disabled = true` for a stage its base does not have.
     #[error("cannot disable stage `{stage}`: the base workflow `{base}` has no such stage")]
     CannotDisable {

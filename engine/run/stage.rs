@@ -675,21 +675,29 @@ impl StageRunner<'_> {
     ) -> Result<ProcessSpec, RenderError> {
         // A script `sh` reads (a `shell` stage's, or the one a `command` hands to a shell
         // with `-c`) gets its values through the environment, never as script text.
+        use crate::template::shell;
+        let stdin_values = process
+            .stdin
+            .as_ref()
+            .is_some_and(|stdin| !matches!(stdin, Tmpl::Literal(_)));
         let mut argv = Vec::with_capacity(process.argv.len());
         let mut script_env = Vec::new();
         let mut script_at = matches!(stage.action, Action::Shell(_)).then_some(2);
+        // The arguments whose values were bound or checked as a script or code.
+        let mut handled = Vec::new();
         for (i, arg) in process.argv.iter().enumerate() {
             let failed = |e: minijinja::Error| Part::Argument(i + 1).failed(e);
             if script_at == Some(i) {
-                let script = crate::template::shell::render_script(arg, scope).map_err(failed)?;
+                let script = shell::render_script(arg, scope, stdin_values).map_err(failed)?;
                 argv.push(script.text);
                 script_env = script.env;
+                handled.push(i);
                 continue;
             }
-            if let Some(interpreter) = crate::template::shell::code_argument(&argv) {
+            if let Some(interpreter) = shell::code_argument(&argv) {
                 // Code for another interpreter cannot reference variables in one way for all:
                 // a value printed into it is refused.
-                let code = crate::template::shell::render_script(arg, scope).map_err(failed)?;
+                let code = shell::render_script(arg, scope, false).map_err(failed)?;
                 if !code.env.is_empty() {
                     return Err(RenderError::IntoCode {
                         position: i + 1,
@@ -697,11 +705,40 @@ impl StageRunner<'_> {
                     });
                 }
                 argv.push(code.text);
+                handled.push(i);
                 continue;
             }
-            argv.push(arg.render(scope).map_err(failed)?);
+            let text = arg.render(scope).map_err(failed)?;
+            if let Some(at) = text.find('\0') {
+                return Err(failed(shell::nul_in_value(at)));
+            }
+            argv.push(text);
             if script_at.is_none() {
-                script_at = crate::template::shell::script_argument(&argv);
+                script_at = shell::script_argument(&argv);
+            }
+        }
+        if matches!(stage.action, Action::Command(_)) {
+            // A shell or interpreter further in (behind `timeout`, `env`, `sudo`, ...) may run
+            // an argument, or its input, as code: a value there is refused.
+            let words: Vec<shell::Word> = argv
+                .iter()
+                .zip(&process.argv)
+                .enumerate()
+                .map(|(k, (text, tmpl))| {
+                    shell::Word::argument(text, k, !matches!(tmpl, Tmpl::Literal(_)))
+                })
+                .collect();
+            let mut findings = Vec::new();
+            shell::analyze(&words, process.stdin.is_some(), &mut findings);
+            for finding in findings {
+                let shell::Use::Code(_) = &finding.usage else {
+                    continue;
+                };
+                if finding.value.is_none() && !stdin_values || handled.contains(&finding.at) {
+                    continue;
+                }
+                let message = finding.usage.message(finding.value.is_some(), None);
+                return Err(Part::Argument(finding.at + 1).failed(shell::script_error(&message)));
             }
         }
         let stdin = match &process.stdin {
@@ -714,22 +751,24 @@ impl StageRunner<'_> {
             None => None,
         };
         let cwd = match &process.cwd {
-            Some(cwd) => Some(
-                self.runtime
-                    .cwd
-                    .join(cwd.render(scope).map_err(|e| Part::Cwd.failed(e))?),
-            ),
+            Some(cwd) => {
+                let text = cwd.render(scope).map_err(|e| Part::Cwd.failed(e))?;
+                if let Some(at) = text.find('\0') {
+                    return Err(Part::Cwd.failed(shell::nul_in_value(at)));
+                }
+                Some(self.runtime.cwd.join(text))
+            }
             None => Some(self.runtime.cwd.clone()),
         };
         let mut env = self.prepared.child_env.clone();
         env.extend(script_env);
         for (name, value) in &process.env {
-            env.push((
-                name.clone(),
-                value
-                    .render(scope)
-                    .map_err(|e| Part::Env(name.clone()).failed(e))?,
-            ));
+            let failed = |e: minijinja::Error| Part::Env(name.clone()).failed(e);
+            let text = value.render(scope).map_err(failed)?;
+            if let Some(at) = text.find('\0') {
+                return Err(failed(shell::nul_in_value(at)));
+            }
+            env.push((name.clone(), text));
         }
         Ok(ProcessSpec {
             argv,

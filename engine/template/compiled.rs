@@ -266,7 +266,7 @@ impl Interpolation {
                 Part::Text(text) => out.push_str(text),
                 Part::Lookup(path) => match Self::lookup(path, scope) {
                     Some(value) if super::shell::capturing() => {
-                        out.push_str(&super::shell::capture(&value));
+                        out.push_str(&super::shell::capture(&value)?);
                     }
                     Some(value) if !value.is_safe() => {
                         let text = value_to_text(&value);

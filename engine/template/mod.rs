@@ -35,7 +35,7 @@ pub(crate) fn environment() -> Environment<'static> {
     env.set_formatter(|out, state, value| {
         let value = &compiled::bounded(value)?;
         if shell::capturing() {
-            out.write_str(&shell::capture(value))?;
+            out.write_str(&shell::capture(value)?)?;
             return Ok(());
         }
         if value.is_safe() {

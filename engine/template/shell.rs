@@ -19,13 +19,20 @@ use super::Tmpl;
 /// The prefix of the environment variables that carry a script's values.
 pub(crate) const VARIABLE_PREFIX: &str = "SG_V";
 
-/// A marker: NUL, the value's number, NUL. NUL cannot reach `sh` (an argument is a C string),
-/// so a marker left over is caught, and the author's text cannot spell one by accident.
+/// A marker: NUL, the render's nonce, the value's number, NUL. NUL cannot reach `sh` (an
+/// argument is a C string) and a value holding one is refused, so a marker left over is caught
+/// and no text can spell one: the nonce is drawn anew for every render.
 const MARK: char = '\0';
 
+/// The values printed so far by the script being rendered, and the nonce its markers carry.
+struct Capture {
+    nonce: String,
+    values: Vec<String>,
+}
+
 thread_local! {
-    /// The values printed so far by the script being rendered on this thread, if any.
-    static CAPTURE: RefCell<Option<Vec<String>>> = const { RefCell::new(None) };
+    /// The script being rendered on this thread, if any.
+    static CAPTURE: RefCell<Option<Capture>> = const { RefCell::new(None) };
 }
 
 /// Whether a script is being rendered on this thread (printed values are captured).
@@ -35,49 +42,90 @@ pub(crate) fn capturing() -> bool {
 
 /// How many values the script being rendered has printed so far.
 pub(crate) fn captured() -> usize {
-    CAPTURE.with(|c| c.borrow().as_ref().map_or(0, Vec::len))
+    CAPTURE.with(|c| c.borrow().as_ref().map_or(0, |c| c.values.len()))
 }
 
 /// Forgets the values printed after the first `count` (a render that starts over).
 pub(crate) fn forget_after(count: usize) {
     CAPTURE.with(|c| {
-        if let Some(values) = c.borrow_mut().as_mut() {
-            values.truncate(count);
+        if let Some(capture) = c.borrow_mut().as_mut() {
+            capture.values.truncate(count);
         }
     });
 }
 
 /// Sets a printed value aside and returns the marker to print in its place. A value that
 /// itself holds markers (a macro's or a `{% set %}` block's output) has them replaced by the
-/// values they stand for, so it is carried whole as data.
-pub(crate) fn capture(value: &Value) -> String {
+/// values they stand for, so it is carried whole as data. A value holding any other NUL is an
+/// error: no process can receive it.
+pub(crate) fn capture(value: &Value) -> Result<String, Error> {
     let text = value_to_text(value);
     CAPTURE.with(|c| {
         let mut guard = c.borrow_mut();
-        let values = guard.get_or_insert_with(Vec::new);
+        let capture = guard.get_or_insert_with(|| Capture {
+            nonce: nonce(),
+            values: Vec::new(),
+        });
         let text = if text.contains(MARK) {
-            resolve(&text, values)
+            resolve(&text, &capture.nonce, &capture.values)?
         } else {
             text
         };
-        values.push(text);
-        format!("{MARK}{}{MARK}", values.len())
+        capture.values.push(text);
+        Ok(format!(
+            "{MARK}{}{}{MARK}",
+            capture.nonce,
+            capture.values.len()
+        ))
     })
 }
 
-/// `text` with each marker replaced by the value it stands for.
-fn resolve(text: &str, values: &[String]) -> String {
-    let mut out = String::new();
-    let mut parts = text.split(MARK);
-    out.push_str(parts.next().unwrap_or(""));
-    while let Some(number) = parts.next() {
-        match number.parse::<usize>().ok().and_then(|n| values.get(n - 1)) {
-            Some(value) => out.push_str(value),
-            None => out.push_str(number),
-        }
-        out.push_str(parts.next().unwrap_or(""));
+/// A fresh nonce: 16 random lowercase letters.
+fn nonce() -> String {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    (0..16)
+        .map(|_| char::from(b'a' + rng.random_range(0..26u8)))
+        .collect()
+}
+
+/// The marker at the start of `rest` (just after a NUL): its number and its length after
+/// the first NUL.
+fn marker_number(rest: &str, nonce: &str) -> Option<(usize, usize)> {
+    let after = rest.strip_prefix(nonce)?;
+    let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+    if digits == 0 || !after[digits..].starts_with(MARK) {
+        return None;
     }
-    out
+    Some((after[..digits].parse().ok()?, nonce.len() + digits + 1))
+}
+
+/// `text` with each marker replaced by the value it stands for; any other NUL is an error.
+fn resolve(text: &str, nonce: &str, values: &[String]) -> Result<String, Error> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(MARK) {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        match marker_number(after, nonce).filter(|&(n, _)| n >= 1 && n <= values.len()) {
+            Some((n, len)) => {
+                out.push_str(&values[n - 1]);
+                rest = &after[len..];
+            }
+            None => return Err(nul_in_value(out.len())),
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// The error of a value that holds a NUL character at byte `at`.
+pub(crate) fn nul_in_value(at: usize) -> Error {
+    script_error(&format!(
+        "a printed value holds a NUL character (at byte {at}), which no process can receive \
+         in its arguments, environment or script; remove it from the value (for binary data, \
+         pass a file path instead)"
+    ))
 }
 
 /// A rendered script: the text `sh` reads and the environment that carries its values.
@@ -88,20 +136,35 @@ pub(crate) struct Script {
 }
 
 /// Renders a shell script so that no value becomes script text (see the module docs).
-pub(crate) fn render_script(tmpl: &Tmpl, scope: &Value) -> Result<Script, Error> {
-    struct Reset(Option<Vec<String>>);
+/// `stdin_values`: whether the process's standard input may carry values (a script reading
+/// its code from standard input is then refused).
+pub(crate) fn render_script(
+    tmpl: &Tmpl,
+    scope: &Value,
+    stdin_values: bool,
+) -> Result<Script, Error> {
+    struct Reset(Option<Capture>);
     impl Drop for Reset {
         fn drop(&mut self) {
             let previous = self.0.take();
             CAPTURE.with(|c| *c.borrow_mut() = previous);
         }
     }
-    let previous = CAPTURE.with(|c| c.borrow_mut().replace(Vec::new()));
+    let nonce = nonce();
+    let previous = CAPTURE.with(|c| {
+        c.borrow_mut().replace(Capture {
+            nonce: nonce.clone(),
+            values: Vec::new(),
+        })
+    });
     let reset = Reset(previous);
     let rendered = tmpl.render(scope);
-    let values = CAPTURE.with(|c| c.borrow_mut().take()).unwrap_or_default();
+    let values = CAPTURE
+        .with(|c| c.borrow_mut().take())
+        .map(|c| c.values)
+        .unwrap_or_default();
     drop(reset);
-    bind(&rendered?, values)
+    bind(&rendered?, values, &nonce, stdin_values)
 }
 
 /// The programs read as POSIX shells when a `command` runs one with `-c`.
@@ -140,30 +203,13 @@ pub(crate) fn script_argument(argv: &[String]) -> Option<usize> {
     reads_command.then_some(argv.len())
 }
 
-/// Interpreters whose code argument follows one of these flags (`python3 -c CODE`).
-const INTERPRETERS: [(&str, &[&str]); 10] = [
-    ("python", &["-c"]),
-    ("python3", &["-c"]),
-    ("node", &["-e", "--eval", "-p", "--print"]),
-    ("nodejs", &["-e", "--eval", "-p", "--print"]),
-    ("deno", &["eval"]),
-    ("perl", &["-e", "-E"]),
-    ("ruby", &["-e"]),
-    ("php", &["-r"]),
-    ("lua", &["-e"]),
-    ("Rscript", &["-e"]),
-];
-
 /// The interpreter whose code the next argument will be, when the arguments so far name one
-/// and end with its code flag (`["python3", "-c"]`).
+/// and end with its code flag (`["python3", "-c"]`, `["perl", "-ne"]`).
 pub(crate) fn code_argument(argv: &[String]) -> Option<&str> {
     let program = argv.first()?;
     let name = program.rsplit('/').next().unwrap_or(program);
-    let flags = INTERPRETERS
-        .iter()
-        .find(|(interpreter, _)| *interpreter == name)?
-        .1;
-    (argv.len() > 1 && flags.contains(&argv[argv.len() - 1].as_str())).then_some(name)
+    let (letters, long) = interpreter(name)?;
+    (argv.len() > 1 && is_code_flag(&argv[argv.len() - 1], letters, long)).then_some(name)
 }
 
 /// Where a marker stands, as `sh` reads the text around it.
@@ -196,8 +242,306 @@ struct Heredoc {
     expands: bool,
 }
 
-/// Replaces each marker of `text` with a reference to the variable holding its value.
-fn bind(text: &str, values: Vec<String>) -> Result<Script, Error> {
+/// Replaces each marker of `text` with a reference to the variable holding its value, and
+/// refuses the values whose place makes them code (see [`Use`]).
+fn bind(text: &str, values: Vec<String>, nonce: &str, stdin_values: bool) -> Result<Script, Error> {
+    let (out, findings) = read(text, values.len(), nonce, stdin_values)?;
+    let chars: Vec<char> = text.chars().collect();
+    let line = |at: usize| {
+        chars[..at.min(chars.len())]
+            .iter()
+            .filter(|&&c| c == '\n')
+            .count()
+            + 1
+    };
+    for finding in &findings {
+        let value = finding.value.and_then(|n| values.get(n - 1));
+        let refused = match (&finding.usage, value) {
+            (Use::Code(_), Some(_)) => true,
+            (Use::Code(_), None) => !values.is_empty() || stdin_values,
+            (Use::Arithmetic(_), Some(v)) => !is_integer(v),
+            (Use::Name(_), Some(v)) => !is_name(v),
+            _ => false,
+        };
+        if refused {
+            let message = finding
+                .usage
+                .message(finding.value.is_some(), value.map(String::as_str));
+            return Err(script_error(&format!(
+                "line {} of the script: {message}",
+                line(finding.at)
+            )));
+        }
+    }
+    let env = values
+        .into_iter()
+        .enumerate()
+        .map(|(k, value)| (format!("{VARIABLE_PREFIX}{}", k + 1), value))
+        .collect();
+    Ok(Script { text: out, env })
+}
+
+/// An integer as bash's arithmetic reads one without evaluating anything.
+fn is_integer(value: &str) -> bool {
+    let digits = value.trim().trim_start_matches(['-', '+']);
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// A variable name.
+fn is_name(value: &str) -> bool {
+    let mut chars = value.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// What a value's place in a script makes of it, where that is more than data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Use {
+    /// Code another program runs (the phrase names it): a value there is refused.
+    Code(String),
+    /// Arithmetic, which bash evaluates as code (`a[$(cmd)]`): the value must be an integer.
+    Arithmetic(&'static str),
+    /// A variable name, whose subscript bash evaluates: the value must be a name.
+    Name(&'static str),
+}
+
+impl Use {
+    /// The message of a value refused here (`valued`: a value stands here; else the code is
+    /// read from standard input), with the value when it is known.
+    pub(crate) fn message(&self, valued: bool, value: Option<&str>) -> String {
+        let shown = |v: &str| {
+            let mut short: String = v.chars().take(40).collect();
+            if short.len() < v.len() {
+                short.push_str("...");
+            }
+            format!("{short:?}")
+        };
+        match self {
+            Use::Code(what) if valued => format!(
+                "a value is printed into {what}, where it would run as code; pass it as data \
+                 instead: as an argument after the code (`sh -c 'echo \"$1\"' _ \"{{{{ v }}}}\"`), \
+                 or in an environment variable the code reads"
+            ),
+            Use::Code(what) => format!(
+                "{what}, and values are passed to this process, so they could become that \
+                 code; give the code as its own text (`sh -c '...'`) and the values as arguments"
+            ),
+            Use::Arithmetic(place) => format!(
+                "a value is printed into arithmetic ({place}), which bash evaluates as code \
+                 (`a[$(cmd)]` runs cmd), so it must be an integer{}",
+                value.map_or(String::new(), |v| format!(", not {}", shown(v)))
+            ),
+            Use::Name(place) => format!(
+                "a value is printed as a variable name ({place}), whose subscript bash \
+                 evaluates as code, so it must be a name{}",
+                value.map_or(String::new(), |v| format!(", not {}", shown(v)))
+            ),
+        }
+    }
+}
+
+/// A value (or a program reading its code from standard input) whose place is more than data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Finding {
+    /// The value, numbered from 1; none for a program that reads its code from its input.
+    pub value: Option<usize>,
+    /// Where: the index of the character in the script text (of the word, in an argv).
+    pub at: usize,
+    pub usage: Use,
+}
+
+/// A word of a simple command as `sh` will see it: its literal text (quotes removed, a
+/// marker as NUL) and the values in it.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Word {
+    pub text: String,
+    /// Each value: its number, where it is, and where its NUL is in `text` (none when it
+    /// stands in a nested command substitution).
+    pub values: Vec<(usize, usize, Option<usize>)>,
+    pub start: usize,
+    /// It holds a process substitution (`<( )`) that prints a value.
+    pub procsub: bool,
+}
+
+impl Word {
+    /// A word of an argv: its text, and whether a value was printed into it.
+    pub(crate) fn argument(text: &str, index: usize, valued: bool) -> Word {
+        Word {
+            text: text.to_string(),
+            values: if valued {
+                vec![(0, index, None)]
+            } else {
+                Vec::new()
+            },
+            start: index,
+            procsub: false,
+        }
+    }
+}
+
+/// The simple command being read at one level of nesting.
+#[derive(Default)]
+struct Frame {
+    words: Vec<Word>,
+    current: Option<Word>,
+    /// The next word is the target of a redirection.
+    redirect_next: bool,
+    /// Its standard input is redirected or piped.
+    stdin: bool,
+    /// Inside `[[ ]]`.
+    dbracket: bool,
+    /// A process substitution's frame.
+    procsub: bool,
+}
+
+/// The simple commands of a script, read as the script is, and what they make of values.
+struct Commands {
+    frames: Vec<Frame>,
+    findings: Vec<Finding>,
+    /// Whether the script's own standard input counts as possibly carrying values.
+    stdin_top: bool,
+}
+
+impl Commands {
+    fn new(stdin_top: bool) -> Self {
+        Commands {
+            frames: vec![Frame {
+                stdin: stdin_top,
+                ..Frame::default()
+            }],
+            findings: Vec::new(),
+            stdin_top,
+        }
+    }
+
+    fn frame(&mut self) -> &mut Frame {
+        if self.frames.is_empty() {
+            self.frames.push(Frame::default());
+        }
+        self.frames.last_mut().expect("a frame")
+    }
+
+    fn word(&mut self, at: usize) -> &mut Word {
+        self.frame().current.get_or_insert_with(|| Word {
+            start: at,
+            ..Word::default()
+        })
+    }
+
+    fn push_char(&mut self, at: usize, c: char) {
+        self.word(at).text.push(c);
+    }
+
+    fn in_dbracket(&self) -> bool {
+        self.frames.last().is_some_and(|f| f.dbracket)
+    }
+
+    fn marker(&mut self, n: usize, at: usize) {
+        let depth = self.frames.len();
+        for (k, frame) in self.frames.iter_mut().enumerate() {
+            let word = frame.current.get_or_insert_with(|| Word {
+                start: at,
+                ..Word::default()
+            });
+            if k + 1 == depth {
+                word.values.push((n, at, Some(word.text.len())));
+                word.text.push(MARK);
+            } else {
+                word.values.push((n, at, None));
+            }
+        }
+        // A value inside a process substitution marks the word that holds it.
+        let subs: Vec<usize> = (1..depth).filter(|&k| self.frames[k].procsub).collect();
+        for k in subs {
+            if let Some(word) = self.frames[k - 1].current.as_mut() {
+                word.procsub = true;
+            }
+        }
+    }
+
+    fn end_word(&mut self) {
+        let frame = self.frame();
+        if let Some(word) = frame.current.take() {
+            if frame.redirect_next {
+                frame.redirect_next = false;
+                return;
+            }
+            if frame.words.is_empty() && word.text == "[[" {
+                frame.dbracket = true;
+            }
+            if word.text == "]]" {
+                frame.dbracket = false;
+            }
+            frame.words.push(word);
+        }
+    }
+
+    /// A redirection operator (`<` when `input`): the next word is its target.
+    fn redirect(&mut self, input: bool) {
+        let frame = self.frame();
+        if frame
+            .current
+            .as_ref()
+            .is_some_and(|w| w.values.is_empty() && w.text.bytes().all(|b| b.is_ascii_digit()))
+        {
+            frame.current = None;
+        } else if frame.current.is_some() {
+            self.end_word();
+        }
+        let frame = self.frame();
+        frame.redirect_next = true;
+        frame.stdin |= input;
+    }
+
+    fn stdin(&mut self) {
+        self.frame().stdin = true;
+    }
+
+    fn end_command(&mut self, piped: bool) {
+        self.end_word();
+        let top = self.frames.len() == 1 && self.stdin_top;
+        let frame = self.frame();
+        let words = std::mem::take(&mut frame.words);
+        let stdin = frame.stdin;
+        frame.stdin = piped || top;
+        frame.redirect_next = false;
+        frame.dbracket = false;
+        analyze(&words, stdin, &mut self.findings);
+    }
+
+    fn open(&mut self, procsub: bool) {
+        self.frames.push(Frame {
+            procsub,
+            ..Frame::default()
+        });
+    }
+
+    fn close(&mut self) {
+        self.end_command(false);
+        if self.frames.len() > 1 {
+            self.frames.pop();
+        }
+    }
+
+    fn finish(mut self) -> Vec<Finding> {
+        while self.frames.len() > 1 {
+            self.close();
+        }
+        self.end_command(false);
+        self.findings
+    }
+}
+
+/// Reads `text` the way `sh` does: the text with each marker replaced by its reference, and
+/// the places that make a value more than data.
+fn read(
+    text: &str,
+    count: usize,
+    nonce: &str,
+    stdin_top: bool,
+) -> Result<(String, Vec<Finding>), Error> {
     let reference = |n: usize, context: Context| -> String {
         let name = format!("{VARIABLE_PREFIX}{n}");
         match context {
@@ -211,9 +555,13 @@ fn bind(text: &str, values: Vec<String>) -> Result<Script, Error> {
         }
     };
     let chars: Vec<char> = text.chars().collect();
-    let mut out = String::with_capacity(text.len() + values.len() * 8);
+    let nonce_chars: Vec<char> = nonce.chars().collect();
+    let mut out = String::with_capacity(text.len() + count * 8);
     let mut stack: Vec<Context> = vec![Context::Word];
+    // Where each open `${` starts (an index of `chars`).
+    let mut params: Vec<usize> = Vec::new();
     let mut pending: Vec<Heredoc> = Vec::new();
+    let mut commands = Commands::new(stdin_top);
     // Whether the last character ended a word (a `#` there starts a comment).
     let mut word_start = true;
     let mut i = 0;
@@ -222,11 +570,15 @@ fn bind(text: &str, values: Vec<String>) -> Result<Script, Error> {
         if chars.get(i) != Some(&MARK) {
             return None;
         }
-        let digits: String = chars[i + 1..]
+        let start = i + 1 + nonce_chars.len();
+        if chars.get(i + 1..start) != Some(&nonce_chars[..]) {
+            return None;
+        }
+        let digits: String = chars[start..]
             .iter()
             .take_while(|c| c.is_ascii_digit())
             .collect();
-        let end = i + 1 + digits.len();
+        let end = start + digits.len();
         if digits.is_empty() || chars.get(end) != Some(&MARK) {
             return None;
         }
@@ -234,10 +586,34 @@ fn bind(text: &str, values: Vec<String>) -> Result<Script, Error> {
     };
     while i < chars.len() {
         if let Some((n, next)) = marker_at(i) {
-            if n == 0 || n > values.len() {
+            if n == 0 || n > count {
                 return Err(script_error("a stray marker in the script"));
             }
             let context = *stack.last().unwrap_or(&Context::Word);
+            match context {
+                Context::Arith => commands.findings.push(Finding {
+                    value: Some(n),
+                    at: i,
+                    usage: Use::Arithmetic("`$(( ))` or `(( ))`"),
+                }),
+                Context::Param | Context::ParamInDouble => {
+                    let inner: String = params
+                        .last()
+                        .map(|&p| chars[(p + 2).min(i)..i].iter().collect())
+                        .unwrap_or_default();
+                    if let Some(place) = parameter_arithmetic(&inner) {
+                        commands.findings.push(Finding {
+                            value: Some(n),
+                            at: i,
+                            usage: Use::Arithmetic(place),
+                        });
+                    }
+                }
+                _ => {}
+            }
+            if context != Context::Comment {
+                commands.marker(n, i);
+            }
             out.push_str(&reference(n, context));
             word_start = false;
             i = next;
@@ -249,6 +625,29 @@ fn bind(text: &str, values: Vec<String>) -> Result<Script, Error> {
         }
         let top = *stack.last().unwrap_or(&Context::Word);
         let next = chars.get(i + 1).copied();
+        let previous = i.checked_sub(1).map(|p| chars[p]);
+        if matches!(top, Context::Word | Context::Sub | Context::Backtick) {
+            let dbracket = commands.in_dbracket();
+            match c {
+                ' ' | '\t' => commands.end_word(),
+                '\n' | ';' => commands.end_command(false),
+                '&' if dbracket
+                    || matches!(previous, Some('|' | '<' | '>'))
+                    || next == Some('>') => {}
+                '&' => commands.end_command(false),
+                '|' if dbracket || matches!(previous, Some('>')) => {}
+                '|' => commands.end_command(next != Some('|') && previous != Some('|')),
+                '(' if dbracket || (word_start && next == Some('(')) => {}
+                '(' => commands.end_command(false),
+                ')' if top == Context::Word && !dbracket => commands.end_command(false),
+                '<' | '>' if dbracket || next == Some('(') => {}
+                '<' if next == Some('<') && chars.get(i + 2) != Some(&'<') => commands.stdin(),
+                '<' if previous == Some('<') => {}
+                '<' | '>' if matches!(previous, Some('<' | '>' | '&')) => {}
+                '<' | '>' => commands.redirect(c == '<'),
+                _ => {}
+            }
+        }
         match top {
             Context::Comment => {
                 if c == '\n' {
@@ -256,13 +655,22 @@ fn bind(text: &str, values: Vec<String>) -> Result<Script, Error> {
                     out.push(c);
                     i += 1;
                     word_start = true;
-                    i = heredoc_bodies(&chars, i, &mut pending, &mut out, &values, &reference)?;
+                    i = heredoc_bodies(
+                        &chars,
+                        i,
+                        &mut pending,
+                        &mut out,
+                        (nonce, count),
+                        &reference,
+                    )?;
                     continue;
                 }
             }
             Context::Single => {
                 if c == '\'' {
                     stack.pop();
+                } else {
+                    commands.push_char(i, c);
                 }
             }
             Context::Double | Context::ParamInDouble => match c {
@@ -271,6 +679,7 @@ fn bind(text: &str, values: Vec<String>) -> Result<Script, Error> {
                     if let Some(n) = next {
                         if n != MARK {
                             out.push(n);
+                            commands.push_char(i, n);
                             i += 1;
                         }
                     }
@@ -282,17 +691,23 @@ fn bind(text: &str, values: Vec<String>) -> Result<Script, Error> {
                 }
                 '}' if top == Context::ParamInDouble => {
                     stack.pop();
+                    params.pop();
                 }
-                '`' => stack.push(Context::Backtick),
+                '`' => {
+                    stack.push(Context::Backtick);
+                    commands.open(false);
+                }
                 '$' => {
                     if let Some(pushed) = dollar(&chars, i, true) {
                         out.push_str(&chars[i..i + pushed.1].iter().collect::<String>());
+                        open_context(pushed.0, i, &mut params, &mut commands);
                         i += pushed.1;
                         stack.push(pushed.0);
                         continue;
                     }
+                    commands.push_char(i, c);
                 }
-                _ => {}
+                _ => commands.push_char(i, c),
             },
             Context::Word | Context::Sub | Context::Param | Context::Backtick | Context::Arith => {
                 match c {
@@ -301,6 +716,9 @@ fn bind(text: &str, values: Vec<String>) -> Result<Script, Error> {
                         if let Some(n) = next {
                             if n != MARK {
                                 out.push(n);
+                                if n != '\n' {
+                                    commands.push_char(i, n);
+                                }
                                 i += 1;
                             }
                         }
@@ -312,16 +730,46 @@ fn bind(text: &str, values: Vec<String>) -> Result<Script, Error> {
                     '"' => stack.push(Context::Double),
                     '`' if top == Context::Backtick => {
                         stack.pop();
+                        commands.close();
                     }
-                    '`' => stack.push(Context::Backtick),
+                    '`' => {
+                        stack.push(Context::Backtick);
+                        commands.open(false);
+                    }
                     '$' => {
                         if let Some((context, len)) = dollar(&chars, i, false) {
                             out.push_str(&chars[i..i + len].iter().collect::<String>());
+                            open_context(context, i, &mut params, &mut commands);
                             i += len;
                             stack.push(context);
                             word_start = true;
                             continue;
                         }
+                        commands.push_char(i, c);
+                    }
+                    '(' if word_start
+                        && next == Some('(')
+                        && matches!(top, Context::Word | Context::Sub) =>
+                    {
+                        // `(( ))` (and `for ((`): arithmetic.
+                        out.push_str("((");
+                        i += 2;
+                        stack.push(Context::Arith);
+                        continue;
+                    }
+                    '<' | '>'
+                        if next == Some('(')
+                            && matches!(top, Context::Word | Context::Sub | Context::Backtick) =>
+                    {
+                        // A process substitution: a nested script.
+                        out.push(c);
+                        out.push('(');
+                        i += 2;
+                        stack.push(Context::Sub);
+                        commands.word(i);
+                        commands.open(true);
+                        word_start = true;
+                        continue;
                     }
                     ')' if top == Context::Arith && next == Some(')') => {
                         stack.pop();
@@ -331,9 +779,11 @@ fn bind(text: &str, values: Vec<String>) -> Result<Script, Error> {
                     }
                     ')' if top == Context::Sub => {
                         stack.pop();
+                        commands.close();
                     }
                     '}' if top == Context::Param => {
                         stack.pop();
+                        params.pop();
                     }
                     '#' if word_start && matches!(top, Context::Word | Context::Sub) => {
                         stack.push(Context::Comment);
@@ -355,8 +805,20 @@ fn bind(text: &str, values: Vec<String>) -> Result<Script, Error> {
                         out.push(c);
                         i += 1;
                         word_start = true;
-                        i = heredoc_bodies(&chars, i, &mut pending, &mut out, &values, &reference)?;
+                        i = heredoc_bodies(
+                            &chars,
+                            i,
+                            &mut pending,
+                            &mut out,
+                            (nonce, count),
+                            &reference,
+                        )?;
                         continue;
+                    }
+                    c if matches!(top, Context::Param | Context::Arith)
+                        || !(c.is_whitespace() || ";&|()<>".contains(c)) =>
+                    {
+                        commands.push_char(i, c);
                     }
                     _ => {}
                 }
@@ -366,12 +828,656 @@ fn bind(text: &str, values: Vec<String>) -> Result<Script, Error> {
         out.push(c);
         i += 1;
     }
-    let env = values
+    Ok((out, commands.finish()))
+}
+
+/// A context just opened at `i`: a `${` remembers where it starts, a `$(` reads a nested
+/// script.
+fn open_context(context: Context, i: usize, params: &mut Vec<usize>, commands: &mut Commands) {
+    match context {
+        Context::Param | Context::ParamInDouble => params.push(i),
+        Context::Sub => commands.open(false),
+        _ => {}
+    }
+}
+
+/// Whether a value printed after `inner` (the text after `${`) is read as arithmetic: in an
+/// open subscript (`${a[`) or in an offset or length (`${x:`, `${x:1:`).
+fn parameter_arithmetic(inner: &str) -> Option<&'static str> {
+    let name = inner.trim_start_matches(['#', '!']);
+    let end = name
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(name.len());
+    if end == 0 {
+        return None;
+    }
+    let rest = &name[end..];
+    if let Some(subscript) = rest.strip_prefix('[') {
+        if !subscript.contains(']') {
+            return Some("an array subscript `${a[...]}`");
+        }
+    }
+    let rest = rest
+        .strip_prefix('[')
+        .and_then(|r| r.find(']').map(|e| &r[e + 1..]))
+        .unwrap_or(rest);
+    let offset = rest.strip_prefix(':')?;
+    (!offset.starts_with(['-', '=', '?', '+'])).then_some("the offset or length `${x:...}`")
+}
+
+/// Words that start or continue a compound command before the command itself.
+const RESERVED: [&str; 11] = [
+    "!", "{", "}", "then", "do", "else", "elif", "if", "while", "until", "time",
+];
+
+/// The operators of `[[ ]]` that read their operands as arithmetic.
+const ARITHMETIC_OPERATORS: [&str; 6] = ["-eq", "-ne", "-lt", "-le", "-gt", "-ge"];
+
+/// The name a program word runs: its last path component.
+fn program_name(text: &str) -> &str {
+    text.rsplit('/').next().unwrap_or(text)
+}
+
+/// The index of the `=` of an assignment word (`NAME=`, `NAME[...]=`, `NAME+=`), with the
+/// span of its subscript.
+fn assignment(text: &str) -> Option<(usize, Option<std::ops::Range<usize>>)> {
+    let end = text
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(text.len());
+    if end == 0 || text.as_bytes()[0].is_ascii_digit() {
+        return None;
+    }
+    let mut rest = end;
+    let mut subscript = None;
+    if text[rest..].starts_with('[') {
+        let close = text[rest..].find(']')? + rest;
+        subscript = Some(rest + 1..close);
+        rest = close + 1;
+    }
+    if text[rest..].starts_with("+=") {
+        Some((rest + 1, subscript))
+    } else if text[rest..].starts_with('=') {
+        Some((rest, subscript))
+    } else {
+        None
+    }
+}
+
+/// What one simple command makes of the values in its words (`stdin`: its standard input is
+/// redirected or piped).
+pub(crate) fn analyze(words: &[Word], stdin: bool, findings: &mut Vec<Finding>) {
+    let text = |k: usize| words.get(k).map_or("", |w| w.text.as_str());
+    let each = |k: usize, usage: Use, findings: &mut Vec<Finding>| {
+        if let Some(word) = words.get(k) {
+            for &(n, at, _) in &word.values {
+                findings.push(Finding {
+                    value: Some(n),
+                    at,
+                    usage: usage.clone(),
+                });
+            }
+        }
+    };
+    let mut p = 0;
+    while p < words.len() && RESERVED.contains(&text(p)) {
+        p += 1;
+    }
+    if text(p) == "[[" {
+        for k in p + 1..words.len() {
+            if ARITHMETIC_OPERATORS.contains(&text(k - 1))
+                || ARITHMETIC_OPERATORS.contains(&text(k + 1))
+            {
+                each(k, Use::Arithmetic("an operand of `[[ -eq ]]`"), findings);
+            } else if text(k - 1) == "-v" {
+                each(k, Use::Name("`[[ -v ]]`"), findings);
+            }
+        }
+        return;
+    }
+    // Assignments before the command: a value in a subscript is arithmetic.
+    while let Some(word) = words.get(p) {
+        let Some((_, subscript)) = assignment(&word.text) else {
+            break;
+        };
+        subscript_values(word, subscript.as_ref(), findings);
+        p += 1;
+    }
+    // `builtin eval`, `command eval`: the builtin is still run.
+    let mut q = p;
+    while matches!(text(q), "builtin" | "command") {
+        q += 1;
+        while text(q) == "-p" {
+            q += 1;
+        }
+    }
+    let p = if words.get(q).is_some() { q } else { p };
+    let Some(first) = words.get(p) else { return };
+    match program_name(&first.text) {
+        "eval" => {
+            for k in p + 1..words.len() {
+                each(k, Use::Code("the arguments of `eval`".into()), findings);
+            }
+        }
+        "trap" => {
+            let action = (p + 1..words.len()).find(|&k| !text(k).starts_with('-'));
+            if let Some(k) = action {
+                each(k, Use::Code("the action of `trap`".into()), findings);
+            }
+        }
+        "let" => {
+            for k in p + 1..words.len() {
+                each(k, Use::Arithmetic("`let`"), findings);
+            }
+        }
+        "declare" | "typeset" | "local" | "readonly" | "export" => {
+            let mut integer = false;
+            for word in &words[p + 1..] {
+                if word.values.is_empty() && word.text.starts_with(['-', '+']) {
+                    integer |= word.text.contains('i');
+                    continue;
+                }
+                let split = assignment(&word.text);
+                for &(n, at, pos) in &word.values {
+                    let usage = match (&split, pos) {
+                        (Some((_, Some(sub))), Some(pos)) if sub.contains(&pos) => {
+                            Use::Arithmetic("an array subscript")
+                        }
+                        (Some((eq, _)), Some(pos)) if pos > *eq => {
+                            if integer {
+                                Use::Arithmetic("the value of `declare -i`")
+                            } else {
+                                continue;
+                            }
+                        }
+                        _ => Use::Name("a name `declare` defines"),
+                    };
+                    findings.push(Finding {
+                        value: Some(n),
+                        at,
+                        usage,
+                    });
+                }
+            }
+        }
+        "read" | "mapfile" | "readarray" => {
+            for k in p + 1..words.len() {
+                let option_value = [
+                    "-d", "-i", "-n", "-N", "-p", "-t", "-u", "-O", "-s", "-C", "-c",
+                ]
+                .contains(&text(k - 1));
+                if !option_value && !text(k).starts_with('-') {
+                    each(k, Use::Name("a name `read` sets"), findings);
+                } else if text(k - 1) == "-a" {
+                    each(k, Use::Name("a name `read -a` sets"), findings);
+                }
+            }
+        }
+        "printf" if text(p + 1) == "-v" => {
+            each(p + 2, Use::Name("`printf -v`"), findings);
+        }
+        "test" | "[" => {
+            for k in p + 1..words.len() {
+                if text(k - 1) == "-v" {
+                    each(k, Use::Name("`test -v`"), findings);
+                }
+            }
+        }
+        "source" | "." if words.get(p + 1).is_some_and(|w| w.procsub) => {
+            each(
+                p + 1,
+                Use::Code("the script `source` reads".into()),
+                findings,
+            );
+        }
+        _ => {}
+    }
+    programs(words, p, stdin, findings);
+}
+
+/// The values in a word's subscript (`a[...]=`) are arithmetic.
+fn subscript_values(
+    word: &Word,
+    subscript: Option<&std::ops::Range<usize>>,
+    findings: &mut Vec<Finding>,
+) {
+    let Some(sub) = subscript else { return };
+    for &(n, at, pos) in &word.values {
+        if pos.is_some_and(|pos| sub.contains(&pos)) {
+            findings.push(Finding {
+                value: Some(n),
+                at,
+                usage: Use::Arithmetic("an array subscript"),
+            });
+        }
+    }
+}
+
+/// Interpreters, the flag letters (or long flags) after which their code follows.
+const INTERPRETERS: [(&str, &str, &[&str]); 13] = [
+    ("python", "c", &[]),
+    ("python2", "c", &[]),
+    ("python3", "c", &[]),
+    ("pypy3", "c", &[]),
+    ("node", "ep", &["--eval", "--print"]),
+    ("nodejs", "ep", &["--eval", "--print"]),
+    ("deno", "", &["eval"]),
+    ("perl", "eE", &[]),
+    ("ruby", "e", &[]),
+    ("php", "r", &[]),
+    ("lua", "e", &[]),
+    ("Rscript", "e", &[]),
+    ("osascript", "e", &[]),
+];
+
+/// The interpreter a program name is, with its code flags.
+fn interpreter(name: &str) -> Option<(&'static str, &'static [&'static str])> {
+    let bare = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    INTERPRETERS
+        .iter()
+        .find(|(n, _, _)| *n == name || (*n == bare && name.starts_with("python")))
+        .map(|(_, letters, long)| (*letters, *long))
+}
+
+/// Whether `flag` is a code flag of an interpreter: a long flag of its list, or a cluster of
+/// single letters that ends with one of its code letters (`-c`, `-pe`, `-lne`).
+fn is_code_flag(flag: &str, letters: &str, long: &[&str]) -> bool {
+    if long.contains(&flag) {
+        return true;
+    }
+    let Some(cluster) = flag.strip_prefix('-') else {
+        return false;
+    };
+    !cluster.is_empty()
+        && !cluster.starts_with('-')
+        && cluster.chars().all(|c| c.is_ascii_alphabetic())
+        && cluster.ends_with(|c: char| letters.contains(c))
+}
+
+/// The index of the code argument of an interpreter at `k`, or whether it reads its code from
+/// its input: `Err(true)` when it does, `Err(false)` when it runs a file.
+fn interpreter_code(words: &[Word], k: usize, letters: &str, long: &[&str]) -> Result<usize, bool> {
+    for (j, word) in words.iter().enumerate().skip(k + 1) {
+        let flag = word.text.as_str();
+        if is_code_flag(flag, letters, long) {
+            return Ok(j + 1);
+        }
+        if flag == "-" {
+            return Err(true);
+        }
+        if !flag.starts_with('-') {
+            return Err(false);
+        }
+    }
+    Err(true)
+}
+
+/// Shells, and how one at `k` reads its script: `Ok(index)` of its `-c` script (may be past
+/// the end: supplied later), `Err(true)` from its input, `Err(false)` from a file.
+fn shell_script(words: &[Word], k: usize) -> Result<usize, (bool, Option<usize>)> {
+    let mut reads_command = false;
+    let mut reads_input = false;
+    let mut takes_value = false;
+    let mut j = k + 1;
+    while j < words.len() {
+        let arg = words[j].text.as_str();
+        j += 1;
+        if takes_value {
+            takes_value = false;
+            continue;
+        }
+        let Some(flags) = arg.strip_prefix('-').or_else(|| arg.strip_prefix('+')) else {
+            j -= 1;
+            break;
+        };
+        if flags == "-" || flags.is_empty() {
+            break;
+        }
+        if flags.starts_with('-') {
+            continue;
+        }
+        reads_command |= flags.contains('c');
+        reads_input |= flags.contains('s');
+        takes_value = flags.ends_with('o') || flags.ends_with('O');
+    }
+    if reads_command {
+        Ok(j)
+    } else if reads_input || j >= words.len() {
+        Err((true, None))
+    } else {
+        Err((false, Some(j)))
+    }
+}
+
+/// Programs anywhere in a command (so behind any wrapper: `timeout`, `env`, `nice`, `sudo`,
+/// `xargs`, `exec`, `command`, ...) that run code they are given.
+fn programs(words: &[Word], p: usize, stdin: bool, findings: &mut Vec<Finding>) {
+    let each = |k: usize, usage: Use, findings: &mut Vec<Finding>| {
+        if let Some(word) = words.get(k) {
+            for &(n, at, _) in &word.values {
+                findings.push(Finding {
+                    value: Some(n),
+                    at,
+                    usage: usage.clone(),
+                });
+            }
+        }
+    };
+    let from_input = |k: usize, what: String, findings: &mut Vec<Finding>| {
+        findings.push(Finding {
+            value: None,
+            at: words[k].start,
+            usage: Use::Code(what),
+        });
+    };
+    // Programs only looked up, not run.
+    let first = words.get(p).map_or("", |w| w.text.as_str());
+    let second = words.get(p + 1).map_or("", |w| w.text.as_str());
+    if matches!(first, "which" | "type" | "hash" | "whereis")
+        || first == "command" && matches!(second, "-v" | "-V")
+    {
+        return;
+    }
+    // `xargs` before a program: its input becomes arguments (`Some(replace string)`).
+    let mut xargs: Option<Option<String>> = None;
+    for k in p..words.len() {
+        if !words[k].values.is_empty() {
+            continue;
+        }
+        let name = program_name(&words[k].text);
+        if name == "xargs" {
+            let mut replace = None;
+            for (j, word) in words.iter().enumerate().skip(k + 1) {
+                let t = word.text.as_str();
+                if t == "-I" {
+                    replace = words.get(j + 1).map(|w| w.text.clone());
+                } else if let Some(r) = t
+                    .strip_prefix("-I")
+                    .or_else(|| t.strip_prefix("--replace="))
+                {
+                    replace = Some(r.to_string());
+                } else if t == "-i" || t == "--replace" {
+                    replace = Some("{}".into());
+                } else if !t.starts_with('-') {
+                    break;
+                }
+            }
+            xargs = Some(replace);
+            continue;
+        }
+        if SHELLS.contains(&name) {
+            match shell_script(words, k) {
+                Ok(script) => {
+                    each(
+                        script,
+                        Use::Code(format!("the script `{name} -c` runs")),
+                        findings,
+                    );
+                    let fed = match (&xargs, words.get(script)) {
+                        (Some(_), None) => true,
+                        (Some(Some(replace)), Some(word)) => word.text.contains(replace.as_str()),
+                        _ => false,
+                    };
+                    if fed {
+                        from_input(
+                            k,
+                            format!("`xargs` makes its input the script `{name} -c` runs"),
+                            findings,
+                        );
+                    }
+                }
+                Err((true, _)) if stdin => from_input(
+                    k,
+                    format!("`{name}` reads the script it runs from its standard input"),
+                    findings,
+                ),
+                Err((false, Some(file))) if words[file].procsub => each(
+                    file,
+                    Use::Code(format!(
+                        "the script `{name}` reads from a process substitution"
+                    )),
+                    findings,
+                ),
+                Err(_) => {}
+            }
+        } else if let Some((letters, long)) = interpreter(name) {
+            match interpreter_code(words, k, letters, long) {
+                Ok(code) => each(code, Use::Code(format!("the code `{name}` runs")), findings),
+                Err(true) if stdin => from_input(
+                    k,
+                    format!("`{name}` reads the code it runs from its standard input"),
+                    findings,
+                ),
+                Err(_) => {}
+            }
+        } else if matches!(name, "awk" | "gawk" | "mawk" | "nawk") {
+            awk_program(words, k, findings);
+        } else if matches!(name, "sed" | "gsed") {
+            sed_script(words, k, findings);
+        } else if matches!(name, "su" | "runuser" | "flock" | "script") {
+            for (j, word) in words.iter().enumerate().skip(k + 1) {
+                let t = word.text.as_str();
+                if t == "-c" || t == "--command" {
+                    each(
+                        j + 1,
+                        Use::Code(format!("the command `{name} -c` runs")),
+                        findings,
+                    );
+                } else if t.starts_with("--command=") {
+                    each(
+                        j,
+                        Use::Code(format!("the command `{name} -c` runs")),
+                        findings,
+                    );
+                }
+            }
+        } else if name == "env" {
+            for (j, word) in words.iter().enumerate().skip(k + 1) {
+                let t = word.text.as_str();
+                if t == "-S" || t == "--split-string" {
+                    each(
+                        j + 1,
+                        Use::Code("the command line `env -S` splits".into()),
+                        findings,
+                    );
+                } else if t.starts_with("-S") || t.starts_with("--split-string=") {
+                    each(
+                        j,
+                        Use::Code("the command line `env -S` splits".into()),
+                        findings,
+                    );
+                }
+            }
+        } else if name == "ssh" || name == "watch" {
+            // Their command words are joined into a shell command line.
+            let takes: &[&str] = if name == "ssh" {
+                &[
+                    "-b", "-c", "-D", "-E", "-e", "-F", "-I", "-i", "-J", "-L", "-l", "-m", "-O",
+                    "-o", "-p", "-Q", "-R", "-S", "-W", "-w",
+                ]
+            } else {
+                &["-n", "--interval", "-d", "--differences"]
+            };
+            let mut j = k + 1;
+            while j < words.len() && words[j].text.starts_with('-') {
+                if words[j].text == "-x" || words[j].text == "--exec" {
+                    break;
+                }
+                j += if takes.contains(&words[j].text.as_str()) {
+                    2
+                } else {
+                    1
+                };
+            }
+            if name == "ssh" {
+                j += 1;
+            }
+            if words
+                .get(j.min(words.len().saturating_sub(1)))
+                .is_some_and(|w| w.text == "-x")
+            {
+                continue;
+            }
+            for m in j..words.len() {
+                each(
+                    m,
+                    Use::Code(format!("the command `{name}` runs through a shell")),
+                    findings,
+                );
+            }
+        }
+    }
+}
+
+/// An awk program given as an argument: a value in it is refused.
+fn awk_program(words: &[Word], k: usize, findings: &mut Vec<Finding>) {
+    let mut j = k + 1;
+    while j < words.len() {
+        let t = words[j].text.as_str();
+        if t == "--" {
+            j += 1;
+            break;
+        }
+        if t == "-f" || t.starts_with("-f") || t == "--file" {
+            return;
+        }
+        if t == "-e" || t == "--source" {
+            j += 1;
+            break;
+        }
+        if t == "-v" || t == "-F" {
+            j += 2;
+            continue;
+        }
+        if !t.starts_with('-') {
+            break;
+        }
+        j += 1;
+    }
+    push_code(
+        words,
+        j,
+        "the program `awk` runs (pass a value with `-v name=...` or read it from `ENVIRON`)",
+        findings,
+    );
+}
+
+/// A sed script given as an argument: a value in it is refused (`e` and `s///e` run commands).
+fn sed_script(words: &[Word], k: usize, findings: &mut Vec<Finding>) {
+    let what = "the script `sed` runs (its `e` command runs shell commands)";
+    let mut given = false;
+    let mut j = k + 1;
+    let mut operand = None;
+    while j < words.len() {
+        let t = words[j].text.as_str();
+        if t == "-e" || t == "--expression" {
+            push_code(words, j + 1, what, findings);
+            given = true;
+            j += 2;
+            continue;
+        }
+        if t.starts_with("--expression=") || (t.starts_with("-e") && t.len() > 2) {
+            push_code(words, j, what, findings);
+            given = true;
+        } else if t == "-f" || t == "--file" || t.starts_with("--file=") {
+            given = true;
+        } else if !t.starts_with('-') && operand.is_none() {
+            operand = Some(j);
+        }
+        j += 1;
+    }
+    if let (false, Some(j)) = (given, operand) {
+        push_code(words, j, what, findings);
+    }
+}
+
+fn push_code(words: &[Word], k: usize, what: &str, findings: &mut Vec<Finding>) {
+    if let Some(word) = words.get(k) {
+        for &(n, at, _) in &word.values {
+            findings.push(Finding {
+                value: Some(n),
+                at,
+                usage: Use::Code(what.to_string()),
+            });
+        }
+    }
+}
+
+/// A place in a template's source where a value is more than data, found before any run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Review {
+    /// The bytes of the source: the `{{ }}` that prints the value, or the program's word.
+    pub span: std::ops::Range<usize>,
+    pub usage: Use,
+    /// A value stands there (else: a program reads its code from its input).
+    pub valued: bool,
+}
+
+/// Reads a script template's source as [`render_script`] will read its output, each `{{ }}`
+/// standing for a value (tags and comments are left out): the places that make a value more
+/// than data, in the source. A program reading its code from its input counts only where
+/// the script prints a value.
+pub(crate) fn review(source: &str) -> Vec<Review> {
+    let nonce = "review";
+    let mut text = String::with_capacity(source.len());
+    // For each character of `text`, the byte of `source` it comes from.
+    let mut origin: Vec<usize> = Vec::with_capacity(source.len());
+    let mut spans = Vec::new();
+    let mut rest = 0;
+    while rest < source.len() {
+        let tail = &source[rest..];
+        let close = if tail.starts_with("{{") {
+            Some("}}")
+        } else if tail.starts_with("{%") {
+            Some("%}")
+        } else if tail.starts_with("{#") {
+            Some("#}")
+        } else {
+            None
+        };
+        if let Some(close) = close {
+            let end = tail[2..]
+                .find(close)
+                .map_or(source.len(), |e| rest + 2 + e + 2);
+            if close == "}}" {
+                spans.push(rest..end);
+                let marker = format!("{MARK}{nonce}{}{MARK}", spans.len());
+                for c in marker.chars() {
+                    text.push(c);
+                    origin.push(rest);
+                }
+            }
+            rest = end;
+            continue;
+        }
+        let c = tail.chars().next().expect("a character");
+        if c == MARK {
+            return Vec::new();
+        }
+        text.push(c);
+        origin.push(rest);
+        rest += c.len_utf8();
+    }
+    let Ok((_, findings)) = read(&text, spans.len(), nonce, false) else {
+        return Vec::new();
+    };
+    findings
         .into_iter()
-        .enumerate()
-        .map(|(k, value)| (format!("{VARIABLE_PREFIX}{}", k + 1), value))
-        .collect();
-    Ok(Script { text: out, env })
+        .filter(|f| f.value.is_some() || !spans.is_empty())
+        .map(|f| Review {
+            span: match f.value {
+                Some(n) => spans[n - 1].clone(),
+                None => {
+                    let start = origin.get(f.at).copied().unwrap_or(0);
+                    let end = source[start..]
+                        .find(|c: char| c.is_whitespace())
+                        .map_or(source.len(), |e| start + e);
+                    start..end
+                }
+            },
+            valued: f.value.is_some(),
+            usage: f.usage,
+        })
+        .collect()
 }
 
 /// What a `$` at `i` opens, and how many characters the opening takes.
@@ -440,7 +1546,7 @@ fn heredoc_bodies(
     mut i: usize,
     pending: &mut Vec<Heredoc>,
     out: &mut String,
-    values: &[String],
+    (nonce, count): (&str, usize),
     reference: &dyn Fn(usize, Context) -> String,
 ) -> Result<usize, Error> {
     for heredoc in pending.drain(..) {
@@ -459,13 +1565,12 @@ fn heredoc_bodies(
                 line.as_str()
             };
             let last = bare == heredoc.delimiter;
-            let mut parts = line.split(MARK);
-            out.push_str(parts.next().unwrap_or(""));
-            while let Some(number) = parts.next() {
-                let n: usize = number
-                    .parse()
-                    .ok()
-                    .filter(|&n| n >= 1 && n <= values.len())
+            let mut rest = line.as_str();
+            while let Some(at) = rest.find(MARK) {
+                out.push_str(&rest[..at]);
+                let after = &rest[at + 1..];
+                let (n, len) = marker_number(after, nonce)
+                    .filter(|&(n, _)| n >= 1 && n <= count)
                     .ok_or_else(|| script_error("the script holds a NUL character"))?;
                 if !heredoc.expands {
                     return Err(script_error(&format!(
@@ -476,8 +1581,9 @@ fn heredoc_bodies(
                     )));
                 }
                 out.push_str(&reference(n, Context::Double));
-                out.push_str(parts.next().unwrap_or(""));
+                rest = &after[len..];
             }
+            out.push_str(rest);
             i = end;
             if i < chars.len() {
                 out.push('\n');
@@ -491,13 +1597,15 @@ fn heredoc_bodies(
     Ok(i)
 }
 
-fn script_error(message: &str) -> Error {
+pub(crate) fn script_error(message: &str) -> Error {
     Error::new(ErrorKind::InvalidOperation, message.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const NONCE: &str = "testnonce";
 
     fn bound(text: &str, values: &[&str]) -> Result<Script, Error> {
         bind(
@@ -506,11 +1614,13 @@ mod tests {
                 .iter()
                 .map(std::string::ToString::to_string)
                 .collect(),
+            NONCE,
+            false,
         )
     }
 
     fn m(n: usize) -> String {
-        format!("{MARK}{n}{MARK}")
+        format!("{MARK}{NONCE}{n}{MARK}")
     }
 
     #[test]
@@ -549,7 +1659,7 @@ mod tests {
             ),
         ];
         for (text, expected) in cases {
-            assert_eq!(bound(&text, &["v"]).unwrap().text, expected, "{text:?}");
+            assert_eq!(bound(&text, &["7"]).unwrap().text, expected, "{text:?}");
         }
     }
 
@@ -581,6 +1691,14 @@ mod tests {
 
     #[test]
     fn captured_markers_inside_a_value_are_resolved() {
-        assert_eq!(resolve(&format!("x{}y", m(1)), &["v".into()]), "xvy");
+        assert_eq!(
+            resolve(&format!("x{}y", m(1)), NONCE, &["v".into()]).unwrap(),
+            "xvy"
+        );
+        // Data cannot spell a marker: a NUL that is not one is refused, never replaced.
+        for text in ["x\u{0}1\u{0}y", "a\u{0}b", &format!("{MARK}other1{MARK}")] {
+            let err = resolve(text, NONCE, &["v".into()]).unwrap_err();
+            assert!(err.to_string().contains("NUL character"), "{text:?}: {err}");
+        }
     }
 }
