@@ -134,7 +134,7 @@ pub fn template(data: &[u8]) {
         }
         let mut env = crate::template::environment();
         let added = crate::template::guarded(|| {
-            env.add_template_owned(name.to_string(), source.to_string())
+            env.add_template_owned(name.to_string(), crate::template::bounded_source(source))
         });
         if added.is_err() {
             continue;

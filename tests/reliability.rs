@@ -901,3 +901,118 @@ fn a_nul_in_a_value_is_an_error_everywhere() {
         .code(1)
         .stderr_has("NUL character");
 }
+
+/// A string doubled by `~` in a loop fails at the bound on what one template may make, naming
+/// it, long before memory runs out (minijinja's own `~` joins without a bound: the engine
+/// writes it as a function that refuses a string past 64 MiB); in a template, an argv and a
+/// dry-run alike.
+#[test]
+fn a_string_doubled_with_a_tilde_fails_at_the_bound() {
+    // A `set` inside a loop is the loop's own in Jinja: a namespace carries the string over.
+    let doubling = "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}";
+    for (body, dry) in [
+        (
+            format!("[stages.t]\ntemplate = {{ inline = \"{doubling}\" }}\n"),
+            false,
+        ),
+        (
+            format!("[stages.c]\ncommand = [\"echo\", \"{doubling}\"]\n"),
+            false,
+        ),
+        (
+            format!("[stages.t]\ntemplate = {{ inline = \"{doubling}\" }}\n"),
+            true,
+        ),
+    ] {
+        let test = Test::new();
+        test.write(
+            "lib/workflows/w.toml",
+            &format!("[workflow]\ndescription = \"d\"\n\n{body}"),
+        );
+        let mut args = vec!["-L", "lib", "run", "w"];
+        if dry {
+            args.push("--dry-run");
+        }
+        let out = test.run(args);
+        out.code(1)
+            .stderr_has("`~` would make a string of 128 MiB (134217728 bytes), more than the 64 MiB one template may make");
+        if !dry {
+            assert_eq!(test.last_run()["status"], "failed", "{body}");
+        }
+    }
+}
+
+/// Thirty items, each a template of some 25 million steps (under the step bound, seconds
+/// each): a stage the step bound alone would let run for a minute or more.
+const LONG_ITEMS: &str = "[stages.t]\nforeach = \"range(30)\"\n\
+    template = { inline = \"{% for i in range(100000) %}{% for j in range(60) %}{% set x = j %}{% endfor %}{% endfor %}\" }\n";
+
+/// A template stage stops at its `timeout` as a command does: it fails within about its
+/// timeout, and the record says it timed out.
+#[test]
+fn a_long_template_stops_at_its_stage_timeout() {
+    let test = Test::new();
+    test.write(
+        "lib/workflows/w.toml",
+        &format!("[workflow]\ndescription = \"d\"\n\n{LONG_ITEMS}timeout = \"2s\"\n"),
+    );
+    let started = std::time::Instant::now();
+    let out = test.run(["-L", "lib", "run", "w"]);
+    let took = started.elapsed();
+    out.code(1)
+        .stderr_has("timed out after 2s while the template was evaluated");
+    assert!(took < std::time::Duration::from_secs(20), "took {took:?}");
+    let record = test.last_run();
+    assert_eq!(record["status"], "failed");
+    let error = record["stages"]["t"]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("timed out after 2s"), "{record:#}");
+}
+
+/// SIGTERM (and SIGINT) while a long template is evaluated ends the engine promptly, and the
+/// record says the run was interrupted, not `running`.
+#[test]
+fn a_long_template_stops_at_sigterm_and_sigint() {
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        let test = Test::new();
+        test.write(
+            "lib/workflows/w.toml",
+            &format!("[workflow]\ndescription = \"d\"\n\n{LONG_ITEMS}"),
+        );
+        let mut child = test.command(["-L", "lib", "run", "w"]).spawn();
+        crate::support::wait_for(
+            "the template stage to start",
+            std::time::Duration::from_secs(60),
+            || {
+                test.exists("state/runs")
+                    && std::fs::read_to_string(
+                        test.state_dir()
+                            .join("runs")
+                            .join(test.newest_run())
+                            .join("run.json"),
+                    )
+                    .is_ok_and(|text| {
+                        serde_json::from_str::<serde_json::Value>(&text)
+                            .is_ok_and(|r| r["stages"]["t"]["status"] == "running")
+                    })
+            },
+        );
+        let pid = i32::try_from(child.id()).expect("a pid");
+        let sent = std::time::Instant::now();
+        // SAFETY: a signal to the engine this test started.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+        let code = crate::support::wait_exit(
+            &mut child,
+            "the engine after a signal",
+            std::time::Duration::from_secs(60),
+        );
+        let took = sent.elapsed();
+        assert!(
+            took < std::time::Duration::from_secs(10),
+            "signal {signal}: the engine took {took:?} to end"
+        );
+        assert_ne!(code, Some(0));
+        let record = test.last_run();
+        assert_eq!(record["status"], "interrupted", "{record:#}");
+        assert_ne!(record["stages"]["t"]["status"], "running", "{record:#}");
+    }
+}

@@ -323,3 +323,158 @@ fn a_run_still_running_is_not_resumed() {
     t.write("go", "");
     assert!(child.wait().expect("the run ends").success());
 }
+
+/// Workflow `inner`: stages a, b, c, d in a chain, each appending `<item>:<name>` to `ran.txt`
+/// as it starts (so a stage killed while it runs counts too), then waiting for `go_<name>`
+/// while `stop_<name>` exists (having made `at_<name>`); workflow `outer` runs it from stage
+/// `sub`, after a stage `first`, with `sub_keys` added to `sub` (a `foreach`, say).
+fn nested_workflows(t: &Test, sub_keys: &str) {
+    let mut inner =
+        String::from("[workflow]\ndescription = \"d\"\n\n[inputs.tag]\ntype = \"string\"\n\n");
+    let mut previous: Option<&str> = None;
+    for name in ["a", "b", "c", "d"] {
+        let after = previous.map_or(String::new(), |p| format!("after = [\"{p}\"]\n"));
+        let reads = previous.map_or(String::new(), |p| format!("-{{{{ stages.{p}.output }}}}"));
+        inner.push_str(&format!(
+            "[stages.{name}]\n{after}shell = '''\necho {{{{ inputs.tag }}}}:{name} >> ran.txt\n\
+             if [ -e stop_{name} ]; then touch at_{name}; \
+             while [ ! -e go_{name} ]; do sleep 0.02; done; fi\n\
+             printf '{name}{reads}'\n'''\n\n"
+        ));
+        previous = Some(name);
+    }
+    inner.push_str("[outputs]\nd = \"{{ stages.d.output }}\"\n");
+    t.write("lib/workflows/inner.toml", &inner);
+    t.write(
+        "lib/workflows/outer.toml",
+        &format!(
+            "[workflow]\ndescription = \"d\"\n\n\
+             [stages.first]\nshell = \"echo first >> ran.txt; printf one\"\n\n\
+             [stages.sub]\nafter = [\"first\"]\nworkflow = \"inner\"\n{sub_keys}\n\
+             [stages.last]\nafter = [\"sub\"]\nshell = \"echo last >> ran.txt; printf done\"\n"
+        ),
+    );
+}
+
+/// How many times `ran.txt` says `line` ran.
+fn times(t: &Test, line: &str) -> usize {
+    t.read_opt("ran.txt")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| *l == line)
+        .count()
+}
+
+/// Start `args`, wait until stage `name` of the sub-workflow waits (`at_<name>`), kill -9.
+fn kill_at_inner(t: &Test, args: &[&str], name: &str) {
+    let _ = std::fs::remove_file(t.path(&format!("at_{name}")));
+    t.write(&format!("stop_{name}"), "");
+    let mut child = t.command(args).spawn();
+    wait_for(&format!("inner stage {name} to start"), PATIENCE, || {
+        t.exists(&format!("at_{name}"))
+    });
+    child.kill().expect("kill -9 the engine");
+    child.wait().expect("reap the engine");
+    t.write(&format!("go_{name}"), "");
+}
+
+/// A kill -9 in the middle of a sub-workflow, then in the middle of the resume, then a resume
+/// of the resume: every stage of the sub-workflow that finished before a kill ran exactly once
+/// (the sub-workflow's stages are journaled in the top-level run as they finish), and the
+/// outputs are whole. The same for a sub-workflow run as the items of a `foreach`, where item 0
+/// finishes before the first kill.
+#[test]
+fn a_resumed_sub_workflow_runs_none_of_its_finished_stages_again() {
+    for (keys, tag, earlier) in [
+        ("with = { tag = \"x\" }\n", "x", None),
+        (
+            "foreach = \"['p', 'q']\"\nconcurrency = 1\nwith = { tag = \"{{ item }}\" }\n",
+            "q",
+            Some("p"),
+        ),
+    ] {
+        let t = Test::new();
+        nested_workflows(&t, keys);
+        if let Some(earlier) = earlier {
+            // Only item q waits: item p runs through first.
+            t.write(
+                "lib/workflows/inner.toml",
+                &t.read("lib/workflows/inner.toml").replace(
+                    "if [ -e stop_",
+                    &format!("if [ {{{{ inputs.tag }}}} != {earlier} ] && [ -e stop_"),
+                ),
+            );
+        }
+        kill_at_inner(&t, &["-L", "lib", "run", "outer"], "c");
+        kill_at_inner(&t, &["-L", "lib", "resume", "last"], "d");
+        let out = t.run(["-L", "lib", "resume", "last"]);
+        out.code(0);
+        let ran = t.read("ran.txt");
+        assert_eq!(times(&t, "first"), 1, "{ran}");
+        for (name, expected) in [("a", 1), ("b", 1), ("c", 2), ("d", 2)] {
+            assert_eq!(
+                times(&t, &format!("{tag}:{name}")),
+                expected,
+                "{tag}:{name} (killed stages count twice):\n{ran}"
+            );
+            if let Some(earlier) = earlier {
+                assert_eq!(times(&t, &format!("{earlier}:{name}")), 1, "{ran}");
+            }
+        }
+        assert_eq!(times(&t, "last"), 1, "{ran}");
+        let record = t.last_run();
+        assert_eq!(record["status"], "completed", "{record:#}");
+        let output = t.stage_output("sub");
+        assert!(output.contains("d-c-b-a"), "{output}");
+    }
+}
+
+/// A resume killed before it has recorded anything of its own (it waits for the workflow's
+/// lock, which the test holds) leaves the first run's work where it was: a resume of that
+/// resume follows `resumed_from` and reuses it, running only the stage that never finished.
+#[test]
+fn a_resume_of_a_resume_killed_before_its_first_stage_reuses_the_first_run() {
+    let t = Test::new();
+    t.write(
+        "w.toml",
+        "[workflow]\ndescription = \"d\"\nwrites = [\".\"]\n\
+         lock = { path = \"w.lock.d\", busy = \"wait\" }\n\n\
+         [stages.s1]\nshell = \"echo s1 >> ran.txt; printf one\"\n\n\
+         [stages.s2]\nafter = [\"s1\"]\nshell = '''\necho s2 >> ran.txt\n\
+         if [ -e stop ]; then touch at_s2; while [ ! -e go ]; do sleep 0.02; done; fi\n\
+         printf \"two-{{ stages.s1.output }}\"\n'''\n",
+    );
+    t.write("stop", "");
+    let mut child = t.command(["run", "w.toml"]).spawn();
+    wait_for("s2 to start", PATIENCE, || t.exists("at_s2"));
+    child.kill().expect("kill -9 the engine");
+    child.wait().expect("reap the engine");
+    let first = t.newest_run();
+    std::fs::remove_file(t.path("stop")).unwrap();
+
+    // The killed run's lock is replaced by one a live process (this test) holds.
+    std::fs::remove_dir_all(t.path("w.lock.d")).unwrap();
+    crate::support::hold_lock(&t.path("w.lock.d"));
+    let mut resume = t.command(["resume", "last"]).spawn();
+    wait_for("the resume to wait for the lock", PATIENCE, || {
+        t.read_opt("spawned.stderr")
+            .is_some_and(|text| text.contains("waiting for lock"))
+    });
+    resume.kill().expect("kill -9 the resume");
+    resume.wait().expect("reap the resume");
+    let second = t.newest_run();
+    assert_ne!(second, first);
+    assert_eq!(
+        crate::support::read_record(&t.state_dir(), &second)["resumed_from"],
+        first.as_str()
+    );
+    crate::support::release_lock(&t.path("w.lock.d"));
+
+    t.run(["resume", "last"]).code(0);
+    let ran = t.read("ran.txt");
+    assert_eq!(ran.lines().filter(|l| *l == "s1").count(), 1, "{ran}");
+    assert_eq!(ran.lines().filter(|l| *l == "s2").count(), 2, "{ran}");
+    let record = t.last_run();
+    assert_eq!(record["stages"]["s1"]["status"], "cached", "{record:#}");
+    assert_eq!(t.stage_output("s2"), "two-one");
+}

@@ -24,7 +24,7 @@ impl Checker<'_> {
         env.set_loader(move |name| {
             Ok(loader_search
                 .find_file(&loader_library, Shelf::Templates, name)
-                .map(|source| source.text.to_string()))
+                .map(|source| crate::template::bounded_source(&source.text)))
         });
         let mut interpolated: Vec<Option<compiled::Interpolation>> = pendings
             .iter()
@@ -36,7 +36,10 @@ impl Checker<'_> {
                 continue;
             }
             let added = crate::template::guarded(|| {
-                env.add_template_owned(pending.name.clone(), pending.source.clone())
+                env.add_template_owned(
+                    pending.name.clone(),
+                    crate::template::bounded_source(&pending.source),
+                )
             });
             if let Err(error) = added {
                 failed[k] = true;

@@ -330,7 +330,14 @@ impl Engine {
             ),
         })?;
         let reference = self.resume_reference(&previous);
-        let outputs = record::read_outputs(&dir, &id);
+        // The work of the runs this one resumed too: what a killed resume had not recorded
+        // again is in the run it resumed (the newer run's record of a stage wins).
+        let mut outputs = std::collections::HashMap::new();
+        let mut items = run::journal::FinishedItems::default();
+        for run in record::resume_chain(&dir, &previous) {
+            outputs.extend(record::read_outputs(&dir, &run));
+            items.read_more(&record::runs_dir(&dir).join(&run));
+        }
         let interrupted = matches!(previous.status, RunStatus::Interrupted | RunStatus::Running);
         Ok((
             previous,
@@ -338,7 +345,7 @@ impl Engine {
             ResumeFrom {
                 run_id: id,
                 outputs,
-                items: run::journal::FinishedItems::read(&run_dir),
+                items,
                 processes: run::journal::read_processes(&run_dir),
                 interrupted,
                 rehearsal: false,

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::holder::Holder;
-use super::record::LARGE_OUTPUT;
+use super::record::{OutputLine, LARGE_OUTPUT};
 
 /// The environment variable every stage process gets: `<run id> <item index or -> <stage id>`.
 pub(crate) const MARKER: &str = "STAGEGRAPH_PROCESS";
@@ -50,6 +50,10 @@ pub(crate) struct ItemLine {
     /// `artifacts/` (`outputs/<stage>-<index>-<sha256 prefix>.json`), instead of in the line.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
+    /// The line is a sub-workflow stage's whole output (`stage` is its path, see
+    /// [`Journal::within`]), not an item's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub whole: bool,
 }
 
 #[derive(Serialize)]
@@ -61,6 +65,8 @@ struct ItemLineRef<'a> {
     output: Option<&'a serde_json::value::RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     file: Option<&'a str>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    whole: bool,
 }
 
 /// One stage process, as `processes.jsonl` keeps it.
@@ -73,17 +79,27 @@ pub(crate) struct ProcessLine {
     pub process: Holder,
 }
 
-/// The items a run finished, by stage and fingerprint.
+/// The items a run finished, by stage and fingerprint, and the stages its sub-workflows
+/// finished, by path.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct FinishedItems {
     by_fingerprint: HashMap<(String, String), ItemLine>,
+    /// A sub-workflow stage's output, by its path (`sub/inner`, `sub[3]/inner`).
+    whole: HashMap<String, ItemLine>,
 }
 
 impl FinishedItems {
     /// The items recorded in a run's folder (`runs/<id>`); none when it has no item journal.
     pub(crate) fn read(run_dir: &Path) -> FinishedItems {
+        let mut items = FinishedItems::default();
+        items.read_more(run_dir);
+        items
+    }
+
+    /// Add the items recorded in another run's folder; they take the place of those already
+    /// read (a resume reads the run it resumes after the runs that one resumed).
+    pub(crate) fn read_more(&mut self, run_dir: &Path) {
         let artifacts = run_dir.join("artifacts");
-        let mut by_fingerprint = HashMap::new();
         for mut line in read_lines::<ItemLine>(&artifacts.join(ITEMS)) {
             // An output kept in a file that is missing or damaged: the item did not finish,
             // as a line that did not parse, and a resume runs it again.
@@ -93,13 +109,61 @@ impl FinishedItems {
                     None => continue,
                 }
             }
-            by_fingerprint.insert((line.stage.clone(), line.fingerprint.clone()), line);
+            if line.whole {
+                self.whole.insert(line.stage.clone(), line);
+            } else {
+                self.by_fingerprint
+                    .insert((line.stage.clone(), line.fingerprint.clone()), line);
+            }
         }
-        FinishedItems { by_fingerprint }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
         self.by_fingerprint.is_empty()
+    }
+
+    /// What the sub-workflow that stage `stage` (item `item`) runs finished: its stages'
+    /// outputs, as a resume of a top-level run reuses them, and its stages' items (and deeper
+    /// sub-workflows'), under their paths within it.
+    pub(crate) fn within(
+        &self,
+        stage: &str,
+        item: Option<usize>,
+    ) -> (HashMap<String, OutputLine>, FinishedItems) {
+        let prefix = path_prefix(stage, item);
+        let mut outputs = HashMap::new();
+        let mut inner = FinishedItems::default();
+        for (path, line) in &self.whole {
+            let Some(rest) = path.strip_prefix(&prefix) else {
+                continue;
+            };
+            if rest.contains('/') {
+                inner.whole.insert(rest.to_string(), line.clone());
+            } else {
+                outputs.insert(
+                    rest.to_string(),
+                    OutputLine {
+                        stage: rest.to_string(),
+                        fingerprint: line.fingerprint.clone(),
+                        sha256: String::new(),
+                        output: line.output.clone(),
+                        file: None,
+                    },
+                );
+            }
+        }
+        for ((path, fingerprint), line) in &self.by_fingerprint {
+            if let Some(rest) = path.strip_prefix(&prefix) {
+                let line = ItemLine {
+                    stage: rest.to_string(),
+                    ..line.clone()
+                };
+                inner
+                    .by_fingerprint
+                    .insert((rest.to_string(), fingerprint.clone()), line);
+            }
+        }
+        (outputs, inner)
     }
 
     /// The output of an item of `stage` whose fingerprint is `fingerprint`.
@@ -133,13 +197,27 @@ fn read_lines<T: for<'de> Deserialize<'de>>(path: &Path) -> Vec<T> {
         .collect()
 }
 
+/// The path of a sub-workflow's stages in the journal: `sub/` for those of the sub-workflow
+/// stage `sub` runs, `sub[3]/` for its item 3's (stage ids have neither `/` nor `[`).
+fn path_prefix(stage: &str, item: Option<usize>) -> String {
+    match item {
+        Some(index) => format!("{stage}[{index}]/"),
+        None => format!("{stage}/"),
+    }
+}
+
 /// The journal a run writes; inactive (writes nothing) for a run without a record of its own:
 /// a dry-run, `plan --explain`. A sub-workflow's stages write to the journal of the run whose
-/// stage started the sub-workflow, as that stage ([`Journal::within`]).
+/// stage started the sub-workflow ([`Journal::within`]): its processes as that stage's, its
+/// stages' outputs and items under their paths.
+#[derive(Clone)]
 pub(crate) struct Journal {
     shared: Arc<Shared>,
     /// For a sub-workflow: the stage (and item) of the top-level run it runs in.
     within: Option<(String, Option<usize>)>,
+    /// For a sub-workflow: the path its stages are journaled under (`sub/`, `sub[3]/inner/`);
+    /// empty at the top level.
+    prefix: String,
 }
 
 struct Shared {
@@ -169,12 +247,14 @@ impl Journal {
                 processes: Mutex::default(),
             }),
             within: None,
+            prefix: String::new(),
         }
     }
 
     /// The journal of a sub-workflow that stage `stage` (item `item`) runs: its processes are
-    /// journaled and marked as that stage's, its items not at all (a resume reuses the stage,
-    /// not the sub-workflow's stages).
+    /// journaled and marked as the top-level stage's; its stages' outputs and items are kept
+    /// under the path `stage/` (`stage[item]/`), so a resume reuses the sub-workflow's finished
+    /// stages when the stage itself did not finish.
     pub(crate) fn within(&self, stage: &str, item: Option<usize>) -> Journal {
         Journal {
             shared: Arc::clone(&self.shared),
@@ -183,12 +263,18 @@ impl Journal {
                     .clone()
                     .unwrap_or_else(|| (stage.to_string(), item)),
             ),
+            prefix: format!("{}{}", self.prefix, path_prefix(stage, item)),
         }
     }
 
     /// Whether finished items are kept.
     pub(crate) fn is_active(&self) -> bool {
-        self.shared.artifacts.is_some() && self.within.is_none()
+        self.shared.artifacts.is_some()
+    }
+
+    /// Whether this is a sub-workflow's journal, which keeps its stages' outputs.
+    pub(crate) fn is_nested(&self) -> bool {
+        self.within.is_some()
     }
 
     /// The stage and item a process of `stage` (item `item`) is journaled as.
@@ -215,6 +301,32 @@ impl Journal {
         fingerprint: &str,
         output: &Value,
     ) -> Option<String> {
+        self.keep(stage, index, fingerprint, output, false)
+    }
+
+    /// Stage `stage` of this sub-workflow finished with `output` (the top-level run keeps its
+    /// stages' outputs in `outputs.jsonl`). Returns a warning the first time a line cannot be
+    /// written.
+    pub(crate) fn stage_finished(
+        &self,
+        stage: &str,
+        fingerprint: &str,
+        output: &Value,
+    ) -> Option<String> {
+        if !self.is_nested() {
+            return None;
+        }
+        self.keep(stage, 0, fingerprint, output, true)
+    }
+
+    fn keep(
+        &self,
+        stage: &str,
+        index: usize,
+        fingerprint: &str,
+        output: &Value,
+        whole: bool,
+    ) -> Option<String> {
         if !self.is_active() {
             return None;
         }
@@ -222,12 +334,15 @@ impl Journal {
         let Ok(bytes) = serde_json::to_vec(output) else {
             return None;
         };
+        let path = format!("{}{stage}", self.prefix);
+        let stage = path.as_str();
         let mut line = ItemLineRef {
             stage,
             index,
             fingerprint,
             output: None,
             file: None,
+            whole,
         };
         let file;
         let raw;
@@ -264,6 +379,8 @@ impl Journal {
             .as_ref()
             .ok_or_else(|| std::io::Error::other("the run has no folder"))?;
         let sha = crate::floor::hash::sha256_hex(bytes);
+        // A sub-workflow stage's path has `/`s; the file is a plain name in `outputs/`.
+        let stage = stage.replace('/', "+");
         let name = format!("outputs/{stage}-{index}-{}.json", &sha[..16]);
         let path = artifacts.join(&name);
         if let Some(parent) = path.parent() {
@@ -389,24 +506,58 @@ mod tests {
         assert_eq!(journal.marker("s", Some(3)), "r1 3 s");
         assert_eq!(journal.marker("a b", None), "r1 - a b");
 
-        // A sub-workflow's processes are its stage's; its items are not kept.
+        // A sub-workflow's processes are its stage's.
         let nested = journal.within("sub", Some(4));
         assert_eq!(nested.marker("inner", None), "r1 4 sub");
         assert_eq!(
             nested.within("deeper", None).marker("x", Some(1)),
             "r1 4 sub"
         );
-        assert!(!nested.is_active());
-        assert!(nested
-            .item_finished("inner", 0, "f9", &Value::Null)
-            .is_none());
         assert!(nested.process_started("inner", None, 1).is_none());
-        assert!(FinishedItems::read(dir.path()).get("inner", "f9").is_none());
         let processes = read_processes(dir.path());
         assert_eq!(
             (processes[1].stage.as_str(), processes[1].item),
             ("sub", Some(4))
         );
+    }
+
+    #[test]
+    fn a_sub_workflow_keeps_its_stages_and_items_under_its_path() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("artifacts")).unwrap();
+        let journal = Journal::new("r1", Some(dir.path()));
+        // A sub-workflow's processes are its stage's; its items and its stages' outputs are
+        // kept under its path, and read back as the sub-workflow's.
+        let nested = journal.within("sub", Some(4));
+        assert_eq!(nested.marker("inner", None), "r1 4 sub");
+        let deeper = nested.within("deeper", None);
+        assert_eq!(deeper.marker("x", Some(1)), "r1 4 sub");
+        assert!(nested.is_active() && nested.is_nested() && !journal.is_nested());
+        assert!(nested
+            .item_finished("inner", 0, "f9", &Value::Null)
+            .is_none());
+        assert!(nested
+            .stage_finished("inner", "f8", &Value::from("in"))
+            .is_none());
+        assert!(deeper.stage_finished("x", "f7", &Value::from(7)).is_none());
+        assert!(journal.stage_finished("top", "f6", &Value::Null).is_none());
+        let items = FinishedItems::read(dir.path());
+        assert!(items.get("inner", "f9").is_none());
+        assert_eq!(items.get("sub[4]/inner", "f9"), Some(&Value::Null));
+        let (outputs, inner) = items.within("sub", Some(4));
+        assert_eq!(outputs.len(), 1, "{outputs:?}");
+        assert_eq!(outputs["inner"].fingerprint, "f8");
+        assert_eq!(outputs["inner"].output, Value::from("in"));
+        assert_eq!(inner.get("inner", "f9"), Some(&Value::Null));
+        let (outputs, _) = inner.within("deeper", None);
+        assert_eq!(outputs["x"].output, Value::from(7));
+        assert!(items.within("sub", Some(3)).0.is_empty());
+        assert!(items.within("sub", None).0.is_empty());
+        let big = Value::from("y".repeat(usize::try_from(LARGE_OUTPUT).unwrap() + 1));
+        assert!(deeper.stage_finished("large", "f5", &big).is_none());
+        let items = FinishedItems::read(dir.path());
+        let (_, inner) = items.within("sub", Some(4));
+        assert_eq!(inner.within("deeper", None).0["large"].output, big);
     }
 
     #[test]

@@ -335,7 +335,7 @@ pub(crate) fn run_nested(
     inputs: Map<String, Value>,
     parent: &str,
     reporter: &Reporter,
-    journal: journal::Journal,
+    within: Within,
 ) -> RunRecord {
     let reporter = reporter.child(parent);
     let mut executor = Executor::new(
@@ -346,9 +346,17 @@ pub(crate) fn run_nested(
         record::new_run_id(),
         reporter,
     );
-    executor.journal = Some(journal);
-    executor.execute(HashMap::new(), journal::FinishedItems::default());
+    executor.journal = Some(within.journal);
+    executor.execute(within.outputs, within.items);
     executor.record
+}
+
+/// Where a sub-workflow runs in the top-level run: the journal its stages write to, and what
+/// the resumed run's journal says they finished (their outputs, their items).
+pub(crate) struct Within {
+    pub journal: journal::Journal,
+    pub outputs: HashMap<String, OutputLine>,
+    pub items: journal::FinishedItems,
 }
 
 struct Executor<'w, 'r> {
@@ -557,7 +565,7 @@ impl<'w, 'r> Executor<'w, 'r> {
     fn execute(&mut self, reuse: HashMap<String, OutputLine>, items: journal::FinishedItems) {
         let workflow = self.workflow;
         // A dry-run's record is no resume's base: it keeps no journal.
-        let journal = self.journal.take().unwrap_or_else(|| {
+        let journal = self.journal.clone().unwrap_or_else(|| {
             journal::Journal::new(
                 &self.record.run_id,
                 self.dir.as_deref().filter(|_| !self.options.dry_run),
@@ -1159,6 +1167,15 @@ impl<'w, 'r> Executor<'w, 'r> {
                 at,
             }),
             None => {
+                // A sub-workflow's stage: its output is journaled in the top-level run, so a
+                // resume of that run reuses it when the sub-workflow's stage did not finish.
+                if let (Some(journal), Some((fingerprint, _, output))) =
+                    (&self.journal, &output_line)
+                {
+                    if let Some(warning) = journal.stage_finished(&id, fingerprint, output) {
+                        self.reporter.line(&format!("warning: {warning}"));
+                    }
+                }
                 if let Some(slot) = self.record.stages.get_mut(&id) {
                     let started_at = slot.started_at.take();
                     *slot = StageRecord {

@@ -839,6 +839,28 @@ pub(crate) fn read_record(state_dir: &Path, id: &str) -> Result<RunRecord, Recor
     Ok(record)
 }
 
+/// The runs whose work a resume of `record` reuses, oldest first, `record`'s own last: the
+/// run it resumed, the run that one resumed, and so on, as far as their records remain. A
+/// resume killed before it had recorded again what it reused leaves that work in the runs
+/// before it, and a resume of it takes it from there.
+pub(crate) fn resume_chain(state_dir: &Path, record: &RunRecord) -> Vec<String> {
+    let mut chain = vec![record.run_id.clone()];
+    let mut next = record.resumed_from.clone();
+    while let Some(id) = next.take() {
+        // A record naming itself or a run already in the chain ends it.
+        if chain.contains(&id) || chain.len() >= 10_000 {
+            break;
+        }
+        let Ok(previous) = read_record_as_written(state_dir, &id) else {
+            break;
+        };
+        next = previous.resumed_from.clone();
+        chain.push(id);
+    }
+    chain.reverse();
+    chain
+}
+
 /// The outputs a run produced, by stage (the last line of a stage wins).
 pub(crate) fn read_outputs(state_dir: &Path, id: &str) -> HashMap<String, OutputLine> {
     let artifacts = runs_dir(state_dir).join(id).join("artifacts");

@@ -256,7 +256,10 @@ impl StageRunner<'_> {
         let stage = &self.workflow.stages[index];
         let mut outcome = StageOutcome::new();
         outcome.reuse_only = reuse_only;
-        if let Err(error) = self.run_inner(stage, &mut outcome) {
+        // Its templates stop at the run's interrupt and at the stage's `timeout`.
+        let cancel = crate::floor::cancel::Cancel::after(stage.timeout);
+        let result = crate::template::stop::within(cancel, || self.run_inner(stage, &mut outcome));
+        if let Err(error) = result {
             let error = error.to_string();
             outcome.status = StageStatus::Failed;
             outcome.output = None;
@@ -1219,7 +1222,14 @@ impl StageRunner<'_> {
                     inputs,
                     &stage.id,
                     self.reporter,
-                    self.journal.within(&stage.id, item),
+                    {
+                        let (outputs, items) = self.items.within(&stage.id, item);
+                        super::Within {
+                            journal: self.journal.within(&stage.id, item),
+                            outputs,
+                            items,
+                        }
+                    },
                 );
                 match record.status {
                     RunStatus::Completed | RunStatus::Exited => {

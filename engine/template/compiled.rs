@@ -85,7 +85,10 @@ impl Tmpl {
     pub(crate) fn expression(env: &SharedEnvironment, source: &str) -> Result<Tmpl, Error> {
         let expression = super::guarded(|| {
             NativeExpression::try_new(env.clone(), |env| {
-                env.compile_expression_owned(source.to_string())
+                env.compile_expression_owned(
+                    super::reads::bounded_concat(source, true)
+                        .unwrap_or_else(|| source.to_string()),
+                )
             })
         })?;
         Ok(Tmpl::Native(Box::new(expression)))
@@ -93,7 +96,7 @@ impl Tmpl {
 
     /// Evaluate: a string for text templates, the value for native ones.
     pub(crate) fn eval(&self, scope: &Value) -> Result<Value, Error> {
-        self.eval_unexplained(scope).map_err(explained)
+        super::stop::guard(|| self.eval_unexplained(scope)).map_err(explained)
     }
 
     fn eval_unexplained(&self, scope: &Value) -> Result<Value, Error> {
@@ -111,7 +114,7 @@ impl Tmpl {
 
     /// Evaluate to text (a native value is formatted as minijinja prints it).
     pub(crate) fn render(&self, scope: &Value) -> Result<String, Error> {
-        self.render_unexplained(scope).map_err(explained)
+        super::stop::guard(|| self.render_unexplained(scope)).map_err(explained)
     }
 
     fn render_unexplained(&self, scope: &Value) -> Result<String, Error> {

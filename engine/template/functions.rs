@@ -20,6 +20,7 @@ pub(crate) const NOW_ENV: &str = "STAGEGRAPH_NOW";
 
 /// Register every engine function and filter on `env`.
 pub(crate) fn register(env: &mut Environment<'static>) {
+    env.add_function(super::reads::CONCAT, concat_fn);
     env.add_function("now", now_fn);
     env.add_function("timestamp", timestamp_fn);
     env.add_filter("timestamp", timestamp_fn);
@@ -394,6 +395,42 @@ fn shell_quote_filter(value: Value) -> String {
         Some(text) => shell_quote(text),
         None => shell_quote(&value.to_string()),
     }
+}
+
+/// `a ~ b`, as [`super::reads::bounded_concat`] writes it: the two as text, joined, unless the
+/// string would be longer than a template may render ([`super::compiled::MAX_RENDERED`]).
+fn concat_fn(left: Value, right: Value) -> Result<Value, Error> {
+    super::stop::check()?;
+    if left.is_undefined() || right.is_undefined() {
+        return Err(Error::new(
+            ErrorKind::UndefinedError,
+            "`~` joins an undefined value",
+        ));
+    }
+    fn text(value: &Value) -> std::borrow::Cow<'_, str> {
+        match value.as_str() {
+            Some(s) => std::borrow::Cow::Borrowed(s),
+            None => std::borrow::Cow::Owned(value.to_string()),
+        }
+    }
+    let (a, b) = (text(&left), text(&right));
+    let limit = super::compiled::MAX_RENDERED;
+    if a.len() + b.len() > limit {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!(
+                "`~` would make a string of {} MiB ({} bytes), more than the {} MiB one \
+                 template may make",
+                (a.len() + b.len()) >> 20,
+                a.len() + b.len(),
+                limit >> 20
+            ),
+        ));
+    }
+    let mut out = String::with_capacity(a.len() + b.len());
+    out.push_str(&a);
+    out.push_str(&b);
+    Ok(Value::from(out))
 }
 
 #[cfg(test)]

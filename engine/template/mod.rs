@@ -16,6 +16,7 @@ pub(crate) mod compiled;
 pub(crate) mod functions;
 pub(crate) mod reads;
 pub(crate) mod shell;
+pub(crate) mod stop;
 
 pub(crate) use compiled::{Scope, StageSlot, StageTable, Tmpl};
 
@@ -33,6 +34,7 @@ pub(crate) fn environment() -> Environment<'static> {
         }
     });
     env.set_formatter(|out, state, value| {
+        stop::check()?;
         let value = &compiled::bounded(value)?;
         if shell::capturing() {
             out.write_str(&shell::capture(value)?)?;
@@ -50,7 +52,14 @@ pub(crate) fn environment() -> Environment<'static> {
         Ok(())
     });
     functions::register(&mut env);
+    env.add_function("range", stop::range);
     env
+}
+
+/// A template's source as the engine compiles it: each `~` bounded
+/// ([`reads::bounded_concat`]).
+pub(crate) fn bounded_source(source: &str) -> String {
+    reads::bounded_concat(source, false).unwrap_or_else(|| source.to_string())
 }
 
 /// Runs a minijinja compile (or a render that compiles) and turns a panic inside it into a

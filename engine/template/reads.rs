@@ -142,6 +142,85 @@ struct Walker<'a> {
     /// Names bound by the template, innermost scope last.
     bound: Vec<Vec<&'a str>>,
     out: Reads,
+    /// Every `a ~ b`: the bytes of the whole, where `a` ends and where `b` starts.
+    concats: Vec<(Range<usize>, usize, usize)>,
+}
+
+/// The name [`bounded_concat`] calls `~` by; registered with the engine's functions.
+pub(crate) const CONCAT: &str = "__concat";
+
+/// `source` (a template, or a bare expression when `expression`) with each `a ~ b` written
+/// `__concat(a , b)`: minijinja joins the two strings of a `~` with no bound and no hook, so a
+/// `~` in a loop could double a string until memory ran out; the engine's function refuses a
+/// string past the bound first ([`super::functions`]). The rewrite keeps every line where it
+/// was. `None` when there is no `~` to rewrite, or the source does not parse (its errors are
+/// then the original's).
+#[allow(clippy::default_constructed_unit_structs)]
+pub(crate) fn bounded_concat(source: &str, expression: bool) -> Option<String> {
+    use minijinja::machinery::{tokenize, Token};
+    if !source.contains('~') {
+        return None;
+    }
+    let mut walker = Walker::default();
+    if expression {
+        let expr = super::guarded(|| parse_expr(source)).ok()?;
+        walker.expr(&expr);
+    } else {
+        let tree = super::guarded(|| {
+            parse(
+                source,
+                "<template>",
+                SyntaxConfig::default(),
+                WhitespaceConfig::default(),
+            )
+        })
+        .ok()?;
+        walker.stmt(&tree);
+    }
+    if walker.concats.is_empty() {
+        return None;
+    }
+    let tildes: Vec<usize> = super::guarded(|| {
+        tokenize(
+            source,
+            expression,
+            SyntaxConfig::default(),
+            WhitespaceConfig::default(),
+        )
+        .filter_map(|token| match token {
+            Ok((Token::Tilde, span)) => Some(Ok(span.start_offset as usize)),
+            Ok(_) => None,
+            Err(error) => Some(Err(error)),
+        })
+        .collect::<Result<Vec<_>, _>>()
+    })
+    .ok()?;
+    // Edits by offset: (offset, order among edits at that offset, bytes replaced, text).
+    let mut edits: Vec<(usize, usize, usize, String)> = Vec::new();
+    for (whole, left_end, right_start) in &walker.concats {
+        let tilde = tildes
+            .iter()
+            .copied()
+            .find(|&t| t >= *left_end && t < *right_start)?;
+        let len = whole.end - whole.start;
+        // Opened outermost first, closed innermost first.
+        edits.push((whole.start, usize::MAX - len, 0, format!("{CONCAT}(")));
+        edits.push((tilde, 0, 1, ",".to_string()));
+        edits.push((whole.end, len, 0, ")".to_string()));
+    }
+    edits.sort_by_key(|e| (e.0, e.1));
+    let mut out = String::with_capacity(source.len() + edits.len() * 8);
+    let mut at = 0;
+    for (offset, _, replaced, text) in edits {
+        if offset < at || !source.is_char_boundary(offset) {
+            return None;
+        }
+        out.push_str(&source[at..offset]);
+        out.push_str(&text);
+        at = offset + replaced;
+    }
+    out.push_str(source.get(at..)?);
+    Some(out)
 }
 
 fn range(span: minijinja::machinery::Span) -> Range<usize> {
@@ -362,6 +441,13 @@ impl<'a> Walker<'a> {
             }
             ast::Expr::UnaryOp(u) => self.expr(&u.expr),
             ast::Expr::BinOp(b) => {
+                if matches!(b.op, ast::BinOpKind::Concat) {
+                    self.concats.push((
+                        range(b.span()),
+                        b.left.span().end_offset as usize,
+                        b.right.span().start_offset as usize,
+                    ));
+                }
                 self.expr(&b.left);
                 self.expr(&b.right);
             }
@@ -510,5 +596,45 @@ mod tests {
         assert!(reads.loads[3].ignore_missing && !reads.loads[0].ignore_missing);
         assert_eq!(&source[reads.loads[1].span.clone()], "'m.j2'");
         assert_eq!(paths(&reads), ["name"]);
+    }
+
+    #[test]
+    fn a_concatenation_is_rewritten_to_the_bounded_function_and_renders_the_same() {
+        let rewritten = |source: &str| bounded_concat(source, false);
+        assert_eq!(
+            rewritten("{{ a ~ b ~ (c ~ 'd') }}").as_deref(),
+            Some("{{ __concat(__concat(a , b) , (__concat(c , 'd'))) }}")
+        );
+        assert_eq!(rewritten("no tilde {{ a }}"), None);
+        assert_eq!(rewritten("a ~ b outside blocks"), None);
+        assert_eq!(rewritten("{{ a ~ }}"), None, "a syntax error is left alone");
+        assert_eq!(
+            bounded_concat("x ~ y|upper", true).as_deref(),
+            Some("__concat(x , y|upper)")
+        );
+        let scope = minijinja::context! { a => "A", b => 2, c => "C", n => (), xs => ["p", "q"] };
+        for source in [
+            "{{ a ~ b ~ (c ~ 'd') }}",
+            "{% set s = a %}{% for x in xs %}{% set s = s ~ x ~ loop.index %}{% endfor %}{{ s }}",
+            "{{ (a ~ b) | lower }} {{ a ~ b | string | upper }} {{ n ~ 'x' }}",
+            "{% macro m(v=a ~ 'z') %}{{ v ~ caller() }}{% endmacro %}{% call m() %}{{ c ~ '~' }}{% endcall %}",
+            "{{ xs | map('upper') | join('~') ~ [a ~ 1, {'k': c ~ 2}] | tojson }}",
+            "{{ 'é' ~ a ~ 'ü' }} {% if a ~ b == 'A2' %}yes{% endif %}",
+        ] {
+            let plain = minijinja::Environment::new()
+                .render_str(source, &scope)
+                .unwrap();
+            let env = crate::template::environment();
+            let bounded = env
+                .render_str(&crate::template::bounded_source(source), &scope)
+                .unwrap();
+            assert_eq!(plain, bounded, "{source}");
+            assert_ne!(crate::template::bounded_source(source), source);
+        }
+        let env = crate::template::environment();
+        let error = env
+            .render_str(&crate::template::bounded_source("{{ x ~ 'y' }}"), &scope)
+            .unwrap_err();
+        assert_eq!(error.kind(), minijinja::ErrorKind::UndefinedError);
     }
 }
