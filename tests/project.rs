@@ -272,3 +272,63 @@ fn init_then_test_passes_in_an_empty_folder_and_init_refuses_to_overwrite() {
         .code(0);
     assert!(t.read("workflows/hello.toml").contains("[stages.greet]"));
 }
+
+#[test]
+fn logging_is_off_by_default_and_verbose_or_stagegraph_log_turns_it_on() {
+    let t = first_project(r#"["sh", "models/shout.sh"]"#);
+    let quiet = t.command(["run", "hello"]).output();
+    quiet.code(0);
+    assert!(!quiet.stderr.contains("workflow found"), "{}", quiet.stderr);
+    let info = t.command(["-v", "run", "hello"]).output();
+    info.code(0);
+    info.stderr_has("workflow found");
+    info.stderr_has("stage finished");
+    assert!(!info.stderr.contains("model request"), "-v is info only");
+    let debug = t.command(["run", "hello", "-vv"]).output();
+    debug.code(0);
+    debug.stderr_has("project root");
+    debug.stderr_has("wave=2");
+    debug.stderr_has("model request alias=shout provider=command:sh models/shout.sh");
+    let filtered = t
+        .command(["run", "hello"])
+        .env("STAGEGRAPH_LOG", "stagegraph=debug")
+        .output();
+    filtered.code(0);
+    filtered.stderr_has("model reply alias=shout");
+    let bad = t
+        .command(["list"])
+        .env("STAGEGRAPH_LOG", "stagegraph=loud")
+        .output();
+    bad.code(2);
+    bad.stderr_has("STAGEGRAPH_LOG=`stagegraph=loud`");
+}
+
+#[test]
+fn a_secret_never_reaches_the_log() {
+    let t = Test::new();
+    t.write(
+        "stagegraph.toml",
+        "[models.api]\nprovider = \"openai\"\nbase_url = \"http://127.0.0.1:9\"\napi_key_env = \"MY_KEY\"\n",
+    );
+    t.write(
+        "w.toml",
+        "[workflow]\nenv = [\"MY_KEY\"]\n[stages.a]\ncommand = [\"sh\", \"-c\", \"echo leaked $0 >&2; exit 3\", \"{{ env.MY_KEY }}\"]\n",
+    );
+    let out = t
+        .command(["-v", "run", "w.toml"])
+        .env("MY_KEY", "sk-very-secret-value")
+        .output();
+    out.code(1);
+    // The stage's error, with the stderr that holds the key, is in the log line.
+    let logged = out
+        .stderr
+        .lines()
+        .find(|line| line.contains("stage finished") && line.contains("leaked"))
+        .unwrap_or_else(|| panic!("no log line with the error:\n{}", out.stderr));
+    assert!(!logged.contains("sk-very-secret-value"), "{logged}");
+    assert!(
+        !out.stderr.contains("sk-very-secret-value"),
+        "{}",
+        out.stderr
+    );
+}
