@@ -81,6 +81,7 @@ pub fn workflow(data: &[u8]) {
     let library = Library {
         root: Some(root.clone()),
         origin: "fuzz",
+        loose: false,
     };
     let search = SearchPath::new(vec![library.clone()]);
     let found = Found {

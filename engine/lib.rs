@@ -24,8 +24,10 @@ mod mcp;
 #[allow(clippy::result_large_err)]
 mod models;
 mod plan;
+mod project;
 mod run;
 mod schema;
+mod selection;
 mod template;
 mod testing;
 
@@ -39,14 +41,17 @@ pub use claude::{enable_toggle, HookChange, SettingsError, SettingsScope, Toggle
 pub use diag::{Diagnostic, DiagnosticKind, Escape, Severity};
 pub use doctor::{doctor, Finding, Level, NEWEST_CLAUDE, OLDEST_CLAUDE};
 pub use engine::{
-    builtins_schema, config_schema, interrupt, migrate_recordings, read_inputs, reaper, redact,
-    register_secrets, resume_inputs, spawn_detached, workflow_schema, CheckReport, EjectError,
-    Engine, InputError, Listing, RunFailure, RunRequest, StateDir,
+    builtins_schema, config_schema, init, interrupt, migrate_recordings, read_inputs, reaper,
+    redact, register_secrets, resume_inputs, spawn_detached, workflow_schema, CheckReport,
+    EjectError, Engine, InitError, Initialized, InputError, Listing, RunFailure, RunRequest,
+    StateDir,
 };
 pub use load::RawWorkflow;
 pub use models::Migration;
 pub use plan::Plan;
+pub use project::{Project, RootMarker};
 pub use run::diff::RunDiff;
+pub use selection::StageSelection;
 
 /// A duration as a workflow writes them (`300s`, `10m`, `1h30m`, `500ms`).
 pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {

@@ -2,7 +2,8 @@
 //!
 //! A library is a folder holding `workflows/`, `templates/` and `schemas/`; the built-in library
 //! is embedded in the binary. The search path is, first match first: `--library` folders,
-//! `STAGEGRAPH_PATH`, `.stagegraph/` in the working directory, the user's config folder, the
+//! `STAGEGRAPH_PATH`, `.stagegraph/` at the project root, the project root itself (its
+//! `workflows/` folder and the workflow files at its top), the user's config folder, the
 //! built-in library.
 
 use std::path::{Path, PathBuf};
@@ -46,8 +47,12 @@ impl Shelf {
 pub(crate) struct Library {
     /// The folder, or `None` for the built-in library.
     pub root: Option<PathBuf>,
-    /// Why it is on the path (`--library`, `STAGEGRAPH_PATH`, `project`, `user`, `built-in`).
+    /// Why it is on the path (`--library`, `STAGEGRAPH_PATH`, `project`, `root`, `user`,
+    /// `built-in`).
     pub origin: &'static str,
+    /// Workflow files at the folder's top count too, beside those of its `workflows/` (the
+    /// project root: `hello.toml` beside `stagegraph.toml`).
+    pub loose: bool,
 }
 
 impl Library {
@@ -55,6 +60,7 @@ impl Library {
         Library {
             root: None,
             origin: "built-in",
+            loose: false,
         }
     }
 
@@ -62,6 +68,17 @@ impl Library {
         Library {
             root: Some(root.into()),
             origin,
+            loose: false,
+        }
+    }
+
+    /// The project root as a library: its `workflows/`, templates and schemas, and the
+    /// workflow files at its top.
+    pub(crate) fn project_root(root: impl Into<PathBuf>) -> Self {
+        Library {
+            root: Some(root.into()),
+            origin: "root",
+            loose: true,
         }
     }
 
@@ -81,8 +98,16 @@ impl Library {
         match &self.root {
             Some(root) => {
                 let path = root.join(shelf.folder()).join(relative);
-                let text = std::fs::read_to_string(&path).ok()?;
-                Some(SourceFile::new(path, text))
+                match std::fs::read_to_string(&path) {
+                    Ok(text) => Some(SourceFile::new(path, text)),
+                    Err(_) if self.loose && shelf == Shelf::Workflows => {
+                        let path = root.join(relative);
+                        let is_loose = !relative.contains('/') && workflow_name(relative).is_some();
+                        let text = std::fs::read_to_string(&path).ok()?;
+                        (is_loose && is_workflow_text(&text)).then(|| SourceFile::new(path, text))
+                    }
+                    Err(_) => None,
+                }
             }
             None => {
                 let file = shelf.builtin().get_file(relative)?;
@@ -98,18 +123,25 @@ impl Library {
     /// The workflow names this library holds, sorted.
     pub(crate) fn workflow_names(&self) -> Vec<String> {
         let mut names: Vec<String> = match &self.root {
-            Some(root) => std::fs::read_dir(root.join("workflows"))
-                .into_iter()
-                .flatten()
-                .flatten()
-                .filter_map(|entry| workflow_name(&entry.file_name().to_string_lossy()))
-                .collect(),
+            Some(root) => {
+                let mut names: Vec<String> = std::fs::read_dir(root.join("workflows"))
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .filter_map(|entry| workflow_name(&entry.file_name().to_string_lossy()))
+                    .collect();
+                if self.loose {
+                    names.extend(loose_workflows(root));
+                }
+                names
+            }
             None => BUILTIN_WORKFLOWS
                 .files()
                 .filter_map(|f| workflow_name(&f.path().file_name()?.to_string_lossy()))
                 .collect(),
         };
         names.sort();
+        names.dedup();
         names
     }
 
@@ -138,12 +170,43 @@ impl Library {
 }
 
 /// The workflow a file of `workflows/` holds: `x.toml` holds `x`; a test file (`x.test.toml`)
-/// holds none.
+/// and the model configuration (`stagegraph.toml`) hold none.
 fn workflow_name(file: &str) -> Option<String> {
-    if file.ends_with(crate::testing::TEST_SUFFIX) {
+    if file.ends_with(crate::testing::TEST_SUFFIX) || file == crate::project::CONFIG_FILE {
         return None;
     }
     file.strip_suffix(".toml").map(str::to_string)
+}
+
+/// Whether a TOML file at a project's top is a workflow rather than another tool's
+/// configuration (`Cargo.toml`, `pyproject.toml`): it has a `[workflow]` or a `[stages]` table.
+fn is_workflow_text(text: &str) -> bool {
+    match text.parse::<toml::Table>() {
+        Ok(table) => table
+            .get("stages")
+            .or_else(|| table.get("workflow"))
+            .is_some_and(toml::Value::is_table),
+        // A workflow with a syntax error is still the user's workflow, to be told about.
+        Err(_) => text.lines().any(|line| {
+            let line = line.trim_start();
+            line.starts_with("[workflow]") || line.starts_with("[stages")
+        }),
+    }
+}
+
+/// The names of the workflow files at the top of `root`.
+fn loose_workflows(root: &Path) -> Vec<String> {
+    std::fs::read_dir(root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_file()))
+        .filter_map(|entry| {
+            let name = workflow_name(&entry.file_name().to_string_lossy())?;
+            let text = std::fs::read_to_string(entry.path()).ok()?;
+            is_workflow_text(&text).then_some(name)
+        })
+        .collect()
 }
 
 fn collect_embedded(dir: &Dir<'_>, prefix: &str, out: &mut Vec<String>) {
@@ -176,7 +239,7 @@ pub(crate) struct Found {
 impl SearchPath {
     /// The search path of the spec, from the command line's `--library` folders, the
     /// environment and the working directory.
-    pub(crate) fn from_env(cli: &[PathBuf], cwd: &Path) -> Self {
+    pub(crate) fn from_env(cli: &[PathBuf], cwd: &Path, root: &Path) -> Self {
         let mut libraries: Vec<Library> = cli
             .iter()
             .map(|dir| Library::dir(cwd.join(dir), "--library"))
@@ -188,7 +251,11 @@ impl SearchPath {
                     .map(|p| Library::dir(cwd.join(p), "STAGEGRAPH_PATH")),
             );
         }
-        libraries.push(Library::dir(cwd.join(".stagegraph"), "project"));
+        libraries.push(Library::dir(
+            root.join(crate::project::STATE_FOLDER),
+            "project",
+        ));
+        libraries.push(Library::project_root(root));
         if let Some(config) = user_config_dir() {
             libraries.push(Library::dir(config.join("stagegraph"), "user"));
         }

@@ -94,19 +94,24 @@ fn main() -> ExitCode {
             anstream::AutoStream::choice(&std::io::stderr()) != anstream::ColorChoice::Never
         }
     };
-    let state_dir = cli
-        .state_dir
-        .clone()
-        .map_or_else(|| cwd.join(".stagegraph"), |d| cwd.join(d));
-    let state_explicit = cli.state_dir.is_some();
+    if let Err(message) = logging(cli.verbose, color) {
+        errln!("error: {message}");
+        return ExitCode::from(exit::INVALID as u8);
+    }
     // Before anything is printed or written: the keys the configuration names never are.
     stagegraph::register_secrets(&cwd);
     let mut engine = Engine::new(&cli.libraries, &cwd);
+    let state_dir = cli
+        .state_dir
+        .clone()
+        .map_or_else(|| engine.project().state_dir(), |d| cwd.join(d));
+    let state_explicit = cli.state_dir.is_some();
     match &cli.command {
         Command::Mcp => return mcp(&engine, &cli, &cwd),
         Command::InstallHook(args) => return hook(args, &cwd, true),
         Command::UninstallHook(args) => return hook(args, &cwd, false),
         Command::Doctor { probe } => return doctor(&cwd, *probe),
+        Command::Init { force } => return init(&cwd, *force),
         _ => {}
     }
     let state = StateDir {
@@ -221,6 +226,72 @@ fn hook(args: &HookArgs, cwd: &Path, install: bool) -> ExitCode {
     ExitCode::from(exit::SUCCESS as u8)
 }
 
+/// Logging to stderr, off unless `-v` or STAGEGRAPH_LOG asks: `-v` info, `-vv` debug, `-vvv`
+/// trace, of this program's events only; STAGEGRAPH_LOG is an env-filter directive list and
+/// wins. Every line is redacted as the rest of stderr is.
+fn logging(verbose: u8, color: bool) -> Result<(), String> {
+    use tracing_subscriber::EnvFilter;
+    let filter = match std::env::var("STAGEGRAPH_LOG") {
+        Ok(directives) if !directives.trim().is_empty() => EnvFilter::try_new(&directives)
+            .map_err(|e| format!("STAGEGRAPH_LOG=`{directives}`: {e}"))?,
+        _ => match verbose {
+            0 => return Ok(()),
+            1 => EnvFilter::new("stagegraph=info"),
+            2 => EnvFilter::new("stagegraph=debug"),
+            _ => EnvFilter::new("stagegraph=trace"),
+        },
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(|| Redacted)
+        .with_ansi(color)
+        .with_target(false)
+        .try_init()
+        .map_err(|e| format!("cannot start logging: {e}"))
+}
+
+/// stderr, through the redaction of every secret the configuration names.
+struct Redacted;
+
+impl std::io::Write for Redacted {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let text = stagegraph::redact(String::from_utf8_lossy(bytes).into_owned());
+        std::io::stderr().write_all(text.as_bytes())?;
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
+/// `stagegraph init`: the files written, then what to do next.
+fn init(cwd: &Path, force: bool) -> ExitCode {
+    // Pinned as `stagegraph test` pins it, so that the recording replays there.
+    if std::env::var_os("STAGEGRAPH_NOW").is_none() {
+        std::env::set_var("STAGEGRAPH_NOW", args::DEFAULT_TEST_NOW);
+    }
+    match stagegraph::init(cwd, force) {
+        Ok(done) => {
+            for file in &done.files {
+                errln!("created {}", file.display());
+            }
+            errln!(
+                "\nnext:\n  stagegraph run hello --input name=ada    # HELLO ADA; ADA WRITES TOML\n  stagegraph test                         # the case in workflows/hello.test.toml, replayed\n  stagegraph check                        # every workflow of the project\nthen edit workflows/hello.toml, or point [models.shout] in stagegraph.toml at a real model"
+            );
+            ExitCode::from(exit::SUCCESS as u8)
+        }
+        Err(error) => {
+            errln!("error: {error}");
+            let code = match error {
+                stagegraph::InitError::Exists(_) => exit::INVALID,
+                _ => exit::FAILED,
+            };
+            ExitCode::from(code as u8)
+        }
+    }
+}
+
 /// `stagegraph doctor`.
 fn doctor(cwd: &Path, probe: bool) -> ExitCode {
     let findings = stagegraph::doctor(cwd, probe);
@@ -278,6 +349,7 @@ impl App {
                 explain: true,
                 inputs,
                 inputs_json,
+                select,
                 ..
             } => {
                 // A dry-run that records nothing.
@@ -287,6 +359,7 @@ impl App {
                     quiet: true,
                     keep_runs: 0,
                     no_record: true,
+                    selection: select.selection(),
                     ..RunRequest::default()
                 };
                 let given = Given {
@@ -303,11 +376,22 @@ impl App {
                 format,
                 all_edges,
                 run,
+                select,
                 ..
-            } => self.plan(&name, format, all_edges, run.as_deref()),
+            } => self.plan(
+                &name,
+                format,
+                all_edges,
+                run.as_deref(),
+                &select.selection(),
+            ),
             Command::Run(args) => self.run(args),
             Command::Resume { run_id, exec } => self.resume(&run_id, exec),
-            Command::Runs { action, format } => self.runs(action, format),
+            Command::Runs {
+                action,
+                format,
+                filter,
+            } => self.runs(action, format, &filter),
             Command::Completions { shell } => {
                 let mut command = <Cli as clap::CommandFactory>::command();
                 let mut out = std::io::stdout();
@@ -350,7 +434,8 @@ impl App {
             Command::Mcp
             | Command::InstallHook(_)
             | Command::UninstallHook(_)
-            | Command::Doctor { .. } => {
+            | Command::Doctor { .. }
+            | Command::Init { .. } => {
                 unreachable!("handled before the app is built")
             }
         }
@@ -398,6 +483,7 @@ impl App {
         };
         let request = RunRequest {
             color: self.color,
+            selection: args.select.selection(),
             ..args.exec.request()
         };
         self.run_with(&given, &request, args.exec.format)

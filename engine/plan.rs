@@ -20,6 +20,8 @@ pub struct Plan<'w> {
     all_edges: bool,
     /// A run's status of each stage (`plan --run`): the drawing colors the stages by it.
     statuses: std::collections::HashMap<String, String>,
+    /// A stage selection (`--only`, `--from`, `--until`): what each stage would do.
+    selected: Option<crate::selection::Selected>,
 }
 
 impl<'w> Plan<'w> {
@@ -58,7 +60,32 @@ impl<'w> Plan<'w> {
             finally: waves_of(true),
             all_edges: false,
             statuses: Default::default(),
+            selected: None,
         }
+    }
+
+    /// Say of each stage what a run with this selection does with it: runs, given (the last
+    /// run's output) or left out. Errors name a stage the workflow does not have.
+    pub fn with_selection(
+        mut self,
+        selection: &crate::selection::StageSelection,
+    ) -> Result<Self, String> {
+        if !selection.is_empty() {
+            self.selected = Some(selection.resolve(self.workflow)?);
+        }
+        Ok(self)
+    }
+
+    /// What the selection does with stage `index`, when there is a selection.
+    fn selection_of(&self, index: usize) -> Option<&'static str> {
+        let selected = self.selected.as_ref()?;
+        Some(if selected.run.contains(&index) {
+            "runs"
+        } else if selected.given.contains(&index) {
+            "given"
+        } else {
+            "left_out"
+        })
     }
 
     /// Color the stages of `to_dot` and `to_mermaid` by a run's statuses (stage id ->
@@ -144,6 +171,18 @@ impl<'w> Plan<'w> {
                 let stage = &self.workflow.stages[i];
                 let def = &stage.text;
                 let _ = writeln!(out, "  {}  {}", stage.id, self.action_summary(i));
+                match self.selection_of(i) {
+                    Some("given") => {
+                        let _ = writeln!(out, "      selection: given (the last run's output)");
+                    }
+                    Some("left_out") => {
+                        let _ = writeln!(out, "      selection: left out");
+                    }
+                    Some(what) => {
+                        let _ = writeln!(out, "      selection: {what}");
+                    }
+                    None => {}
+                }
                 if let Some(description) = &def.description {
                     let _ = writeln!(out, "      {description}");
                 }
@@ -194,6 +233,7 @@ impl<'w> Plan<'w> {
                     "exit_if": stage.text.exit_if,
                     "foreach": stage.text.foreach,
                     "assert": stage.text.asserts,
+                    "selection": self.selection_of(i),
                 })
             })
             .collect();

@@ -54,6 +54,27 @@ fn the_first_workflow_of_the_readme_runs_as_written() {
     );
     assert_eq!(out.stdout.trim(), "HELLO ADA; ADA WRITES TOML");
     t.run(["runs", "show", "last"]).code(0);
+
+    // The same from a subfolder of the project, with the state folder a user gets: the
+    // workflow is found by name, the model script by the configuration's folder, and the state
+    // is kept at the root only.
+    let sub = t.path("notes/drafts");
+    std::fs::create_dir_all(&sub).expect("a subfolder");
+    for args in [
+        ["run", "hello", "--input", "name=ada"],
+        ["run", "../../hello.toml", "--input", "name=ada"],
+    ] {
+        let out = t.command(args).cwd(&sub).without_state_dir().output();
+        out.code(0);
+        assert_eq!(out.stdout.trim(), "HELLO ADA; ADA WRITES TOML");
+    }
+    t.command(["runs", "show", "last"])
+        .cwd(&sub)
+        .without_state_dir()
+        .output()
+        .code(0);
+    assert!(t.path(".stagegraph/runs").is_dir());
+    assert!(!sub.join(".stagegraph").exists() && !t.path("notes/.stagegraph").exists());
 }
 
 #[test]

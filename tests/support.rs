@@ -246,7 +246,8 @@ impl Invocation<'_> {
             .env("XDG_STATE_HOME", root.join("state-home"))
             .env("NO_COLOR", "1")
             .env_remove("STAGEGRAPH_PATH")
-            .env_remove("STAGEGRAPH_CONFIG");
+            .env_remove("STAGEGRAPH_CONFIG")
+            .env_remove("STAGEGRAPH_LOG");
         for key in &self.env_remove {
             command.env_remove(key);
         }

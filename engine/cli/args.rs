@@ -29,6 +29,11 @@ pub(crate) struct Cli {
     /// CLICOLOR_FORCE forces it off a terminal, NO_COLOR still wins).
     #[arg(long, global = true, value_enum, default_value_t = Color::Auto)]
     pub(crate) color: Color,
+    /// Log to stderr what the engine does: -v the workflow found and each stage's end, -vv
+    /// also the project root, the plan's waves, cache verdicts and model requests, -vvv
+    /// everything. STAGEGRAPH_LOG (a filter such as `stagegraph=debug`) wins when set.
+    #[arg(long, short = 'v', global = true, action = clap::ArgAction::Count)]
+    pub(crate) verbose: u8,
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -103,10 +108,12 @@ pub(crate) enum Command {
         /// With --explain: inputs as a JSON object from a file or - for stdin.
         #[arg(long, value_name = "FILE|-")]
         inputs_json: Option<String>,
+        #[command(flatten)]
+        select: SelectArgs,
     },
     /// Run a workflow.
     #[command(
-        after_help = "Examples:\n  stagegraph run my.toml --input name=world\n  stagegraph run context-update --inputs-json payload.json\n  stagegraph run refresh --input name=vite --dry-run --explain\n  stagegraph run compound --input context=\"the retry fix\" --record rec/\n  stagegraph run compound --dry-run --replay rec/\n  stagegraph run discard --answer confirm=y\n  stagegraph run my.toml --format json | jq .outputs"
+        after_help = "Examples:\n  stagegraph run my.toml --input name=world\n  stagegraph run hello --until facts            # facts and what it needs\n  stagegraph run hello --only greet             # greet alone, facts from the last run\n  stagegraph run context-update --inputs-json payload.json\n  stagegraph run refresh --input name=vite --dry-run --explain\n  stagegraph run compound --input context=\"the retry fix\" --record rec/\n  stagegraph run compound --dry-run --replay rec/\n  stagegraph run discard --answer confirm=y\n  stagegraph run my.toml --format json | jq .outputs"
     )]
     Run(RunArgs),
     /// Run a recorded run again with its inputs, reusing every stage whose fingerprint is unchanged.
@@ -121,13 +128,15 @@ pub(crate) enum Command {
     },
     /// The run history.
     #[command(
-        after_help = "Examples:\n  stagegraph runs\n  stagegraph runs --format json\n  stagegraph runs show last\n  stagegraph runs show last --stage writer\n  stagegraph runs report last -o report.html\n  stagegraph runs prune --keep 10"
+        after_help = "Examples:\n  stagegraph runs\n  stagegraph runs --workflow hello --status failed --limit 5\n  stagegraph runs --format json\n  stagegraph runs show last\n  stagegraph runs show last --stage writer\n  stagegraph runs report last -o report.html\n  stagegraph runs prune --keep 10"
     )]
     Runs {
         #[command(subcommand)]
         action: Option<RunsAction>,
         #[arg(long, value_enum, default_value_t = TextOrJson::Text)]
         format: TextOrJson,
+        #[command(flatten)]
+        filter: RunsFilter,
     },
     /// Print the JSON Schema of the workflow, config or test file format, or of the built-ins.
     #[command(
@@ -142,6 +151,16 @@ pub(crate) enum Command {
     Recordings {
         #[command(subcommand)]
         action: RecordingsAction,
+    },
+    /// Start a project in the current folder: stagegraph.toml with a model alias that answers
+    /// offline (a script), a first workflow, its test and the test's recording.
+    #[command(
+        after_help = "Examples:\n  stagegraph init && stagegraph test\n  stagegraph init --force      # overwrite the files it writes"
+    )]
+    Init {
+        /// Overwrite the files init writes when they exist (nothing else is touched).
+        #[arg(long)]
+        force: bool,
     },
     /// Copy a workflow with its templates and schemas into .stagegraph/ to own it.
     #[command(
@@ -221,7 +240,36 @@ pub(crate) struct RunArgs {
     #[arg(long, hide = true)]
     pub(crate) detached: bool,
     #[command(flatten)]
+    pub(crate) select: SelectArgs,
+    #[command(flatten)]
     pub(crate) exec: ExecArgs,
+}
+
+/// Which stages to run: the stages upstream of the selection that it does not hold take the
+/// output the last run recorded; the others are left out.
+#[derive(Args, Clone, Default)]
+pub(crate) struct SelectArgs {
+    /// Run only these stages (comma-separated or repeated); those upstream of them take the
+    /// last run's outputs.
+    #[arg(long, value_name = "STAGE,...", value_delimiter = ',', conflicts_with_all = ["from", "until"])]
+    pub(crate) only: Vec<String>,
+    /// Run these stages and every stage downstream of them; those upstream take the last
+    /// run's outputs.
+    #[arg(long, value_name = "STAGE,...", value_delimiter = ',')]
+    pub(crate) from: Vec<String>,
+    /// Run these stages and every stage upstream of them, and nothing downstream.
+    #[arg(long, value_name = "STAGE,...", value_delimiter = ',')]
+    pub(crate) until: Vec<String>,
+}
+
+impl SelectArgs {
+    pub(crate) fn selection(&self) -> stagegraph::StageSelection {
+        stagegraph::StageSelection {
+            only: self.only.clone(),
+            from: self.from.clone(),
+            until: self.until.clone(),
+        }
+    }
 }
 
 #[derive(Args)]
@@ -338,9 +386,12 @@ pub(crate) struct TestArgs {
     pub(crate) format: TestFormat,
     /// What `now()` says in every case (RFC 3339), so that prompts holding a date replay on any
     /// day; STAGEGRAPH_NOW, when set, wins.
-    #[arg(long, value_name = "TIME", default_value = "2026-01-01T12:00:00Z")]
+    #[arg(long, value_name = "TIME", default_value = DEFAULT_TEST_NOW)]
     pub(crate) now: String,
 }
+
+/// What `now()` says in a test case unless `--now` or STAGEGRAPH_NOW says otherwise.
+pub(crate) const DEFAULT_TEST_NOW: &str = "2026-01-01T12:00:00Z";
 
 #[derive(Clone, Copy, ValueEnum, PartialEq)]
 pub(crate) enum TestFormat {
@@ -379,6 +430,44 @@ pub(crate) enum RecordingsAction {
         /// The folder of recordings.
         dir: PathBuf,
     },
+}
+
+/// Which runs `stagegraph runs` lists.
+#[derive(Args, Clone)]
+pub(crate) struct RunsFilter {
+    /// Only the runs of this workflow.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) workflow: Option<String>,
+    /// Only the runs that ended so (or are still running).
+    #[arg(long, value_enum, value_name = "STATUS")]
+    pub(crate) status: Option<StatusFilter>,
+    /// Only the newest N of the runs that match.
+    #[arg(long, short = 'n', value_name = "N")]
+    pub(crate) limit: Option<usize>,
+}
+
+/// A run status, as `run.json` spells it.
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+pub(crate) enum StatusFilter {
+    Running,
+    Completed,
+    Exited,
+    Failed,
+    Interrupted,
+}
+
+impl StatusFilter {
+    pub(crate) fn matches(self, status: stagegraph::RunStatus) -> bool {
+        use stagegraph::RunStatus;
+        matches!(
+            (self, status),
+            (StatusFilter::Running, RunStatus::Running)
+                | (StatusFilter::Completed, RunStatus::Completed)
+                | (StatusFilter::Exited, RunStatus::Exited)
+                | (StatusFilter::Failed, RunStatus::Failed)
+                | (StatusFilter::Interrupted, RunStatus::Interrupted)
+        )
+    }
 }
 
 #[derive(Subcommand)]

@@ -5,7 +5,7 @@ use serde_json::{Map, Value};
 
 use stagegraph::{exit, EjectError, Listing, Plan, RunRecord, JSON_VERSION};
 
-use super::args::{CheckFormat, PlanFormat, RunsAction, ShowFormat, TextOrJson};
+use super::args::{CheckFormat, PlanFormat, RunsAction, RunsFilter, ShowFormat, TextOrJson};
 use super::{invalid, pretty, App, Failure};
 
 impl App {
@@ -105,9 +105,13 @@ impl App {
         format: PlanFormat,
         all_edges: bool,
         run: Option<&str>,
+        selection: &stagegraph::StageSelection,
     ) -> Result<i32, Failure> {
         let workflow = self.load(name)?;
-        let mut plan = Plan::new(&workflow).with_all_edges(all_edges);
+        let mut plan = Plan::new(&workflow)
+            .with_all_edges(all_edges)
+            .with_selection(selection)
+            .map_err(invalid)?;
         if let Some(run) = run {
             let (id, dir) = self.state.locate(self.engine.cwd(), run).map_err(invalid)?;
             let record = RunRecord::read(&dir, &id).map_err(invalid)?;
@@ -129,6 +133,7 @@ impl App {
         &self,
         action: Option<RunsAction>,
         format: TextOrJson,
+        filter: &RunsFilter,
     ) -> Result<i32, Failure> {
         let cwd = self.engine.cwd();
         match action {
@@ -137,9 +142,34 @@ impl App {
                 if ids.is_empty() && format == TextOrJson::Text {
                     errln!("no runs in {}", self.state.runs_dir().display());
                 }
+                let filtered = filter.workflow.is_some() || filter.status.is_some();
+                let mut records: Vec<(String, Result<RunRecord, String>)> = ids
+                    .into_iter()
+                    .map(|(id, dir)| {
+                        let record = RunRecord::read_as_written(&dir, &id);
+                        (id, record)
+                    })
+                    .filter(|(_, record)| match record {
+                        Ok(r) => {
+                            filter
+                                .workflow
+                                .as_ref()
+                                .is_none_or(|name| r.workflow_name() == name)
+                                && filter
+                                    .status
+                                    .is_none_or(|status| status.matches(r.status()))
+                        }
+                        // An unreadable record matches no filter.
+                        Err(_) => !filtered,
+                    })
+                    .collect();
+                if let Some(limit) = filter.limit {
+                    let skip = records.len().saturating_sub(limit);
+                    records.drain(..skip);
+                }
                 let mut listed = Vec::new();
-                for (id, dir) in ids {
-                    match RunRecord::read_as_written(&dir, &id) {
+                for (id, record) in records {
+                    match record {
                         Ok(r) if format == TextOrJson::Json => listed.push(r.listing_json()),
                         Err(error) if format == TextOrJson::Json => {
                             listed.push(serde_json::json!({ "run_id": id, "unreadable": error }));

@@ -28,13 +28,13 @@ pub enum EjectError {
 impl Engine {
     /// Copy workflow `name`, its test file with its recordings (`<name>.test.toml`,
     /// `recordings/<name>/`) and the templates and schemas of its library under `<name>/`, into
-    /// `<cwd>/.stagegraph/`, telling `wrote` each file written.
+    /// the project's `.stagegraph/` (at its root), telling `wrote` each file written.
     pub fn eject(&self, name: &str, mut wrote: impl FnMut(&Path)) -> Result<(), EjectError> {
         let found = self
             .search
             .find_workflow(name, &self.cwd)
             .ok_or_else(|| EjectError::NotFound(self.no_workflow(name)))?;
-        let target = self.cwd.join(".stagegraph");
+        let target = self.project.state_dir();
         let library = found.library.clone();
         let mut copies: Vec<(PathBuf, String)> = vec![(
             target.join("workflows").join(format!("{name}.toml")),
@@ -74,6 +74,10 @@ impl Engine {
         if !existing.is_empty() {
             return Err(EjectError::Exists(existing));
         }
+        crate::project::ensure_state_dir(&target).map_err(|source| EjectError::Write {
+            path: target.clone(),
+            source,
+        })?;
         for (path, text) in &copies {
             write_new(path, text).map_err(|source| EjectError::Write {
                 path: path.clone(),

@@ -2,6 +2,7 @@
 //! recordings and budgets), the state folder, the options of the executor, the last real run
 //! to compare with or rehearse, and a record even for a run that fails before its first stage.
 
+use std::collections::HashMap;
 use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
 
@@ -14,6 +15,7 @@ use crate::exit;
 use crate::models::Models;
 use crate::run::record::{self, RunRecord};
 use crate::run::{self, ResumeFrom, RunOptions, RunStatus, Runtime};
+use crate::selection::StageSelection;
 
 /// What a run is asked to do: the command line's run options, in the library's terms.
 #[derive(Debug, Clone, Default)]
@@ -50,11 +52,13 @@ pub struct RunRequest {
     pub slow_after: Option<std::time::Duration>,
     /// Stages whose output is given instead of produced by their action (a test case's
     /// `[case.stages.<id>]`).
-    pub given: std::collections::HashMap<String, Value>,
+    pub given: HashMap<String, Value>,
     /// Variables added to the environment of every command the run starts.
     pub env: Vec<(String, String)>,
     /// Colour the progress lines on stderr.
     pub color: bool,
+    /// The stages to execute (`--only`, `--from`, `--until`); empty: all of them.
+    pub selection: StageSelection,
 }
 
 /// Why a run did not give a record.
@@ -92,6 +96,17 @@ pub struct StateDir {
 }
 
 impl StateDir {
+    /// Before a run records in `dir`: the project's own state folder, when that is where the
+    /// run records and it does not exist yet, is made with its `.gitignore` (runs, cache and
+    /// state ignored; ejected workflows and overlays not). A folder given with `--state-dir`
+    /// or under the user's state folder is the run's to make as it is.
+    pub(crate) fn prepare(&self, dir: &Path) {
+        if !self.explicit && dir == self.dir {
+            // A folder that cannot be made fails the run where it writes, with the reason.
+            let _ = crate::project::ensure_state_dir(dir);
+        }
+    }
+
     /// Where recorded runs are looked for: the state folder, then (unless it was given) the
     /// user state folders of `cwd` and its ancestors, for workflows recording there.
     pub fn search(&self, cwd: &Path) -> Vec<PathBuf> {
@@ -140,6 +155,18 @@ impl Engine {
                 return Err(failure);
             }
         };
+        let (given, given_from, left_out) =
+            match select(workflow, &request.selection, &state_dir, &request.given) {
+                Ok(selected) => selected,
+                Err(message) => {
+                    let mut failure = RunFailure::invalid(message);
+                    failure.unrecorded = self
+                        .record_early_failure(workflow, inputs, request, state, &failure.message)
+                        .err();
+                    return Err(failure);
+                }
+            };
+        log_plan(workflow, &state_dir, &left_out);
         let keep_runs = workflow
             .records
             .as_ref()
@@ -163,7 +190,9 @@ impl Engine {
             json_events: request.json_events,
             keep_runs,
             slow_after: request.slow_after.unwrap_or(run::SLOW_AFTER),
-            given: request.given.clone(),
+            given,
+            given_from,
+            left_out,
             env: request.env.clone(),
             color: request.color,
         };
@@ -252,6 +281,9 @@ impl Engine {
         }
         let state_dir = run::state_dir_for(workflow, inputs, &self.cwd, &state.dir, state.explicit)
             .map_err(|error| RunFailure::invalid(error.to_string()))?;
+        if !request.no_record {
+            state.prepare(&state_dir);
+        }
         Ok((models, state_dir))
     }
 
@@ -272,6 +304,7 @@ impl Engine {
         let state_dir =
             run::state_dir_for(workflow, &inputs, &self.cwd, &state.dir, state.explicit)
                 .unwrap_or_else(|_| state.dir.clone());
+        state.prepare(&state_dir);
         // No stage runs, so no model is needed: a configuration that does not load is no reason
         // to leave the failure unrecorded.
         let Ok(models) = Models::load(&self.cwd).or_else(|_| Models::from_layers(Vec::new()))
@@ -390,5 +423,95 @@ fn claim_resume(run_dir: &std::path::Path) -> Result<std::fs::File, Option<std::
         Err(None)
     } else {
         Err(Some(error))
+    }
+}
+
+/// What a stage selection means for a run: the outputs given (the test case's, and those of
+/// the stages upstream of the selection, from the last real run), the run they come from, and
+/// the stages left out.
+type Selection = (
+    HashMap<String, Value>,
+    Option<String>,
+    std::collections::HashSet<String>,
+);
+
+fn select(
+    workflow: &Workflow,
+    selection: &StageSelection,
+    state_dir: &Path,
+    given: &HashMap<String, Value>,
+) -> Result<Selection, String> {
+    if selection.is_empty() {
+        return Ok((given.clone(), None, Default::default()));
+    }
+    let selected = selection.resolve(workflow)?;
+    let id = |index: &usize| workflow.stages[*index].id.clone();
+    let left_out = (0..workflow.stages.len())
+        .filter(|index| !selected.run.contains(index) && !selected.given.contains(index))
+        .map(|index| id(&index))
+        .collect();
+    let mut outputs = given.clone();
+    let needed: Vec<String> = selected
+        .given
+        .iter()
+        .map(id)
+        .filter(|stage| !given.contains_key(stage))
+        .collect();
+    if needed.is_empty() {
+        return Ok((outputs, None, left_out));
+    }
+    let Some(last) = record::latest_real_run(state_dir, &workflow.name) else {
+        return Err(format!(
+            "stage {} upstream of the selection need(s) the output of an earlier run, and `{}` has none in {}; run the whole workflow first, or select with --until",
+            quoted(&needed),
+            workflow.name,
+            state_dir.display()
+        ));
+    };
+    let recorded = record::read_outputs(state_dir, &last.run_id);
+    let missing: Vec<String> = needed
+        .iter()
+        .filter(|stage| !recorded.contains_key(*stage))
+        .cloned()
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "stage {} upstream of the selection has no output in the last run {} (it did not run, or was skipped); run it first, e.g. --until {}",
+            quoted(&missing),
+            last.run_id,
+            missing[0]
+        ));
+    }
+    for stage in needed {
+        outputs.insert(stage.clone(), recorded[&stage].output.clone());
+    }
+    Ok((outputs, Some(last.run_id), left_out))
+}
+
+fn quoted(ids: &[String]) -> String {
+    ids.iter()
+        .map(|id| format!("`{id}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The plan a run follows, wave by wave, at debug level.
+fn log_plan(workflow: &Workflow, state_dir: &Path, left_out: &std::collections::HashSet<String>) {
+    if !tracing::enabled!(tracing::Level::DEBUG) {
+        return;
+    }
+    tracing::debug!(workflow = %workflow.name, state_dir = %state_dir.display(), "run planned");
+    let plan = crate::plan::Plan::new(workflow);
+    let named = |wave: &Vec<usize>| -> Vec<&str> {
+        wave.iter()
+            .map(|&index| workflow.stages[index].id.as_str())
+            .filter(|id| !left_out.contains(*id))
+            .collect()
+    };
+    for (number, wave) in plan.waves.iter().enumerate() {
+        tracing::debug!(wave = number + 1, stages = ?named(wave), "wave");
+    }
+    for (number, wave) in plan.finally.iter().enumerate() {
+        tracing::debug!(finally_wave = number + 1, stages = ?named(wave), "wave");
     }
 }

@@ -6,6 +6,7 @@
 mod eject;
 mod execute;
 mod host;
+mod init;
 mod inputs;
 mod listing;
 mod notice;
@@ -19,6 +20,7 @@ use crate::library::SearchPath;
 use crate::load::documents::Documents;
 use crate::load::{self, RawWorkflow};
 use crate::models::Models;
+use crate::project::Project;
 
 pub use eject::EjectError;
 pub use execute::{RunFailure, RunRequest, StateDir};
@@ -26,6 +28,7 @@ pub use host::{
     builtins_schema, config_schema, interrupt, migrate_recordings, reaper, redact,
     register_secrets, spawn_detached, workflow_schema,
 };
+pub use init::{init, InitError, Initialized};
 pub(crate) use inputs::resolve_answers;
 pub use inputs::{read_inputs, resume_inputs, InputError};
 pub use listing::{CheckReport, Listing};
@@ -40,22 +43,36 @@ pub struct Engine {
     pub(crate) documents: Option<Documents>,
     /// The `--library` folders, relative to `cwd`.
     pub(crate) libraries: Vec<PathBuf>,
+    /// The project `cwd` is in: its root anchors the search path and the state folder.
+    pub(crate) project: Project,
 }
 
 impl Engine {
-    /// The search path of `--library` folders, the environment and `cwd`.
+    /// The search path of `--library` folders, the environment and the project `cwd` is in.
     pub fn new(libraries: &[PathBuf], cwd: &Path) -> Self {
+        let project = Project::find(cwd);
+        tracing::debug!(
+            root = %project.root.display(),
+            marker = project.marker.describe(),
+            "project root"
+        );
         Engine {
-            search: SearchPath::from_env(libraries, cwd),
+            search: SearchPath::from_env(libraries, cwd, &project.root),
             cwd: cwd.to_path_buf(),
             documents: None,
             libraries: libraries.iter().map(|dir| cwd.join(dir)).collect(),
+            project,
         }
     }
 
     /// The working directory: paths of the command line are relative to it.
     pub fn cwd(&self) -> &Path {
         &self.cwd
+    }
+
+    /// The project the working directory is in.
+    pub fn project(&self) -> &Project {
+        &self.project
     }
 
     /// Keep parsed documents in the state folder between loads (`cache/documents`), for

@@ -165,6 +165,11 @@ impl RunRecord {
         &self.run_id
     }
 
+    /// The workflow's name.
+    pub fn workflow_name(&self) -> &str {
+        &self.workflow
+    }
+
     /// How the run ended (or that it is still running).
     pub fn status(&self) -> RunStatus {
         self.status

@@ -167,11 +167,18 @@ pub(crate) fn load_with(
     documents: Option<&Documents>,
 ) -> Result<RawWorkflow, Vec<Diagnostic>> {
     let Some(found) = search.find_workflow(reference, cwd) else {
-        let help = did_you_mean(
-            reference,
-            search.workflow_names().iter().map(String::as_str),
-        )
-        .unwrap_or_else(|| "`stagegraph list` shows the workflows on the search path".into());
+        // A workflow file beside the user, off the search path (a subfolder of the project),
+        // is named by its path.
+        let beside = format!("{reference}.toml");
+        let help = if !reference.ends_with(".toml") && cwd.join(&beside).is_file() {
+            format!("did you mean `./{beside}`? a file off the search path is named by its path")
+        } else {
+            did_you_mean(
+                reference,
+                search.workflow_names().iter().map(String::as_str),
+            )
+            .unwrap_or_else(|| "`stagegraph list` shows the workflows on the search path".into())
+        };
         let message = if reference.ends_with(".toml") {
             DiagnosticKind::CannotReadWorkflowFile(reference.to_string())
         } else {
@@ -179,6 +186,12 @@ pub(crate) fn load_with(
         };
         return Err(vec![Diagnostic::error(message).with_help(help)]);
     };
+    tracing::info!(
+        workflow = reference,
+        path = %found.source.path.display(),
+        library = found.library.origin,
+        "workflow found"
+    );
     load_found(search, found, &mut Vec::new(), documents)
 }
 

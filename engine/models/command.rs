@@ -2,20 +2,34 @@
 //! stdout. The prompt never goes on the command line, where it would be visible to every user of
 //! the machine and limited in length.
 
+use std::path::Path;
+
 use super::error::ModelError;
 use super::{Answer, ModelRequest};
 use crate::floor::process::{run, ProcessSpec};
 
+/// Ask the program `argv`, run in `dir` (the folder of the configuration file that defines
+/// it) when there is one: a relative program path (`models/shout.sh`) and the relative paths
+/// among its arguments are the file's, wherever the engine runs.
 pub(crate) fn complete(
     argv: &[String],
+    dir: Option<&Path>,
     timeout: std::time::Duration,
     request: &ModelRequest,
 ) -> Result<Answer, ModelError> {
     let alias = &request.alias;
+    let mut argv = argv.to_vec();
+    if let (Some(dir), Some(program)) = (dir, argv.first_mut()) {
+        // A program named by a relative path with a folder in it is the file's; a bare name
+        // is looked up on PATH as ever.
+        if program.contains('/') && Path::new(program.as_str()).is_relative() {
+            *program = dir.join(program.as_str()).display().to_string();
+        }
+    }
     let spec = ProcessSpec {
-        argv: argv.to_vec(),
+        argv,
         stdin: Some(stdin_text(request).into_bytes()),
-        cwd: None,
+        cwd: dir.map(Path::to_path_buf),
         env: request.env.clone(),
         timeout: Some(timeout),
         max_stdout: None,

@@ -197,6 +197,10 @@ pub(crate) enum Provider {
         argv: Vec<String>,
         /// The model it stands for, when its configuration names one.
         model: Option<String>,
+        /// The folder of the file that defines it: the program runs there, so the relative
+        /// paths of its argv (`["sh", "models/shout.sh"]`) mean the same from any subfolder of
+        /// the project. `None` for an alias defined without a file.
+        dir: Option<PathBuf>,
     },
     Claude {
         /// The program and its own arguments.
@@ -282,7 +286,9 @@ impl Provider {
             Provider::Command {
                 model: Some(model), ..
             } => model.clone(),
-            Provider::Command { argv, model: None } => command_model(argv),
+            Provider::Command {
+                argv, model: None, ..
+            } => command_model(argv),
             Provider::Claude { model, tools, .. } if tools.is_empty() => model.clone(),
             Provider::Claude { model, tools, .. } => format!("{model} tools={}", tools.join(",")),
             Provider::Anthropic { model, .. } => model.clone(),
@@ -552,6 +558,7 @@ fn check_alias(
             Provider::Command {
                 argv,
                 model: raw.model,
+                dir: config_dir(origin, file),
             }
         }
         ProviderKind::Claude => {
@@ -625,8 +632,8 @@ fn check_alias(
             let dir = required(raw.dir, "dir")?;
             non_empty(&dir, "dir")?;
             let dir = PathBuf::from(dir);
-            let dir = match origin.parent() {
-                Some(base) if dir.is_relative() && file != BUILTIN_ORIGIN => base.join(dir),
+            let dir = match config_dir(origin, file) {
+                Some(base) if dir.is_relative() => base.join(dir),
                 _ => dir,
             };
             Provider::Replay { dir }
@@ -640,6 +647,16 @@ fn check_alias(
         price: raw.price,
         origin: file.to_string(),
     })
+}
+
+/// The folder relative paths of a configuration file are taken from: its own. `None` for the
+/// built-in layer and for text with no file.
+fn config_dir(origin: &Path, file: &str) -> Option<PathBuf> {
+    if file == BUILTIN_ORIGIN {
+        return None;
+    }
+    let dir = origin.parent().filter(|dir| !dir.as_os_str().is_empty())?;
+    Some(std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf()))
 }
 
 fn check_url(url: &str) -> Result<(), String> {

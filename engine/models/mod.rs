@@ -494,6 +494,13 @@ impl Models {
             Mode::Live | Mode::Record(_) => None,
         };
         replayed |= recorded.is_some();
+        tracing::debug!(
+            alias = %request.alias,
+            provider = %alias.provider.identity(),
+            prompt_bytes = request.prompt.len(),
+            replayed = recorded.is_some(),
+            "model request"
+        );
         let answer = match recorded {
             Some(answer) => answer,
             None => {
@@ -524,6 +531,14 @@ impl Models {
             retried: answer.retried,
             replayed,
         };
+        tracing::debug!(
+            alias = %request.alias,
+            latency_ms = reply.latency_ms,
+            reply_bytes = reply.text.len(),
+            retries = reply.retries,
+            replayed = reply.replayed,
+            "model reply"
+        );
         match &self.mode {
             Mode::Record(dir) => recording::save(dir, &canonical, &reply)?,
             Mode::Fill(dir) if !reply.replayed => recording::save(dir, &canonical, &reply)?,
@@ -580,9 +595,9 @@ impl Models {
             cancel,
         };
         match &alias.provider {
-            Provider::Command { argv, .. } => {
+            Provider::Command { argv, dir, .. } => {
                 let _permit = limiter.acquire(call.alias, &call.cancel)?;
-                command::complete(argv, call.program_timeout(), request)
+                command::complete(argv, dir.as_deref(), call.program_timeout(), request)
                     .map_err(|error| call.program_failed(error))
             }
             Provider::Claude {

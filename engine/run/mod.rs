@@ -71,6 +71,12 @@ pub(crate) struct RunOptions {
     pub slow_after: Duration,
     /// Stages whose output is given instead of produced by their action.
     pub given: HashMap<String, Value>,
+    /// The run the given outputs come from (a stage selection's), when they are not a test
+    /// case's.
+    pub given_from: Option<String>,
+    /// Stages a stage selection leaves out: recorded `skipped`, their action not run, and an
+    /// output that reads one is null.
+    pub left_out: std::collections::HashSet<String>,
     /// Variables added to the environment of every command the run starts.
     pub env: Vec<(String, String)>,
     /// Colour the progress lines.
@@ -93,6 +99,8 @@ impl Default for RunOptions {
             record: true,
             slow_after: progress::SLOW_AFTER,
             given: HashMap::new(),
+            given_from: None,
+            left_out: std::collections::HashSet::new(),
             env: Vec::new(),
             color: false,
         }
@@ -754,8 +762,11 @@ impl<'w, 'r> Executor<'w, 'r> {
                             serde_json::to_value(&value).unwrap_or(Value::Null),
                         );
                     }
-                    Err(error) if status == RunStatus::Exited => {
-                        // An early exit leaves later stages without output; say so, don't fail.
+                    Err(error)
+                        if status == RunStatus::Exited || !self.options.left_out.is_empty() =>
+                    {
+                        // An early exit, or a stage selection, leaves stages without output;
+                        // say so, don't fail.
                         let _ = error;
                         outputs.insert(name.clone(), Value::Null);
                     }

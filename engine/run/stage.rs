@@ -244,6 +244,7 @@ impl StageRunner<'_> {
             || (stage.cache.is_some() && !self.options.no_cache)
             || self.reuse.contains_key(&stage.id)
             || self.options.given.contains_key(&stage.id)
+            || self.options.left_out.contains(&stage.id)
             || self.options.dry_run
     }
 
@@ -254,6 +255,7 @@ impl StageRunner<'_> {
     fn run_with(&self, index: usize, reuse_only: bool) -> StageOutcome {
         let started = Instant::now();
         let stage = &self.workflow.stages[index];
+        let _span = tracing::info_span!("stage", id = %stage.id).entered();
         let mut outcome = StageOutcome::new();
         outcome.reuse_only = reuse_only;
         // Its templates stop at the run's interrupt and at the stage's `timeout`.
@@ -276,6 +278,15 @@ impl StageRunner<'_> {
             outcome.error = Some(error);
         }
         outcome.duration = started.elapsed();
+        if !outcome.deferred {
+            tracing::info!(
+                status = outcome.status.as_str(),
+                reused_from = outcome.reused_from.as_deref(),
+                duration_ms = outcome.duration.as_millis() as u64,
+                error = outcome.error.as_deref(),
+                "stage finished"
+            );
+        }
         outcome
     }
 
@@ -283,6 +294,14 @@ impl StageRunner<'_> {
         let base = self.base_scope.to_value();
         // An output given by the caller (a test case): the stage's action does not run, and
         // what follows its output (assertions, `output.path`, `set_state`, `exit_if`) does.
+        if self.options.left_out.contains(&stage.id) {
+            outcome.status = StageStatus::Skipped;
+            outcome.reason = Some("not selected (--only, --from, --until)".into());
+            if self.options.explain {
+                outcome.explain = Some("skipped: not selected".into());
+            }
+            return Ok(());
+        }
         let given = self.options.given.get(&stage.id);
         if let Some(condition) = stage.if_.as_ref().filter(|_| given.is_none()) {
             let value = condition.eval(&base).map_err(|e| Part::If.failed(e))?;
@@ -352,6 +371,13 @@ impl StageRunner<'_> {
             .reuse
             .get(&stage.id)
             .filter(|p| p.fingerprint == fingerprint && is_work(stage));
+        tracing::debug!(
+            fingerprint = %fingerprint,
+            cache = cache_id.is_some() && !self.options.no_cache,
+            resumed = recorded.is_some(),
+            given = given.is_some(),
+            "stage rendered"
+        );
         let output = if let Some(given) = given {
             // What the stage's action would have to give: a given output its schema refuses
             // would test a run that cannot happen.
@@ -361,7 +387,12 @@ impl StageRunner<'_> {
                     .map_err(|errors| StageError::Schema(schema_failure(schema, &errors)))?;
             }
             outcome.status = StageStatus::Cached;
-            outcome.reused_from = Some("given".into());
+            outcome.reused_from = Some(
+                self.options
+                    .given_from
+                    .as_ref()
+                    .map_or_else(|| "given".into(), |run| format!("run {run}")),
+            );
             given.clone()
         } else if let Some(previous) = recorded.filter(|_| self.rehearsal.is_none()) {
             outcome.status = StageStatus::Cached;

@@ -126,6 +126,7 @@ fn once(
         cwd: root.clone(),
         documents: None,
         libraries: Vec::new(),
+        project: crate::project::Project::find(&root),
     };
     let state = StateDir {
         dir: root.join(".stagegraph"),

@@ -74,10 +74,10 @@ impl Engine {
     /// The test files under the given paths (a file as it is, a folder searched for
     /// `*.test.toml`), or beside the workflows of the search path when none is given.
     pub fn test_files(&self, paths: &[PathBuf]) -> Vec<PathBuf> {
-        // A folder of the search path is searched to any depth; the working directory, when
-        // no path is given, only at its top (it may hold anything).
+        // A folder of the search path is searched to any depth; the project root and the
+        // working directory, when no path is given, only at their top (they may hold anything).
         let roots: Vec<(PathBuf, usize)> = if paths.is_empty() {
-            let mut roots = vec![(self.cwd.clone(), 1)];
+            let mut roots = vec![(self.project.root.clone(), 1), (self.cwd.clone(), 1)];
             roots.extend(
                 self.search
                     .libraries
