@@ -432,32 +432,45 @@ fn arg_name(arg: &clap::Arg) -> String {
 }
 
 fn arg_help(arg: &clap::Arg) -> String {
-    let mut help = arg
+    let help = arg
         .get_long_help()
         .or_else(|| arg.get_help())
         .map(ToString::to_string)
         .unwrap_or_default();
+    let help = help.trim_end();
+    let mut more = Vec::new();
+    let takes_value = arg.get_action().takes_values();
     let values: Vec<String> = arg
         .get_possible_values()
         .iter()
         .filter(|v| !v.is_hide_set())
         .map(|v| format!("`{}`", v.get_name()))
         .collect();
-    if !values.is_empty() && arg.get_action().takes_values() {
-        let _ = write!(help, " One of {}.", values.join(", "));
+    if !values.is_empty() && takes_value {
+        more.push(format!("One of {}.", values.join(", ")));
     }
     let defaults: Vec<String> = arg
         .get_default_values()
         .iter()
         .map(|d| d.to_string_lossy().to_string())
         .collect();
-    if !defaults.is_empty() && arg.get_action().takes_values() {
-        let _ = write!(help, " Default: `{}`.", defaults.join(","));
+    if !defaults.is_empty() && takes_value {
+        more.push(format!("Default: `{}`.", defaults.join(",")));
     }
     if arg.is_required_set() {
-        help.push_str(" Required.");
+        more.push("Required.".into());
     }
-    help.trim().to_string()
+    if more.is_empty() {
+        return help.to_string();
+    }
+    // Clap's help lines end without a full stop; the sentences after them need one.
+    let stop = match help.is_empty() || help.ends_with(['.', ')', ':']) {
+        true => "",
+        false => ".",
+    };
+    format!("{help}{stop} {}", more.join(" "))
+        .trim()
+        .to_string()
 }
 
 /// The manual page: the root command's sections as clap_mangen renders them, then every
