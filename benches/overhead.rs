@@ -509,7 +509,7 @@ fn print_table(rows: &[Row]) {
     print_aligned(&ratios);
 }
 
-/// A Markdown table with padded columns (readable as it is, pastable into the README).
+/// A Markdown table with padded columns (readable as it is, pastable into book/src/benchmarks.md).
 fn print_aligned(lines: &[Vec<String>]) {
     let columns = lines.first().map_or(0, Vec::len);
     let widths: Vec<usize> = (0..columns)

@@ -19,7 +19,7 @@ use args::{
 };
 
 /// A run of many small stages allocates and frees many small values: with mimalloc a no-op
-/// rerun of 10,000 stages took 0.19 s instead of 0.25 s (README, "Benchmark").
+/// rerun of 10,000 stages took 0.19 s instead of 0.25 s (book/src/benchmarks.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -75,6 +75,9 @@ fn the_first_workflow_of_the_readme_runs_as_written() {
         .code(0);
     assert!(t.path(".stagegraph/runs").is_dir());
     assert!(!sub.join(".stagegraph").exists() && !t.path("notes/.stagegraph").exists());
+    let out = t.run(["runs", "show", "last", "--stage", "greet"]);
+    out.code(0);
+    assert_eq!(out.stdout.trim(), "HELLO ADA; ADA WRITES TOML");
 }
 
 #[test]
@@ -83,10 +86,12 @@ fn the_readme_says_how_to_install_and_the_demo_shows_its_build() {
     let install = readme
         .find("cargo install --path . --locked")
         .expect("the install line");
-    let tour = readme.find("## A tour").expect("the tour");
+    let first = readme
+        .find("## Your first workflow")
+        .expect("the first workflow");
     assert!(
-        install < tour,
-        "installed before the tour uses `stagegraph`"
+        install < first,
+        "installed before the first workflow uses `stagegraph`"
     );
     let demo = std::fs::read_to_string(repo_root().join("examples/demo/run.sh")).expect("demo");
     let build = demo

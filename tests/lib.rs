@@ -15,6 +15,7 @@ mod compound;
 mod context_update;
 mod contract;
 mod diagnostics;
+mod docs;
 mod explain;
 mod face;
 mod finally;

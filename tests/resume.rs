@@ -478,3 +478,52 @@ fn a_resume_of_a_resume_killed_before_its_first_stage_reuses_the_first_run() {
     assert_eq!(record["stages"]["s1"]["status"], "cached", "{record:#}");
     assert_eq!(t.stage_output("s2"), "two-one");
 }
+
+/// A run that failed before its first stage recorded no inputs: its resume is refused, naming
+/// the input the workflow needs and how to start it again, instead of failing inside a template.
+#[test]
+fn a_run_that_failed_before_its_inputs_were_read_is_not_resumed() {
+    let t = Test::new();
+    t.write(
+        "w.toml",
+        "[workflow]\ndescription = \"d\"\nwrites = [\"{{ inputs.dir }}\"]\n\n\
+         [inputs.dir]\ntype = \"string\"\n\n\
+         [stages.b]\ncommand = [\"echo\", \"{{ inputs.dir }}\"]\n",
+    );
+    t.write("bad.json", "[1]");
+    t.run(["run", "w.toml", "--inputs-json", "bad.json"])
+        .code(2)
+        .stderr_has("--inputs-json must be a JSON object");
+    let out = t.run(["resume", "last"]);
+    out.code(2)
+        .stderr_has("cannot resume run ")
+        .stderr_has("needs input `dir`")
+        .stderr_has("`stagegraph run ");
+    assert!(!out.stderr.contains("path_join"), "{}", out.stderr);
+    assert_eq!(t.run_ids().len(), 1, "the refused resume recorded a run");
+}
+
+/// `last~N` is the Nth real run before `last`; past the oldest it names no run.
+#[test]
+fn last_tilde_n_counts_back_from_the_newest_real_run() {
+    let t = Test::new();
+    t.write(
+        "w.toml",
+        "[workflow]\ndescription = \"d\"\n\n[inputs.n]\ntype = \"string\"\n\n\
+         [stages.b]\ncommand = [\"echo\", \"{{ inputs.n }}\"]\n",
+    );
+    for n in ["one", "two"] {
+        t.run(["run", "w.toml", "--input", &format!("n={n}")])
+            .code(0);
+    }
+    t.run(["run", "w.toml", "--input", "n=three", "--dry-run"])
+        .code(0);
+    let out = t.run(["runs", "show", "last~1", "--stage", "b"]);
+    out.code(0);
+    assert_eq!(out.stdout.trim(), "one");
+    let out = t.run(["runs", "show", "last~0", "--stage", "b"]);
+    assert_eq!(out.stdout.trim(), "two");
+    t.run(["runs", "show", "last~2"])
+        .code(2)
+        .stderr_has("last~2");
+}

@@ -94,7 +94,7 @@ pub(crate) enum Command {
         /// implies (by default they are left out: the transitive reduction).
         #[arg(long)]
         all_edges: bool,
-        /// With dot or mermaid: color the stages by how run RUN (an id, a prefix, `last`)
+        /// With dot or mermaid: color the stages by how run RUN (an id, a prefix, `last`, `last~N`)
         /// ended them, the exit point marked.
         #[arg(long, value_name = "RUN")]
         run: Option<String>,

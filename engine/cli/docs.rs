@@ -73,10 +73,19 @@ pub(crate) fn write_pages(out: &Path) -> Result<usize, String> {
     Ok(pages.len())
 }
 
-/// Text for a Markdown table cell: one line, pipes escaped.
+/// Text for a Markdown table cell: one line, pipes escaped, and `<` outside inline code
+/// escaped so that a placeholder such as `<label>` is not read as an HTML tag.
 fn cell(text: &str) -> String {
     let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    one_line.replace('|', "\\|")
+    let parts: Vec<String> = one_line
+        .split('`')
+        .enumerate()
+        .map(|(i, part)| match i % 2 {
+            0 => part.replace('<', "&lt;").replace('>', "&gt;"),
+            _ => part.to_string(),
+        })
+        .collect();
+    parts.join("`").replace('|', "\\|")
 }
 
 /// The anchor mdBook gives a heading: lowercase, spaces as dashes, only letters, digits, `-`
@@ -213,7 +222,7 @@ fn nested_tables(
         };
         let _ = writeln!(out, "{} {path}\n", "#".repeat(level.min(6)));
         if let Some(description) = property.get("description").and_then(Value::as_str) {
-            out.push_str(description);
+            out.push_str(&cell(description).replace("\\|", "|"));
             out.push_str("\n\n");
         }
         properties_table(inner, link, out);
@@ -243,7 +252,7 @@ fn choices_list(schema: &Value, out: &mut String) -> bool {
 /// One schema's section: its description, then its properties or choices.
 fn schema_body(schema: &Value, link: &dyn Fn(&str) -> String, out: &mut String) {
     if let Some(description) = schema.get("description").and_then(Value::as_str) {
-        out.push_str(description);
+        out.push_str(&cell(description).replace("\\|", "|"));
         out.push_str("\n\n");
     }
     if schema.get("properties").is_some() {
@@ -311,7 +320,7 @@ fn builtins_page(all: &Value) -> String {
         let name = builtin["name"].as_str().unwrap_or("");
         let _ = writeln!(out, "## {name}\n");
         if let Some(description) = builtin["description"].as_str() {
-            out.push_str(description);
+            out.push_str(&cell(description).replace("\\|", "|"));
             out.push_str("\n\n");
         }
         let local = |schema: &Value| -> Map<String, Value> {
@@ -329,7 +338,7 @@ fn builtins_page(all: &Value) -> String {
             let _ = writeln!(out, "### {title}\n");
             if schema.get("properties").is_some() {
                 if let Some(description) = schema.get("description").and_then(Value::as_str) {
-                    out.push_str(description);
+                    out.push_str(&cell(description).replace("\\|", "|"));
                     out.push_str("\n\n");
                 }
                 properties_table(schema, &link, &mut out);
@@ -401,16 +410,16 @@ fn command_section(command: &clap::Command, path: &str, level: usize, out: &mut 
 }
 
 fn arg_name(arg: &clap::Arg) -> String {
-    let value = arg
-        .get_value_names()
-        .map(|names| {
+    let value = arg.get_value_names().map_or_else(
+        || format!("<{}>", arg.get_id().as_str().to_uppercase()),
+        |names| {
             names
                 .iter()
                 .map(|n| format!("<{n}>"))
                 .collect::<Vec<_>>()
                 .join(" ")
-        })
-        .unwrap_or_else(|| format!("<{}>", arg.get_id().as_str().to_uppercase()));
+        },
+    );
     let takes_value = arg.get_action().takes_values();
     match (arg.get_long(), arg.get_short()) {
         (Some(long), Some(short)) if takes_value => format!("`-{short}`, `--{long} {value}`"),
@@ -423,32 +432,45 @@ fn arg_name(arg: &clap::Arg) -> String {
 }
 
 fn arg_help(arg: &clap::Arg) -> String {
-    let mut help = arg
+    let help = arg
         .get_long_help()
         .or_else(|| arg.get_help())
         .map(ToString::to_string)
         .unwrap_or_default();
+    let help = help.trim_end();
+    let mut more = Vec::new();
+    let takes_value = arg.get_action().takes_values();
     let values: Vec<String> = arg
         .get_possible_values()
         .iter()
         .filter(|v| !v.is_hide_set())
         .map(|v| format!("`{}`", v.get_name()))
         .collect();
-    if !values.is_empty() && arg.get_action().takes_values() {
-        let _ = write!(help, " One of {}.", values.join(", "));
+    if !values.is_empty() && takes_value {
+        more.push(format!("One of {}.", values.join(", ")));
     }
     let defaults: Vec<String> = arg
         .get_default_values()
         .iter()
         .map(|d| d.to_string_lossy().to_string())
         .collect();
-    if !defaults.is_empty() && arg.get_action().takes_values() {
-        let _ = write!(help, " Default: `{}`.", defaults.join(","));
+    if !defaults.is_empty() && takes_value {
+        more.push(format!("Default: `{}`.", defaults.join(",")));
     }
     if arg.is_required_set() {
-        help.push_str(" Required.");
+        more.push("Required.".into());
     }
-    help.trim().to_string()
+    if more.is_empty() {
+        return help.to_string();
+    }
+    // Clap's help lines end without a full stop; the sentences after them need one.
+    let stop = match help.is_empty() || help.ends_with(['.', ')', ':']) {
+        true => "",
+        false => ".",
+    };
+    format!("{help}{stop} {}", more.join(" "))
+        .trim()
+        .to_string()
 }
 
 /// The manual page: the root command's sections as clap_mangen renders them, then every
