@@ -77,30 +77,83 @@ fn plugin_hook_runs_context_update_and_never_fails_without_the_binary() {
         "{command}"
     );
 
-    // The resolver with no stagegraph anywhere: exit 0, a message naming how to install, logged.
+    // The resolver with no stagegraph anywhere: exit 0; the first time, the hook's JSON output
+    // (shown to the user) names exactly how to get the binary; each time it goes to stderr and
+    // to the log.
     let test = Test::new();
     let script = repo_root().join("plugin/scripts/stagegraph");
+    let hook = |home: &std::path::Path| {
+        Command::new(&script)
+            .args([
+                "--hook",
+                "run",
+                "context-update",
+                "--inputs-json",
+                "-",
+                "--quiet",
+            ])
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", home)
+            .env("XDG_STATE_HOME", test.path("state"))
+            .env_remove("STAGEGRAPH_BIN")
+            .output()
+            .expect("run the resolver")
+    };
+    let ways = [
+        "curl -fsSL https://github.com/stagegraph/stagegraph/releases/latest/download/install.sh | sh",
+        "cargo binstall stagegraph",
+    ];
+    let out = hook(test.root());
+    assert_eq!(out.status.code(), Some(0));
+    let told: Value = serde_json::from_slice(&out.stdout).expect("the hook's JSON output");
+    let message = told["systemMessage"].as_str().expect("a systemMessage");
+    assert!(message.contains("stagegraph is not installed"), "{message}");
+    for way in ways {
+        assert!(message.contains(way), "{message}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(way));
+    }
+    // Once: the next fire says nothing to the session, and still exits 0 and logs.
+    let out = hook(test.root());
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains(ways[1]));
+    let log =
+        std::fs::read_to_string(test.path("state/stagegraph/hook-errors.log")).expect("a log");
+    assert_eq!(
+        log.matches("stagegraph is not installed").count(),
+        2,
+        "{log}"
+    );
+    // Where install.sh puts it (~/.local/bin), it is found; gone again, it is told again.
+    let local = test.path(".local/bin/stagegraph");
+    std::fs::create_dir_all(local.parent().expect("a folder")).expect("a folder");
+    std::fs::write(&local, "#!/bin/sh\necho found \"$@\"\n").expect("write");
+    crate::support::make_executable(&local);
+    let out = hook(test.root());
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "found run context-update --inputs-json - --quiet\n"
+    );
+    std::fs::remove_file(&local).expect("remove");
+    let out = hook(test.root());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("systemMessage"));
+    // Outside a hook (the MCP server, a command) a missing binary is an error: 127.
     let out = Command::new(&script)
-        .args([
-            "--hook",
-            "run",
-            "context-update",
-            "--inputs-json",
-            "-",
-            "--quiet",
-        ])
+        .arg("--version")
         .env("PATH", "/usr/bin:/bin")
         .env("HOME", test.root())
         .env("XDG_STATE_HOME", test.path("state"))
         .env_remove("STAGEGRAPH_BIN")
         .output()
         .expect("run the resolver");
-    assert_eq!(out.status.code(), Some(0));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("cargo install"), "{stderr}");
-    let log =
-        std::fs::read_to_string(test.path("state/stagegraph/hook-errors.log")).expect("a log");
-    assert!(log.contains("stagegraph is not installed"), "{log}");
+    assert_eq!(out.status.code(), Some(127));
+    assert!(out.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&out.stderr).contains(ways[0]));
 
     // With the binary named, the hook runs it: the payload on stdin reaches the workflow.
     let out = Command::new(&script)
