@@ -2151,3 +2151,96 @@ fn an_unwritable_target_is_refused_before_any_write() {
         .next()
         .is_none());
 }
+
+/// A real run's report opens in headless Chromium; two runs that differ in one input (the
+/// hint) diff to that input, the stages it reached with why their fingerprints changed, and
+/// what they said differently.
+#[test]
+fn a_compound_run_reports_in_chromium_and_diffs_by_its_one_changed_input() {
+    let project = Project::new();
+    project.run(&[]).code(0);
+    let first = project.test.newest_run();
+    let record = project.record();
+    let stages = record["stages"].as_object().expect("stages").len();
+    let report = project.path("compound-report.html");
+    project
+        .test
+        .run(["runs", "report", &first, "-o", "compound-report.html"])
+        .code(0);
+    crate::report::opens_in_chromium(&project.test, &report, stages, "compound");
+
+    // The same repository again (what the run wrote removed), with another hint.
+    project.git(&["checkout", "-q", "--", "."]);
+    project.git(&["clean", "-qfd"]);
+    project
+        .run(&["--input", "context=the upload retry bug"])
+        .code(0);
+    let out = project.test.run(["runs", "diff", &first, "last"]);
+    out.code(0);
+    let text = out.stdout;
+    assert!(
+        text.contains("  changed context: \"the upload retry fix\" -> \"the upload retry bug\"\n"),
+        "{text}"
+    );
+    assert!(text.contains("workflow files: the same\n"), "{text}");
+    let doc: Value = serde_json::from_str(
+        &project
+            .test
+            .run(["runs", "diff", &first, "last", "--format", "json"])
+            .stdout,
+    )
+    .expect("diff JSON");
+    assert_eq!(
+        doc["inputs"]["changed"]["context"],
+        json!(["the upload retry fix", "the upload retry bug"]),
+        "{doc:#}"
+    );
+    let changed: Vec<&Value> = doc["stages"]
+        .as_array()
+        .expect("stages")
+        .iter()
+        .filter(|s| s["fingerprint_changed"] == json!(true))
+        .collect();
+    assert!(!changed.is_empty(), "{doc:#}");
+    // Each changed fingerprint has a cause, and some stage changed because its rendered action
+    // (the prompt with the hint in it) did.
+    for stage in &changed {
+        assert!(
+            stage["causes"].as_array().is_some_and(|c| !c.is_empty()),
+            "{stage:#}"
+        );
+    }
+    let by_id = |id: &str| -> &Value {
+        doc["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["id"] == id)
+            .unwrap_or_else(|| panic!("{id} is not in the diff: {doc:#}"))
+    };
+    // The brief renders the hint: its action changed, and its text says the new hint.
+    let brief = by_id("brief");
+    assert!(
+        brief["causes"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("rendered action")),
+        "{brief:#}"
+    );
+    let brief_diff = brief["output_diff"].as_str().expect("a text diff");
+    assert!(brief_diff.contains("the upload retry bug"), "{brief_diff}");
+    // Triage changed because its prompt did, the brief in it.
+    assert_eq!(
+        by_id("triage")["causes"],
+        json!(["rendered action", "output of `brief`"])
+    );
+    // A stage that reads nothing of the run's inputs is not listed.
+    let listed: Vec<&str> = doc["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap_or_default())
+        .collect();
+    assert!(!listed.contains(&"taxonomy"), "{listed:?}");
+    assert!(doc["unchanged"].as_u64().unwrap_or(0) > 0, "{doc:#}");
+}

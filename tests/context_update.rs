@@ -2137,3 +2137,33 @@ fn the_real_claude_cli_fires_the_hook_after_each_turn_and_the_lexicon_is_written
         ]
     );
 }
+
+/// The report of a real hook run opens in headless Chromium, with a node for every stage.
+#[test]
+fn a_hook_runs_report_opens_in_chromium() {
+    let project = Project::new();
+    let run = project.hook(T0);
+    run.assert_completed();
+    let stages = run.record()["stages"].as_object().expect("stages").len();
+    let report = project.path("context-update-report.html");
+    project
+        .command(
+            T0,
+            &[
+                "runs",
+                "report",
+                "last",
+                "-o",
+                report.to_str().expect("UTF-8"),
+            ],
+        )
+        .output()
+        .code(0);
+    let html = fs::read_to_string(&report).expect("the report");
+    assert_eq!(
+        html.matches("<g class=\"node ").count(),
+        stages,
+        "one node per stage"
+    );
+    crate::report::opens_in_chromium(&project.t, &report, stages, "context-update");
+}

@@ -2165,3 +2165,16 @@ fn a_failure_after_staging_began_says_a_partial_proposal_is_left() {
     );
     assert_eq!(home.tree(LIVE), live_before);
 }
+
+/// The report of a real refresh run (every kind of source, a web server, a model) opens in
+/// headless Chromium.
+#[test]
+fn a_refresh_runs_report_opens_in_chromium() {
+    let home = Home::new();
+    home.refresh(&[]).code(0);
+    let stages = home.record()["stages"].as_object().expect("stages").len();
+    home.run(&["runs", "report", "last", "-o", "refresh-report.html"])
+        .code(0);
+    let report = home.test.path("refresh-report.html");
+    crate::report::opens_in_chromium(&home.test, &report, stages, "refresh");
+}

@@ -194,6 +194,65 @@ fn headless(browser: &Path, profile: &Path, args: &[&str], url: &str) -> (String
     )
 }
 
+/// Open the report at `path` in headless Chromium, if it is installed (false if not): its
+/// script ran over `stages` stages with no error, no console message and no request outside
+/// the file, and its screenshot holds far more than a blank page's. With
+/// `STAGEGRAPH_TEST_SCREENSHOTS` set, the screenshot is kept there as `<name>.png`.
+pub(crate) fn opens_in_chromium(t: &Test, path: &Path, stages: usize, name: &str) -> bool {
+    let Some(browser) = chromium() else {
+        eprintln!("skipped: chromium is not installed (apt-get install chromium)");
+        return false;
+    };
+    let profile = t.path("chromium-profile");
+    let url = format!("file://{}", path.display());
+    let (dom, log) = headless(&browser, &profile, &["--dump-dom"], &url);
+    assert!(
+        dom.contains(&format!("data-ready=\"{stages}\"")),
+        "the script did not run over {stages} stages:\n{}",
+        &dom[..dom.len().min(2000)]
+    );
+    assert!(!dom.contains("data-error="), "a script error in {name}");
+    assert!(!dom.contains("data-blocked="), "{name} made a request");
+    let console: Vec<&str> = log.lines().filter(|l| l.contains(":CONSOLE")).collect();
+    assert!(
+        console.is_empty(),
+        "console messages in {name}: {console:?}"
+    );
+    let kept = std::env::var_os("STAGEGRAPH_TEST_SCREENSHOTS").map(PathBuf::from);
+    let shot = match &kept {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).expect("the screenshot folder");
+            dir.join(format!("{name}.png"))
+        }
+        None => t.path(&format!("{name}.png")),
+    };
+    headless(
+        &browser,
+        &profile,
+        &[
+            &format!("--screenshot={}", shot.display()),
+            "--window-size=1400,1800",
+        ],
+        &url,
+    );
+    t.write("blank.html", "<html><body></body></html>");
+    let blank = t.path("blank.png");
+    headless(
+        &browser,
+        &profile,
+        &[&format!("--screenshot={}", blank.display())],
+        &format!("file://{}", t.path("blank.html").display()),
+    );
+    let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
+    assert!(
+        size(&shot) > 4 * size(&blank).max(1),
+        "the screenshot of {name} looks blank: {} bytes against {}",
+        size(&shot),
+        size(&blank)
+    );
+    true
+}
+
 #[test]
 fn report_opens_in_headless_chromium() {
     let Some(browser) = chromium() else {
