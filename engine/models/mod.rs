@@ -535,7 +535,7 @@ impl Models {
             alias = %request.alias,
             latency_ms = reply.latency_ms,
             reply_bytes = reply.text.len(),
-            retries = reply.retries,
+            retries = reply.retried.retries,
             replayed = reply.replayed,
             "model reply"
         );
