@@ -213,6 +213,7 @@ case ":${PATH:-}:" in
   *":$dir:"*) ;;
   *)
     say "$dir is not on your PATH. Add it, in your shell's startup file (~/.bashrc, ~/.zshrc or ~/.profile):"
+    # shellcheck disable=SC2016 # the line to paste names $PATH itself
     printf '\n  export PATH="%s:$PATH"\n\n' "$dir" >&2
     ;;
 esac

