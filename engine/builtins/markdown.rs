@@ -698,6 +698,18 @@ impl Node {
             }
         }
     }
+
+    /// The bytes of text its scalars hold, aliases counted as what they expand to.
+    fn bytes(&self) -> usize {
+        match self {
+            Node::Scalar { text, .. } => text.len(),
+            Node::Seq { items, .. } => items.iter().map(Node::bytes).sum(),
+            Node::Map { entries, .. } => entries
+                .iter()
+                .map(|(key, value)| key.bytes() + value.bytes())
+                .sum(),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -710,12 +722,17 @@ struct YamlError {
 /// that aliases expand to (a "billion laughs" frontmatter must fail, not exhaust memory).
 const MAX_DEPTH: usize = 128;
 const MAX_NODES: usize = 100_000;
+/// The bound on the text a document's aliases add when expanded (a 100 KB scalar aliased
+/// 20,000 times would be 2 GB): beyond it, the frontmatter is refused.
+pub(crate) const MAX_ALIASED_BYTES: usize = 16 << 20;
 
 struct TreeBuilder<'a> {
     parser: Parser<std::str::Chars<'a>>,
     lines: Vec<&'a str>,
     anchors: HashMap<usize, Node>,
     nodes: usize,
+    /// The bytes of text aliases expanded to so far.
+    aliased_bytes: usize,
 }
 
 /// The single YAML document in `text`, `None` when it is empty.
@@ -725,6 +742,7 @@ fn parse_yaml(text: &str) -> Result<Option<Node>, YamlError> {
         lines: text.lines().collect(),
         anchors: HashMap::new(),
         nodes: 0,
+        aliased_bytes: 0,
     };
     builder.document()
 }
@@ -842,12 +860,24 @@ impl TreeBuilder<'_> {
                 Ok(node)
             }
             Event::Alias(anchor) => {
-                let node = self.anchors.get(&anchor).cloned().ok_or(YamlError {
+                let node = self.anchors.get(&anchor).ok_or(YamlError {
                     line,
                     message: "an alias to an unknown anchor".to_string(),
                 })?;
-                self.count(node.size(), mark)?;
-                Ok(node)
+                let (size, bytes) = (node.size(), node.bytes());
+                self.count(size, mark)?;
+                self.aliased_bytes = self.aliased_bytes.saturating_add(bytes);
+                if self.aliased_bytes > MAX_ALIASED_BYTES {
+                    return Err(YamlError {
+                        line,
+                        message: format!(
+                            "aliases expand to more than {} MiB of text (the bound on what \
+                             a frontmatter's aliases may add)",
+                            MAX_ALIASED_BYTES >> 20
+                        ),
+                    });
+                }
+                Ok(self.anchors[&anchor].clone())
             }
             Event::SequenceStart(anchor, _) => {
                 self.count(1, mark)?;
@@ -1378,6 +1408,26 @@ mod tests {
         assert!(single_problem(&output)
             .2
             .contains("aliases expanding too far"));
+    }
+
+    #[test]
+    fn aliased_bytes_are_bounded() {
+        // A 100 KB scalar aliased 20,000 times: 2 GB once expanded, refused at once.
+        let mut bomb = format!("---\nbig: &b {}\nall: [", "x".repeat(100_000));
+        bomb.push_str(&vec!["*b"; 20_000].join(", "));
+        bomb.push_str("]\n---\n");
+        let started = std::time::Instant::now();
+        let output = frontmatter(&bomb, &[]);
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        assert_eq!(output["frontmatter"], Value::Null);
+        assert!(single_problem(&output).2.contains("MiB of text"));
+        // Aliases under the bound still expand.
+        let text = format!("---\nbig: &b {}\nall: [*b, *b]\n---\n", "x".repeat(100_000));
+        let output = frontmatter(&text, &[]);
+        assert_eq!(
+            output["frontmatter"]["all"][1].as_str().map(str::len),
+            Some(100_000)
+        );
     }
 
     #[test]
