@@ -160,7 +160,9 @@ mod tests {
         let ignore = std::fs::read_to_string(state.join(".gitignore")).unwrap();
         let patterns: Vec<&str> = ignore.lines().filter(|l| !l.starts_with('#')).collect();
         assert!(patterns.contains(&"/runs/") && patterns.contains(&"/cache/"));
-        assert!(!patterns.iter().any(|p| p.contains("workflows") || p.contains("templates")));
+        assert!(!patterns
+            .iter()
+            .any(|p| p.contains("workflows") || p.contains("templates")));
         std::fs::remove_file(state.join(".gitignore")).unwrap();
         ensure_state_dir(&state).unwrap();
         assert!(!state.join(".gitignore").exists());
