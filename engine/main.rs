@@ -83,6 +83,9 @@ fn main() -> ExitCode {
     if let Some(code) = stagegraph::reaper() {
         return ExitCode::from(code);
     }
+    // `COMPLETE=bash stagegraph` prints the shell's registration; the shell then calls back
+    // with the words typed, and gets workflow names and run ids from this project.
+    clap_complete::CompleteEnv::with_factory(<Cli as clap::CommandFactory>::command).complete();
     let cli = Cli::parse();
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let color = match cli.color {

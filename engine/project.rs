@@ -158,7 +158,11 @@ mod tests {
         let state = dir.path().join(".stagegraph");
         ensure_state_dir(&state).unwrap();
         let ignore = std::fs::read_to_string(state.join(".gitignore")).unwrap();
-        assert!(ignore.contains("/runs/") && !ignore.contains("workflows"));
+        let patterns: Vec<&str> = ignore.lines().filter(|l| !l.starts_with('#')).collect();
+        assert!(patterns.contains(&"/runs/") && patterns.contains(&"/cache/"));
+        assert!(!patterns
+            .iter()
+            .any(|p| p.contains("workflows") || p.contains("templates")));
         std::fs::remove_file(state.join(".gitignore")).unwrap();
         ensure_state_dir(&state).unwrap();
         assert!(!state.join(".gitignore").exists());

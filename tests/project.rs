@@ -332,3 +332,46 @@ fn a_secret_never_reaches_the_log() {
         out.stderr
     );
 }
+
+#[test]
+fn dynamic_completions_know_the_projects_workflows_and_run_ids() {
+    let t = first_project(r#"["sh", "models/shout.sh"]"#);
+    t.command(["run", "hello"])
+        .without_state_dir()
+        .output()
+        .code(0);
+    let complete = |words: &[&str]| {
+        let mut args = vec!["--", "stagegraph"];
+        args.extend_from_slice(words);
+        let out = t
+            .command(args)
+            .cwd(&t.path("docs"))
+            .without_state_dir()
+            .env("COMPLETE", "fish")
+            .output();
+        out.code(0);
+        out.stdout
+    };
+    let names = complete(&["run", ""]);
+    assert!(
+        names
+            .lines()
+            .any(|l| l == "hello\tGreet someone through a model"),
+        "{names}"
+    );
+    assert!(names.lines().any(|l| l.starts_with("refresh\t")), "{names}");
+    let runs = complete(&["runs", "show", ""]);
+    let id = std::fs::read_dir(t.path(".stagegraph/runs"))
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        runs.lines().any(|l| l == format!("{id}\thello completed")),
+        "{runs}"
+    );
+    assert!(runs.lines().any(|l| l.starts_with("last\t")), "{runs}");
+}

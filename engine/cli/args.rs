@@ -12,9 +12,12 @@ use stagegraph::RunRequest;
     version,
     about = "Run declarative stage graphs: TOML workflows of predicates, prompts, commands and built-ins",
     long_about = "stagegraph runs workflows described as TOML stage graphs.\n\n\
-        Workflows are found by name along the search path: --library folders, STAGEGRAPH_PATH, \
-        .stagegraph/ in the current directory, ~/.config/stagegraph/, then the built-in library \
-        (embedded in the binary). A path ending in .toml names a file directly.\n\n\
+        Every command works in a project: the nearest folder upward holding stagegraph.toml or \
+        .stagegraph/, else the git repository root, else the current directory. Workflows are \
+        found by name along the search path: --library folders, STAGEGRAPH_PATH, .stagegraph/ \
+        at the project root, the root's workflows/ and the workflow files at its top, \
+        ~/.config/stagegraph/, then the built-in library (embedded in the binary). A path \
+        ending in .toml names a file directly, relative to the current directory.\n\n\
         Exit codes: 0 success (completed, or ended early by exit_if), 1 the run failed, \
         2 the workflow, its inputs or the command line are invalid, 130 interrupted."
 )]
@@ -22,7 +25,7 @@ pub(crate) struct Cli {
     /// A library folder (holding workflows/, templates/, schemas/) searched first; repeatable.
     #[arg(long = "library", short = 'L', global = true, value_name = "DIR")]
     pub(crate) libraries: Vec<PathBuf>,
-    /// Where run records, the cache and state live (default: .stagegraph/).
+    /// Where run records, the cache and state live (default: .stagegraph/ at the project root).
     #[arg(long, global = true, value_name = "DIR")]
     pub(crate) state_dir: Option<PathBuf>,
     /// Colour in diagnostics and progress (auto: on a terminal unless NO_COLOR is set;
@@ -61,6 +64,7 @@ pub(crate) enum Command {
     )]
     Show {
         /// A workflow name or a path to a .toml file.
+        #[arg(add = clap_complete::ArgValueCandidates::new(workflow_candidates))]
         name: String,
         /// Print the merged workflow (overlays applied), each key with the file and line it came from.
         #[arg(long)]
@@ -75,6 +79,7 @@ pub(crate) enum Command {
     )]
     Check {
         /// Workflow names or .toml paths; none checks every workflow on the search path.
+        #[arg(add = clap_complete::ArgValueCandidates::new(workflow_candidates))]
         names: Vec<String>,
         #[arg(long, value_enum, default_value_t = CheckFormat::Text)]
         format: CheckFormat,
@@ -87,6 +92,7 @@ pub(crate) enum Command {
         after_help = "Examples:\n  stagegraph plan context-update\n  stagegraph plan refresh --format mermaid\n  stagegraph plan my.toml --format dot | dot -Tsvg > plan.svg\n  stagegraph plan refresh --explain --input name=vite"
     )]
     Plan {
+        #[arg(add = clap_complete::ArgValueCandidates::new(workflow_candidates))]
         name: String,
         #[arg(long, value_enum, default_value_t = PlanFormat::Text)]
         format: PlanFormat,
@@ -96,7 +102,7 @@ pub(crate) enum Command {
         all_edges: bool,
         /// With dot or mermaid: color the stages by how run RUN (an id, a prefix, `last`, `last~N`)
         /// ended them, the exit point marked.
-        #[arg(long, value_name = "RUN")]
+        #[arg(long, value_name = "RUN", add = clap_complete::ArgValueCandidates::new(run_candidates))]
         run: Option<String>,
         /// Say for each stage whether a run would reuse it from the cache, and on a miss what
         /// changed (a dry-run with these inputs; see `run --explain`).
@@ -122,6 +128,7 @@ pub(crate) enum Command {
     )]
     Resume {
         /// A run id, a unique prefix of one, `last` or `last~N` (the Nth run before it).
+        #[arg(add = clap_complete::ArgValueCandidates::new(run_candidates))]
         run_id: String,
         #[command(flatten)]
         exec: ExecArgs,
@@ -166,7 +173,10 @@ pub(crate) enum Command {
     #[command(
         after_help = "Examples:\n  stagegraph eject refresh\n  stagegraph -L ./shared eject compound"
     )]
-    Eject { name: String },
+    Eject {
+        #[arg(add = clap_complete::ArgValueCandidates::new(workflow_candidates))]
+        name: String,
+    },
     /// Run test files (`*.test.toml`): golden cases of a workflow over recorded model replies.
     ///
     /// Exit codes: 0 every case passed, 1 a case failed, 2 a test file is invalid.
@@ -174,9 +184,12 @@ pub(crate) enum Command {
         after_help = "Examples:\n  stagegraph test                              # the test files beside the workflows on the search path\n  stagegraph test workflows/compound.test.toml\n  stagegraph test --record                     # ask the models only what has no recording\n  stagegraph test --workflow my-refresh workflows/refresh.test.toml\n  stagegraph test --junit report.xml --format github"
     )]
     Test(TestArgs),
-    /// Print a shell completion script.
+    /// Print a shell completion script (static: subcommands and options). For completions that
+    /// also know this project's workflow names and run ids, register the dynamic ones instead:
+    /// `source <(COMPLETE=bash stagegraph)` (zsh: COMPLETE=zsh; fish: `COMPLETE=fish stagegraph
+    /// | source`).
     #[command(
-        after_help = "Examples:\n  stagegraph completions bash > ~/.local/share/bash-completion/completions/stagegraph\n  stagegraph completions zsh > ~/.zfunc/_stagegraph\n  stagegraph completions fish > ~/.config/fish/completions/stagegraph.fish"
+        after_help = "Examples:\n  source <(COMPLETE=bash stagegraph)          # dynamic: workflow names, run ids\n  stagegraph completions bash > ~/.local/share/bash-completion/completions/stagegraph\n  stagegraph completions zsh > ~/.zfunc/_stagegraph\n  stagegraph completions fish > ~/.config/fish/completions/stagegraph.fish"
     )]
     Completions {
         #[arg(value_enum)]
@@ -224,6 +237,7 @@ pub(crate) enum Command {
 #[derive(Args)]
 pub(crate) struct RunArgs {
     /// A workflow name or a path to a .toml file.
+    #[arg(add = clap_complete::ArgValueCandidates::new(workflow_candidates))]
     pub(crate) name: String,
     /// An input, typed by its declaration: --input manual=true; repeatable.
     #[arg(long = "input", short = 'i', value_name = "K=V")]
@@ -432,6 +446,47 @@ pub(crate) enum RecordingsAction {
     },
 }
 
+/// The workflows on the search path of the current folder, for dynamic completion (`COMPLETE=bash
+/// stagegraph`), each with its description.
+fn workflow_candidates() -> Vec<clap_complete::CompletionCandidate> {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    stagegraph::Engine::new(&[], &cwd)
+        .list()
+        .into_iter()
+        .map(|listing| {
+            clap_complete::CompletionCandidate::new(listing.name)
+                .help((!listing.description.is_empty()).then(|| listing.description.into()))
+        })
+        .collect()
+}
+
+/// The run ids of the project's state folder, newest first, each with its workflow and status,
+/// then `last`.
+fn run_candidates() -> Vec<clap_complete::CompletionCandidate> {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let engine = stagegraph::Engine::new(&[], &cwd);
+    let state = stagegraph::StateDir {
+        dir: engine.project().state_dir(),
+        explicit: false,
+    };
+    let mut candidates: Vec<clap_complete::CompletionCandidate> = state
+        .runs(&cwd)
+        .into_iter()
+        .rev()
+        .map(|(id, dir)| {
+            let help = stagegraph::RunRecord::read_as_written(&dir, &id)
+                .ok()
+                .map(|r| format!("{} {}", r.workflow_name(), r.status().as_str()));
+            clap_complete::CompletionCandidate::new(id).help(help.map(Into::into))
+        })
+        .collect();
+    candidates.push(
+        clap_complete::CompletionCandidate::new("last")
+            .help(Some("the newest run that was not a dry-run".into())),
+    );
+    candidates
+}
+
 /// Which runs `stagegraph runs` lists.
 #[derive(Args, Clone)]
 pub(crate) struct RunsFilter {
@@ -478,6 +533,7 @@ pub(crate) enum RunsAction {
     )]
     Show {
         /// A run id, a unique prefix, `last` (the newest run that was not a dry-run) or `last~N`.
+        #[arg(add = clap_complete::ArgValueCandidates::new(run_candidates))]
         run_id: String,
         /// text, or json (run.json, with `version`).
         #[arg(long, value_enum, default_value_t = TextOrJson::Text)]
@@ -496,7 +552,7 @@ pub(crate) enum RunsAction {
     )]
     Report {
         /// A run id, a unique prefix, `last` or `last~N`.
-        #[arg(default_value = "last")]
+        #[arg(default_value = "last", add = clap_complete::ArgValueCandidates::new(run_candidates))]
         run_id: String,
         /// Where to write the page (by default `report.html` in the run's folder).
         #[arg(short = 'o', long, value_name = "FILE")]
@@ -509,8 +565,10 @@ pub(crate) enum RunsAction {
     )]
     Diff {
         /// The earlier run: an id, a unique prefix, `last` or `last~N` (the Nth run before the last).
+        #[arg(add = clap_complete::ArgValueCandidates::new(run_candidates))]
         a: String,
         /// The later run.
+        #[arg(add = clap_complete::ArgValueCandidates::new(run_candidates))]
         b: String,
         #[arg(long, value_enum, default_value_t = TextOrJson::Text)]
         format: TextOrJson,
@@ -520,7 +578,7 @@ pub(crate) enum RunsAction {
     #[command(after_help = "Examples:\n  stagegraph runs trace last -o trace.json")]
     Trace {
         /// A run id, a unique prefix, `last` or `last~N`.
-        #[arg(default_value = "last")]
+        #[arg(default_value = "last", add = clap_complete::ArgValueCandidates::new(run_candidates))]
         run_id: String,
         /// Where to write it (by default stdout).
         #[arg(short = 'o', long, value_name = "FILE")]
