@@ -281,6 +281,7 @@ impl App {
                     explain: true,
                     quiet: true,
                     keep_runs: 0,
+                    keep_runs_size: None,
                     no_record: true,
                     ..RunRequest::default()
                 };
