@@ -102,6 +102,15 @@ pub(crate) struct RecordsDef {
     /// Keep at most this many runs of the workflow (replaces `--keep-runs`; 0 keeps all).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep: Option<usize>,
+    /// Keep the workflow's runs within this size on disk, the oldest removed first ("500MB";
+    /// replaces `--keep-runs-size`). A run still running is never removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_size: Option<String>,
+    /// The most a run's record stores of its stages' large outputs ("256MiB", the default): a
+    /// stage whose output would take the record past it keeps no output, and the record says
+    /// so (`output_cut`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_size: Option<String>,
 }
 
 /// Where a workflow's records live.

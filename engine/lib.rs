@@ -58,6 +58,11 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     floor::duration::parse(text)
 }
 
+/// A size as a workflow writes them (`500MB`, `64MiB`, `4096`), in bytes.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    floor::size::parse_size(text)
+}
+
 pub use run::{ResumeFrom, RunRecord, RunStatus};
 pub use testing::{
     test_schema, CaseOutcome, CaseReport, Recording, TestOptions, TestReport, TEST_SUFFIX,

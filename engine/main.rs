@@ -361,6 +361,7 @@ impl App {
                     explain: true,
                     quiet: true,
                     keep_runs: 0,
+                    keep_runs_size: None,
                     no_record: true,
                     selection: select.selection(),
                     ..RunRequest::default()

@@ -458,3 +458,185 @@ fn a_superseded_cache_entry_loses_its_output_file_once_it_is_old() {
         assert!(!out.stderr.contains("warning"), "{}", out.stderr);
     }
 }
+
+/// A document of `size` bytes that compresses no better than hex does, so that what a record
+/// saves by storing it once cannot be mistaken for what compression saves.
+fn incompressible_document(size: usize, seed: u64) -> String {
+    let mut state = seed | 1;
+    let mut text = String::with_capacity(size + 80);
+    while text.len() < size {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1);
+        text.push_str(&format!("{state:016x}"));
+        text.push(if text.len() % 80 < 17 { '\n' } else { ' ' });
+    }
+    text
+}
+
+const REPEATED: &str = r#"
+[workflow]
+description = "one document in the outputs of three stages"
+
+[stages.doc]
+shell = "cat doc.md"
+
+[stages.copy]
+command = ["cat"]
+stdin = "{{ stages.doc.output }}"
+
+[stages.quoted]
+template = { inline = "{{ stages.doc.output }}" }
+
+[stages.other]
+shell = "cat other.md"
+after = ["copy", "quoted"]
+
+[stages.gate]
+shell = "test ! -e fail.flag && wc -c"
+stdin = "{{ stages.copy.output }}{{ stages.quoted.output }}"
+"#;
+
+fn record_bytes(test: &Test, id: &str) -> u64 {
+    let dir = test.state_dir().join("runs").join(id).join("artifacts");
+    ["outputs.jsonl", "blobs.jsonl.gz"]
+        .iter()
+        .map(|name| std::fs::metadata(dir.join(name)).map_or(0, |meta| meta.len()))
+        .sum()
+}
+
+#[test]
+fn a_document_in_several_outputs_is_stored_once_and_read_back_by_show_resume_and_diff() {
+    let test = Test::new();
+    let doc = incompressible_document(100_000, 7);
+    test.write("doc.md", &doc);
+    test.write("other.md", "short");
+    test.write("w.toml", REPEATED);
+    test.write("fail.flag", "");
+    test.run(["run", "w.toml"]).code(1);
+    let first = test.newest_run();
+    // Three copies would be 300 KB before compression and about 150 KB after; once is half.
+    let bytes = record_bytes(&test, &first);
+    assert!(bytes < 90_000, "the record keeps {bytes} bytes of outputs");
+    for id in ["doc", "copy", "quoted"] {
+        assert_eq!(test.stage_output(id).trim_end(), doc.trim_end(), "{id}");
+    }
+    // A resume reads the packed outputs back: the commands are reused, not run again (a
+    // template renders again, as it always does).
+    std::fs::remove_file(test.path("fail.flag")).expect("fix the cause");
+    let out = test.run(["resume", "last"]);
+    out.code(0);
+    let record = test.last_run();
+    for id in ["doc", "copy"] {
+        assert_eq!(stage(&record, id)["status"], "cached", "{record:#}");
+    }
+    let length = doc.len() * 2;
+    assert_eq!(test.stage_output("gate").trim(), length.to_string());
+    // `runs diff` reads both records' outputs through their blobs: only the gate's differs
+    // (a blob missing would show as an output gone).
+    let second = test.newest_run();
+    let diff = test.run(["runs", "diff", &first, &second]);
+    diff.code(0);
+    assert_eq!(
+        diff.stdout.matches("output /").count(),
+        1,
+        "{}",
+        diff.stdout
+    );
+    assert!(
+        diff.stdout.contains("stage copy: succeeded -> cached, "),
+        "{}",
+        diff.stdout
+    );
+}
+
+#[test]
+fn past_the_record_budget_an_output_is_cut_named_and_run_again_by_a_resume() {
+    let test = Test::new();
+    test.write("doc.md", &incompressible_document(100_000, 7));
+    test.write("other.md", &incompressible_document(100_000, 11));
+    test.write(
+        "w.toml",
+        &REPEATED.replace(
+            "description = \"one document in the outputs of three stages\"",
+            "description = \"a budget of one document\"\nrecords = { max_size = \"150KB\" }",
+        ),
+    );
+    test.write("fail.flag", "");
+    test.run(["run", "w.toml"]).code(1);
+    let record = test.last_run();
+    // The first document fits, and its copies cost nothing more; the second does not.
+    for id in ["doc", "copy", "quoted"] {
+        assert_eq!(stage(&record, id).get("output_cut"), None, "{record:#}");
+    }
+    assert_eq!(stage(&record, "other")["output_cut"], true, "{record:#}");
+    let bytes = record_bytes(&test, &test.newest_run());
+    assert!(bytes < 90_000, "the record keeps {bytes} bytes of outputs");
+    std::fs::remove_file(test.path("fail.flag")).expect("fix the cause");
+    test.run(["resume", "last"]).code(0);
+    let record = test.last_run();
+    assert_eq!(stage(&record, "doc")["status"], "cached", "{record:#}");
+    assert_eq!(stage(&record, "other")["status"], "succeeded", "{record:#}");
+}
+
+fn tree_bytes(dir: &std::path::Path) -> u64 {
+    walkdir::WalkDir::new(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| entry.metadata().ok())
+        .filter(std::fs::Metadata::is_file)
+        .map(|meta| meta.len())
+        .sum()
+}
+
+#[test]
+fn kept_runs_are_bounded_in_bytes_newest_first() {
+    let test = Test::new();
+    test.write("doc.md", &incompressible_document(50_000, 3));
+    test.write(
+        "w.toml",
+        "[workflow]\ndescription = \"d\"\n\n[stages.doc]\nshell = \"cat doc.md\"\n",
+    );
+    test.run(["run", "w.toml", "--keep-runs", "0"]).code(0);
+    let runs = test.state_dir().join("runs");
+    let first = test.newest_run();
+    let one = tree_bytes(&runs.join(&first));
+    // Room for a run and a half. Runs are pruned as a run starts, its own record still small:
+    // the second run keeps the first, the third removes it, the count aside.
+    let room = (one * 3 / 2).to_string();
+    test.run([
+        "run",
+        "w.toml",
+        "--keep-runs",
+        "0",
+        "--keep-runs-size",
+        &room,
+    ])
+    .code(0);
+    assert!(
+        runs.join(&first).exists(),
+        "the first run was removed by the second"
+    );
+    test.run([
+        "run",
+        "w.toml",
+        "--keep-runs",
+        "0",
+        "--keep-runs-size",
+        &room,
+    ])
+    .code(0);
+    assert!(!runs.join(&first).exists(), "the oldest run was kept");
+    assert_eq!(test.run_ids().len(), 2);
+    // `runs prune` bounds them the same way.
+    let out = test.run([
+        "runs",
+        "prune",
+        "--keep",
+        "0",
+        "--keep-size",
+        &one.to_string(),
+    ]);
+    out.code(0).stderr_has("removed 1 run(s)");
+    assert_eq!(test.run_ids(), [test.newest_run()]);
+}

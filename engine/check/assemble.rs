@@ -26,6 +26,9 @@ pub(crate) struct Parts {
     pub(crate) records_project: Option<Tmpl>,
     /// `[workflow] max_output` in bytes, or the default.
     pub(crate) max_output: u64,
+    /// `[workflow] records.keep_size` and `records.max_size`, in bytes.
+    pub(crate) records_keep_size: Option<u64>,
+    pub(crate) records_max_size: Option<u64>,
 }
 
 /// The compiled templates by key.
@@ -295,6 +298,8 @@ pub(crate) fn assemble(
         lock,
         records_project,
         max_output: size(SizeKey::Workflow).unwrap_or(super::DEFAULT_MAX_OUTPUT),
+        records_keep_size: size(SizeKey::RecordsKeep),
+        records_max_size: size(SizeKey::RecordsMax),
     })
 }
 

@@ -115,6 +115,14 @@ impl Checker<'_> {
         if let Some(text) = &file.workflow.max_output {
             self.size(SizeKey::Workflow, text, "/workflow/max_output");
         }
+        if let Some(records) = &file.workflow.records {
+            if let Some(text) = &records.keep_size {
+                self.size(SizeKey::RecordsKeep, text, "/workflow/records/keep_size");
+            }
+            if let Some(text) = &records.max_size {
+                self.size(SizeKey::RecordsMax, text, "/workflow/records/max_size");
+            }
+        }
         for (name, source) in &file.outputs {
             self.queue(
                 TemplateKey::Output(name.clone()),

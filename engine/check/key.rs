@@ -55,6 +55,10 @@ pub(crate) enum SizeKey {
     Workflow,
     /// `max_output` of the stage at this index.
     Stage(usize),
+    /// `[workflow] records.keep_size`.
+    RecordsKeep,
+    /// `[workflow] records.max_size`.
+    RecordsMax,
 }
 
 /// A templated field of a stage.

@@ -217,6 +217,8 @@ fn check_inner(
                 writes: parts.writes,
                 lock: parts.lock,
                 records_project: parts.records_project,
+                records_keep_size: parts.records_keep_size,
+                records_max_size: parts.records_max_size,
                 file_hashes,
                 warnings,
             })

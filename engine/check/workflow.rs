@@ -51,6 +51,10 @@ pub struct Workflow {
     pub(crate) lock: Option<CheckedLock>,
     /// `[workflow] records.project`: the project folder a user-located record is keyed by.
     pub(crate) records_project: Option<Tmpl>,
+    /// `[workflow] records.keep_size`, in bytes.
+    pub(crate) records_keep_size: Option<u64>,
+    /// `[workflow] records.max_size`, in bytes.
+    pub(crate) records_max_size: Option<u64>,
     /// SHA-256 of every file of the chain, top first.
     pub(crate) file_hashes: Vec<(String, String)>,
     /// Warnings found while checking.

@@ -323,6 +323,9 @@ pub(crate) struct ExecArgs {
     /// Keep the newest N runs of each workflow (0 keeps all).
     #[arg(long, default_value_t = 50)]
     pub(crate) keep_runs: usize,
+    /// And of those, as many of each workflow's, newest first, as fit in SIZE on disk ("500MB").
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub(crate) keep_runs_size: Option<u64>,
     /// Spend at most USD on model calls: a call that would exceed it is not started and its
     /// stage fails (with `[workflow] budget_usd` too, the lower one holds).
     #[arg(long, value_name = "USD")]
@@ -360,6 +363,7 @@ impl ExecArgs {
             // Events as JSON lines on stdout (`--format events`, or the older `--json`).
             json_events: self.json || self.format == RunFormat::Events,
             keep_runs: self.keep_runs,
+            keep_runs_size: self.keep_runs_size,
             max_cost: self.max_cost,
             answers: self.answers.clone(),
             yes: self.yes,
@@ -589,6 +593,9 @@ pub(crate) enum RunsAction {
     Prune {
         #[arg(long, default_value_t = 50)]
         keep: usize,
+        /// And of those, as many of each workflow's, newest first, as fit in SIZE ("500MB").
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        keep_size: Option<u64>,
     },
 }
 
@@ -638,4 +645,9 @@ pub(crate) enum SchemaKind {
     Test,
     /// Every built-in action: its description and the JSON Schemas of its `with` and output.
     Builtins,
+}
+
+/// A size on the command line ("500MB", "1GiB", "4096").
+fn parse_size(text: &str) -> Result<u64, String> {
+    stagegraph::parse_size(text)
 }

@@ -253,8 +253,8 @@ impl App {
                 }
                 Ok(exit::SUCCESS)
             }
-            Some(RunsAction::Prune { keep }) => {
-                let removed = self.state.prune(cwd, keep);
+            Some(RunsAction::Prune { keep, keep_size }) => {
+                let removed = self.state.prune(cwd, keep, keep_size);
                 errln!("removed {} run(s)", removed.len());
                 Ok(exit::SUCCESS)
             }

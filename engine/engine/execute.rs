@@ -40,6 +40,9 @@ pub struct RunRequest {
     pub json_events: bool,
     /// Keep the newest N runs of the workflow (0 keeps all) unless `[workflow] records` says.
     pub keep_runs: usize,
+    /// Keep the workflow's runs within this many bytes on disk unless `[workflow] records`
+    /// says (`keep_size`).
+    pub keep_runs_size: Option<u64>,
     /// Spend at most this many USD on model calls.
     pub max_cost: Option<f64>,
     /// `--answer STAGE=VALUE` pairs.
@@ -189,6 +192,10 @@ impl Engine {
             quiet: request.quiet,
             json_events: request.json_events,
             keep_runs,
+            keep_size: workflow.records_keep_size.or(request.keep_runs_size),
+            record_budget: workflow
+                .records_max_size
+                .unwrap_or(run::DEFAULT_RECORD_BUDGET),
             slow_after: request.slow_after.unwrap_or(run::SLOW_AFTER),
             given,
             given_from,

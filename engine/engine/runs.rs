@@ -27,12 +27,12 @@ impl StateDir {
         record::locate_run(&self.search(cwd), run_id).map_err(|e| e.to_string())
     }
 
-    /// Keep the newest `keep` runs of each workflow in every state folder searched; returns
-    /// the ids removed.
-    pub fn prune(&self, cwd: &Path, keep: usize) -> Vec<String> {
+    /// Keep the newest `keep` runs of each workflow in every state folder searched (0: all),
+    /// and of those as many, newest first, as fit in `keep_bytes`; returns the ids removed.
+    pub fn prune(&self, cwd: &Path, keep: usize, keep_bytes: Option<u64>) -> Vec<String> {
         self.search(cwd)
             .iter()
-            .flat_map(|dir| record::prune(dir, keep))
+            .flat_map(|dir| record::prune(dir, keep, keep_bytes))
             .collect()
     }
 

@@ -20,7 +20,12 @@ use crate::format::Busy;
 use crate::models::Models;
 use crate::template::{Scope, StageSlot, StageTable};
 
+mod blobs;
 pub(crate) mod cache;
+
+/// The most a run's record stores of its stages' large outputs unless `[workflow] records`
+/// says (`max_size`).
+pub(crate) const DEFAULT_RECORD_BUDGET: u64 = 256 << 20;
 pub(crate) mod diff;
 pub(crate) mod inputs;
 pub(crate) mod journal;
@@ -62,6 +67,10 @@ pub(crate) struct RunOptions {
     /// Print events as JSON lines on stdout.
     pub json_events: bool,
     pub keep_runs: usize,
+    /// Keep the workflow's runs within this many bytes on disk.
+    pub keep_size: Option<u64>,
+    /// The most a run's record stores of its stages' large outputs.
+    pub record_budget: u64,
     /// How `ask` stages are answered (`--answer`, `--yes`, a terminal).
     pub answers: crate::builtins::ask::Answers,
     /// Write a run record (`plan --explain` writes none).
@@ -95,6 +104,8 @@ impl Default for RunOptions {
             quiet: false,
             json_events: false,
             keep_runs: 50,
+            keep_size: None,
+            record_budget: DEFAULT_RECORD_BUDGET,
             answers: Default::default(),
             record: true,
             slow_after: progress::SLOW_AFTER,
@@ -165,7 +176,7 @@ pub(crate) fn run(
     let dir = record::runs_dir(&runtime.state_dir).join(&run_id);
     // `plan --explain` records nothing.
     let files = match options.record {
-        true => Some(RunFiles::create(dir.clone())?),
+        true => Some(RunFiles::create(dir.clone())?.with_budget(Some(options.record_budget))),
         false => None,
     };
     let reporter = Reporter::new(options, workflow.stages.len());
@@ -470,9 +481,9 @@ impl<'w, 'r> Executor<'w, 'r> {
             stages: std::mem::take(&mut self.record.stages),
             ..self.record.clone()
         };
-        let keep = self.options.keep_runs;
-        let prune =
-            (keep > 0 && !self.options.dry_run).then(|| (self.runtime.state_dir.clone(), keep));
+        let (keep, keep_bytes) = (self.options.keep_runs, self.options.keep_size);
+        let prune = ((keep > 0 || keep_bytes.is_some()) && !self.options.dry_run)
+            .then(|| (self.runtime.state_dir.clone(), keep, keep_bytes));
         self.recorder = Some(Recorder::start(files, full, self.reporter.clone(), prune)?);
         Ok(())
     }
@@ -1160,6 +1171,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             reused_from: outcome.reused_from.take(),
             model_calls: std::mem::take(&mut outcome.model_calls),
             usage: stage_usage,
+            output_cut: false,
             written: None,
             explain: outcome.explain.take(),
             assumed: outcome.assumed,

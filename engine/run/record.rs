@@ -157,6 +157,10 @@ pub(crate) struct StageRecord {
     /// The model calls' tokens, latency and cost, summed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<UsageTotals>,
+    /// Its output was not kept whole: the run's record budget was spent (a resume runs the stage
+    /// again).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub output_cut: bool,
     /// With `--explain`: whether the stage would be reused, and why not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub explain: Option<String>,
@@ -225,6 +229,7 @@ impl StageRecord {
             reused_from: None,
             model_calls: Vec::new(),
             usage: None,
+            output_cut: false,
             explain: None,
             assumed: false,
             stderr: None,
@@ -496,6 +501,9 @@ pub(crate) struct OutputLine {
     /// `artifacts/` (`outputs/<stage>-<sha256 prefix>.json`), instead of in the line.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
+    /// The output is packed: its large parts are in the run's blobs ([`super::blobs`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub packed: bool,
 }
 
 /// The run's graph as `plan --format json` gives it, written once when the run starts (below
@@ -524,6 +532,16 @@ pub(crate) struct OutputLineRef<'a> {
     pub output: &'a Value,
 }
 
+/// A line of `outputs.jsonl` whose output is packed ([`super::blobs`]).
+#[derive(Serialize)]
+struct PackedLineRef<'a> {
+    stage: &'a str,
+    fingerprint: &'a str,
+    sha256: &'a str,
+    output: &'a Value,
+    packed: bool,
+}
+
 /// When [`RunFiles::save`] rewrites `run.json`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Rewrite {
@@ -547,6 +565,8 @@ pub(crate) struct RunFiles {
     dirty: bool,
     /// The large values kept in files below `artifacts/` so far, by the SHA-256 of their bytes.
     large: HashMap<String, StoredValue>,
+    /// The large parts of outputs, each stored once.
+    blobs: super::blobs::BlobStore,
 }
 
 impl RunFiles {
@@ -556,6 +576,7 @@ impl RunFiles {
         Ok(RunFiles {
             events: BufWriter::new(open(dir.join("events.jsonl"))?),
             outputs: BufWriter::new(open(dir.join("artifacts").join("outputs.jsonl"))?),
+            blobs: super::blobs::BlobStore::new(&dir.join("artifacts")),
             dir,
             last_write: None,
             clock: Clock::system(),
@@ -563,6 +584,16 @@ impl RunFiles {
             dirty: false,
             large: HashMap::new(),
         })
+    }
+
+    /// Store at most `bytes` bytes of stage outputs' large parts (see [`super::blobs`]).
+    pub(crate) fn with_budget(mut self, bytes: Option<u64>) -> Self {
+        let blobs = std::mem::replace(
+            &mut self.blobs,
+            super::blobs::BlobStore::new(&self.dir.join("artifacts")),
+        );
+        self.blobs = blobs.with_budget(bytes);
+        self
     }
 
     /// Append an event; it reaches the file at the latest with the next `run.json` rewrite.
@@ -578,7 +609,8 @@ impl RunFiles {
     }
 
     /// Append a stage's output; it reaches the file before `run.json` says the stage finished.
-    pub(crate) fn output(&mut self, line: &OutputLineRef) -> std::io::Result<()> {
+    /// Says whether a part of it was cut, past the run's budget.
+    pub(crate) fn output(&mut self, line: &OutputLineRef) -> std::io::Result<bool> {
         if crate::floor::hash::json_size(line.output) > LARGE_OUTPUT {
             let prefix = line.sha256.get(..16).unwrap_or(line.sha256);
             let file = format!("outputs/{}-{prefix}.json", line.stage);
@@ -597,10 +629,22 @@ impl RunFiles {
             )?;
             // A workflow output that is this value refers to this file instead of a copy.
             self.large.insert(stored.sha256.clone(), stored);
+        } else if let Some(packed) = self.blobs.pack(line.output)? {
+            write_json(
+                &mut self.outputs,
+                &PackedLineRef {
+                    stage: line.stage,
+                    fingerprint: line.fingerprint,
+                    sha256: line.sha256,
+                    output: &packed,
+                    packed: true,
+                },
+            )?;
         } else {
             write_json(&mut self.outputs, line)?;
         }
-        self.outputs.write_all(b"\n")
+        self.outputs.write_all(b"\n")?;
+        Ok(self.blobs.take_cut())
     }
 
     /// Keep each `[outputs]` value larger than [`LARGE_OUTPUT`] in a file below `artifacts/`
@@ -656,8 +700,10 @@ impl RunFiles {
         written
     }
 
-    /// Push the buffered logs to their files.
+    /// Push the buffered logs to their files, the blobs first: a line never refers to a blob
+    /// that is not written.
     pub(crate) fn flush_logs(&mut self) -> std::io::Result<()> {
+        self.blobs.flush()?;
         self.outputs.flush()?;
         self.events.flush()
     }
@@ -872,9 +918,21 @@ pub(crate) fn read_outputs(state_dir: &Path, id: &str) -> HashMap<String, Output
             }
         }
     }
-    // Outputs kept in files of their own: a file that is missing or damaged leaves the stage
-    // without a recorded output, as a line that did not parse would.
+    // Outputs kept in files of their own, or packed: a file that is missing or damaged, or a
+    // part cut, leaves the stage without a recorded output, as a line that did not parse would.
+    let blobs = out
+        .values()
+        .any(|entry| entry.packed)
+        .then(|| super::blobs::Blobs::read(&artifacts));
     out.retain(|_, entry| match &entry.file {
+        None if entry.packed => match blobs.as_ref().and_then(|b| b.unpack(&entry.output)) {
+            Some(value) => {
+                entry.output = value;
+                entry.packed = false;
+                true
+            }
+            None => false,
+        },
         None => true,
         Some(file) => match read_output_file(&artifacts, file) {
             Some(value) => {
@@ -953,33 +1011,54 @@ fn in_progress(state_dir: &Path, id: &str) -> bool {
     }
 }
 
-/// Keep the newest `keep` runs of each workflow; returns the ids removed. A run still in
-/// progress is never removed (it could then neither write its record nor be resumed).
-pub(crate) fn prune(state_dir: &Path, keep: usize) -> Vec<String> {
-    let mut by_workflow: HashMap<String, Vec<String>> = HashMap::new();
+/// Keep the newest `keep` runs of each workflow, and of those only as many, newest first, as
+/// fit in `keep_bytes` on disk together (the newest always); returns the ids removed. A run still in progress is
+/// never removed (it could then neither write its record nor be resumed), though its bytes
+/// count.
+pub(crate) fn prune(state_dir: &Path, keep: usize, keep_bytes: Option<u64>) -> Vec<String> {
     let ids = list_runs(state_dir);
-    if ids.len() <= keep {
+    if keep_bytes.is_none() && (keep == 0 || ids.len() <= keep) {
         return Vec::new();
     }
+    let mut by_workflow: HashMap<String, Vec<String>> = HashMap::new();
     for id in ids {
         let workflow = read_workflow_name(state_dir, &id).unwrap_or_default();
         by_workflow.entry(workflow).or_default().push(id);
     }
     let mut removed = Vec::new();
     for ids in by_workflow.values() {
-        if ids.len() > keep {
-            for id in &ids[..ids.len() - keep] {
-                if in_progress(state_dir, id) {
-                    continue;
-                }
-                if std::fs::remove_dir_all(runs_dir(state_dir).join(id)).is_ok() {
-                    removed.push(id.clone());
-                }
+        let mut total = 0u64;
+        // Newest first: the count, then the bytes, decide which go.
+        for (newer, id) in ids.iter().rev().enumerate() {
+            let dir = runs_dir(state_dir).join(id);
+            let past_count = keep > 0 && newer >= keep;
+            // The newest run stays, whatever its size: `last` names it.
+            let past_size = keep_bytes.is_some_and(|limit| {
+                total += tree_size(&dir);
+                newer > 0 && total > limit
+            });
+            if !(past_count || past_size) || in_progress(state_dir, id) {
+                continue;
+            }
+            if std::fs::remove_dir_all(&dir).is_ok() {
+                removed.push(id.clone());
             }
         }
     }
     removed.sort();
     removed
+}
+
+/// The bytes of the files below `dir`.
+fn tree_size(dir: &Path) -> u64 {
+    walkdir::WalkDir::new(dir)
+        .follow_links(false)
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| entry.metadata().ok())
+        .filter(std::fs::Metadata::is_file)
+        .map(|meta| meta.len())
+        .sum()
 }
 
 // --- where records live ------------------------------------------------------------------

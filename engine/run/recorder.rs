@@ -54,21 +54,21 @@ enum Note {
 
 impl Recorder {
     /// Start the recorder on `record`, whose stages it keeps from now on; `run.json` is
-    /// written at once. With `prune` (the state folder and how many runs of a workflow to
-    /// keep), older records are removed while the run goes on.
+    /// written at once. With `prune` (the state folder, and how many runs of a workflow to
+    /// keep in how many bytes), older records are removed while the run goes on.
     pub(crate) fn start(
         mut files: RunFiles,
         mut record: RunRecord,
         reporter: Reporter,
-        prune: Option<(PathBuf, usize)>,
+        prune: Option<(PathBuf, usize, Option<u64>)>,
     ) -> std::io::Result<Self> {
         files.save(&mut record, Rewrite::Now)?;
         let (tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("recorder".into())
             .spawn(move || {
-                if let Some((state_dir, keep)) = prune {
-                    super::record::prune(&state_dir, keep);
+                if let Some((state_dir, keep, keep_bytes)) = prune {
+                    super::record::prune(&state_dir, keep, keep_bytes);
                 }
                 serve(files, record, rx, reporter)
             })?;
@@ -254,7 +254,7 @@ fn apply(files: &mut RunFiles, record: &mut RunRecord, note: Note) -> std::io::R
             };
             // The output first: the record never claims one `resume` cannot find.
             if let Some((fingerprint, sha256, output)) = &output {
-                files.output(&OutputLineRef {
+                entry.output_cut = files.output(&OutputLineRef {
                     stage: id,
                     fingerprint,
                     sha256,

@@ -135,6 +135,7 @@ fn once(
     let request = RunRequest {
         quiet: true,
         keep_runs: 0,
+        keep_runs_size: None,
         answers: case.answers.clone(),
         yes: true,
         given: case.given.clone(),
