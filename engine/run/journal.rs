@@ -148,6 +148,8 @@ impl FinishedItems {
                         sha256: String::new(),
                         output: line.output.clone(),
                         file: None,
+                        // The item journal keeps whole values: nothing to unpack.
+                        packed: false,
                     },
                 );
             }
