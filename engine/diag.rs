@@ -241,16 +241,42 @@ impl Diagnostic {
         }
         let data = github_data(&message);
         match (self.file(), self.line_col()) {
-            (Some(file), Some((line, col))) => {
-                let file = file.strip_prefix(cwd).unwrap_or(file);
-                format!(
-                    "::{kind} file={},line={line},col={col}::{data}",
-                    github_property(&file.display().to_string())
-                )
-            }
+            (Some(file), Some((line, col))) => format!(
+                "::{kind} file={},line={line},col={col}::{data}",
+                github_property(&shown_path(file, cwd))
+            ),
             _ => format!("::{kind}::{data}"),
         }
     }
+}
+
+/// `path` as a diagnostic shows it: `.` and `..` resolved without reading the disk, then
+/// relative to `cwd` when inside it (`workflows/../bases/x.toml` is `bases/x.toml`).
+pub(crate) fn shown_path(path: &Path, cwd: &Path) -> String {
+    let normal = |path: &Path| {
+        let mut out = std::path::PathBuf::new();
+        for part in path.components() {
+            match part {
+                std::path::Component::CurDir => {}
+                std::path::Component::ParentDir
+                    if matches!(
+                        out.components().next_back(),
+                        Some(std::path::Component::Normal(_))
+                    ) =>
+                {
+                    out.pop();
+                }
+                other => out.push(other),
+            }
+        }
+        out
+    };
+    let path = normal(path);
+    let cwd = normal(cwd);
+    path.strip_prefix(&cwd)
+        .unwrap_or(&path)
+        .display()
+        .to_string()
 }
 
 /// The message of a workflow command: `%`, CR and LF escaped.

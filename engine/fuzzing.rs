@@ -77,22 +77,40 @@ pub fn workflow(data: &[u8]) {
     use crate::diag::SourceFile;
     use crate::library::{Found, Library, SearchPath};
     let Some(text) = text(data) else { return };
-    let root = scratch().join("library");
+    let (text, files) = split_files(text);
+    // A project folder of this thread's own, holding only the files this input brings.
+    let project = scratch().join(format!(
+        "project-{}",
+        format!("{:?}", std::thread::current().id()).replace(['(', ')'], "")
+    ));
+    let _ = std::fs::remove_dir_all(&project);
+    let root = project.join("library");
+    let _ = std::fs::create_dir_all(root.join("workflows"));
+    for (path, body) in files {
+        let path = project.join(path);
+        if let Some(parent) = path.parent() {
+            let _ = std::fs::create_dir_all(parent);
+        }
+        let _ = std::fs::write(path, body);
+    }
     let library = Library {
         root: Some(root.clone()),
         origin: "fuzz",
         loose: false,
     };
     let search = SearchPath::new(vec![library.clone()]);
+    let file = root.join("workflows").join("fuzz.toml");
+    // On disk too, so that a sub-workflow naming it (a cycle) finds it.
+    let _ = std::fs::write(&file, text);
     let found = Found {
         library,
         position: Some(0),
-        source: SourceFile::new(root.join("workflows").join("fuzz.toml"), text),
+        source: SourceFile::new(file, text),
     };
     let Ok(raw) = crate::load::load_found(&search, found, &mut Vec::new(), None) else {
         return;
     };
-    if let Ok(workflow) = crate::check::check(raw, &search, scratch()) {
+    if let Ok(workflow) = crate::check::check(raw, &search, &project) {
         let plan = crate::plan::Plan::new(&workflow);
         let _ = (
             plan.to_text(),
@@ -101,6 +119,42 @@ pub fn workflow(data: &[u8]) {
             plan.to_mermaid(),
         );
     }
+}
+
+/// The line that starts a file a workflow input brings with it: `#%% <path>`, the path
+/// relative to the project folder (sub-workflows, bases, templates and schemas the workflow
+/// names), the file being the lines up to the next such line.
+const FILE_MARK: &str = "#%% ";
+
+/// A workflow input's own text (before its first [`FILE_MARK`] line) and the files it brings,
+/// each at a relative path that stays inside the project folder (others are dropped).
+fn split_files(text: &str) -> (&str, Vec<(&str, &str)>) {
+    let mut files = Vec::new();
+    let Some(first) = text
+        .match_indices(FILE_MARK)
+        .find(|(at, _)| *at == 0 || text.as_bytes()[at - 1] == b'\n')
+        .map(|(at, _)| at)
+    else {
+        return (text, files);
+    };
+    let mut rest = &text[first..];
+    while let Some(after) = rest.strip_prefix(FILE_MARK) {
+        let (path, body) = after.split_once('\n').unwrap_or((after, ""));
+        let end = body
+            .match_indices(&format!("\n{FILE_MARK}"))
+            .next()
+            .map_or(body.len(), |(at, _)| at + 1);
+        let path = path.trim();
+        let inside = !path.is_empty()
+            && std::path::Path::new(path)
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if inside {
+            files.push((path, &body[..end]));
+        }
+        rest = &body[end..];
+    }
+    (&text[..first], files)
 }
 
 /// An expression (`if`, `exit_if`, `foreach`, `assert`) compiled as the checker compiles it,
@@ -330,4 +384,36 @@ pub fn records(data: &[u8]) {
     let _ = journal::FinishedItems::read(&run);
     let _ = journal::read_processes(&run);
     let _ = record::list_runs(&state);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_workflow_input_brings_its_files_and_none_outside_the_project() {
+        let input = "[stages.a]\nworkflow = \"s/p.toml\"\n#%% s/p.toml\n[stages.b]\n\
+                     command = [\"x\"]\n#%% ../escape.toml\nno\n#%% /abs.toml\nno\n#%% q.toml\nq\n";
+        let (text, files) = split_files(input);
+        assert_eq!(text, "[stages.a]\nworkflow = \"s/p.toml\"\n");
+        assert_eq!(
+            files,
+            [
+                ("s/p.toml", "[stages.b]\ncommand = [\"x\"]\n"),
+                ("q.toml", "q\n")
+            ]
+        );
+        assert_eq!(split_files("a = 1 #%% x\n").1, []);
+    }
+
+    /// A cycle of sub-workflows by path, two files deep: checked, not a stack overflow.
+    #[test]
+    fn a_sub_workflow_cycle_by_path_is_checked_without_aborting() {
+        workflow(
+            b"[stages.start]\nworkflow = \"subflows/ping.toml\"\n\
+              #%% subflows/ping.toml\n[stages.call]\nworkflow = \"subflows/pong.toml\"\n\
+              #%% subflows/pong.toml\n[stages.call]\nworkflow = \"./subflows/ping.toml\"\n",
+        );
+        workflow(b"[stages.me]\nworkflow = \"library/workflows/fuzz.toml\"\n");
+    }
 }

@@ -88,6 +88,20 @@ for path in files("tests/fixtures/**/*.json"):
 for path in files("tests/fixtures/**/*.md", "templates/**/*.md"):
     seeds["markdown"].add(read(path))
 
+# Workflows that bring other files (`#%% <path>` starts one, relative to the project folder):
+# sub-workflow cycles by path, through two files and back to the input itself, and by name.
+seeds["workflow"].update([
+    b'[stages.start]\nworkflow = "subflows/ping.toml"\n'
+    b'#%% subflows/ping.toml\n[stages.call]\nworkflow = "subflows/pong.toml"\n'
+    b'#%% subflows/pong.toml\n[stages.call]\nworkflow = "./subflows/ping.toml"\n',
+    b'[stages.me]\nworkflow = "library/workflows/fuzz.toml"\n',
+    b'[stages.start]\nworkflow = "ping"\n'
+    b'#%% library/workflows/ping.toml\n[stages.call]\nworkflow = "pong"\n'
+    b'#%% library/workflows/pong.toml\n[stages.call]\nworkflow = "ping"\n',
+    b'[stages.start]\nworkflow = "subflows/missing.toml"\n\n[stages.next]\n'
+    b'command = ["echo", "{{ stages.start.output.x }}"]\n',
+])
+
 seeds["duration"].update(b"0 300s 10m 1h30m 7d 1w 500ms 2h 90s 1w2d3h4m5s6ms".split())
 seeds["reply"].update([
     b'{"update": false, "reason": "nothing new"}',

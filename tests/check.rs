@@ -444,3 +444,38 @@ fn a_test_file_given_to_check_is_skipped_and_named() {
         .stderr_has("w.test.toml: a test file, skipped")
         .stderr_has("w.toml: ok");
 }
+
+/// `check --format github` of each overlay fixture under `tests/fixtures/annotations/`, run
+/// from that folder as from a repository's root: every annotation names a file of the
+/// repository, relative and normalized (never `<built-in>/...` nor `workflows/../...`), and a
+/// problem an overlay causes in its base is annotated at the overlay's line.
+#[test]
+fn github_annotations_land_on_repository_files() {
+    insta::glob!("fixtures/annotations/workflows/*.toml", |path| {
+        let name = path
+            .file_name()
+            .and_then(|s| s.to_str())
+            .expect("a fixture name");
+        let t = Test::new();
+        crate::support::copy_tree(&fixtures("annotations"), t.root());
+        let out = t.run(["check", "--format", "github", &format!("workflows/{name}")]);
+        let lines: Vec<&str> = out.stdout.lines().collect();
+        if name.starts_with("err_") {
+            assert_eq!(out.code, Some(2), "{name}: {out:?}");
+            assert!(!lines.is_empty(), "{name}: no annotation");
+        } else {
+            assert_eq!(out.code, Some(0), "{name}: {out:?}");
+        }
+        for line in &lines {
+            let file = line
+                .strip_prefix("::error file=")
+                .and_then(|rest| rest.split(',').next())
+                .unwrap_or_else(|| panic!("{name}: an annotation without a file: {line}"));
+            assert!(
+                !file.contains("..") && !file.starts_with('/') && t.path(file).is_file(),
+                "{name}: {file} is not a file of the repository: {line}"
+            );
+        }
+        insta::assert_snapshot!(out.stdout);
+    });
+}

@@ -157,8 +157,9 @@ fn overlay_mistakes_point_at_the_overlay_line() {
     // `summary` still lists decay_check in `after`.
     let out = test.run(["check", "flow"]);
     out.code(2);
-    out.stderr_has("stage `decay_check` is disabled by");
-    out.stderr_has("flow.toml:5");
+    // Said at the overlay's `disabled`, naming the base's line that still reads it.
+    out.stderr_has(".stagegraph/workflows/flow.toml:5:1");
+    out.stderr_has("stage `decay_check` is disabled here, but ");
 
     test.write(
         ".stagegraph/workflows/flow.toml",

@@ -194,19 +194,37 @@ impl Checker<'_> {
         }
     }
 
+    /// A read of stage `name`, which an overlay disabled: the error is at the overlay's
+    /// `disabled` (a line of the repository, where the change was made, even when the base is
+    /// built in), and names where the base reads it.
+    fn disabled_stage(&mut self, name: &str, read: Option<crate::diag::Location>) {
+        let Some(origin) = self.raw.disabled.get(name) else {
+            return;
+        };
+        let overlay = self.raw.sources[origin.source()].clone();
+        let read_at = read.map_or_else(
+            || "a stage".to_string(),
+            |l| {
+                let (line, col) = l.source.line_col(l.span.start);
+                format!(
+                    "{}:{line}:{col}",
+                    crate::diag::shown_path(&l.source.path, self.cwd)
+                )
+            },
+        );
+        let kind = DiagnosticKind::DisabledStage {
+            stage: name.to_string(),
+            read_at,
+        };
+        let mut diagnostic = crate::diag::Diagnostic::error(kind).at(&overlay, origin.key());
+        diagnostic.help = Some(format!("remove the reference to `{name}`, or re-enable it"));
+        self.diags.push(diagnostic);
+    }
+
     pub(super) fn unknown_stage(&mut self, name: &str, pointer: &str, ids: &[String]) {
-        if let Some(origin) = self.raw.disabled.get(name) {
-            let source = &self.raw.sources[origin.source()];
-            let (line, _) = source.line_col(origin.key().start);
-            self.error(
-                DiagnosticKind::DisabledStage {
-                    stage: name.to_string(),
-                    file: source.path.display().to_string(),
-                    line,
-                },
-                pointer,
-            )
-            .help = Some(format!("remove the reference to `{name}`, or re-enable it"));
+        if self.raw.disabled.contains_key(name) {
+            let read = self.raw.locate(pointer);
+            self.disabled_stage(name, read);
             return;
         }
         let help = did_you_mean(name, ids.iter().map(String::as_str));
@@ -414,19 +432,15 @@ impl Checker<'_> {
                 let target = parts.get(1)?;
                 let Some(&target_index) = index.get(*target) else {
                     if self.raw.disabled.contains_key(*target) {
-                        let origin = &self.raw.disabled[*target];
-                        let file = &self.raw.sources[origin.source()];
-                        let (line, _) = file.line_col(origin.key().start);
+                        // Located as any reference is, then said at the overlay's line.
                         self.diag_span(
                             at,
                             source,
                             span(),
-                            DiagnosticKind::DisabledStage {
-                                stage: (*target).to_string(),
-                                file: file.path.display().to_string(),
-                                line,
-                            },
+                            DiagnosticKind::UnknownStage((*target).to_string()),
                         );
+                        let read = self.diags.pop().and_then(|d| d.location);
+                        self.disabled_stage(target, read);
                     } else {
                         let help = did_you_mean(target, ids.iter().map(String::as_str));
                         self.diag_span(

@@ -368,15 +368,14 @@ pub enum DiagnosticKind {
     /// A reference to a stage the workflow does not have.
     #[error("unknown stage `{0}`")]
     UnknownStage(String),
-    /// A reference to a stage an overlay disabled, with the file and line that disabled it.
-    #[error("stage `{stage}` is disabled by {file}:{line}")]
+    /// A reference to a stage an overlay disabled: located at the overlay's `disabled`, the
+    /// change that broke the reference, naming where the base reads the stage.
+    #[error("stage `{stage}` is disabled here, but {read_at} reads it")]
     DisabledStage {
         /// The stage.
         stage: String,
-        /// The overlay's file, as shown.
-        file: String,
-        /// The line of its `disabled`.
-        line: usize,
+        /// Where it is read, `file:line:col` (the file relative to the project folder).
+        read_at: String,
     },
     /// `disabled = true` in a workflow that extends none: there is no base stage to remove.
     #[error("stage `{0}` is `disabled`, but this workflow extends none")]
