@@ -73,6 +73,19 @@ impl std::fmt::Debug for Schema {
     }
 }
 
+/// How many validation errors are kept (in messages, records and repair prompts).
+pub(crate) const MAX_ERRORS: usize = 20;
+/// How long one kept validation error may be, in characters.
+pub(crate) const MAX_ERROR_CHARS: usize = 300;
+
+/// `text` cut to `limit` characters, saying how much was left out.
+pub(crate) fn cut(text: &str, limit: usize) -> String {
+    match text.char_indices().nth(limit) {
+        None => text.to_string(),
+        Some((end, _)) => format!("{}... ({} more bytes)", &text[..end], text.len() - end),
+    }
+}
+
 impl Schema {
     /// Parse and compile a schema file.
     pub(crate) fn compile(file: &SourceFile) -> Result<Schema, Box<Diagnostic>> {
@@ -126,21 +139,27 @@ impl Schema {
         }
     }
 
-    /// Every validation error, as `at /path: message` lines.
+    /// The validation errors, as `at /path: message` lines: the first [`MAX_ERRORS`], each cut
+    /// to [`MAX_ERROR_CHARS`] characters, then a line counting the others.
     pub(crate) fn validate(&self, instance: &Value) -> Result<(), Vec<String>> {
-        let errors: Vec<String> = self
-            .validator
-            .iter_errors(instance)
-            .map(|error| {
-                let path = error.instance_path().to_string();
-                let at = if path.is_empty() {
-                    "/".to_string()
-                } else {
-                    path
-                };
-                format!("at {at}: {error}")
-            })
-            .collect();
+        let mut errors: Vec<String> = Vec::new();
+        let mut more = 0usize;
+        for error in self.validator.iter_errors(instance) {
+            if errors.len() == MAX_ERRORS {
+                more += 1;
+                continue;
+            }
+            let path = error.instance_path().to_string();
+            let at = if path.is_empty() {
+                "/".to_string()
+            } else {
+                path
+            };
+            errors.push(cut(&format!("at {at}: {error}"), MAX_ERROR_CHARS));
+        }
+        if more > 0 {
+            errors.push(format!("and {more} more errors"));
+        }
         if errors.is_empty() {
             Ok(())
         } else {

@@ -313,3 +313,52 @@ fn an_undefined_alias_is_a_check_warning_and_stops_a_run_before_any_stage() {
         .flatten()
         .all(|(_, s)| s["status"] == "not_run"));
 }
+
+/// A huge reply (200,000 unexpected keys) is rejected with a bounded list of problems: the
+/// repair request quotes a bounded part of it, and the run record stays small.
+#[test]
+fn a_huge_rejected_reply_gives_a_bounded_repair_prompt_and_record() {
+    let mut huge = serde_json::Map::new();
+    for k in 0..200_000 {
+        huge.insert(format!("key{k}"), serde_json::json!(k));
+    }
+    let huge = serde_json::Value::Object(huge).to_string();
+    assert!(huge.len() > 2_000_000);
+    let server = stub(vec![
+        (200, anthropic_reply(&huge)),
+        (
+            200,
+            anthropic_reply("{\"concept\": \"jitter\", \"why\": \"spread\"}"),
+        ),
+    ]);
+    let test = project(&format!(
+        "[models.m]\nprovider = \"anthropic\"\nmodel = \"claude-test\"\nbase_url = \"{}\"\napi_key_env = \"TEST_ANTHROPIC_KEY\"\n",
+        server.url
+    ));
+    let out = test
+        .command(["-L", "lib", "run", "ask"])
+        .env("TEST_ANTHROPIC_KEY", SECRET)
+        .output();
+    out.code(0);
+    assert_eq!(server.hits.load(Ordering::SeqCst), 2);
+    let repair = server.last_request.lock().unwrap().clone();
+    assert!(
+        repair.contains("could not be used"),
+        "{}",
+        &repair[..2000.min(repair.len())]
+    );
+    assert!(repair.contains("more errors") || repair.contains("more bytes"));
+    assert!(
+        repair.len() < 100_000,
+        "the repair request has {} bytes",
+        repair.len()
+    );
+    let record = test.last_run();
+    let size = serde_json::to_string(&record).unwrap().len();
+    assert!(size < 64_000, "the run record has {size} bytes");
+    let rejected = stage(&record, "ask")["model_calls"][0]["rejected"]
+        .as_str()
+        .expect("the first reply was rejected")
+        .to_string();
+    assert!(rejected.len() < 10_000, "{} bytes", rejected.len());
+}

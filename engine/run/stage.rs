@@ -1317,7 +1317,7 @@ impl StageRunner<'_> {
                         });
                     }
                     request.corrections.push(crate::models::Correction {
-                        reply: reply.text,
+                        reply: quoted_reply(&reply.text),
                         problems: format!(
                             "Your previous reply could not be used:\n{}\n\nReply again with only the corrected JSON document.",
                             problems.iter().map(|p| format!("- {p}")).collect::<Vec<_>>().join("\n")
@@ -1379,6 +1379,26 @@ fn is_work(stage: &Stage) -> bool {
             true
         }
     }
+}
+
+/// How much of a rejected reply a repair turn quotes back, in bytes.
+const MAX_QUOTED_REPLY: usize = 32 << 10;
+
+/// A rejected reply as a repair turn quotes it: whole up to [`MAX_QUOTED_REPLY`] bytes, else
+/// its beginning and how much was left out.
+fn quoted_reply(text: &str) -> String {
+    if text.len() <= MAX_QUOTED_REPLY {
+        return text.to_string();
+    }
+    let mut end = MAX_QUOTED_REPLY;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}\n[... {} more bytes of this reply are not repeated here]",
+        &text[..end],
+        text.len() - end
+    )
 }
 
 fn schema_failure(schema: &crate::schema::Schema, errors: &[String]) -> String {
