@@ -1,16 +1,26 @@
 //! The engine's overhead on large generated workflows, beside ninja and make when they exist.
 //!
-//! `cargo bench --bench overhead [-- --sizes 100,1000 --shapes chain,wide --runs 3]`
+//! `cargo bench --bench overhead [-- --sizes 100,1000 --shapes chain,wide --runs 5]`
 //!
 //! Three shapes at each size N: `chain` (each stage after the previous), `wide` (N independent
 //! stages and a final stage after all) and `layers` (about sqrt(N) layers of sqrt(N) stages,
-//! each after up to 4 stages of the layer before). For each it times, as the median of `--runs`
-//! runs of the release binary: `check`, `plan`, a full run of N shell stages
-//! (`echo i > out/i.txt`, `--jobs 2`), a full run of N template stages (no process), a no-op
-//! rerun with every stage cached, and the peak resident memory of those runs (from `wait4`).
-//! The same graph as a `build.ninja` and a `Makefile` gives the peers' figures: `ninja -n`,
-//! `ninja -j2`, `make -j2` and their no-op reruns; a peer that is not installed prints `n/a`.
-//! It prints a table and asserts nothing about time.
+//! each after up to 4 stages of the layer before; the diamond-layers shape). The same graph is
+//! written as a workflow of shell stages (`echo i > out/i.txt`, cached), a workflow of template
+//! stages, a `build.ninja` and a `Makefile`. Each comparison runs stagegraph and its peer in
+//! turn, `--runs` times each (interleaved, so that a burst of load on the machine hits both):
+//!
+//! - `check` and a dry-run of a fresh folder against `ninja -n` of a fresh folder;
+//! - a dry-run after a real run (the rehearsal: the last real run's outputs are read) against
+//!   `ninja -n` after a build;
+//! - a full run (`--jobs 2`) against `make -j2` and `ninja -j2`;
+//! - a no-op rerun (every stage cached) against ninja's and make's no-op;
+//! - `plan` and a full run of the template stages, alone.
+//!
+//! Each figure is the median wall time; the CPU time (user + system) and the peak resident memory
+//! of each child come from `wait4`. It prints the figures, the ratios against the targets (the
+//! wall ratio with the CPU ratio beside it, which load moves less) and every run of a series
+//! that took over twice its median. A peer that is not installed is skipped and said so. It
+//! asserts nothing about time.
 //!
 //! The binary is `STAGEGRAPH_BIN` when set; otherwise the bench builds it with
 //! `cargo build --release --bin stagegraph` and runs it from beside its own executable.
@@ -184,14 +194,20 @@ fn on_path(program: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// One timed run of a child: wall time and the child's peak resident memory.
+/// One timed run of a child: wall time, CPU time and the child's peak resident memory.
+#[derive(Clone, Copy)]
 struct Sample {
-    time: Duration,
+    wall: Duration,
+    cpu: Duration,
     max_rss_kb: i64,
 }
 
+fn timeval(tv: libc::timeval) -> Duration {
+    Duration::from_secs(tv.tv_sec.max(0) as u64) + Duration::from_micros(tv.tv_usec.max(0) as u64)
+}
+
 /// Run a command to completion with its output discarded (stderr kept for a failure), timing it
-/// and reading its own peak memory from `wait4`.
+/// and reading its CPU time and peak memory from `wait4`.
 fn measure(command: &mut Command, dir: &Path) -> Result<Sample, String> {
     let log = dir.join(".bench-stderr");
     let stderr = fs::File::create(&log).map_err(|e| e.to_string())?;
@@ -209,7 +225,7 @@ fn measure(command: &mut Command, dir: &Path) -> Result<Sample, String> {
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: `pid` is our own child, not yet reaped (the Child is never waited on).
     let reaped = unsafe { libc::wait4(pid, &raw mut status, 0, &raw mut usage) };
-    let time = started.elapsed();
+    let wall = started.elapsed();
     drop(child);
     if reaped != pid {
         return Err(format!("wait4 failed for {command:?}"));
@@ -220,30 +236,78 @@ fn measure(command: &mut Command, dir: &Path) -> Result<Sample, String> {
         return Err(format!("{command:?} failed (status {status}):\n{tail}"));
     }
     Ok(Sample {
-        time,
+        wall,
+        cpu: timeval(usage.ru_utime) + timeval(usage.ru_stime),
         max_rss_kb: usage.ru_maxrss,
     })
 }
 
-/// The median time of `runs` runs, each after `reset`, and the largest peak memory among them.
-fn median(
+/// The runs of one command.
+struct Series {
+    name: &'static str,
+    samples: Vec<Sample>,
+}
+
+impl Series {
+    fn new(name: &'static str) -> Self {
+        Series {
+            name,
+            samples: Vec::new(),
+        }
+    }
+
+    fn median_of(&self, value: impl Fn(&Sample) -> Duration) -> Option<Duration> {
+        let mut values: Vec<Duration> = self.samples.iter().map(value).collect();
+        values.sort();
+        values.get(values.len() / 2).copied()
+    }
+
+    fn wall(&self) -> Option<Duration> {
+        self.median_of(|s| s.wall)
+    }
+
+    fn cpu(&self) -> Option<Duration> {
+        self.median_of(|s| s.cpu)
+    }
+
+    fn peak_kb(&self) -> i64 {
+        self.samples.iter().map(|s| s.max_rss_kb).max().unwrap_or(0)
+    }
+
+    /// The runs that took over twice the series' median: (run number, its time, the median).
+    fn spikes(&self) -> Vec<(usize, Duration, Duration)> {
+        let Some(median) = self.wall() else {
+            return Vec::new();
+        };
+        self.samples
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.wall > median * 2)
+            .map(|(i, s)| (i + 1, s.wall, median))
+            .collect()
+    }
+}
+
+/// A command of a comparison: how to bring the folder to its starting state, and the command.
+struct Contender<'a> {
+    reset: Box<dyn Fn() -> Result<(), String> + 'a>,
+    command: Box<dyn Fn() -> Command + 'a>,
+}
+
+/// Run each contender `runs` times, in turn (a, b, c, a, b, c, ...).
+fn interleaved(
     runs: usize,
     dir: &Path,
-    mut reset: impl FnMut() -> Result<(), String>,
-    mut command: impl FnMut() -> Command,
-) -> Result<Sample, String> {
-    let mut samples = Vec::new();
+    contenders: &mut [(&mut Series, Contender)],
+) -> Result<(), String> {
     for _ in 0..runs {
-        reset()?;
-        samples.push(measure(&mut command(), dir)?);
+        for (series, contender) in contenders.iter_mut() {
+            (contender.reset)()?;
+            let sample = measure(&mut (contender.command)(), dir)?;
+            series.samples.push(sample);
+        }
     }
-    let max_rss_kb = samples.iter().map(|s| s.max_rss_kb).max().unwrap_or(0);
-    let mut times: Vec<Duration> = samples.iter().map(|s| s.time).collect();
-    times.sort();
-    Ok(Sample {
-        time: times[times.len() / 2],
-        max_rss_kb,
-    })
+    Ok(())
 }
 
 fn stage_id(i: usize) -> String {
@@ -315,22 +379,85 @@ fn makefile(deps: &[Vec<usize>]) -> String {
     out
 }
 
-/// One row of the table.
-#[derive(Default)]
+/// One row of the table: every series of one shape at one size.
 struct Row {
     shape: &'static str,
     n: usize,
-    check: Option<Duration>,
-    ninja_n: Option<Duration>,
-    plan: Option<Duration>,
-    run: Option<Duration>,
-    make: Option<Duration>,
-    ninja: Option<Duration>,
-    template: Option<Duration>,
-    noop: Option<Duration>,
-    ninja_noop: Option<Duration>,
-    make_noop: Option<Duration>,
-    peak_kb: i64,
+    check: Series,
+    plan: Series,
+    dry_run: Series,
+    rehearsal: Series,
+    ninja_n: Series,
+    ninja_n_built: Series,
+    run: Series,
+    make: Series,
+    ninja: Series,
+    template: Series,
+    noop: Series,
+    ninja_noop: Series,
+    make_noop: Series,
+}
+
+impl Row {
+    fn new(shape: &'static str, n: usize) -> Self {
+        Row {
+            shape,
+            n,
+            check: Series::new("check"),
+            plan: Series::new("plan"),
+            dry_run: Series::new("dry-run"),
+            rehearsal: Series::new("dry-run after a run"),
+            ninja_n: Series::new("ninja -n"),
+            ninja_n_built: Series::new("ninja -n after a build"),
+            run: Series::new("run (cmd)"),
+            make: Series::new("make -j2"),
+            ninja: Series::new("ninja -j2"),
+            template: Series::new("run (tmpl)"),
+            noop: Series::new("no-op"),
+            ninja_noop: Series::new("ninja no-op"),
+            make_noop: Series::new("make no-op"),
+        }
+    }
+
+    fn all(&self) -> [&Series; 13] {
+        [
+            &self.check,
+            &self.plan,
+            &self.dry_run,
+            &self.rehearsal,
+            &self.ninja_n,
+            &self.ninja_n_built,
+            &self.run,
+            &self.make,
+            &self.ninja,
+            &self.template,
+            &self.noop,
+            &self.ninja_noop,
+            &self.make_noop,
+        ]
+    }
+
+    fn ours(&self) -> [&Series; 6] {
+        [
+            &self.check,
+            &self.plan,
+            &self.dry_run,
+            &self.rehearsal,
+            &self.noop,
+            &self.run,
+        ]
+    }
+
+    /// stagegraph's peak over the runs that start no process (check, plan, dry-runs, no-op),
+    /// against ninja's over the same (`ninja -n` and its no-op).
+    fn peaks(&self) -> (i64, i64) {
+        let ours = self.ours()[..5].iter().map(|s| s.peak_kb()).max();
+        let ninja = [&self.ninja_n, &self.ninja_n_built, &self.ninja_noop]
+            .iter()
+            .map(|s| s.peak_kb())
+            .max();
+        (ours.unwrap_or(0), ninja.unwrap_or(0))
+    }
 }
 
 fn clean(dir: &Path, paths: &[&str]) -> Result<(), String> {
@@ -356,15 +483,28 @@ struct Bench {
     home: PathBuf,
 }
 
+const OURS: &[&str] = &[".stagegraph"];
+const NINJA: &[&str] = &["out", ".ninja_log", ".ninja_deps"];
+
 impl Bench {
-    fn stagegraph(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(&self.bin);
-        command
-            .args(args)
-            .env("XDG_CONFIG_HOME", &self.home)
-            .env("HOME", &self.home)
-            .env_remove("STAGEGRAPH_PATH");
-        command
+    fn stagegraph<'a>(&'a self, args: &'a [&'a str]) -> Box<dyn Fn() -> Command + 'a> {
+        Box::new(move || {
+            let mut command = Command::new(&self.bin);
+            command
+                .args(args)
+                .env("XDG_CONFIG_HOME", &self.home)
+                .env("HOME", &self.home)
+                .env_remove("STAGEGRAPH_PATH");
+            command
+        })
+    }
+
+    fn peer<'a>(program: &'a str, args: &'a [&'a str]) -> Box<dyn Fn() -> Command + 'a> {
+        Box::new(move || {
+            let mut command = Command::new(program);
+            command.args(args);
+            command
+        })
     }
 
     fn row(&self, root: &Path, shape: Shape, n: usize) -> Result<Row, String> {
@@ -379,54 +519,98 @@ impl Bench {
         write("build.ninja", ninja_file(&deps))?;
         write("Makefile", makefile(&deps))?;
         let runs = self.runs;
-        let mut row = Row {
-            shape: shape.name(),
-            n,
-            ..Row::default()
+        let mut row = Row::new(shape.name(), n);
+        let dir = dir.as_path();
+        let keep = || Box::new(|| Ok(())) as Box<dyn Fn() -> Result<(), String>>;
+        let fresh = |paths: &'static [&'static str]| {
+            Box::new(move || clean(dir, paths)) as Box<dyn Fn() -> Result<(), String>>
         };
-        let mut peak = |sample: &Sample| row.peak_kb = row.peak_kb.max(sample.max_rss_kb);
-        let none = || Ok(());
-        let fresh = || clean(&dir, &[".stagegraph", "out", ".ninja_log", ".ninja_deps"]);
+        let fresh_all = || {
+            Box::new(move || {
+                clean(dir, OURS)?;
+                clean(dir, NINJA)
+            }) as Box<dyn Fn() -> Result<(), String>>
+        };
+        let ours = |reset, args| Contender {
+            reset,
+            command: self.stagegraph(args),
+        };
+        let peer = |reset, program, args| Contender {
+            reset,
+            command: Self::peer(program, args),
+        };
 
-        let check = median(runs, &dir, none, || self.stagegraph(&["check", "cmd.toml"]))?;
-        peak(&check);
-        let plan = median(runs, &dir, none, || self.stagegraph(&["plan", "cmd.toml"]))?;
-        peak(&plan);
-        let run_args = ["run", "cmd.toml", "--jobs", "2"];
-        let run = median(runs, &dir, fresh, || self.stagegraph(&run_args))?;
-        peak(&run);
-        let noop = median(runs, &dir, none, || self.stagegraph(&run_args))?;
-        peak(&noop);
-        let template = median(runs, &dir, fresh, || {
-            self.stagegraph(&["run", "tmpl.toml", "--jobs", "2"])
-        })?;
-        peak(&template);
-        row.check = Some(check.time);
-        row.plan = Some(plan.time);
-        row.run = Some(run.time);
-        row.noop = Some(noop.time);
-        row.template = Some(template.time);
+        // What reads the workflow and runs nothing, against `ninja -n` of a fresh folder.
+        fresh_all()()?;
+        {
+            let mut list = vec![
+                (&mut row.check, ours(keep(), &["check", "cmd.toml"])),
+                (&mut row.plan, ours(keep(), &["plan", "cmd.toml"])),
+                (
+                    &mut row.dry_run,
+                    ours(
+                        fresh(OURS),
+                        &["run", "cmd.toml", "--dry-run", "--jobs", "2"],
+                    ),
+                ),
+            ];
+            if self.ninja {
+                list.push((&mut row.ninja_n, peer(fresh(NINJA), "ninja", &["-n"])));
+            }
+            interleaved(runs, dir, &mut list)?;
+        }
 
-        if self.ninja {
-            let ninja = |args: &[&str]| {
-                let mut command = Command::new("ninja");
-                command.args(args);
-                command
-            };
-            fresh()?;
-            row.ninja_n = Some(median(runs, &dir, none, || ninja(&["-n"]))?.time);
-            row.ninja = Some(median(runs, &dir, fresh, || ninja(&["-j2"]))?.time);
-            row.ninja_noop = Some(median(runs, &dir, none, || ninja(&["-j2"]))?.time);
+        // Full runs of command stages.
+        {
+            let run_args: &[&str] = &["run", "cmd.toml", "--jobs", "2"];
+            let mut list = vec![(&mut row.run, ours(fresh(OURS), run_args))];
+            if self.make {
+                list.push((&mut row.make, peer(fresh(NINJA), "make", &["-j2"])));
+            }
+            if self.ninja {
+                list.push((&mut row.ninja, peer(fresh(NINJA), "ninja", &["-j2"])));
+            }
+            interleaved(runs, dir, &mut list)?;
         }
-        if self.make {
-            let make = || {
-                let mut command = Command::new("make");
-                command.arg("-j2");
-                command
-            };
-            row.make = Some(median(runs, &dir, fresh, make)?.time);
-            row.make_noop = Some(median(runs, &dir, none, make)?.time);
+
+        // No-op reruns: each tool's last full run is in place (stagegraph's cache, the peers'
+        // outputs and ninja's log), and neither reads the other's.
+        {
+            let mut list = vec![(
+                &mut row.noop,
+                ours(keep(), &["run", "cmd.toml", "--jobs", "2"]),
+            )];
+            if self.ninja {
+                // The last full run above was ninja's when it is installed.
+                list.push((&mut row.ninja_noop, peer(keep(), "ninja", &["-j2"])));
+            }
+            if self.make {
+                list.push((&mut row.make_noop, peer(keep(), "make", &["-j2"])));
+            }
+            interleaved(runs, dir, &mut list)?;
         }
+
+        // A dry-run after real runs: it reads the last real run's outputs.
+        {
+            let mut list = vec![(
+                &mut row.rehearsal,
+                ours(keep(), &["run", "cmd.toml", "--dry-run", "--jobs", "2"]),
+            )];
+            if self.ninja {
+                list.push((&mut row.ninja_n_built, peer(keep(), "ninja", &["-n"])));
+            }
+            interleaved(runs, dir, &mut list)?;
+        }
+
+        // Template stages: no process at all.
+        interleaved(
+            runs,
+            dir,
+            &mut [(
+                &mut row.template,
+                ours(fresh(OURS), &["run", "tmpl.toml", "--jobs", "2"]),
+            )],
+        )?;
         Ok(row)
     }
 }
@@ -439,11 +623,31 @@ fn seconds(time: Option<Duration>) -> String {
     }
 }
 
-fn ratio(ours: Option<Duration>, theirs: Option<Duration>) -> String {
-    match (ours, theirs) {
-        (Some(a), Some(b)) if !b.is_zero() => format!("{:.2}x", a.as_secs_f64() / b.as_secs_f64()),
-        _ => "n/a".into(),
+fn megabytes(kb: i64) -> String {
+    match kb {
+        0 => "n/a".into(),
+        kb => format!("{:.1}", kb as f64 / 1024.0),
     }
+}
+
+fn ratio_of(ours: Option<Duration>, theirs: Option<Duration>) -> Option<f64> {
+    match (ours, theirs) {
+        (Some(a), Some(b)) if !b.is_zero() => Some(a.as_secs_f64() / b.as_secs_f64()),
+        _ => None,
+    }
+}
+
+/// `0.85x (cpu 0.60x) ok`: the wall ratio, the CPU ratio, and whether the wall ratio is within
+/// the target.
+fn against(ours: &Series, theirs: &Series, target: f64) -> String {
+    let Some(wall) = ratio_of(ours.wall(), theirs.wall()) else {
+        return "n/a".into();
+    };
+    let cpu = ratio_of(ours.cpu(), theirs.cpu())
+        .map(|r| format!(" (cpu {r:.2}x)"))
+        .unwrap_or_default();
+    let verdict = if wall <= target { "ok" } else { "over" };
+    format!("{wall:.2}x{cpu} {verdict}")
 }
 
 fn print_table(rows: &[Row]) {
@@ -451,8 +655,11 @@ fn print_table(rows: &[Row]) {
         "shape",
         "N",
         "check",
-        "ninja -n",
         "plan",
+        "dry-run",
+        "ninja -n",
+        "dry-run, run before",
+        "ninja -n, built",
         "run (cmd)",
         "make -j2",
         "ninja -j2",
@@ -461,26 +668,29 @@ fn print_table(rows: &[Row]) {
         "ninja no-op",
         "make no-op",
         "peak MB",
+        "ninja peak MB",
     ];
-    let mut lines: Vec<Vec<String>> = vec![header
-        .iter()
-        .map(std::string::ToString::to_string)
-        .collect()];
+    let mut lines: Vec<Vec<String>> = vec![header.iter().map(ToString::to_string).collect()];
     for row in rows {
+        let (ours, ninja) = row.peaks();
         lines.push(vec![
             row.shape.to_string(),
             row.n.to_string(),
-            seconds(row.check),
-            seconds(row.ninja_n),
-            seconds(row.plan),
-            seconds(row.run),
-            seconds(row.make),
-            seconds(row.ninja),
-            seconds(row.template),
-            seconds(row.noop),
-            seconds(row.ninja_noop),
-            seconds(row.make_noop),
-            format!("{:.1}", row.peak_kb as f64 / 1024.0),
+            seconds(row.check.wall()),
+            seconds(row.plan.wall()),
+            seconds(row.dry_run.wall()),
+            seconds(row.ninja_n.wall()),
+            seconds(row.rehearsal.wall()),
+            seconds(row.ninja_n_built.wall()),
+            seconds(row.run.wall()),
+            seconds(row.make.wall()),
+            seconds(row.ninja.wall()),
+            seconds(row.template.wall()),
+            seconds(row.noop.wall()),
+            seconds(row.ninja_noop.wall()),
+            seconds(row.make_noop.wall()),
+            megabytes(ours),
+            megabytes(ninja),
         ]);
     }
     print_aligned(&lines);
@@ -488,25 +698,60 @@ fn print_table(rows: &[Row]) {
     let mut ratios: Vec<Vec<String>> = vec![[
         "shape",
         "N",
-        "check / ninja -n",
-        "run / make -j2",
-        "run / ninja -j2",
-        "no-op / ninja no-op",
+        "dry-run / ninja -n (<= 1)",
+        "check / ninja -n (<= 1)",
+        "no-op / ninja no-op (<= 1)",
+        "run / make -j2 (<= 1)",
+        "peak / ninja peak (<= 2)",
     ]
     .iter()
-    .map(std::string::ToString::to_string)
+    .map(ToString::to_string)
     .collect()];
     for row in rows {
+        let (ours, ninja) = row.peaks();
+        let memory = match (ours, ninja) {
+            (_, 0) | (0, _) => "n/a".to_string(),
+            (a, b) => {
+                let r = a as f64 / b as f64;
+                format!("{r:.2}x {}", if r <= 2.0 { "ok" } else { "over" })
+            }
+        };
         ratios.push(vec![
             row.shape.to_string(),
             row.n.to_string(),
-            ratio(row.check, row.ninja_n),
-            ratio(row.run, row.make),
-            ratio(row.run, row.ninja),
-            ratio(row.noop, row.ninja_noop),
+            against(&row.dry_run, &row.ninja_n, 1.0),
+            against(&row.check, &row.ninja_n, 1.0),
+            against(&row.noop, &row.ninja_noop, 1.0),
+            against(&row.run, &row.make, 1.0),
+            memory,
         ]);
     }
     print_aligned(&ratios);
+    println!();
+    let mut spikes = Vec::new();
+    for row in rows {
+        for series in row.all() {
+            for (run, time, median) in series.spikes() {
+                spikes.push(format!(
+                    "- {} {} {}: run {run} took {}, {:.1}x the median {}",
+                    row.shape,
+                    row.n,
+                    series.name,
+                    seconds(Some(time)),
+                    time.as_secs_f64() / median.as_secs_f64(),
+                    seconds(Some(median))
+                ));
+            }
+        }
+    }
+    if spikes.is_empty() {
+        println!("No run took over twice the median of its series.");
+    } else {
+        println!("Runs over twice the median of their series:");
+        for line in spikes {
+            println!("{line}");
+        }
+    }
 }
 
 /// A Markdown table with padded columns (readable as it is, pastable into book/src/benchmarks.md).
@@ -573,21 +818,33 @@ fn bench() -> Result<(), String> {
         home,
     };
     eprintln!(
-        "stagegraph {}; ninja {}; make {}; median of {} run(s)",
+        "stagegraph {}; median of {} run(s) of each command",
         bench.bin.display(),
-        if bench.ninja { "found" } else { "absent" },
-        if bench.make { "found" } else { "absent" },
         bench.runs
     );
+    let absent: Vec<&str> = [("ninja", bench.ninja), ("make", bench.make)]
+        .iter()
+        .filter(|(_, found)| !found)
+        .map(|(name, _)| *name)
+        .collect();
+    for name in &absent {
+        eprintln!("{name} is not installed: its columns are skipped (n/a)");
+    }
 
     // `check` of the shipped workflows: every workflow on an otherwise empty search path.
     let shipped_dir = root.path().join("shipped");
     fs::create_dir_all(&shipped_dir).map_err(|e| e.to_string())?;
-    let shipped = median(
+    let mut shipped = Series::new("check of the shipped workflows");
+    interleaved(
         bench.runs,
         &shipped_dir,
-        || Ok(()),
-        || bench.stagegraph(&["check"]),
+        &mut [(
+            &mut shipped,
+            Contender {
+                reset: Box::new(|| Ok(())),
+                command: bench.stagegraph(&["check"]),
+            },
+        )],
     )?;
 
     let mut rows = Vec::new();
@@ -600,9 +857,12 @@ fn bench() -> Result<(), String> {
     println!();
     print_table(&rows);
     println!(
-        "\n`check` of the shipped workflows: {} (peak {:.1} MB)",
-        seconds(Some(shipped.time)),
-        shipped.max_rss_kb as f64 / 1024.0
+        "\n`check` of the shipped workflows: {} (peak {} MB)",
+        seconds(shipped.wall()),
+        megabytes(shipped.peak_kb())
     );
+    for name in absent {
+        println!("{name} is not installed: its columns are n/a.");
+    }
     Ok(())
 }

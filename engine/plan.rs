@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::check::{Action, Workflow};
 
@@ -213,37 +213,53 @@ impl<'w> Plan<'w> {
 
     /// `plan --format json`: the stages with their waves and dependencies.
     pub fn to_json(&self) -> Value {
-        let stages: Vec<Value> = self
-            .waves
-            .iter()
-            .enumerate()
-            .flat_map(|(w, wave)| wave.iter().map(move |&i| (Some(w), i)))
-            .chain(self.finally.iter().flatten().map(|&i| (None, i)))
-            .map(|(w, i)| {
-                let stage = &self.workflow.stages[i];
-                json!({
-                    "id": stage.id,
-                    "wave": w.map(|w| w + 1),
-                    "finally": stage.finally,
-                    "action": stage.action.kind(),
-                    "summary": self.action_summary(i),
-                    "description": stage.text.description,
-                    "after": stage.deps.iter().map(|&d| self.workflow.stages[d].id.clone()).collect::<Vec<_>>(),
-                    "if": stage.text.if_,
-                    "exit_if": stage.text.exit_if,
-                    "foreach": stage.text.foreach,
-                    "assert": stage.text.asserts,
-                    "selection": self.selection_of(i),
-                })
-            })
-            .collect();
-        json!({
-            "version": 1,
-            "workflow": self.workflow.name,
-            "waves": self.waves.iter().map(|w| w.iter().map(|&i| self.workflow.stages[i].id.clone()).collect::<Vec<_>>()).collect::<Vec<_>>(),
-            "finally": self.finally.iter().flatten().map(|&i| self.workflow.stages[i].id.clone()).collect::<Vec<_>>(),
-            "stages": stages,
-        })
+        serde_json::to_value(self.document()).unwrap_or(Value::Null)
+    }
+
+    /// The plan's JSON document (as [`Plan::to_json`] gives it), serialized into `out` as it is
+    /// made: a run keeps the plan of 10,000 stages beside its record without building it as a
+    /// value first (megabytes of maps).
+    pub(crate) fn write_json(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        crate::run::record::write_json(out, &self.document())
+    }
+
+    fn document(&self) -> PlanDocument<'_, impl Iterator<Item = PlanStage<'_>>> {
+        let stages = &self.workflow.stages;
+        PlanDocument {
+            version: 1,
+            workflow: &self.workflow.name,
+            waves: self.waves.iter().map(|w| Ids(stages, w)).collect(),
+            finally: self
+                .finally
+                .iter()
+                .flatten()
+                .map(|&i| stages[i].id.as_str())
+                .collect(),
+            stages: Seq(std::cell::Cell::new(Some(
+                self.waves
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(w, wave)| wave.iter().map(move |&i| (Some(w + 1), i)))
+                    .chain(self.finally.iter().flatten().map(|&i| (None, i)))
+                    .map(move |(wave, i)| {
+                        let stage = &stages[i];
+                        PlanStage {
+                            id: &stage.id,
+                            wave,
+                            finally: stage.finally,
+                            action: stage.action.kind(),
+                            summary: self.action_summary(i),
+                            description: stage.text.description.as_deref(),
+                            after: Ids(stages, &stage.deps),
+                            if_: stage.text.if_.as_deref(),
+                            exit_if: stage.text.exit_if.as_deref(),
+                            foreach: stage.text.foreach.as_deref(),
+                            assert: &stage.text.asserts,
+                            selection: self.selection_of(i),
+                        }
+                    }),
+            ))),
+        }
     }
 
     /// What a drawing left out, when it left out edges.
@@ -445,4 +461,51 @@ fn dot_label(lines: &[&str]) -> String {
 
 fn dot_escape(text: &str) -> String {
     text.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+/// `plan --format json`, borrowed from the plan: the stages are serialized as they are made.
+#[derive(serde::Serialize)]
+#[serde(bound(serialize = "Seq<S>: serde::Serialize"))]
+struct PlanDocument<'a, S> {
+    version: u32,
+    workflow: &'a str,
+    waves: Vec<Ids<'a>>,
+    finally: Vec<&'a str>,
+    stages: Seq<S>,
+}
+
+#[derive(serde::Serialize)]
+struct PlanStage<'a> {
+    id: &'a str,
+    wave: Option<usize>,
+    finally: bool,
+    action: &'static str,
+    summary: String,
+    description: Option<&'a str>,
+    after: Ids<'a>,
+    #[serde(rename = "if")]
+    if_: Option<&'a str>,
+    exit_if: Option<&'a str>,
+    foreach: Option<&'a str>,
+    assert: &'a [String],
+    /// With `--only`, `--from` or `--until`: `runs`, `given` or `left_out`; null without.
+    selection: Option<&'static str>,
+}
+
+/// Stage indexes, serialized as their ids.
+struct Ids<'a>(&'a [crate::check::Stage], &'a [usize]);
+
+impl serde::Serialize for Ids<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.1.iter().map(|&i| &self.0[i].id))
+    }
+}
+
+/// A sequence serialized as it is iterated, once (a document is serialized once).
+struct Seq<I>(std::cell::Cell<Option<I>>);
+
+impl<I: Iterator<Item = T>, T: serde::Serialize> serde::Serialize for Seq<I> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.take().into_iter().flatten())
+    }
 }

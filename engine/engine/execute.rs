@@ -218,11 +218,12 @@ impl Engine {
         let resume = match resume {
             None if options.dry_run => runtime
                 .previous
-                .clone()
-                .or_else(|| record::latest_real_run(&state_dir, &workflow.name))
-                .map(|previous| ResumeFrom {
-                    outputs: record::read_outputs(&state_dir, &previous.run_id),
-                    run_id: previous.run_id,
+                .as_ref()
+                .map(|previous| previous.run_id.clone())
+                .or_else(|| record::latest_real_run_id(&state_dir, &workflow.name))
+                .map(|run_id| ResumeFrom {
+                    outputs: record::read_outputs(&state_dir, &run_id),
+                    run_id,
                     items: Default::default(),
                     processes: Vec::new(),
                     interrupted: false,

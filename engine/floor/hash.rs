@@ -8,12 +8,17 @@ pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
-/// SHA-256 of a value's compact JSON (what `to_string` gives), hashed as it is written.
+/// SHA-256 of a value's compact JSON (what `to_string` gives), hashed as it is written, through
+/// a buffer: the serializer writes a token at a time, and a hasher update per token cost more
+/// than the hashing (fingerprints were 43% of a dry-run's instructions).
 pub(crate) fn sha256_json(value: &impl serde::Serialize) -> String {
-    let mut hasher = Sha256::new();
+    let mut hasher = std::io::BufWriter::with_capacity(4096, Sha256::new());
     // Writing JSON into a hasher cannot fail.
     let _ = serde_json::to_writer(&mut hasher, value);
-    hex(&hasher.finalize())
+    hasher
+        .into_inner()
+        .map(|hasher| hex(&hasher.finalize()))
+        .unwrap_or_default()
 }
 
 /// How many bytes `value` takes as compact JSON, counted without keeping them.

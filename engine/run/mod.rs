@@ -468,14 +468,12 @@ impl<'w, 'r> Executor<'w, 'r> {
     fn attach(&mut self, files: RunFiles) -> std::io::Result<()> {
         self.dir = Some(files.dir.clone());
         // The graph as it ran, for `runs report` (the workflow may change after the run).
-        let plan = crate::plan::Plan::new(self.workflow).to_json();
-        let json = serde_json::to_vec(&plan)?;
-        let bytes = crate::floor::secrets::redact_bytes(&json);
+        let plan = crate::plan::Plan::new(self.workflow);
         crate::floor::atomic::replace(
             &files.dir.join(record::PLAN_FILE),
             ".plan.",
             0o666,
-            |out| out.write_all(&bytes),
+            |out| plan.write_json(out),
         )?;
         let full = RunRecord {
             stages: std::mem::take(&mut self.record.stages),

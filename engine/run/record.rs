@@ -795,26 +795,77 @@ pub(crate) fn list_runs(state_dir: &Path) -> Vec<String> {
 
 /// The newest run of a workflow that was not a dry-run.
 pub(crate) fn latest_real_run(state_dir: &Path, workflow: &str) -> Option<RunRecord> {
-    list_runs(state_dir)
-        .iter()
-        .rev()
-        .filter_map(|id| read_record_as_written(state_dir, id).ok())
-        .find(|r| r.workflow == workflow && !r.dry_run)
+    let id = latest_real_run_id(state_dir, workflow)?;
+    read_record_as_written(state_dir, &id).ok()
+}
+
+/// The id of the newest run of a workflow that was not a dry-run, found by reading the head of
+/// each record only: every dry-run is recorded, and a dry-run that looks for the last real run
+/// had parsed each newer dry-run's record whole (megabytes each at 10,000 stages).
+pub(crate) fn latest_real_run_id(state_dir: &Path, workflow: &str) -> Option<String> {
+    list_runs(state_dir).into_iter().rev().find(|id| {
+        read_head(state_dir, id).is_some_and(|head| head.workflow == workflow && !head.dry_run)
+    })
 }
 
 /// Whether a recorded run was a dry-run: `last` means the last real run. An unreadable record
 /// counts as real, so that `runs show last` shows what is wrong with it.
 pub(crate) fn is_dry_run(state_dir: &Path, id: &str) -> bool {
-    #[derive(Deserialize)]
-    struct Head {
-        #[serde(default)]
-        dry_run: bool,
+    read_head(state_dir, id).is_some_and(|head| head.dry_run)
+}
+
+/// A record's workflow and whether it was a dry-run.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Head {
+    pub workflow: String,
+    pub dry_run: bool,
+}
+
+/// The [`Head`] of a run record, read key by key from the start of its `run.json` and no
+/// further than both keys (the stages, by far the most of a record, come after them). Keys in
+/// any order are read; a record without `dry_run` is a real run. `None` for a file that is
+/// missing or does not start as a record with a `workflow`.
+pub(crate) fn read_head(state_dir: &Path, id: &str) -> Option<Head> {
+    use serde::de::{Deserializer as _, Error as _, IgnoredAny, MapAccess, Visitor};
+    use std::cell::Cell;
+
+    struct HeadVisitor<'a>(&'a Cell<Option<Head>>);
+    impl<'de> Visitor<'de> for HeadVisitor<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a run record")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            let (mut workflow, mut dry_run) = (None::<String>, None::<bool>);
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                match key.as_ref() {
+                    "workflow" => workflow = Some(map.next_value()?),
+                    "dry_run" => dry_run = Some(map.next_value()?),
+                    _ => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                if let (Some(_), Some(_)) = (&workflow, dry_run) {
+                    break;
+                }
+            }
+            if let Some(workflow) = workflow {
+                self.0.set(Some(Head {
+                    workflow,
+                    dry_run: dry_run.unwrap_or(false),
+                }));
+            }
+            // Stopping before the end of the object is an error to serde_json, and the point:
+            // the rest of the file is never read.
+            Err(A::Error::custom("head read"))
+        }
     }
-    let path = runs_dir(state_dir).join(id).join("run.json");
-    std::fs::read(&path)
-        .ok()
-        .and_then(|bytes| serde_json::from_slice::<Head>(&bytes).ok())
-        .is_some_and(|head| head.dry_run)
+
+    let file = File::open(runs_dir(state_dir).join(id).join("run.json")).ok()?;
+    let found = Cell::new(None);
+    let mut reader = serde_json::Deserializer::from_reader(BufReader::with_capacity(8192, file));
+    let _ = reader.deserialize_map(HeadVisitor(&found));
+    found.take()
 }
 
 /// Why a run record could not be read.
@@ -1250,6 +1301,46 @@ pub(crate) use crate::floor::time::now_rfc3339;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The head is read from the start of the file: what follows it is never parsed, so a
+    /// record whose stages are cut short (or megabytes long) reads as fast as a small one.
+    #[test]
+    fn a_records_head_is_read_without_its_stages() {
+        let state = tempfile::tempdir().unwrap();
+        let write = |id: &str, text: &str| {
+            let dir = runs_dir(state.path()).join(id);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("run.json"), text).unwrap();
+        };
+        write(
+            "r1",
+            r#"{"run_id": "r1", "workflow": "w", "status": "completed", "inputs": {"a": [1, {"b": 2}]},
+               "dry_run": false, "stages": {"s1": {"status": "#,
+        );
+        write(
+            "r2",
+            r#"{"dry_run": true, "run_id": "r2", "workflow": "w", "stages": {"s1": "#,
+        );
+        write("r3", r#"{"run_id": "r3", "workflow": "v", "stages": {}}"#);
+        write("r4", r#"["not", "a", "record"]"#);
+        let head = |id| read_head(state.path(), id);
+        let expect = |workflow: &str, dry_run| {
+            Some(Head {
+                workflow: workflow.into(),
+                dry_run,
+            })
+        };
+        assert_eq!(head("r1"), expect("w", false));
+        assert_eq!(head("r2"), expect("w", true));
+        assert_eq!(head("r3"), expect("v", false));
+        assert_eq!(head("r4"), None);
+        assert_eq!(head("missing"), None);
+        assert!(is_dry_run(state.path(), "r2"));
+        assert!(!is_dry_run(state.path(), "r1"));
+        // The newest real run of `w` is r1 (r2 is a dry-run; r3 is another workflow's).
+        assert_eq!(latest_real_run_id(state.path(), "w").as_deref(), Some("r1"));
+        assert_eq!(latest_real_run_id(state.path(), "v").as_deref(), Some("r3"));
+    }
 
     #[test]
     fn a_failed_rewrite_is_spaced_like_a_written_one() {
