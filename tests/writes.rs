@@ -83,3 +83,88 @@ fn check_refuses_a_write_that_does_not_run_after_the_stage_its_root_reads() {
     );
     out.stderr_has("add `after = [\"find\"]` to `write`");
 }
+
+/// The temporary files a killed engine stranded (named with its pid) are removed when the next
+/// run starts, in the write roots and the state folder; a live engine's, a fresh one and a
+/// file of any other name stay.
+#[test]
+fn temporary_files_stranded_by_a_killed_engine_are_removed_by_the_next_run() {
+    let t = crate::support::Test::new();
+    t.write(
+        "w.toml",
+        "[workflow]\ndescription = \"d\"\nwrites = [\"out\"]\n\n\
+         [stages.s]\nshell = \"printf x\"\noutput.path = \"out/x.txt\"\n",
+    );
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let live = std::process::id();
+    let stranded = [
+        format!("out/deep/.big.bin.sg{dead}.Ab12Cd.tmp"),
+        format!("state/runs/.run.json.sg{dead}.Zz99yY.tmp"),
+    ];
+    let kept = [
+        format!("out/.big.bin.sg{live}.Ab12Cd.tmp"),
+        "out/.big.bin.Ab12Cd.tmp".to_string(),
+        format!("elsewhere/.big.bin.sg{dead}.Ab12Cd.tmp"),
+    ];
+    for path in stranded.iter().chain(&kept) {
+        t.write(path, &"x".repeat(4096));
+        crate::support::backdate(&t.path(path));
+    }
+    let fresh = format!("out/.new.bin.sg{dead}.Ab12Cd.tmp");
+    t.write(&fresh, "x");
+    let newer = std::time::SystemTime::now() + std::time::Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(t.path(&fresh))
+        .and_then(|f| f.set_modified(newer))
+        .unwrap();
+    t.run(["run", "w.toml"]).code(0);
+    crate::support::wait_for(
+        "the stranded files to be removed",
+        std::time::Duration::from_secs(30),
+        || stranded.iter().all(|p| !t.exists(p)),
+    );
+    for path in kept.iter().chain(std::iter::once(&fresh)) {
+        assert!(t.exists(path), "{path} was removed");
+    }
+    assert_eq!(t.read("out/x.txt"), "x");
+}
+
+/// A command's binary stdout reaches its `output.path` byte for byte (all 256 byte values),
+/// for a stage and for each item of a `foreach`; the output itself stays text.
+#[test]
+fn binary_stdout_is_written_to_output_path_exactly() {
+    let t = crate::support::Test::new();
+    let bytes: Vec<u8> = (0..=255u8).chain((0..=255u8).rev()).collect();
+    std::fs::write(t.path("bytes.bin"), &bytes).unwrap();
+    t.write(
+        "w.toml",
+        "[workflow]\ndescription = \"d\"\nwrites = [\"out\"]\n\n\
+         [stages.one]\ncommand = [\"cat\", \"bytes.bin\"]\noutput.path = \"out/one.bin\"\n\n\
+         [stages.each]\nforeach = \"[1, 2]\"\ncommand = [\"cat\", \"bytes.bin\"]\n\
+         output.path = \"out/each-{{ item }}.bin\"\n",
+    );
+    t.run(["run", "w.toml"]).code(0);
+    for file in ["out/one.bin", "out/each-1.bin", "out/each-2.bin"] {
+        assert_eq!(std::fs::read(t.path(file)).unwrap(), bytes, "{file}");
+    }
+}
+
+/// Reading a file that is not UTF-8 as text names the file and the first byte that is not.
+#[test]
+fn a_file_that_is_not_utf8_is_named_with_the_byte() {
+    let t = crate::support::Test::new();
+    std::fs::write(t.path("b.bin"), b"abc\xffdef").unwrap();
+    t.write(
+        "w.toml",
+        "[workflow]\ndescription = \"d\"\n\n[stages.r]\nuses = \"fs.read\"\nwith = { path = \"b.bin\" }\n",
+    );
+    t.run(["run", "w.toml"])
+        .code(1)
+        .stderr_has("b.bin` is not UTF-8 at byte 3");
+    t.run(["run", "w.toml", "--inputs-json", "b.bin"])
+        .code(2)
+        .stderr_has("b.bin` is not UTF-8 at byte 3");
+}

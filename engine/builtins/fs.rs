@@ -240,7 +240,7 @@ fn read(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     match read_bounded(&path, ctx) {
         Ok(bytes) => String::from_utf8(bytes)
             .map(Value::String)
-            .map_err(|_| BuiltinError::new(format!("`{}` is not UTF-8 text", path.display()))),
+            .map_err(|e| BuiltinError::new(crate::floor::text::not_utf8(&path, e.utf8_error()))),
         Err(Some(err)) if err.kind() == io::ErrorKind::NotFound && args.optional => Ok(Value::Null),
         Err(Some(err)) => Err(io_error("cannot read", &path, &err)),
         Err(None) => Err(super::too_large(&path, ctx.max_output)),

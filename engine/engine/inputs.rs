@@ -106,7 +106,7 @@ pub fn read_inputs(
                     .map_err(|e| input_error(format!("cannot read inputs from stdin: {e}")))?;
                 text
             } else {
-                std::fs::read_to_string(cwd.join(source))
+                crate::floor::text::read_utf8(&cwd.join(source))
                     .map_err(|e| input_error(format!("cannot read {source}: {e}")))?
             };
             match serde_json::from_str::<Value>(&text) {

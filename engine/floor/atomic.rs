@@ -26,8 +26,10 @@ pub(crate) fn replace(
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
     };
+    // `.<name>.sg<pid>.<random>.tmp`: a kill that strands it leaves a file the next run
+    // knows for a stray ([`super::strays`]).
     let temp = tempfile::Builder::new()
-        .prefix(prefix)
+        .prefix(&format!("{prefix}{}", super::strays::tag()))
         .suffix(".tmp")
         .permissions(Permissions::from_mode(mode))
         .tempfile_in(dir)?;
@@ -92,9 +94,9 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<WriteOutcome
 }
 
 /// The prefix of a temporary sibling of `name`: hidden, and recognisable as a leftover should a
-/// crash strand it.
+/// crash strand it (it names this engine's pid, see [`super::strays`]).
 pub(crate) fn temp_prefix(name: &std::ffi::OsStr) -> String {
-    format!(".{}.", name.to_string_lossy())
+    format!(".{}.{}", name.to_string_lossy(), super::strays::tag())
 }
 
 pub(crate) fn split_parent(path: &Path) -> io::Result<(&Path, &std::ffi::OsStr)> {

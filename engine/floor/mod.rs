@@ -15,4 +15,6 @@ pub(crate) mod reduction;
 pub(crate) mod retry;
 pub(crate) mod secrets;
 pub(crate) mod size;
+pub(crate) mod strays;
+pub(crate) mod text;
 pub(crate) mod time;

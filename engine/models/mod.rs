@@ -362,7 +362,7 @@ impl Models {
         let mut layers = vec![(PathBuf::from(BUILTIN_ORIGIN), BUILTIN_CONFIG.to_string())];
         let optional = [&paths.user, &paths.project];
         for path in optional.into_iter().flatten() {
-            match std::fs::read_to_string(path) {
+            match crate::floor::text::read_utf8(path) {
                 Ok(text) => layers.push((path.clone(), text)),
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
                 Err(source) => {
@@ -374,10 +374,11 @@ impl Models {
             }
         }
         if let Some(path) = &paths.explicit {
-            let text = std::fs::read_to_string(path).map_err(|source| ModelError::ConfigRead {
-                path: path.clone(),
-                source,
-            })?;
+            let text =
+                crate::floor::text::read_utf8(path).map_err(|source| ModelError::ConfigRead {
+                    path: path.clone(),
+                    source,
+                })?;
             layers.push((path.clone(), text));
         }
         Models::from_layers(layers)

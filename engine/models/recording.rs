@@ -281,8 +281,10 @@ fn write(
     json.push('\n');
     fs::create_dir_all(dir).map_err(|error| fail(format!("cannot create the folder: {error}")))?;
     // Owner-only, as a temporary file is made.
-    crate::floor::atomic::replace(&path, ".tmp", 0o600, |out| out.write_all(json.as_bytes()))
-        .map_err(|error| fail(format!("cannot write: {error}")))
+    crate::floor::atomic::replace(&path, ".recording.", 0o600, |out| {
+        out.write_all(json.as_bytes())
+    })
+    .map_err(|error| fail(format!("cannot write: {error}")))
 }
 
 /// Answer a request from `dir/<hash>.json`, else from a first-format recording of the same

@@ -207,6 +207,9 @@ pub(crate) fn run(
         None => Default::default(),
     };
     executor.execute(outputs, items);
+    if let Some(sweep) = executor.strays.take() {
+        let _ = sweep.join();
+    }
     executor.reporter.done();
     let record = executor.record;
     if private {
@@ -400,6 +403,8 @@ struct Executor<'w, 'r> {
     late_roots: Option<(Arc<LateRoots>, minijinja::Value)>,
     /// A sub-workflow's: the journal of the run it runs in (else the run keeps its own).
     journal: Option<journal::Journal>,
+    /// The removal of temporary files killed engines stranded, joined before the run ends.
+    strays: Option<std::thread::JoinHandle<Vec<PathBuf>>>,
 }
 
 impl<'w, 'r> Executor<'w, 'r> {
@@ -460,6 +465,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             rehearsal: None,
             late_roots: None,
             journal: None,
+            strays: None,
         }
     }
 
@@ -624,6 +630,13 @@ impl<'w, 'r> Executor<'w, 'r> {
             .writes
             .late()
             .map(|late| (Arc::clone(late), base.clone()));
+        // What killed engines stranded of their temporary files, in the state folder and the write
+        // roots: removed beside the run (a top-level run that writes, not a dry-run).
+        if self.recorder.is_some() && !self.options.dry_run {
+            let mut folders = vec![self.runtime.state_dir.clone()];
+            folders.extend(prepared.writes.roots());
+            self.strays = crate::floor::strays::sweep_in_background(folders);
+        }
 
         // The workflow's lock.
         let _lock = match &workflow.lock {
@@ -716,6 +729,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             reporter: &reporter,
             cache: cache::Cache::new(&self.runtime.state_dir, &workflow.name),
             table: Arc::clone(&self.table),
+            raw_stdout: Default::default(),
         };
         let status = self.schedule(&runner, false);
         let mut cache = runner.cache;
@@ -739,6 +753,7 @@ impl<'w, 'r> Executor<'w, 'r> {
                 reporter: &reporter,
                 cache,
                 table: Arc::clone(&self.table),
+                raw_stdout: Default::default(),
             };
             self.schedule(&runner, true);
             self.finally_phase = false;

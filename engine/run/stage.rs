@@ -222,7 +222,13 @@ pub(crate) struct StageRunner<'a> {
     pub reporter: &'a Reporter,
     pub cache: Cache,
     pub table: std::sync::Arc<crate::template::StageTable>,
+    /// A command's stdout that is not UTF-8, by stage and item, for its `output.path`: the
+    /// file gets the bytes exactly (the output itself is text, the bad bytes replaced).
+    pub raw_stdout: RawStdout,
 }
+
+/// See [`StageRunner::raw_stdout`].
+pub(crate) type RawStdout = std::sync::Mutex<HashMap<(String, Option<usize>), Vec<u8>>>;
 
 impl StageRunner<'_> {
     /// The stage's outcome when it needs no work here: its `if` is false, or its output is
@@ -531,13 +537,19 @@ impl StageRunner<'_> {
             } else {
                 units.iter().map(|u| (u, output.clone())).collect()
             };
-            for (unit, value) in per_unit {
+            for (index, (unit, value)) in per_unit.into_iter().enumerate() {
                 let target = path
                     .render(&unit.to_value())
                     .map_err(|e| Part::OutputPath.failed(e))?;
                 let target = self.runtime.cwd.join(target);
                 let target = self.prepared.writes.check(&target)?;
-                let bytes = artifact_bytes(&value, stage.format);
+                let item = stage.foreach.as_ref().map(|_| index);
+                let raw = self
+                    .raw_stdout
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .remove(&(stage.id.clone(), item));
+                let bytes = raw.unwrap_or_else(|| artifact_bytes(&value, stage.format));
                 if self.options.dry_run {
                     outcome
                         .notes
@@ -1198,7 +1210,19 @@ impl StageRunner<'_> {
                         stderr_tail: output.stderr_tail(),
                     });
                 }
-                let text = String::from_utf8_lossy(&output.stdout).to_string();
+                let text = match String::from_utf8(output.stdout) {
+                    Ok(text) => text,
+                    Err(error) => {
+                        let text = String::from_utf8_lossy(error.as_bytes()).to_string();
+                        if stage.output_path.is_some() && stage.format == OutputFormat::Text {
+                            self.raw_stdout
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                                .insert((stage.id.clone(), item), error.into_bytes());
+                        }
+                        text
+                    }
+                };
                 self.parse_and_validate(stage, &text, false)
                     .map_err(StageError::Output)
             }
