@@ -532,8 +532,13 @@ impl Checker<'_> {
                 // A call of a name the environment does not define: a function, misspelt.
                 let help = did_you_mean(other, self.globals.iter().map(String::as_str))
                     .unwrap_or_else(|| {
-                        let mut names: Vec<&str> =
-                            self.globals.iter().map(String::as_str).collect();
+                        // The engine's own (`__concat`, which `~` is written as) are not for users.
+                        let mut names: Vec<&str> = self
+                            .globals
+                            .iter()
+                            .map(String::as_str)
+                            .filter(|name| !name.starts_with("__"))
+                            .collect();
                         names.sort_unstable();
                         format!("the functions are {}", names.join(", "))
                     });

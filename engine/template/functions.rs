@@ -401,13 +401,12 @@ fn shell_quote_filter(value: Value) -> String {
 /// string would be longer than a template may render ([`super::compiled::MAX_RENDERED`]).
 fn concat_fn(left: Value, right: Value) -> Result<Value, Error> {
     super::stop::check()?;
-    if left.is_undefined() || right.is_undefined() {
-        return Err(Error::new(
-            ErrorKind::UndefinedError,
-            "`~` joins an undefined value",
-        ));
-    }
+    // As minijinja's own `~`: an undefined side (`("s" if n != 1)` with no else) joins as
+    // nothing; a strict lookup of a missing name has failed before it gets here.
     fn text(value: &Value) -> std::borrow::Cow<'_, str> {
+        if value.is_undefined() {
+            return std::borrow::Cow::Borrowed("");
+        }
         match value.as_str() {
             Some(s) => std::borrow::Cow::Borrowed(s),
             None => std::borrow::Cow::Owned(value.to_string()),
