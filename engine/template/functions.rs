@@ -399,20 +399,13 @@ fn shell_quote_filter(value: Value) -> String {
 
 /// `a ~ b`, as [`super::reads::bounded_concat`] writes it: the two as text, joined, unless the
 /// string would be longer than a template may render ([`super::compiled::MAX_RENDERED`]).
-fn concat_fn(left: Value, right: Value) -> Result<Value, Error> {
+fn concat_fn(state: &minijinja::State, left: Value, right: Value) -> Result<Value, Error> {
     super::stop::check()?;
-    // As minijinja's own `~`: an undefined side (`("s" if n != 1)` with no else) joins as
-    // nothing; a strict lookup of a missing name has failed before it gets here.
-    fn text(value: &Value) -> std::borrow::Cow<'_, str> {
-        if value.is_undefined() {
-            return std::borrow::Cow::Borrowed("");
-        }
-        match value.as_str() {
-            Some(s) => std::borrow::Cow::Borrowed(s),
-            None => std::borrow::Cow::Owned(value.to_string()),
-        }
-    }
-    let (a, b) = (text(&left), text(&right));
+    // As minijinja's own `~`: under strict undefined an undefined side fails, but the silent
+    // undefined of an `if` with no `else` (`("s" if n != 1)`) joins as nothing.
+    let left = minijinja::value::StringInput::new(state, &left)?;
+    let right = minijinja::value::StringInput::new(state, &right)?;
+    let (a, b) = (left.as_str(), right.as_str());
     let limit = super::compiled::MAX_RENDERED;
     if a.len() + b.len() > limit {
         return Err(Error::new(
@@ -427,8 +420,8 @@ fn concat_fn(left: Value, right: Value) -> Result<Value, Error> {
         ));
     }
     let mut out = String::with_capacity(a.len() + b.len());
-    out.push_str(&a);
-    out.push_str(&b);
+    out.push_str(a);
+    out.push_str(b);
     Ok(Value::from(out))
 }
 

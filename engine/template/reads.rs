@@ -620,6 +620,8 @@ mod tests {
             "{% macro m(v=a ~ 'z') %}{{ v ~ caller() }}{% endmacro %}{% call m() %}{{ c ~ '~' }}{% endcall %}",
             "{{ xs | map('upper') | join('~') ~ [a ~ 1, {'k': c ~ 2}] | tojson }}",
             "{{ 'é' ~ a ~ 'ü' }} {% if a ~ b == 'A2' %}yes{% endif %}",
+            // An `if` with no `else` is the silent undefined: it joins as nothing, strict or not.
+            "{{ a ~ ('s' if b != 2) ~ ('t' if b == 2) }}",
         ] {
             let plain = minijinja::Environment::new()
                 .render_str(source, &scope)
