@@ -166,6 +166,25 @@ fn which_on_path(name: &str) -> Option<PathBuf> {
 }
 
 /// Headless Chromium on `url` with `args`: its stdout and stderr.
+/// The screenshot `shot` of `name` holds far more than one of a blank page does.
+fn assert_not_blank(t: &Test, browser: &Path, profile: &Path, shot: &Path, name: &str) {
+    t.write("blank.html", "<html><body></body></html>");
+    let blank = t.path("blank.png");
+    headless(
+        browser,
+        profile,
+        &[&format!("--screenshot={}", blank.display())],
+        &format!("file://{}", t.path("blank.html").display()),
+    );
+    let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
+    assert!(
+        size(shot) > 4 * size(&blank).max(1),
+        "the screenshot of {name} looks blank: {} bytes against {}",
+        size(shot),
+        size(&blank)
+    );
+}
+
 fn headless(browser: &Path, profile: &Path, args: &[&str], url: &str) -> (String, String) {
     let out = Command::new(browser)
         .args([
@@ -200,7 +219,7 @@ fn headless(browser: &Path, profile: &Path, args: &[&str], url: &str) -> (String
 /// `STAGEGRAPH_TEST_SCREENSHOTS` set, the screenshot is kept there as `<name>.png`.
 pub(crate) fn opens_in_chromium(t: &Test, path: &Path, stages: usize, name: &str) -> bool {
     let Some(browser) = chromium() else {
-        eprintln!("skipped: chromium is not installed (apt-get install chromium)");
+        crate::support::skip("chromium is not installed (apt-get install chromium)");
         return false;
     };
     let profile = t.path("chromium-profile");
@@ -235,21 +254,7 @@ pub(crate) fn opens_in_chromium(t: &Test, path: &Path, stages: usize, name: &str
         ],
         &url,
     );
-    t.write("blank.html", "<html><body></body></html>");
-    let blank = t.path("blank.png");
-    headless(
-        &browser,
-        &profile,
-        &[&format!("--screenshot={}", blank.display())],
-        &format!("file://{}", t.path("blank.html").display()),
-    );
-    let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
-    assert!(
-        size(&shot) > 4 * size(&blank).max(1),
-        "the screenshot of {name} looks blank: {} bytes against {}",
-        size(&shot),
-        size(&blank)
-    );
+    assert_not_blank(t, &browser, &profile, &shot, name);
     true
 }
 
@@ -286,28 +291,14 @@ fn report_opens_in_headless_chromium() {
     );
 
     // A screenshot of the page holds far more than a blank one does.
-    t.write("blank.html", "<html><body></body></html>");
     let shot = t.path("report.png");
-    let blank = t.path("blank.png");
     headless(
         &browser,
         &profile,
         &[&format!("--screenshot={}", shot.display())],
         &url,
     );
-    headless(
-        &browser,
-        &profile,
-        &[&format!("--screenshot={}", blank.display())],
-        &format!("file://{}", t.path("blank.html").display()),
-    );
-    let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
-    assert!(
-        size(&shot) > 4 * size(&blank).max(1),
-        "the screenshot looks blank: {} bytes against {}",
-        size(&shot),
-        size(&blank)
-    );
+    assert_not_blank(&t, &browser, &profile, &shot, "the report");
 }
 
 #[test]
