@@ -13,6 +13,7 @@
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 
 pub(crate) mod compiled;
+pub(crate) mod flow;
 pub(crate) mod functions;
 pub(crate) mod reads;
 pub(crate) mod shell;

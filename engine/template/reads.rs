@@ -43,6 +43,8 @@ pub(crate) struct Load {
 pub(crate) struct Reads {
     pub(crate) reads: Vec<Read>,
     pub(crate) loads: Vec<Load>,
+    /// What flows through its bindings, when it may have any ([`super::flow::wanted`]).
+    pub(crate) flow: Option<Box<super::flow::Flow>>,
 }
 
 /// The reads of a template's source, or why it does not parse.
@@ -62,7 +64,11 @@ pub(crate) fn of_template(source: &str) -> Result<Reads, minijinja::Error> {
     })?;
     let mut walker = Walker::default();
     walker.stmt(&tree);
-    Ok(walker.finish())
+    let mut reads = walker.finish();
+    if super::flow::wanted(source) {
+        reads.flow = Some(Box::new(super::flow::of_tree(&tree)));
+    }
+    Ok(reads)
 }
 
 /// The reads of a bare expression.
@@ -71,13 +77,17 @@ pub(crate) fn of_expression(source: &str) -> Option<Reads> {
     if let Some(read) = dotted(trimmed.trim_end(), source.len() - trimmed.len()) {
         return Some(Reads {
             reads: vec![read],
-            loads: Vec::new(),
+            ..Reads::default()
         });
     }
     let expr = super::guarded(|| parse_expr(source)).ok()?;
     let mut walker = Walker::default();
     walker.expr(&expr);
-    Some(walker.finish())
+    let mut reads = walker.finish();
+    if super::flow::wanted(source) {
+        reads.flow = Some(Box::new(super::flow::of_expr(&expr)));
+    }
+    Some(reads)
 }
 
 /// The reads of a template that is only text and `{{ a.b.c }}` lookups (most are), found
@@ -105,7 +115,7 @@ fn of_lookups(source: &str) -> Option<Reads> {
     }
     Some(Reads {
         reads,
-        loads: Vec::new(),
+        ..Reads::default()
     })
 }
 
@@ -484,7 +494,7 @@ impl<'a> Walker<'a> {
 
 /// A chain of attribute and constant index lookups ending at a variable: the variable and
 /// the segments, outermost last. `None` when the chain ends elsewhere.
-fn chain(expr: &ast::Expr<'_>) -> Option<(Vec<String>, Vec<Range<usize>>)> {
+pub(crate) fn chain(expr: &ast::Expr<'_>) -> Option<(Vec<String>, Vec<Range<usize>>)> {
     match expr {
         ast::Expr::Var(var) => Some((vec![var.id.to_string()], vec![range(var.span())])),
         ast::Expr::GetAttr(attr) => {
