@@ -17,6 +17,8 @@
 //! - `compile`: the queued sources into templates and expressions;
 //! - `foreach`: what each `foreach` loops over, typed by the upstream schema or input type;
 //! - `references`: every name a template reads, and the edges they add;
+//! - `flows` (from `references`): what a template reads through the names it binds, its
+//!   regex patterns, orderings across types, unguarded reads of a stage that may be skipped;
 //! - `literals`: quoted strings compared with values whose possible values are known, and the
 //!   template files a tag loads;
 //! - `graph`: the order the stages run in, or the cycles;
@@ -25,6 +27,7 @@
 
 mod assemble;
 mod compile;
+mod flows;
 mod foreach;
 mod format_errors;
 mod gather;

@@ -73,6 +73,7 @@ impl Checker<'_> {
                 continue;
             }
             let analysis = reads_of(pending);
+            self.check_flow(own, pending, &analysis, schemas);
             let included = self.included(pending, analysis.loads);
             let own_reads = analysis.reads.into_iter().map(|read| (pending, read));
             // An included file also sees the names its includer binds (`set`, `with`, loop

@@ -603,6 +603,47 @@ pub enum DiagnosticKind {
         /// What the comparison always gives.
         always: bool,
     },
+    /// An ordering comparison (`<`, `>`, ...) of a value with a literal of another type:
+    /// minijinja orders values of different types by their type alone.
+    #[error(
+        "`{path}` is {}, but `{literal}` is {}: `{op}` orders values of different types by their type alone, never by value",
+        .kinds.join(" or "),
+        if *.string { "a string" } else { "a number" }
+    )]
+    OrderedAcrossTypes {
+        /// The path compared.
+        path: String,
+        /// The types its schema gives it.
+        kinds: Vec<String>,
+        /// The operator.
+        op: String,
+        /// The literal as written.
+        literal: String,
+        /// Whether the literal is a string (else a number).
+        string: bool,
+    },
+    /// A literal pattern given to a regex filter that does not compile.
+    #[error("the pattern `{pattern}` of `{filter}` does not compile: {error}")]
+    InvalidRegex {
+        /// The filter.
+        filter: String,
+        /// The pattern.
+        pattern: String,
+        /// Why, as the regex parser says.
+        error: String,
+    },
+    /// A read of a field of a stage that may be skipped, under no guard (a warning).
+    #[error(
+        "`{path}` fails when stage `{stage}` is skipped (its `if` is `{condition}`): a skipped stage's output is none"
+    )]
+    UnguardedRead {
+        /// The stage read.
+        stage: String,
+        /// The path read.
+        path: String,
+        /// The stage's `if`.
+        condition: String,
+    },
 
     // Test files.
     /// A test file (`*.test.toml`) that does not read, or names what its workflow lacks.

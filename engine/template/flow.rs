@@ -62,8 +62,6 @@ pub(crate) struct Ordering {
     pub(crate) literal: String,
     /// Whether the literal is a string (else a number).
     pub(crate) string: bool,
-    /// Whether the path is left of the operator.
-    pub(crate) path_first: bool,
     pub(crate) span: Range<usize>,
 }
 
@@ -146,6 +144,9 @@ enum Binding {
 struct Bound {
     path: Vec<String>,
     segments: Vec<Range<usize>>,
+    /// Where in `path` an item of a list was taken (a loop's, a filter's): no field is read
+    /// there, and a loop over none never gets that far.
+    items: Vec<usize>,
     how: How,
     /// The path as written, for messages.
     base: String,
@@ -185,7 +186,8 @@ fn range(span: minijinja::machinery::Span) -> Range<usize> {
     span.start_offset as usize..span.end_offset as usize
 }
 
-fn shown(path: &[String]) -> String {
+/// A path as it is written (`sources[0].name`).
+pub(crate) fn shown(path: &[String]) -> String {
     let mut out = String::new();
     for (i, segment) in path.iter().enumerate() {
         if segment.parse::<usize>().is_ok() {
@@ -366,10 +368,15 @@ impl<'a> Walker<'a> {
             return None;
         }
         let resolved = self.resolve(expr)?;
+        let items = match &resolved.through {
+            Some((_, bound)) => bound.items.clone(),
+            None => Vec::new(),
+        };
         Some(Bound {
             base: shown(&resolved.path),
             path: resolved.path,
             segments: resolved.segments,
+            items,
             how,
         })
     }
@@ -577,7 +584,12 @@ impl<'a> Walker<'a> {
         let Some(resolved) = self.resolve(expr) else {
             return true;
         };
-        self.stage_read(&resolved.path, resolved.span.clone());
+        let items = resolved
+            .through
+            .as_ref()
+            .map(|(_, bound)| bound.items.as_slice())
+            .unwrap_or_default();
+        self.stage_read(&resolved.path, items, resolved.span.clone());
         if let Some((name, bound)) = resolved.through {
             if resolved.path.len() > bound.path.len() {
                 self.flow.derived.push(Derived {
@@ -596,8 +608,10 @@ impl<'a> Walker<'a> {
         true
     }
 
-    fn stage_read(&mut self, path: &[String], span: Range<usize>) {
-        if path.len() > 3 && path[0] == "stages" && path[2] == "output" {
+    /// A read of `stages.X.output.<field>...`; `items` are where an item was taken, not a
+    /// field read.
+    fn stage_read(&mut self, path: &[String], items: &[usize], span: Range<usize>) {
+        if path.len() > 3 && path[0] == "stages" && path[2] == "output" && !items.contains(&3) {
             let guarded = self.is_guarded(&path[1]);
             self.flow.stage_reads.push(StageRead {
                 stage: path[1].clone(),
@@ -639,6 +653,16 @@ impl<'a> Walker<'a> {
                     self.guarded(Guard::Stages(stages), |w| w.expr(&b.right));
                 } else {
                     self.expr(&b.right);
+                }
+                let op = match b.op {
+                    ast::BinOpKind::Lt => Some("<"),
+                    ast::BinOpKind::Lte => Some("<="),
+                    ast::BinOpKind::Gt => Some(">"),
+                    ast::BinOpKind::Gte => Some(">="),
+                    _ => None,
+                };
+                if let Some(op) = op {
+                    self.ordering(&b.left, op, &b.right);
                 }
             }
             ast::Expr::Compare(c) => {
@@ -748,7 +772,7 @@ impl<'a> Walker<'a> {
             segments.push(at..at + part.len());
             at += part.len() + 1;
         }
-        self.stage_read(&path, span.clone());
+        self.stage_read(&path, &item.items, span.clone());
         self.flow.derived.push(Derived {
             through: item.path.len(),
             read: Read {
@@ -762,6 +786,7 @@ impl<'a> Walker<'a> {
         });
     }
 
+    /// The ordering comparisons of a chain (`a < b <= c`).
     fn orderings(&mut self, c: &ast::Compare<'a>) {
         let mut left = &c.expr;
         for op in &c.ops {
@@ -773,34 +798,35 @@ impl<'a> Walker<'a> {
                 _ => None,
             };
             if let Some(shown) = shown {
-                for (path_side, literal_side, path_first) in
-                    [(left, &op.expr, true), (&op.expr, left, false)]
-                {
-                    let ast::Expr::Const(literal) = literal_side else {
-                        continue;
-                    };
-                    let string = literal.value.as_str().is_some();
-                    if !string && !literal.value.is_number() {
-                        continue;
-                    }
-                    let Some(resolved) = self.resolve(path_side) else {
-                        continue;
-                    };
-                    let span = range(literal.span());
-                    self.flow.orderings.push(Ordering {
-                        path: resolved.path,
-                        op: shown,
-                        literal: literal
-                            .value
-                            .as_str()
-                            .map_or_else(|| literal.value.to_string(), str::to_string),
-                        string,
-                        path_first,
-                        span,
-                    });
-                }
+                self.ordering(left, shown, &op.expr);
             }
             left = &op.expr;
+        }
+    }
+
+    /// `left op right`, where one side is a path and the other a literal string or number.
+    fn ordering(&mut self, left: &ast::Expr<'a>, op: &'static str, right: &ast::Expr<'a>) {
+        for (path_side, literal_side) in [(left, right), (right, left)] {
+            let ast::Expr::Const(literal) = literal_side else {
+                continue;
+            };
+            let string = literal.value.as_str().is_some();
+            if !string && !literal.value.is_number() {
+                continue;
+            }
+            let Some(resolved) = self.resolve(path_side) else {
+                continue;
+            };
+            self.flow.orderings.push(Ordering {
+                path: resolved.path,
+                op,
+                literal: literal
+                    .value
+                    .as_str()
+                    .map_or_else(|| literal.value.to_string(), str::to_string),
+                string,
+                span: range(literal.span()),
+            });
         }
     }
 }
@@ -808,6 +834,7 @@ impl<'a> Walker<'a> {
 impl Bound {
     /// An item of the list this stands for.
     fn item(mut self, at: Range<usize>, how: How) -> Bound {
+        self.items.push(self.path.len());
         self.path.push("0".to_string());
         self.segments.push(at);
         self.how = how;
@@ -901,7 +928,7 @@ mod tests {
         let orderings: Vec<(String, &str, String, bool)> = flow
             .orderings
             .iter()
-            .map(|o| (shown(&o.path), o.op, o.literal.clone(), o.path_first))
+            .map(|o| (shown(&o.path), o.op, o.literal.clone(), o.string))
             .collect();
         assert_eq!(
             orderings,
@@ -933,6 +960,15 @@ mod tests {
         assert_eq!(
             guarded("{% set o = stages.a.output %}{{ o.x }}{% if o %}{{ o.y }}{% endif %}"),
             [false, true]
+        );
+        // A loop over none has no items: what it reads of them is never read.
+        assert!(guarded(
+            "{% for s in stages.a.output %}{{ s.x }}{% endfor %}{{ stages.a.output | map(attribute='x') }}"
+        )
+        .is_empty());
+        assert_eq!(
+            guarded("{% for s in stages.a.output.xs %}{{ s.x }}{% endfor %}"),
+            [false]
         );
     }
 }
