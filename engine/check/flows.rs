@@ -9,8 +9,10 @@
 //! when its text has a `set`, `for`, `with`, an attribute or regex filter or an ordering, and
 //! is looked for otherwise only when it reads a stage that has an `if`.
 
+use std::collections::BTreeSet;
+
 use super::foreach::ItemOf;
-use super::gather::{Context, Pending};
+use super::gather::{At, Context, Pending};
 use super::schemas::SchemaOf;
 use super::Checker;
 use crate::diag::{DiagnosticKind, Severity};
@@ -19,6 +21,16 @@ use crate::template::reads::Reads;
 
 /// What is wrong with a path: the problem, a help line, and whether it is certain.
 type Problem = (DiagnosticKind, Option<String>, bool);
+
+/// A read of a field of a stage that may be skipped, under no guard in its template: reported
+/// once the graph shows no gate before it.
+pub(super) struct Unguarded {
+    /// The reading stage (none: the workflow's `[outputs]`).
+    reader: Option<usize>,
+    at: At,
+    source: String,
+    read: StageRead,
+}
 
 impl Checker<'_> {
     /// The flow of one template of stage `own` (none for the workflow's `[outputs]`).
@@ -59,8 +71,39 @@ impl Checker<'_> {
             self.check_ordering(own, pending, ordering, schemas);
         }
         for read in &flow.stage_reads {
-            if !read.guarded && skippable.contains(&read.stage) {
-                self.unguarded(pending, read);
+            if !read.guarded
+                && skippable.contains(&read.stage)
+                && !self.decides(&read.conditions, &read.stage)
+            {
+                self.unguarded.push(Unguarded {
+                    reader: own,
+                    at: pending.at.clone(),
+                    source: pending.source.clone(),
+                    read: read.clone(),
+                });
+            }
+        }
+    }
+
+    /// The unguarded reads found, once the graph is known: a read is guarded too when a stage
+    /// it runs after (or, for `[outputs]`, any stage) asserts or exits on what the skippable
+    /// stage's `if` reads, or on the stage itself (a gate stops the run before the read).
+    pub(super) fn report_unguarded(&mut self, deps: &[BTreeSet<usize>]) {
+        for candidate in std::mem::take(&mut self.unguarded) {
+            let before: Vec<usize> = match candidate.reader {
+                Some(reader) => ancestors(deps, reader),
+                None => (0..self.file.stages.len()).collect(),
+            };
+            let gated = before.iter().any(|&i| {
+                let def = &self.file.stages[i];
+                def.assert
+                    .iter()
+                    .map(|a| a.that.as_str())
+                    .chain(def.exit_if.as_deref())
+                    .any(|gate| self.decides(&paths_of(gate), &candidate.read.stage))
+            });
+            if !gated {
+                self.unguarded(&candidate);
             }
         }
     }
@@ -89,7 +132,7 @@ impl Checker<'_> {
                 continue;
             }
             let own_condition = own.and_then(|i| self.file.stages[i].if_.as_deref());
-            if own_condition.is_some_and(|mine| same_condition(mine, condition, stage)) {
+            if own_condition.is_some_and(|mine| self.decides(&paths_of(mine), stage)) {
                 continue;
             }
             out.push(stage.clone());
@@ -113,31 +156,14 @@ impl Checker<'_> {
                     let Some(target) = self.file.stages.get_index_of(*stage) else {
                         return;
                     };
-                    let schema = &schemas[target];
-                    let stage = *stage;
-                    (
-                        3,
-                        Box::new(move |p| {
-                            schema
-                                .check_path(p, stage)
-                                .map_err(|(kind, help)| (kind, help, true))
-                        }),
-                    )
+                    (3, closed_only(&schemas[target], stage))
                 }
                 ["output", ..] if pending.context == Context::Output => {
                     let Some(own) = own else {
                         return;
                     };
-                    let schema = &schemas[own];
                     let stage = self.file.stages.get_index(own).map_or("", |(id, _)| id);
-                    (
-                        1,
-                        Box::new(move |p| {
-                            schema
-                                .check_path(p, stage)
-                                .map_err(|(kind, help)| (kind, help, true))
-                        }),
-                    )
+                    (1, closed_only(&schemas[own], stage))
                 }
                 ["item", ..] if pending.context == Context::Item => {
                     let Some(ItemOf::Schema {
@@ -293,7 +319,8 @@ impl Checker<'_> {
     }
 
     /// A field of a stage that may be skipped, read under no guard.
-    fn unguarded(&mut self, pending: &Pending, read: &StageRead) {
+    fn unguarded(&mut self, candidate: &Unguarded) {
+        let read = &candidate.read;
         let Some(condition) = self
             .file
             .stages
@@ -312,28 +339,86 @@ impl Checker<'_> {
             path,
             condition: condition.trim().to_string(),
         };
-        self.diag_span(&pending.at, &pending.source, read.span.clone(), kind);
+        self.diag_span(&candidate.at, &candidate.source, read.span.clone(), kind);
         let diagnostic = self.diags.last_mut().expect("pushed");
         diagnostic.help = Some(help);
         diagnostic.severity = Severity::Warning;
     }
 }
 
-/// Whether a stage whose `if` is `mine` runs only when stage `stage`, whose `if` is `theirs`,
-/// may have run: `mine` reads `stages.<stage>`, or reads something `theirs` reads.
-fn same_condition(mine: &str, theirs: &str, stage: &str) -> bool {
-    let reads = |source: &str| {
-        crate::template::reads::of_expression(source)
-            .map(|r| r.reads.into_iter().map(|r| r.path).collect::<Vec<_>>())
-            .unwrap_or_default()
-    };
-    let mine = reads(mine);
-    if mine
-        .iter()
-        .any(|p| p.len() > 1 && p[0] == "stages" && p[1] == stage)
-    {
-        return true;
+/// Every stage `stage` runs after, directly or not.
+fn ancestors(deps: &[BTreeSet<usize>], stage: usize) -> Vec<usize> {
+    let mut seen = vec![false; deps.len()];
+    let mut todo: Vec<usize> = deps.get(stage).into_iter().flatten().copied().collect();
+    let mut out = Vec::new();
+    while let Some(i) = todo.pop() {
+        if i >= seen.len() || std::mem::replace(&mut seen[i], true) {
+            continue;
+        }
+        out.push(i);
+        todo.extend(deps[i].iter().copied());
     }
-    let theirs = reads(theirs);
-    mine.iter().any(|p| theirs.contains(p))
+    out
+}
+
+/// How a path read through a binding is checked against what a stage produces: a schema's
+/// object is closed only by `additionalProperties: false` (or `unevaluatedProperties`), and a
+/// name outside the properties it only lists is a warning when it is a near miss of one.
+fn closed_only<'s>(
+    schema: &'s SchemaOf,
+    stage: &'s str,
+) -> Box<dyn Fn(&[&str]) -> Result<(), Problem> + 's> {
+    match schema {
+        SchemaOf::Known(schema) => Box::new(move |p| {
+            schema.check_path_in(&schema.value, p, &schema.short_name(), false)
+        }),
+        other => Box::new(move |p| {
+            other
+                .check_path(p, stage)
+                .map_err(|(kind, help)| (kind, help, true))
+        }),
+    }
+}
+
+/// The paths a bare expression reads.
+fn paths_of(source: &str) -> Vec<Vec<String>> {
+    crate::template::reads::of_expression(source)
+        .map(|r| r.reads.into_iter().map(|r| r.path).collect())
+        .unwrap_or_default()
+}
+
+impl Checker<'_> {
+    /// Whether a condition that reads `paths` (an `if`, an assertion, an `exit_if`, the test
+    /// of a conditional) decides on what stage `stage` was decided on: it reads the stage, or
+    /// something the stage's `if` reads, or a stage whose own `if` does either.
+    fn decides(&self, paths: &[Vec<String>], stage: &str) -> bool {
+        let Some(theirs) = self
+            .file
+            .stages
+            .get(stage)
+            .and_then(|def| def.if_.as_deref())
+            .map(paths_of)
+        else {
+            return true;
+        };
+        // The same input, variable or stage: the first two segments.
+        let head = |p: &[String]| p.iter().take(2).cloned().collect::<Vec<_>>();
+        let direct = |paths: &[Vec<String>]| {
+            paths.iter().any(|p| {
+                (p.len() > 1 && p[0] == "stages" && p[1] == stage)
+                    || theirs.iter().any(|t| head(t) == head(p))
+            })
+        };
+        direct(paths)
+            || paths.iter().any(|p| {
+                p.len() > 1
+                    && p[0] == "stages"
+                    && self
+                        .file
+                        .stages
+                        .get(p[1].as_str())
+                        .and_then(|def| def.if_.as_deref())
+                        .is_some_and(|other| direct(&paths_of(other)))
+            })
+    }
 }

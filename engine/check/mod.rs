@@ -164,6 +164,7 @@ fn check_inner(
         items: Vec::new(),
         durations: HashMap::new(),
         sizes: HashMap::new(),
+        unguarded: Vec::new(),
     };
     // Each definition's hash stands alone (its JSON, about a kilobyte a stage, hashed): a
     // thread hashes them while the checker reads the templates and references.
@@ -256,6 +257,9 @@ struct Checker<'a> {
     durations: HashMap<DurationKey, Duration>,
     /// The sizes gather parsed.
     sizes: HashMap<SizeKey, u64>,
+    /// Reads of a stage that may be skipped that no template guard covers, waiting for the
+    /// graph.
+    unguarded: Vec<flows::Unguarded>,
 }
 
 /// `^[a-z][a-z0-9_]*$`, without compiling a regex for it.
@@ -317,6 +321,7 @@ impl Checker<'_> {
             .collect();
         self.items = self.check_foreach(&schemas);
         let deps = self.references(&ids, &index, &pendings, &templates, &schemas);
+        self.report_unguarded(&deps);
         self.check_literals(&pendings, &templates, &schemas);
         for problem in crate::finally::problems(self.file, &deps) {
             let diagnostic = if problem.key {

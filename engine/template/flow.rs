@@ -72,9 +72,12 @@ pub(crate) struct StageRead {
     pub(crate) stage: String,
     pub(crate) path: Vec<String>,
     pub(crate) span: Range<usize>,
-    /// Under an `if` (or a conditional expression, `and`, `or`) that reads the stage, or
-    /// inside `| default` or a test (`is defined`).
+    /// Inside `| default`, a test (`is defined`), or the right of an `and` or `or`: whatever
+    /// it reads may be missing.
     pub(crate) guarded: bool,
+    /// The paths read by the conditions of the `if`s and conditional expressions it is under:
+    /// a guard when they decide on the stage.
+    pub(crate) conditions: Vec<Vec<String>>,
 }
 
 /// What a template's bindings, filters and comparisons say, as far as they are followed.
@@ -160,9 +163,9 @@ struct Scope<'a> {
 }
 
 enum Guard {
-    /// Reads of these stages are guarded.
-    Stages(Vec<String>),
-    /// Every read is (`| default`, a test).
+    /// Under a condition that reads these paths.
+    Paths(Vec<Vec<String>>),
+    /// Every read is guarded (`| default`, a test, the right of `and`).
     All,
 }
 
@@ -320,11 +323,18 @@ impl<'a> Walker<'a> {
         self.guards.pop();
     }
 
-    fn is_guarded(&self, stage: &str) -> bool {
-        self.guards.iter().any(|g| match g {
-            Guard::All => true,
-            Guard::Stages(stages) => stages.iter().any(|s| s == stage),
-        })
+    fn is_guarded(&self) -> bool {
+        self.guards.iter().any(|g| matches!(g, Guard::All))
+    }
+
+    fn conditions(&self) -> Vec<Vec<String>> {
+        self.guards
+            .iter()
+            .flat_map(|g| match g {
+                Guard::Paths(paths) => paths.clone(),
+                Guard::All => Vec::new(),
+            })
+            .collect()
     }
 
     /// A chain of lookups, resolved through the bindings: `None` when it is not a chain, or
@@ -381,15 +391,11 @@ impl<'a> Walker<'a> {
         })
     }
 
-    /// The stages a condition reads: reads of them under it are guarded.
-    fn stages_read(&self, expr: &ast::Expr<'a>) -> Vec<String> {
-        let mut stages = Vec::new();
-        self.visit_chains(expr, &mut |resolved| {
-            if resolved.path.len() > 1 && resolved.path[0] == "stages" {
-                stages.push(resolved.path[1].clone());
-            }
-        });
-        stages
+    /// The paths a condition reads (through the bindings).
+    fn paths_read(&self, expr: &ast::Expr<'a>) -> Vec<Vec<String>> {
+        let mut paths = Vec::new();
+        self.visit_chains(expr, &mut |resolved| paths.push(resolved.path));
+        paths
     }
 
     /// Each chain an expression reads, resolved.
@@ -469,8 +475,8 @@ impl<'a> Walker<'a> {
             ast::Stmt::ForLoop(f) => self.for_loop(f),
             ast::Stmt::IfCond(i) => {
                 self.expr(&i.expr);
-                let stages = self.stages_read(&i.expr);
-                self.guarded(Guard::Stages(stages), |w| {
+                let paths = self.paths_read(&i.expr);
+                self.guarded(Guard::Paths(paths), |w| {
                     w.scoped(false, |w| w.body(&i.true_body));
                     w.scoped(false, |w| w.body(&i.false_body));
                 });
@@ -584,12 +590,15 @@ impl<'a> Walker<'a> {
         let Some(resolved) = self.resolve(expr) else {
             return true;
         };
-        let items = resolved
+        // Through a binding of a path past `stages.X.output`, the field was read where the
+        // binding was made, and a loop over none never gets to its items.
+        let read_here = resolved
             .through
             .as_ref()
-            .map(|(_, bound)| bound.items.as_slice())
-            .unwrap_or_default();
-        self.stage_read(&resolved.path, items, resolved.span.clone());
+            .is_none_or(|(_, bound)| bound.path.len() <= 3 && !bound.items.contains(&3));
+        if read_here {
+            self.stage_read(&resolved.path, resolved.span.clone());
+        }
         if let Some((name, bound)) = resolved.through {
             if resolved.path.len() > bound.path.len() {
                 self.flow.derived.push(Derived {
@@ -608,16 +617,15 @@ impl<'a> Walker<'a> {
         true
     }
 
-    /// A read of `stages.X.output.<field>...`; `items` are where an item was taken, not a
-    /// field read.
-    fn stage_read(&mut self, path: &[String], items: &[usize], span: Range<usize>) {
-        if path.len() > 3 && path[0] == "stages" && path[2] == "output" && !items.contains(&3) {
-            let guarded = self.is_guarded(&path[1]);
+    /// A read of `stages.X.output.<field>...`.
+    fn stage_read(&mut self, path: &[String], span: Range<usize>) {
+        if path.len() > 3 && path[0] == "stages" && path[2] == "output" {
             self.flow.stage_reads.push(StageRead {
                 stage: path[1].clone(),
                 path: path.to_vec(),
                 span,
-                guarded,
+                guarded: self.is_guarded(),
+                conditions: self.conditions(),
             });
         }
     }
@@ -649,8 +657,8 @@ impl<'a> Walker<'a> {
             ast::Expr::BinOp(b) => {
                 self.expr(&b.left);
                 if matches!(b.op, ast::BinOpKind::ScAnd | ast::BinOpKind::ScOr) {
-                    let stages = self.stages_read(&b.left);
-                    self.guarded(Guard::Stages(stages), |w| w.expr(&b.right));
+                    // Whatever the left says, the right is read only when it says so.
+                    self.guarded(Guard::All, |w| w.expr(&b.right));
                 } else {
                     self.expr(&b.right);
                 }
@@ -672,8 +680,8 @@ impl<'a> Walker<'a> {
             }
             ast::Expr::IfExpr(i) => {
                 self.expr(&i.test_expr);
-                let stages = self.stages_read(&i.test_expr);
-                self.guarded(Guard::Stages(stages), |w| {
+                let paths = self.paths_read(&i.test_expr);
+                self.guarded(Guard::Paths(paths), |w| {
                     w.expr(&i.true_expr);
                     if let Some(other) = &i.false_expr {
                         w.expr(other);
@@ -772,7 +780,8 @@ impl<'a> Walker<'a> {
             segments.push(at..at + part.len());
             at += part.len() + 1;
         }
-        self.stage_read(&path, &item.items, span.clone());
+        // The list was read where it is written: a field of each item is read only when there
+        // are items.
         self.flow.derived.push(Derived {
             through: item.path.len(),
             read: Read {
@@ -941,8 +950,19 @@ mod tests {
 
     #[test]
     fn reads_of_a_stage_under_a_guard_are_guarded() {
+        // Guarded as check sees it when the conditions read the stage itself.
         let guarded = |source: &str| -> Vec<bool> {
-            flow(source).stage_reads.iter().map(|r| r.guarded).collect()
+            flow(source)
+                .stage_reads
+                .iter()
+                .map(|r| {
+                    r.guarded
+                        || r
+                            .conditions
+                            .iter()
+                            .any(|p| p.len() > 1 && p[0] == "stages" && p[1] == r.stage)
+                })
+                .collect()
         };
         assert_eq!(guarded("{% set n = 1 %}{{ stages.a.output.x }}"), [false]);
         assert_eq!(
