@@ -119,6 +119,22 @@ pub(crate) struct ModelCall {
     pub rejected: Option<String>,
 }
 
+/// One `foreach` item as it ran. Its model calls are the next `model_calls` of its stage's
+/// (a stage's calls are kept in item order).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct ItemRun {
+    pub index: usize,
+    /// When it started, in ms after the run did.
+    pub start_ms: u64,
+    pub duration_ms: u64,
+    /// `succeeded`, `failed`, or `cached` (its output taken from the resumed run).
+    pub status: StageStatus,
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub attempts: u32,
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub model_calls: u32,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct StageRecord {
     pub status: StageStatus,
@@ -149,6 +165,10 @@ pub(crate) struct StageRecord {
     /// them again.
     #[serde(default, skip_serializing_if = "is_zero_usize")]
     pub reused_items: usize,
+    /// Each `foreach` item that ran or was reused, by index: when, how long, how it ended
+    /// (absent from records older than it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub item_runs: Vec<ItemRun>,
     /// For `cached`: the run or cache entry the output came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reused_from: Option<String>,
@@ -226,6 +246,7 @@ impl StageRecord {
             items: None,
             failed_items: 0,
             reused_items: 0,
+            item_runs: Vec::new(),
             reused_from: None,
             model_calls: Vec::new(),
             usage: None,
