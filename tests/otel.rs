@@ -92,7 +92,7 @@ const SCHEMA: &str =
     r#"{"type": "object", "required": ["concept"], "properties": {"concept": {"type": "string"}}}"#;
 
 /// A model that answers wrongly first (repaired), then rightly, with token counts.
-fn model() -> Server {
+pub(crate) fn model() -> Server {
     Server::start(|_, n| {
         let (input, usage) = if n == 0 {
             (

@@ -1,15 +1,16 @@
 //! A run as an OpenTelemetry trace, built from its record and sent over OTLP/HTTP once the run
 //! has ended (so exporting never slows a stage): a root span for the run, a span per stage that
-//! started, and under a prompt stage a client span per model call with the GenAI semantic
+//! started, under a `foreach` stage a span per item (its index and status), and under a
+//! prompt stage (or its items) a client span per model call with the GenAI semantic
 //! conventions' attributes (`gen_ai.operation.name`, `gen_ai.provider.name`,
 //! `gen_ai.request.model`, `gen_ai.usage.*`); a rejected reply that was repaired is an event on
 //! its stage. Encoded as protobuf (the OTLP default) or, with
 //! `OTEL_EXPORTER_OTLP_PROTOCOL=http/json`, as OTLP/JSON.
 //!
 //! Ids are derived from the run id (the trace) and the stage id (its span), so the trace of a
-//! record is always the same. The record keeps each stage's start to the millisecond and each
-//! model call's latency but not its start: a stage's calls are laid end to end from the stage's
-//! start.
+//! record is always the same. The record keeps each stage's and item's start to the millisecond
+//! and each model call's latency but not its start: the calls are laid end to end from the
+//! start of their stage or item.
 
 use std::time::Duration;
 

@@ -1,25 +1,31 @@
 //! `runs report`: a run record as one self-contained HTML file. A header (how the run ended,
 //! its tokens and cost, its inputs), the graph that ran (SVG, stages colored by status, laid
-//! out in columns by dependency depth, redundant edges left out), a timeline of the stages on
-//! the run's clock in lanes by concurrency, and each stage's details on click.
+//! out in columns by dependency depth, redundant edges left out), a timeline of the stages and
+//! their `foreach` items on the run's clock in lanes by concurrency (model calls and repaired
+//! replies inside their bars), and each stage's details on click.
 //!
 //! Invariants: the page loads nothing (styles and script inline, a Content-Security-Policy
 //! that forbids every request); the same record gives the same bytes (nothing is read from
 //! the clock, every map is walked in the record's order); what the record holds is already
 //! redacted, and outputs are cut at [`OUTPUT_CAP`] each and [`OUTPUTS_BUDGET`] in all. A run
 //! of more than [`MAX_DRAWN`] stages is drawn by column, one box per column with its counts
-//! by status, and its timeline shows the [`MAX_DRAWN`] longest stages: every stage stays in
-//! the table below.
+//! by status, and its timeline shows the [`MAX_DRAWN`] longest stages (and the
+//! [`MAX_ITEMS_DRAWN`] longest items, the first [`MAX_CALLS_DRAWN`] model calls): every stage
+//! stays in the table below.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use serde_json::{json, Map, Value};
 
-use super::record::{OutputLine, RunRecord, StageRecord, StageStatus};
+use super::record::{ItemRun, ModelCall, OutputLine, RunRecord, StageRecord, StageStatus};
 
 /// Past this many stages the graph is drawn by column and the timeline shows the longest.
 pub(crate) const MAX_DRAWN: usize = 300;
+/// Past this many `foreach` items the timeline shows the longest.
+pub(crate) const MAX_ITEMS_DRAWN: usize = 1000;
+/// The most model calls the timeline draws.
+pub(crate) const MAX_CALLS_DRAWN: usize = 2000;
 /// The most of one stage's output the page holds.
 pub(crate) const OUTPUT_CAP: usize = 16 * 1024;
 /// The most of all outputs together the page holds; later outputs are left out with a note.
@@ -408,14 +414,40 @@ fn offset_ms(run_start: &str, at: &str) -> Option<u64> {
     u64::try_from((at - start).num_milliseconds()).ok()
 }
 
-/// One bar per stage that ran, on the run's clock, in the first lane free when it started.
+/// A bar of the timeline: a stage, or one of a `foreach` stage's items.
+struct Bar<'a> {
+    start: u64,
+    length: u64,
+    node: usize,
+    /// The item's index and record, for an item's bar.
+    item: Option<&'a ItemRun>,
+    /// The model calls drawn inside the bar, end to end from its start (the record keeps each
+    /// call's latency, not its start), numbered from `first` among its stage's.
+    calls: &'a [ModelCall],
+    first: usize,
+}
+
+/// One bar per stage that ran and per `foreach` item, on the run's clock, in the first lane
+/// free when it started; each bar's model calls inside it (a rejected reply, repaired, marked).
 fn timeline_svg(out: &mut String, record: &RunRecord, nodes: &[Node]) {
-    let mut bars: Vec<(u64, u64, usize)> = nodes
+    let mut bars: Vec<Bar> = nodes
         .iter()
         .enumerate()
         .filter_map(|(i, n)| {
             let start = offset_ms(&record.started_at, n.record.started_at.as_deref()?)?;
-            Some((start, n.record.duration_ms, i))
+            // A foreach stage's calls are drawn in its items' bars when the record has them.
+            let calls = match n.record.item_runs.is_empty() {
+                true => &n.record.model_calls[..],
+                false => &[],
+            };
+            Some(Bar {
+                start,
+                length: n.record.duration_ms,
+                node: i,
+                item: None,
+                calls,
+                first: 0,
+            })
         })
         .collect();
     if bars.is_empty() {
@@ -425,17 +457,56 @@ fn timeline_svg(out: &mut String, record: &RunRecord, nodes: &[Node]) {
     let started = bars.len();
     if bars.len() > MAX_DRAWN {
         // The longest stages, stably (ties in the order of the graph).
-        bars.sort_by(|a, b| b.1.cmp(&a.1).then(a.2.cmp(&b.2)));
+        bars.sort_by(|a, b| b.length.cmp(&a.length).then(a.node.cmp(&b.node)));
         bars.truncate(MAX_DRAWN);
         let _ = writeln!(
             out,
             "<p class=\"note\">The {MAX_DRAWN} longest of the {started} stages that started.</p>"
         );
     }
-    bars.sort_by(|a, b| a.0.cmp(&b.0).then(a.2.cmp(&b.2)));
+    let mut items: Vec<Bar> = Vec::new();
+    for bar in &bars {
+        let stage = nodes[bar.node].record;
+        let mut first = 0usize;
+        for item in &stage.item_runs {
+            let count = usize::try_from(item.model_calls).unwrap_or(usize::MAX);
+            let end = first.saturating_add(count).min(stage.model_calls.len());
+            items.push(Bar {
+                start: item.start_ms,
+                length: item.duration_ms,
+                node: bar.node,
+                item: Some(item),
+                calls: stage.model_calls.get(first..end).unwrap_or_default(),
+                first,
+            });
+            first = end;
+        }
+    }
+    let all_items = items.len();
+    if items.len() > MAX_ITEMS_DRAWN {
+        items.sort_by(|a, b| {
+            b.length
+                .cmp(&a.length)
+                .then(a.node.cmp(&b.node))
+                .then(a.item.map(|i| i.index).cmp(&b.item.map(|i| i.index)))
+        });
+        items.truncate(MAX_ITEMS_DRAWN);
+        let _ = writeln!(
+            out,
+            "<p class=\"note\">The {MAX_ITEMS_DRAWN} longest of the {all_items} foreach items.</p>"
+        );
+    }
+    bars.extend(items);
+    // In start order; a stage before its items, the items by index.
+    bars.sort_by(|a, b| {
+        a.start
+            .cmp(&b.start)
+            .then(a.node.cmp(&b.node))
+            .then(a.item.map(|i| i.index).cmp(&b.item.map(|i| i.index)))
+    });
     let span = bars
         .iter()
-        .map(|(s, d, _)| s + d)
+        .map(|b| b.start + b.length)
         .max()
         .unwrap_or(0)
         .max(record.duration_ms)
@@ -443,9 +514,9 @@ fn timeline_svg(out: &mut String, record: &RunRecord, nodes: &[Node]) {
     // A lane is free once its last bar ended.
     let mut lanes: Vec<u64> = Vec::new();
     let mut placed = Vec::with_capacity(bars.len());
-    for &(start, length, i) in &bars {
-        let end = start + length.max(1);
-        let lane = match lanes.iter().position(|&free| free <= start) {
+    for bar in bars {
+        let end = bar.start + bar.length.max(1);
+        let lane = match lanes.iter().position(|&free| free <= bar.start) {
             Some(lane) => {
                 lanes[lane] = end;
                 lane
@@ -455,14 +526,14 @@ fn timeline_svg(out: &mut String, record: &RunRecord, nodes: &[Node]) {
                 lanes.len() - 1
             }
         };
-        placed.push((start, length, i, lane));
+        placed.push((bar, lane));
     }
     let label_w = 160;
     let width = label_w + TIMELINE_W + PAD * 2;
     let height = 30 + lanes.len() * LANE_H + PAD;
     let _ = writeln!(
         out,
-        "<p class=\"note\">{} lane(s): stages that overlap on the run's clock (started_at and duration, to the millisecond) are in different lanes.</p>",
+        "<p class=\"note\">{} lane(s): stages and foreach items that overlap on the run's clock (to the millisecond) are in different lanes; a bar's model calls are drawn inside it end to end, a rejected reply that was repaired in red.</p>",
         lanes.len()
     );
     let _ = writeln!(
@@ -486,22 +557,78 @@ fn timeline_svg(out: &mut String, record: &RunRecord, nodes: &[Node]) {
             lane + 1
         );
     }
-    for (start, length, i, lane) in placed {
-        let node = &nodes[i];
-        let x = label_w as u64 + start * TIMELINE_W as u64 / span;
-        let w = (length * TIMELINE_W as u64 / span).max(2);
-        let _ = writeln!(
-            out,
-            "<rect class=\"bar s-{status}\" data-stage=\"{id}\" x=\"{x}\" y=\"{y}\" width=\"{w}\" height=\"{h}\"><title>{id}: {status}, {d} from {s}</title></rect>",
-            status = node.status(),
-            id = esc(node.id),
-            y = 30 + lane * LANE_H,
-            h = LANE_H - 4,
-            d = duration(length),
-            s = duration(start),
-        );
+    let mut calls_left = MAX_CALLS_DRAWN;
+    let mut calls_skipped = 0usize;
+    for (bar, lane) in placed {
+        let node = &nodes[bar.node];
+        let x = label_w as u64 + bar.start * TIMELINE_W as u64 / span;
+        let w = (bar.length * TIMELINE_W as u64 / span).max(2);
+        let y = 30 + lane * LANE_H;
+        let id = esc(node.id);
+        match bar.item {
+            None => {
+                let _ = writeln!(
+                    out,
+                    "<rect class=\"bar s-{status}\" data-stage=\"{id}\" x=\"{x}\" y=\"{y}\" width=\"{w}\" height=\"{h}\"><title>{id}: {status}, {d} from {s}</title></rect>",
+                    status = node.status(),
+                    h = LANE_H - 4,
+                    d = duration(bar.length),
+                    s = duration(bar.start),
+                );
+            }
+            Some(item) => {
+                let status = item.status.as_str();
+                let attempts = match item.attempts {
+                    0 | 1 => String::new(),
+                    n => format!(", {n} attempts"),
+                };
+                let _ = writeln!(
+                    out,
+                    "<rect class=\"item-bar s-{status}\" data-stage=\"{id}\" data-item=\"{index}\" x=\"{x}\" y=\"{y}\" width=\"{w}\" height=\"{h}\"><title>{id}[{index}]: {status}{attempts}, {d} from {s}</title></rect>",
+                    index = item.index,
+                    h = LANE_H - 4,
+                    d = duration(bar.length),
+                    s = duration(bar.start),
+                );
+            }
+        }
+        if bar.calls.len() > calls_left {
+            calls_skipped += bar.calls.len();
+            continue;
+        }
+        calls_left -= bar.calls.len();
+        let mut at = bar.start;
+        for (n, call) in bar.calls.iter().enumerate() {
+            let cx = label_w as u64 + at * TIMELINE_W as u64 / span;
+            let cw = (call.latency_ms * TIMELINE_W as u64 / span).max(1);
+            let (class, what) = match &call.rejected {
+                Some(_) => ("call-bar repair", "rejected, repaired"),
+                None => ("call-bar", "accepted"),
+            };
+            let item = bar
+                .item
+                .map(|i| format!(" data-item=\"{}\"", i.index))
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "<rect class=\"{class}\" data-stage=\"{id}\"{item} data-call=\"{call_n}\" x=\"{cx}\" y=\"{cy}\" width=\"{cw}\" height=\"{ch}\"><title>{id} model call {call_n}: {model}, attempt {attempt}, {what}, {d}</title></rect>",
+                call_n = bar.first + n + 1,
+                cy = y + 4,
+                ch = LANE_H - 12,
+                model = esc(&call.model),
+                attempt = call.attempt,
+                d = duration(call.latency_ms),
+            );
+            at += call.latency_ms;
+        }
     }
     out.push_str("</svg>\n");
+    if calls_skipped > 0 {
+        let _ = writeln!(
+            out,
+            "<p class=\"note\">{calls_skipped} model calls past the first {MAX_CALLS_DRAWN} are not drawn (each stage's details list them).</p>"
+        );
+    }
 }
 
 /// Every stage a row: id, status, duration, what it does; a click opens its details.
@@ -694,6 +821,8 @@ svg text{font:12px ui-monospace,SFMono-Regular,Menlo,monospace}
 .bar{cursor:pointer;stroke:#333;stroke-width:.5}.bar.s-not_run{fill:#fff}
 .bar.s-succeeded{fill:var(--ok)}.bar.s-cached{fill:var(--cached)}.bar.s-skipped{fill:var(--skipped)}.bar.s-exited{fill:var(--exited)}.bar.s-failed{fill:var(--failed)}.bar.s-running{fill:var(--running)}
 .timeline .tick text{text-anchor:middle}
+.item-bar{cursor:pointer;stroke:#333;stroke-width:.5;fill-opacity:.6}.item-bar.s-succeeded{fill:var(--ok)}.item-bar.s-cached{fill:var(--cached)}.item-bar.s-failed{fill:var(--failed)}
+.call-bar{fill:#fff;fill-opacity:.85;stroke:#333;stroke-width:.5;pointer-events:none}.call-bar.repair{fill:var(--failed)}
 #detail{background:#fff;border:1px solid var(--line);border-radius:6px;padding:4px 16px 12px;margin:12px 0}
 #detail dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px}
 table{border-collapse:collapse;width:100%;background:#fff}th,td{border-bottom:1px solid #eee;padding:3px 8px;text-align:left;vertical-align:top}
