@@ -930,6 +930,10 @@ pub(crate) fn read_record_as_written(state_dir: &Path, id: &str) -> Result<RunRe
                 "the run's process ended without finishing its record (killed or crashed)".into(),
             );
         }
+        // It ran at least until the last thing it wrote (its record's files, its stages' ends).
+        if record.finished_at.is_none() {
+            record.duration_ms = record.duration_ms.max(last_sign_of_life(&path, &record));
+        }
         for stage in record.stages.values_mut() {
             if stage.status == StageStatus::Running {
                 stage.status = StageStatus::Failed;
@@ -940,6 +944,29 @@ pub(crate) fn read_record_as_written(state_dir: &Path, id: &str) -> Result<RunRe
         let _ = replace_file(&path, &mut record);
     }
     Ok(record)
+}
+
+/// How long after its start a run whose process is gone was last seen: the newest of its
+/// stages' ends and the times its files (`run.json` at `path` and those beside it) were last
+/// written, in ms.
+fn last_sign_of_life(path: &Path, record: &RunRecord) -> u64 {
+    let Ok(start) = chrono::DateTime::parse_from_rfc3339(&record.started_at) else {
+        return 0;
+    };
+    let after_start = |at: chrono::DateTime<chrono::Utc>| {
+        u64::try_from((at - start.with_timezone(&chrono::Utc)).num_milliseconds()).unwrap_or(0)
+    };
+    let stages = record.stages.values().filter_map(|stage| {
+        let at = chrono::DateTime::parse_from_rfc3339(stage.started_at.as_deref()?).ok()?;
+        Some(after_start(at.with_timezone(&chrono::Utc)) + stage.duration_ms)
+    });
+    let dir = path.parent().unwrap_or(path);
+    let files = [dir.to_path_buf(), dir.join("artifacts")]
+        .into_iter()
+        .flat_map(|dir| std::fs::read_dir(dir).into_iter().flatten().flatten())
+        .filter_map(|entry| entry.metadata().ok()?.modified().ok())
+        .map(|at| after_start(at.into()));
+    stages.chain(files).max().unwrap_or(0)
 }
 
 /// A run record, read as [`read_record_as_written`] does, with its large outputs read from their
