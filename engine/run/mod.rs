@@ -730,6 +730,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             cache: cache::Cache::new(&self.runtime.state_dir, &workflow.name),
             table: Arc::clone(&self.table),
             raw_stdout: Default::default(),
+            sub_runs: Default::default(),
             run_started: self.started,
         };
         let status = self.schedule(&runner, false);
@@ -755,6 +756,7 @@ impl<'w, 'r> Executor<'w, 'r> {
                 cache,
                 table: Arc::clone(&self.table),
                 raw_stdout: Default::default(),
+                sub_runs: Default::default(),
                 run_started: self.started,
             };
             self.schedule(&runner, true);
@@ -1184,6 +1186,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             failed_items: outcome.failed_items,
             reused_items: outcome.reused_items,
             item_runs: std::mem::take(&mut outcome.item_runs),
+            sub_run: outcome.sub_run.take(),
             reused_from: outcome.reused_from.take(),
             model_calls: std::mem::take(&mut outcome.model_calls),
             usage: stage_usage,

@@ -135,6 +135,40 @@ pub(crate) struct ItemRun {
     pub model_calls: u32,
 }
 
+/// How a sub-workflow's run ended, as the stage that ran it keeps it: each stage's status, a
+/// sub-workflow's stages in it as `stage/inner`, and the stage whose `exit_if` ended it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SubRun {
+    pub status: RunStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_stage: Option<String>,
+    pub stages: IndexMap<String, StageStatus>,
+}
+
+impl SubRun {
+    /// What a sub-workflow's `record` says of its stages, and of theirs.
+    pub(crate) fn of(record: &RunRecord) -> SubRun {
+        let mut stages = IndexMap::new();
+        let mut exit_stage = record.exit.as_ref().and_then(|e| e.stage.clone());
+        for (id, stage) in &record.stages {
+            stages.insert(id.clone(), stage.status);
+            if let Some(inner) = &stage.sub_run {
+                for (inner_id, status) in &inner.stages {
+                    stages.insert(format!("{id}/{inner_id}"), *status);
+                }
+                if exit_stage.is_none() {
+                    exit_stage = inner.exit_stage.as_ref().map(|e| format!("{id}/{e}"));
+                }
+            }
+        }
+        SubRun {
+            status: record.status,
+            exit_stage,
+            stages,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct StageRecord {
     pub status: StageStatus,
@@ -169,6 +203,9 @@ pub(crate) struct StageRecord {
     /// (absent from records older than it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub item_runs: Vec<ItemRun>,
+    /// A sub-workflow stage's (not a `foreach` one's): how its stages ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub_run: Option<Box<SubRun>>,
     /// For `cached`: the run or cache entry the output came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reused_from: Option<String>,
@@ -247,6 +284,7 @@ impl StageRecord {
             failed_items: 0,
             reused_items: 0,
             item_runs: Vec::new(),
+            sub_run: None,
             reused_from: None,
             model_calls: Vec::new(),
             usage: None,

@@ -85,6 +85,8 @@ pub(crate) struct StageOutcome {
     pub reused_items: usize,
     /// Each `foreach` item that ran or was reused: when, how long, how it ended.
     pub item_runs: Vec<super::record::ItemRun>,
+    /// A sub-workflow stage's run, how its stages ended.
+    pub sub_run: Option<Box<super::record::SubRun>>,
     pub reused_from: Option<String>,
     pub model_calls: Vec<ModelCall>,
     pub assumed: bool,
@@ -119,6 +121,7 @@ impl StageOutcome {
             failed_items: 0,
             reused_items: 0,
             item_runs: Vec::new(),
+            sub_run: None,
             reused_from: None,
             model_calls: Vec::new(),
             assumed: false,
@@ -228,6 +231,9 @@ pub(crate) struct StageRunner<'a> {
     /// A command's stdout that is not UTF-8, by stage and item, for its `output.path`: the
     /// file gets the bytes exactly (the output itself is text, the bad bytes replaced).
     pub raw_stdout: RawStdout,
+    /// How the sub-workflow a stage ran (not per item) ended, by stage id, until its outcome
+    /// takes it.
+    pub sub_runs: std::sync::Mutex<HashMap<String, super::record::SubRun>>,
     /// When the run started: `foreach` items are timed on the run's clock.
     pub run_started: Instant,
 }
@@ -288,6 +294,12 @@ impl StageRunner<'_> {
             }
             outcome.error = Some(error);
         }
+        outcome.sub_run = self
+            .sub_runs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&stage.id)
+            .map(Box::new);
         outcome.duration = started.elapsed();
         if !outcome.deferred {
             tracing::info!(
@@ -1317,6 +1329,12 @@ impl StageRunner<'_> {
                         }
                     },
                 );
+                if item.is_none() {
+                    self.sub_runs
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .insert(stage.id.clone(), super::record::SubRun::of(&record));
+                }
                 match record.status {
                     RunStatus::Completed | RunStatus::Exited => {
                         Ok(record.outputs.unwrap_or(Value::Object(Map::new())))
