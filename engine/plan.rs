@@ -246,6 +246,7 @@ impl<'w> Plan<'w> {
                             foreach: stage.text.foreach.as_deref(),
                             assert: &stage.text.asserts,
                             selection: self.selection_of(i),
+                            sub_workflow: sub_workflow(stage).map(SubPlan),
                         }
                     }),
             ))),
@@ -635,6 +636,52 @@ struct PlanStage<'a> {
     assert: &'a [String],
     /// With `--only`, `--from` or `--until`: `runs`, `given` or `left_out`; null without.
     selection: Option<&'static str>,
+    /// A sub-workflow stage's: the sub-workflow's stages, in execution order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sub_workflow: Option<SubPlan<'a>>,
+}
+
+/// A sub-workflow in `plan --format json`: its name and its stages in execution order (id,
+/// what it does, what it waits for, its own sub-workflow's).
+struct SubPlan<'a>(&'a Workflow);
+
+impl serde::Serialize for SubPlan<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(serde::Serialize)]
+        struct Inner<'a> {
+            id: &'a str,
+            action: &'static str,
+            summary: String,
+            after: Ids<'a>,
+            finally: bool,
+            exit_if: Option<&'a str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            sub_workflow: Option<SubPlan<'a>>,
+        }
+        #[derive(serde::Serialize)]
+        struct Doc<'a> {
+            workflow: &'a str,
+            stages: Vec<Inner<'a>>,
+        }
+        let workflow = self.0;
+        let stages = workflow.order.iter().map(|&i| {
+            let stage = &workflow.stages[i];
+            Inner {
+                id: &stage.id,
+                action: stage.action.kind(),
+                summary: action_summary(stage),
+                after: Ids(&workflow.stages, &stage.deps),
+                finally: stage.finally,
+                exit_if: stage.text.exit_if.as_deref(),
+                sub_workflow: sub_workflow(stage).map(SubPlan),
+            }
+        });
+        Doc {
+            workflow: &workflow.name,
+            stages: stages.collect(),
+        }
+        .serialize(serializer)
+    }
 }
 
 /// Stage indexes, serialized as their ids.

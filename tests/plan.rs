@@ -589,7 +589,7 @@ command = ["echo", "later"]
 }
 
 /// `review` runs `child`, whose `gate` ends it early; `ship` waits for `review`.
-const CHILD: &str = r#"
+pub(crate) const CHILD: &str = r#"
 [stages.lint]
 command = ["echo", "lint"]
 
@@ -603,7 +603,7 @@ command = ["echo", "stop"]
 exit_if = "true"
 "#;
 
-const PARENT: &str = r#"
+pub(crate) const PARENT: &str = r#"
 [stages.prep]
 command = ["echo", "prep"]
 

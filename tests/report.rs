@@ -599,3 +599,31 @@ fn report_draws_a_bar_per_foreach_item_and_its_model_calls() {
     assert!(!old.contains("<rect class=\"item-bar"), "{old}");
     assert_eq!(bars_of(&old, "<rect class=\"call-bar").len(), 4);
 }
+
+#[test]
+fn report_draws_a_sub_workflow_as_a_cluster_of_its_stages() {
+    let t = Test::new();
+    t.write("child.toml", crate::plan::CHILD);
+    t.write("w.toml", crate::plan::PARENT);
+    t.run(["run", "w.toml", "-q"]).code(0);
+    t.run(["runs", "report", "last", "-o", "sub.html"]).code(0);
+    let html = t.read("sub.html");
+    let nodes = attributes(&html, "<g class=\"node", "data-stage");
+    assert_eq!(nodes, ["prep", "review", "ship"], "one node per stage");
+    let clusters = attributes(&html, "<g class=\"node", "class");
+    assert!(clusters[1].contains(" cluster"), "{clusters:?}");
+    let inner: Vec<(&str, &str)> = attributes(&html, "<g class=\"inner", "data-inner")
+        .into_iter()
+        .zip(attributes(&html, "<g class=\"inner", "data-status"))
+        .collect();
+    assert_eq!(
+        inner,
+        [
+            ("lint", "succeeded"),
+            ("fix", "succeeded"),
+            ("gate", "exited")
+        ],
+        "the sub-workflow's stages, by how its run left them"
+    );
+    crate::report::opens_in_chromium(&t, &t.path("sub.html"), 3, "sub-workflow report");
+}

@@ -282,18 +282,17 @@ fn legend(out: &mut String) {
 /// Every stage a box, column by column, an edge from each stage it waits for.
 fn graph_svg(out: &mut String, nodes: &[Node]) {
     let columns = nodes.iter().map(|n| n.column + 1).max().unwrap_or(0);
-    let mut rows = vec![0usize; columns];
+    // A sub-workflow's box is a cluster of its stages, one line each below its own.
+    let inner: Vec<Vec<(String, &'static str)>> = nodes.iter().map(inner_stages).collect();
+    let mut tops = vec![PAD; columns];
     let mut at = Vec::with_capacity(nodes.len());
-    for node in nodes {
-        let row = rows[node.column];
-        rows[node.column] += 1;
-        at.push((
-            PAD + node.column * (NODE_W + COL_GAP),
-            PAD + row * (NODE_H + ROW_GAP),
-        ));
+    for (node, inner) in nodes.iter().zip(&inner) {
+        let top = tops[node.column];
+        tops[node.column] += node_height(inner.len()) + ROW_GAP;
+        at.push((PAD + node.column * (NODE_W + COL_GAP), top));
     }
     let width = PAD * 2 + columns * (NODE_W + COL_GAP);
-    let height = PAD * 2 + rows.iter().max().copied().unwrap_or(0) * (NODE_H + ROW_GAP);
+    let height = PAD + tops.iter().max().copied().unwrap_or(PAD);
     let _ = writeln!(
         out,
         "<svg class=\"dag\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\" role=\"img\" aria-label=\"stage graph\">"
@@ -313,7 +312,7 @@ fn graph_svg(out: &mut String, nodes: &[Node]) {
         }
     }
     out.push_str("</g>\n");
-    for (node, (x, y)) in nodes.iter().zip(&at) {
+    for ((node, (x, y)), inner) in nodes.iter().zip(&at).zip(&inner) {
         let status = node.status();
         let mut second = format!("{status} {}", duration(node.record.duration_ms));
         if let Some(items) = node.record.items {
@@ -335,9 +334,15 @@ fn graph_svg(out: &mut String, nodes: &[Node]) {
         } else {
             ""
         };
+        let cluster = match inner.is_empty() {
+            true => String::new(),
+            false => cluster_svg(inner),
+        };
         let _ = writeln!(
             out,
-            "<g class=\"node s-{status}{finally}\" data-stage=\"{id}\" data-status=\"{status}\" tabindex=\"0\" transform=\"translate({x},{y})\"><title>{id}: {title}</title><rect width=\"{NODE_W}\" height=\"{NODE_H}\" rx=\"6\"/><text x=\"8\" y=\"18\">{label}</text><text class=\"sub\" x=\"8\" y=\"35\">{second}</text>{mark}</g>",
+            "<g class=\"node s-{status}{finally}{kind}\" data-stage=\"{id}\" data-status=\"{status}\" tabindex=\"0\" transform=\"translate({x},{y})\"><title>{id}: {title}</title><rect width=\"{NODE_W}\" height=\"{h}\" rx=\"6\"/><text x=\"8\" y=\"18\">{label}</text><text class=\"sub\" x=\"8\" y=\"35\">{second}</text>{mark}{cluster}</g>",
+            kind = if inner.is_empty() { "" } else { " cluster" },
+            h = node_height(inner.len()),
             id = esc(node.id),
             title = esc(node.plan_str("summary").unwrap_or(status)),
             label = esc(&shorten(node.id, 26)),
@@ -350,6 +355,73 @@ fn graph_svg(out: &mut String, nodes: &[Node]) {
         );
     }
     out.push_str("</svg>\n");
+}
+
+const INNER_H: usize = 20;
+
+/// A stage's box: taller by a line per stage when it is a sub-workflow's cluster.
+fn node_height(inner: usize) -> usize {
+    match inner {
+        0 => NODE_H,
+        n => NODE_H + n * (INNER_H + 4) + 4,
+    }
+}
+
+/// A sub-workflow stage's stages in execution order (a sub-workflow's in it as `stage/inner`),
+/// each with its status in the run: from the record when it kept how the sub-workflow ended,
+/// else `not_run` when the stage never ran and `unknown` when it ran.
+fn inner_stages(node: &Node) -> Vec<(String, &'static str)> {
+    fn walk(stages: &Value, prefix: &str, out: &mut Vec<String>) {
+        for stage in stages.as_array().into_iter().flatten() {
+            let Some(id) = stage.get("id").and_then(Value::as_str) else {
+                continue;
+            };
+            let path = format!("{prefix}{id}");
+            out.push(path.clone());
+            if let Some(inner) = stage.get("sub_workflow") {
+                walk(&inner["stages"], &format!("{path}/"), out);
+            }
+        }
+    }
+    let Some(sub) = node.plan.and_then(|p| p.get("sub_workflow")) else {
+        return Vec::new();
+    };
+    let mut ids = Vec::new();
+    walk(&sub["stages"], "", &mut ids);
+    let run = node.record.sub_run.as_deref();
+    ids.into_iter()
+        .map(|id| {
+            let status = match run {
+                Some(run) if run.exit_stage.as_deref() == Some(id.as_str()) => "exited",
+                Some(run) => run.stages.get(&id).map_or("not_run", |s| s.as_str()),
+                None if node.record.status == StageStatus::NotRun => "not_run",
+                None if node.record.status == StageStatus::Skipped => "skipped",
+                None => "unknown",
+            };
+            (id, status)
+        })
+        .collect()
+}
+
+/// The stages inside a sub-workflow's box, one line each.
+fn cluster_svg(inner: &[(String, &'static str)]) -> String {
+    let mut out = String::new();
+    for (n, (id, status)) in inner.iter().enumerate() {
+        let y = NODE_H + n * (INNER_H + 4);
+        let depth = id.matches('/').count();
+        let x = 8 + depth * 10;
+        let _ = write!(
+            out,
+            "<g class=\"inner s-{status}\" data-inner=\"{id}\" data-status=\"{status}\" transform=\"translate({x},{y})\"><rect width=\"{w}\" height=\"{INNER_H}\" rx=\"3\"/><text x=\"6\" y=\"14\">{label}</text></g>",
+            id = esc(id),
+            w = NODE_W - 16 - depth * 10,
+            label = esc(&shorten(
+                &format!("{} {status}", id.rsplit('/').next().unwrap_or(id)),
+                24
+            )),
+        );
+    }
+    out
 }
 
 /// A run too large to draw stage by stage: one box per column with its counts by status,
@@ -813,6 +885,8 @@ svg text{font:12px ui-monospace,SFMono-Regular,Menlo,monospace}
 .node.s-exited rect{fill:#ffe0b2;stroke:var(--exited);stroke-width:3}.node.s-failed rect{fill:#ffcdd2;stroke:var(--failed);stroke-width:2}
 .node.s-not_run rect{fill:#fff;stroke-dasharray:4 3}.node.s-running rect{fill:#fff9c4}
 .node.finally rect{stroke-dasharray:6 3}
+.node .inner rect{stroke:#666;stroke-width:.6;stroke-dasharray:none;fill:#fff}.node .inner text{font-size:11px}
+.node .inner.s-succeeded rect{fill:#a5d6a7}.node .inner.s-cached rect{fill:#90caf9}.node .inner.s-skipped rect{fill:#e0e0e0}.node .inner.s-exited rect{fill:#ffcc80;stroke:var(--exited);stroke-width:2}.node .inner.s-failed rect{fill:#ef9a9a}.node .inner.s-not_run rect{stroke-dasharray:3 2}
 .node .sub{fill:var(--muted);font-size:11px}.node rect.mark{fill:var(--exited);stroke:none}
 .node.sel rect,.bar.sel{stroke:#000;stroke-width:3}
 .column rect{fill:#fff;stroke:#333}.column .sub{font-size:11px}
