@@ -130,17 +130,7 @@ impl<'w> Plan<'w> {
     }
 
     fn action_summary(&self, index: usize) -> String {
-        let stage = &self.workflow.stages[index];
-        let text = &stage.text.action;
-        match &stage.action {
-            Action::None => "(no action)".to_string(),
-            Action::Command(_) => format!("command {text}"),
-            Action::Shell(_) => format!("shell {}", shortened(text)),
-            Action::Prompt { model, .. } => format!("prompt {text} -> {model}"),
-            Action::Template(_) => format!("template {text}"),
-            Action::Uses { builtin, .. } => format!("uses {}", builtin.name),
-            Action::Workflow { workflow, .. } => format!("workflow {}", workflow.name),
-        }
+        action_summary(&self.workflow.stages[index])
     }
 
     /// `plan` as text: the workflow, then each wave with its stages and what each does.
@@ -256,6 +246,7 @@ impl<'w> Plan<'w> {
                             foreach: stage.text.foreach.as_deref(),
                             assert: &stage.text.asserts,
                             selection: self.selection_of(i),
+                            sub_workflow: sub_workflow(stage).map(SubPlan),
                         }
                     }),
             ))),
@@ -270,7 +261,9 @@ impl<'w> Plan<'w> {
         })
     }
 
-    /// `plan --format dot`: the stage graph for graphviz.
+    /// `plan --format dot`: the stage graph for graphviz; a sub-workflow is a cluster of its
+    /// stages (ids `stage/inner`), edges to and from it drawn to its first and from its last
+    /// stage and clipped at the cluster.
     pub fn to_dot(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "digraph {} {{", dot_id(&self.workflow.name));
@@ -278,10 +271,41 @@ impl<'w> Plan<'w> {
             let _ = writeln!(out, "  // {note}");
         }
         let _ = writeln!(out, "  rankdir=LR;");
+        if has_sub_workflow(self.workflow) {
+            let _ = writeln!(out, "  compound=true;");
+        }
         let _ = writeln!(out, "  node [shape=box, fontname=\"monospace\"];");
-        for &i in &self.workflow.order {
-            let stage = &self.workflow.stages[i];
-            let summary = self.action_summary(i);
+        self.dot_body(&mut out, self.workflow, "", "  ");
+        out.push_str("}\n");
+        out
+    }
+
+    /// The stages of `workflow` (a sub-workflow's ids prefixed by `prefix`) and their edges.
+    fn dot_body(&self, out: &mut String, workflow: &Workflow, prefix: &str, indent: &str) {
+        for &i in &workflow.order {
+            let stage = &workflow.stages[i];
+            let path = format!("{prefix}{}", stage.id);
+            let summary = action_summary(stage);
+            let status = self.statuses.get(&path).map(String::as_str);
+            if let Some(inner) = sub_workflow(stage) {
+                let mut lines = vec![stage.id.as_str(), summary.as_str()];
+                lines.extend(status);
+                let _ = writeln!(
+                    out,
+                    "{indent}subgraph {} {{",
+                    dot_id(&format!("cluster_{path}"))
+                );
+                let _ = writeln!(out, "{indent}  label={};", dot_label(&lines));
+                // Its stages are filled by their own statuses: the cluster's is its border.
+                let _ = writeln!(out, "{indent}  style=rounded;");
+                if let Some(stroke) = status.and_then(status_stroke) {
+                    let width = if status == Some("exited") { 3 } else { 2 };
+                    let _ = writeln!(out, "{indent}  color=\"{stroke}\"; penwidth={width};");
+                }
+                self.dot_body(out, inner, &format!("{path}/"), &format!("{indent}  "));
+                let _ = writeln!(out, "{indent}}}");
+                continue;
+            }
             let mut lines = vec![stage.id.as_str(), summary.as_str()];
             if stage.exit_if.is_some() {
                 lines.push("(exit_if)");
@@ -293,7 +317,6 @@ impl<'w> Plan<'w> {
             if stage.exit_if.is_some() {
                 attrs.push_str(", shape=diamond");
             }
-            let status = self.statuses.get(&stage.id).map(String::as_str);
             if let Some(status) = status {
                 lines.push(status);
             }
@@ -312,52 +335,48 @@ impl<'w> Plan<'w> {
             }
             let _ = writeln!(
                 out,
-                "  {} [label={}{attrs}];",
-                dot_id(&stage.id),
+                "{indent}{} [label={}{attrs}];",
+                dot_id(&path),
                 dot_label(&lines)
             );
         }
-        for (d, i) in self.edges() {
-            let _ = writeln!(
-                out,
-                "  {} -> {};",
-                dot_id(&self.workflow.stages[d].id),
-                dot_id(&self.workflow.stages[i].id)
-            );
+        for (d, i) in self.edges_of(workflow) {
+            let (from, tail) = end_node(workflow, d, prefix, End::Last);
+            let (to, head) = end_node(workflow, i, prefix, End::First);
+            let mut attrs = Vec::new();
+            if let Some(cluster) = tail {
+                attrs.push(format!("ltail={}", dot_id(&format!("cluster_{cluster}"))));
+            }
+            if let Some(cluster) = head {
+                attrs.push(format!("lhead={}", dot_id(&format!("cluster_{cluster}"))));
+            }
+            let attrs = match attrs.is_empty() {
+                true => String::new(),
+                false => format!(" [{}]", attrs.join(", ")),
+            };
+            let _ = writeln!(out, "{indent}{} -> {}{attrs};", dot_id(&from), dot_id(&to));
         }
-        out.push_str("}\n");
-        out
     }
 
-    /// `plan --format mermaid`: the stage graph as a mermaid flowchart.
+    /// The edges drawn among `workflow`'s stages: this plan's, or a sub-workflow's reduced the
+    /// same way.
+    fn edges_of(&self, workflow: &Workflow) -> Vec<(usize, usize)> {
+        if std::ptr::eq(workflow, self.workflow) {
+            return self.edges();
+        }
+        Plan::new(workflow).with_all_edges(self.all_edges).edges()
+    }
+
+    /// `plan --format mermaid`: the stage graph as a mermaid flowchart; a sub-workflow is a
+    /// subgraph of its stages, edges to and from it drawn to the subgraph.
     pub fn to_mermaid(&self) -> String {
         let mut out = String::from("flowchart LR\n");
         if let Some(note) = self.edges_note() {
             let _ = writeln!(out, "  %% {note}");
         }
-        for &i in &self.workflow.order {
-            let stage = &self.workflow.stages[i];
-            let label =
-                format!("{}<br/>{}", stage.id, self.action_summary(i)).replace('"', "#quot;");
-            let id = mermaid_id(&stage.id);
-            if stage.exit_if.is_some() {
-                let _ = writeln!(out, "  {id}{{\"{label}\"}}");
-            } else {
-                let _ = writeln!(out, "  {id}[\"{label}\"]");
-            }
-        }
-        let mut by_status: Vec<(&str, Vec<String>)> = Vec::new();
-        for &i in &self.workflow.order {
-            let id = &self.workflow.stages[i].id;
-            let Some(status) = self.statuses.get(id) else {
-                continue;
-            };
-            match by_status.iter_mut().find(|(s, _)| s == status) {
-                Some((_, ids)) => ids.push(mermaid_id(id)),
-                None => by_status.push((status, vec![mermaid_id(id)])),
-            }
-        }
-        for (status, ids) in &by_status {
+        let mut drawn = Mermaid::default();
+        self.mermaid_body(&mut out, &mut drawn, self.workflow, "", None, "  ");
+        for (status, ids) in &drawn.by_status {
             if let Some(fill) = status_fill(status) {
                 let extra = if *status == "exited" {
                     ",stroke:#ef6c00,stroke-width:3px"
@@ -368,25 +387,139 @@ impl<'w> Plan<'w> {
                 let _ = writeln!(out, "  class {} s_{status}", ids.join(","));
             }
         }
-        let finally: Vec<String> = self
-            .finally
-            .iter()
-            .flatten()
-            .map(|&i| mermaid_id(&self.workflow.stages[i].id))
-            .collect();
-        if !finally.is_empty() {
+        if !drawn.finally.is_empty() {
             let _ = writeln!(out, "  classDef finally stroke-dasharray: 5 5");
-            let _ = writeln!(out, "  class {} finally", finally.join(","));
+            let _ = writeln!(out, "  class {} finally", drawn.finally.join(","));
         }
-        for (d, i) in self.edges() {
-            let _ = writeln!(
-                out,
-                "  {} --> {}",
-                mermaid_id(&self.workflow.stages[d].id),
-                mermaid_id(&self.workflow.stages[i].id)
-            );
+        for line in &drawn.edges {
+            let _ = writeln!(out, "  {line}");
         }
         out
+    }
+
+    /// The nodes of `workflow` (a sub-workflow's under the mermaid id `parent`, its stages'
+    /// statuses under `prefix`), noting their classes and edges in `drawn`.
+    fn mermaid_body(
+        &self,
+        out: &mut String,
+        drawn: &mut Mermaid,
+        workflow: &Workflow,
+        prefix: &str,
+        parent: Option<&str>,
+        indent: &str,
+    ) {
+        let id_of = |stage: &crate::check::Stage| match parent {
+            None => mermaid_id(&stage.id),
+            // `S` is in no stage id: no inner id is another stage's.
+            Some(parent) => format!("{parent}_S_{}", stage.id),
+        };
+        for &i in &workflow.order {
+            let stage = &workflow.stages[i];
+            let path = format!("{prefix}{}", stage.id);
+            let label =
+                format!("{}<br/>{}", stage.id, action_summary(stage)).replace('"', "#quot;");
+            let id = id_of(stage);
+            if let Some(inner) = sub_workflow(stage) {
+                let _ = writeln!(out, "{indent}subgraph {id}[\"{label}\"]");
+                let _ = writeln!(out, "{indent}  direction LR");
+                self.mermaid_body(
+                    out,
+                    drawn,
+                    inner,
+                    &format!("{path}/"),
+                    Some(&id),
+                    &format!("{indent}  "),
+                );
+                let _ = writeln!(out, "{indent}end");
+            } else if stage.exit_if.is_some() {
+                let _ = writeln!(out, "{indent}{id}{{\"{label}\"}}");
+            } else {
+                let _ = writeln!(out, "{indent}{id}[\"{label}\"]");
+            }
+            if let Some(status) = self.statuses.get(&path) {
+                match drawn.by_status.iter_mut().find(|(s, _)| s == status) {
+                    Some((_, ids)) => ids.push(id.clone()),
+                    None => drawn.by_status.push((status.clone(), vec![id.clone()])),
+                }
+            }
+            if stage.finally {
+                drawn.finally.push(id);
+            }
+        }
+        for (d, i) in self.edges_of(workflow) {
+            let line = format!(
+                "{} --> {}",
+                id_of(&workflow.stages[d]),
+                id_of(&workflow.stages[i])
+            );
+            drawn.edges.push(line);
+        }
+    }
+}
+
+/// What a mermaid drawing gathers as it draws: stages by status, finally stages, edges.
+#[derive(Default)]
+struct Mermaid {
+    by_status: Vec<(String, Vec<String>)>,
+    finally: Vec<String>,
+    edges: Vec<String>,
+}
+
+/// The sub-workflow a stage runs, when it has stages to draw.
+fn sub_workflow(stage: &crate::check::Stage) -> Option<&Workflow> {
+    match &stage.action {
+        Action::Workflow { workflow, .. } if !workflow.stages.is_empty() => Some(workflow),
+        _ => None,
+    }
+}
+
+fn has_sub_workflow(workflow: &Workflow) -> bool {
+    workflow.stages.iter().any(|s| sub_workflow(s).is_some())
+}
+
+/// Which stage of a cluster an edge is drawn to.
+#[derive(Clone, Copy)]
+enum End {
+    /// The first stage that waits for none.
+    First,
+    /// The last stage none waits for.
+    Last,
+}
+
+/// The node an edge to or from stage `index` of `workflow` is drawn at (`prefix` before its
+/// id), and the cluster it is clipped at when the stage is a sub-workflow.
+fn end_node(workflow: &Workflow, index: usize, prefix: &str, end: End) -> (String, Option<String>) {
+    let stage = &workflow.stages[index];
+    let path = format!("{prefix}{}", stage.id);
+    let Some(inner) = sub_workflow(stage) else {
+        return (path, None);
+    };
+    let mut ends = inner.order.iter().copied().filter(|&j| match end {
+        End::First => inner.stages[j].deps.is_empty(),
+        End::Last => inner.dependents[j].is_empty(),
+    });
+    let picked = match end {
+        End::First => ends.next(),
+        End::Last => ends.last(),
+    };
+    let Some(j) = picked else {
+        return (path, None);
+    };
+    let (node, _) = end_node(inner, j, &format!("{path}/"), end);
+    (node, Some(path))
+}
+
+/// What a stage does, in a line.
+fn action_summary(stage: &crate::check::Stage) -> String {
+    let text = &stage.text.action;
+    match &stage.action {
+        Action::None => "(no action)".to_string(),
+        Action::Command(_) => format!("command {text}"),
+        Action::Shell(_) => format!("shell {}", shortened(text)),
+        Action::Prompt { model, .. } => format!("prompt {text} -> {model}"),
+        Action::Template(_) => format!("template {text}"),
+        Action::Uses { builtin, .. } => format!("uses {}", builtin.name),
+        Action::Workflow { workflow, .. } => format!("workflow {}", workflow.name),
     }
 }
 
@@ -404,7 +537,20 @@ fn status_fill(status: &str) -> Option<&'static str> {
     })
 }
 
-/// A line of at most 60 characters.
+/// The border of a sub-workflow's cluster of a run's status.
+fn status_stroke(status: &str) -> Option<&'static str> {
+    Some(match status {
+        "succeeded" => "#2e7d32",
+        "cached" => "#1565c0",
+        "skipped" => "#9e9e9e",
+        "exited" => "#ef6c00",
+        "failed" => "#c62828",
+        "not_run" => "#999999",
+        "running" => "#f9a825",
+        _ => return None,
+    })
+}
+
 /// Words Mermaid's flowchart grammar reads as keywords wherever a node id may stand (`end`
 /// closes a subgraph, `class` styles nodes, ...): such an id gets a prefix no stage id can have
 /// (stage ids are lowercase), and its label still shows the stage's own id.
@@ -490,6 +636,52 @@ struct PlanStage<'a> {
     assert: &'a [String],
     /// With `--only`, `--from` or `--until`: `runs`, `given` or `left_out`; null without.
     selection: Option<&'static str>,
+    /// A sub-workflow stage's: the sub-workflow's stages, in execution order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sub_workflow: Option<SubPlan<'a>>,
+}
+
+/// A sub-workflow in `plan --format json`: its name and its stages in execution order (id,
+/// what it does, what it waits for, its own sub-workflow's).
+struct SubPlan<'a>(&'a Workflow);
+
+impl serde::Serialize for SubPlan<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(serde::Serialize)]
+        struct Inner<'a> {
+            id: &'a str,
+            action: &'static str,
+            summary: String,
+            after: Ids<'a>,
+            finally: bool,
+            exit_if: Option<&'a str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            sub_workflow: Option<SubPlan<'a>>,
+        }
+        #[derive(serde::Serialize)]
+        struct Doc<'a> {
+            workflow: &'a str,
+            stages: Vec<Inner<'a>>,
+        }
+        let workflow = self.0;
+        let stages = workflow.order.iter().map(|&i| {
+            let stage = &workflow.stages[i];
+            Inner {
+                id: &stage.id,
+                action: stage.action.kind(),
+                summary: action_summary(stage),
+                after: Ids(&workflow.stages, &stage.deps),
+                finally: stage.finally,
+                exit_if: stage.text.exit_if.as_deref(),
+                sub_workflow: sub_workflow(stage).map(SubPlan),
+            }
+        });
+        Doc {
+            workflow: &workflow.name,
+            stages: stages.collect(),
+        }
+        .serialize(serializer)
+    }
 }
 
 /// Stage indexes, serialized as their ids.

@@ -121,7 +121,7 @@ finally = true
 command = ["true"]
 "#;
 
-fn node_modules() -> Option<PathBuf> {
+pub(crate) fn node_modules() -> Option<PathBuf> {
     let Some(modules) = std::env::var_os("STAGEGRAPH_TEST_NODE_MODULES").map(PathBuf::from) else {
         crate::support::skip("STAGEGRAPH_TEST_NODE_MODULES is not set (npm i mermaid)");
         return None;
@@ -136,7 +136,7 @@ fn node_modules() -> Option<PathBuf> {
 /// Mermaid's own flowchart grammar, under node: the flowchart parser of the `mermaid` package,
 /// with a database that accepts every call (so only the grammar decides, and no browser is
 /// needed).
-const PARSE: &str = r"
+pub(crate) const PARSE: &str = r"
 const { readFileSync, readdirSync } = await import('node:fs');
 const dir = process.argv[2] + '/mermaid/dist/chunks/mermaid.core';
 const file = readdirSync(dir).find((f) => /^flowDiagram-.*\.mjs$/.test(f));

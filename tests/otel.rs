@@ -74,13 +74,25 @@ output = { format = "json", schema = "answer.schema.json" }
 [stages.never]
 if = "false"
 command = ["echo", "no"]
+
+[stages.each]
+after = ["prep"]
+foreach = '["x", "y", "z"]'
+command = ["echo", "{{ item }}"]
+
+[stages.askeach]
+after = ["ask"]
+foreach = '["p", "q"]'
+prompt = { inline = "Name one concept about {{ item }}." }
+model = "m"
+output = { format = "json", schema = "answer.schema.json" }
 "#;
 
 const SCHEMA: &str =
     r#"{"type": "object", "required": ["concept"], "properties": {"concept": {"type": "string"}}}"#;
 
 /// A model that answers wrongly first (repaired), then rightly, with token counts.
-fn model() -> Server {
+pub(crate) fn model() -> Server {
     Server::start(|_, n| {
         let (input, usage) = if n == 0 {
             (
@@ -286,12 +298,24 @@ fn assert_matches_record(t: &Test, resource: &BTreeMap<String, Value>, spans: &[
         .filter(|(_, s)| s.get("started_at").is_some())
         .map(|(id, _)| id.as_str())
         .collect();
-    let calls = record["stages"]["ask"]["model_calls"]
-        .as_array()
-        .expect("calls")
-        .len();
-    assert_eq!(calls, 2, "the reply was repaired once");
-    assert_eq!(spans.len(), 1 + started.len() + calls, "{spans:#?}");
+    let calls_of = |id: &str| {
+        record["stages"][id]["model_calls"]
+            .as_array()
+            .map_or(0, Vec::len)
+    };
+    assert_eq!(calls_of("ask"), 2, "the reply was repaired once");
+    assert_eq!(calls_of("askeach"), 2, "one call per item");
+    let calls: usize = started.iter().map(|id| calls_of(id)).sum();
+    let item_runs = |id: &str| {
+        record["stages"][id]["item_runs"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert_eq!(item_runs("each").len(), 3, "{record:#}");
+    assert_eq!(item_runs("askeach").len(), 2, "{record:#}");
+    let items: usize = started.iter().map(|id| item_runs(id).len()).sum();
+    assert_eq!(spans.len(), 1 + started.len() + items + calls, "{spans:#?}");
 
     let root = &spans[0];
     assert_eq!(root.name, "run traced");
@@ -312,10 +336,34 @@ fn assert_matches_record(t: &Test, resource: &BTreeMap<String, Value>, spans: &[
             record["stages"][id]["status"]
         );
     }
+    // One span per foreach item, under its stage, with its index and status; a foreach
+    // stage's model calls are under their items.
+    for id in ["each", "askeach"] {
+        let stage = spans
+            .iter()
+            .find(|s| s.name == format!("stage {id}"))
+            .expect("the foreach stage");
+        let mut under: Vec<&Span> = spans.iter().filter(|s| s.parent == stage.span_id).collect();
+        under.sort_by_key(|s| s.attributes["stagegraph.item.index"].as_i64());
+        let records = item_runs(id);
+        assert_eq!(under.len(), records.len(), "{id}: {under:#?}");
+        for (n, (span, item)) in under.iter().zip(&records).enumerate() {
+            assert_eq!(span.name, format!("item {id}[{n}]"));
+            assert_eq!(span.attributes["stagegraph.item.index"], item["index"]);
+            assert_eq!(span.attributes["stagegraph.item.status"], item["status"]);
+            assert_eq!(span.attributes["stagegraph.item.status"], "succeeded");
+            let chats = spans.iter().filter(|s| s.parent == span.span_id).count();
+            assert_eq!(
+                chats as u64,
+                item.get("model_calls").and_then(Value::as_u64).unwrap_or(0),
+                "{id}[{n}]"
+            );
+        }
+    }
     let ask = spans.iter().find(|s| s.name == "stage ask").expect("ask");
     assert_eq!(ask.events, ["repair"], "the rejected reply is an event");
-    let chats: Vec<&Span> = spans.iter().filter(|s| s.parent == ask.span_id).collect();
-    assert_eq!(chats.len(), 2);
+    let chats: Vec<&Span> = spans.iter().filter(|s| s.kind == 3).collect();
+    assert_eq!(chats.len(), calls);
     let tokens = |key: &str| -> i64 {
         chats
             .iter()
@@ -331,7 +379,8 @@ fn assert_matches_record(t: &Test, resource: &BTreeMap<String, Value>, spans: &[
         tokens("gen_ai.usage.output_tokens"),
         usage["output_tokens"].as_i64().unwrap()
     );
-    assert_eq!(tokens("gen_ai.usage.input_tokens"), 250);
+    // 100 + 150 for `ask`, 150 for each item of `askeach`.
+    assert_eq!(tokens("gen_ai.usage.input_tokens"), 550);
     assert_eq!(tokens("gen_ai.usage.cache_read.input_tokens"), 1000);
     assert_eq!(tokens("gen_ai.usage.cache_creation.input_tokens"), 200);
     for chat in &chats {
@@ -340,9 +389,12 @@ fn assert_matches_record(t: &Test, resource: &BTreeMap<String, Value>, spans: &[
         assert_eq!(chat.attributes["gen_ai.provider.name"], "anthropic");
         assert_eq!(chat.attributes["gen_ai.request.model"], "claude-test");
     }
-    // The rejected call is an error; the run and the accepted call are not.
-    assert_eq!(chats[0].status, 2);
-    assert_eq!(chats[1].status, 1);
+    // The rejected call is an error; the run and the accepted calls are not.
+    let ask_chats: Vec<&&Span> = chats.iter().filter(|s| s.parent == ask.span_id).collect();
+    assert_eq!(ask_chats.len(), 2);
+    assert_eq!(ask_chats[0].status, 2);
+    assert_eq!(ask_chats[1].status, 1);
+    assert_eq!(chats.iter().filter(|s| s.status == 2).count(), 1);
     assert_eq!(root.status, 1);
 }
 

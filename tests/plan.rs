@@ -130,8 +130,8 @@ fn mermaid_is_a_flowchart_with_every_edge() {
     }
 }
 
-/// A parser for the DOT language as graphviz defines it, minus subgraphs, ports and HTML
-/// strings, which the engine does not emit.
+/// A parser for the DOT language as graphviz defines it, minus ports and HTML strings, which
+/// the engine does not emit.
 mod dot {
     use super::*;
 
@@ -155,6 +155,11 @@ mod dot {
         /// Node id -> attributes (merged over every statement naming it).
         pub nodes: BTreeMap<String, BTreeMap<String, String>>,
         pub edges: Vec<(String, String)>,
+        /// Edge attributes, in the order of `edges`.
+        pub edge_attrs: Vec<BTreeMap<String, String>>,
+        /// Subgraph id -> its attributes (`label=...;` statements) and the nodes declared in
+        /// it, its subgraphs' too.
+        pub subgraphs: BTreeMap<String, (BTreeMap<String, String>, BTreeSet<String>)>,
     }
 
     fn lex(text: &str) -> Result<Vec<Token>, String> {
@@ -262,6 +267,8 @@ mod dot {
         tokens: Vec<Token>,
         at: usize,
         graph: Graph,
+        /// The subgraphs the statement being read is in, outermost first.
+        within: Vec<String>,
     }
 
     impl Parser {
@@ -310,16 +317,49 @@ mod dot {
             Ok(attrs)
         }
 
+        /// Statements up to the `}` that closes the body.
+        fn body(&mut self) -> Result<(), String> {
+            loop {
+                match self.peek() {
+                    Some(Token::Close) => {
+                        self.next()?;
+                        return Ok(());
+                    }
+                    Some(Token::Semi) => {
+                        self.next()?;
+                    }
+                    Some(_) => self.statement()?,
+                    None => return Err("missing `}`".into()),
+                }
+            }
+        }
+
         fn statement(&mut self) -> Result<(), String> {
             let first = self.id()?;
             let keyword = first.to_ascii_lowercase();
+            if keyword == "subgraph" {
+                let name = match self.peek() {
+                    Some(Token::Id(_)) => self.id()?,
+                    _ => String::new(),
+                };
+                self.graph.subgraphs.entry(name.clone()).or_default();
+                self.expect(Token::Open)?;
+                self.within.push(name);
+                self.body()?;
+                self.within.pop();
+                return Ok(());
+            }
             if matches!(keyword.as_str(), "graph" | "node" | "edge") {
                 self.attr_lists()?;
                 return Ok(());
             }
             if self.peek() == Some(&Token::Equals) {
                 self.next()?;
-                self.id()?;
+                let value = self.id()?;
+                if let Some(name) = self.within.last() {
+                    let (attrs, _) = self.graph.subgraphs.get_mut(name).expect("entered");
+                    attrs.insert(first, value);
+                }
                 return Ok(());
             }
             let mut chain = vec![first];
@@ -337,14 +377,16 @@ mod dot {
             }
             let attrs = self.attr_lists()?;
             if chain.len() == 1 {
-                self.graph
-                    .nodes
-                    .entry(chain.remove(0))
-                    .or_default()
-                    .extend(attrs);
+                let node = chain.remove(0);
+                for name in &self.within {
+                    let (_, nodes) = self.graph.subgraphs.get_mut(name).expect("entered");
+                    nodes.insert(node.clone());
+                }
+                self.graph.nodes.entry(node).or_default().extend(attrs);
             } else {
                 for pair in chain.windows(2) {
                     self.graph.edges.push((pair[0].clone(), pair[1].clone()));
+                    self.graph.edge_attrs.push(attrs.clone());
                 }
             }
             Ok(())
@@ -359,7 +401,10 @@ mod dot {
                 directed: false,
                 nodes: BTreeMap::new(),
                 edges: Vec::new(),
+                edge_attrs: Vec::new(),
+                subgraphs: BTreeMap::new(),
             },
+            within: Vec::new(),
         };
         let mut head = parser.id()?;
         if head.eq_ignore_ascii_case("strict") {
@@ -374,19 +419,7 @@ mod dot {
             parser.next()?;
         }
         parser.expect(Token::Open)?;
-        loop {
-            match parser.peek() {
-                Some(Token::Close) => {
-                    parser.next()?;
-                    break;
-                }
-                Some(Token::Semi) => {
-                    parser.next()?;
-                }
-                Some(_) => parser.statement()?,
-                None => return Err("missing `}`".into()),
-            }
-        }
+        parser.body()?;
         if parser.at != parser.tokens.len() {
             return Err("text after the closing `}`".into());
         }
@@ -553,4 +586,172 @@ command = ["echo", "later"]
     );
     let unknown = t.run(["plan", "ran.toml", "--format", "dot", "--run", "nope"]);
     assert_eq!(unknown.code, Some(2), "{}", unknown.stderr);
+}
+
+/// `review` runs `child`, whose `gate` ends it early; `ship` waits for `review`.
+pub(crate) const CHILD: &str = r#"
+[stages.lint]
+command = ["echo", "lint"]
+
+[stages.fix]
+after = ["lint"]
+command = ["echo", "fix"]
+
+[stages.gate]
+after = ["fix"]
+command = ["echo", "stop"]
+exit_if = "true"
+"#;
+
+pub(crate) const PARENT: &str = r#"
+[stages.prep]
+command = ["echo", "prep"]
+
+[stages.review]
+after = ["prep"]
+workflow = "child"
+
+[stages.ship]
+after = ["review"]
+command = ["echo", "ship"]
+"#;
+
+/// Render `text` with graphviz: its SVG, or `None` after a skip when graphviz is missing.
+/// Graphviz must neither fail nor warn.
+fn graphviz_svg(text: &str) -> Option<String> {
+    use std::io::Write;
+    let Ok(mut child) = std::process::Command::new("dot")
+        .arg("-Tsvg")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    else {
+        crate::support::skip("graphviz is not installed (apt-get install graphviz)");
+        return None;
+    };
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("feed dot");
+    let out = child.wait_with_output().expect("run dot");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "dot rejected the graph: {stderr}");
+    assert!(stderr.trim().is_empty(), "dot warned: {stderr}\n{text}");
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[test]
+fn sub_workflows_are_clusters_colored_by_the_run() {
+    let t = Test::new();
+    t.write("child.toml", CHILD);
+    t.write("w.toml", PARENT);
+    t.run(["run", "w.toml", "-q"]).code(0);
+
+    let out = t.run(["plan", "w.toml", "--format", "dot", "--run", "last"]);
+    out.code(0);
+    let text = out.stdout;
+    let graph = dot::parse(&text).unwrap_or_else(|e| panic!("invalid DOT ({e}):\n{text}"));
+    let (attrs, members) = &graph.subgraphs["cluster_review"];
+    assert_eq!(
+        members,
+        &BTreeSet::from(["review/fix", "review/gate", "review/lint"].map(String::from)),
+        "{text}"
+    );
+    assert_eq!(
+        dot::label(&attrs["label"]),
+        "review\nworkflow child\nsucceeded"
+    );
+    assert_eq!(
+        attrs["color"], "#2e7d32",
+        "the cluster has its stage's status"
+    );
+    assert!(!graph.nodes.contains_key("review"), "{text}");
+    // Its stages are colored by the sub-workflow's run, its exit point marked.
+    let fill = |id: &str| {
+        graph.nodes[id]
+            .get("fillcolor")
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert_eq!(fill("prep"), "#c8e6c9");
+    assert_eq!(fill("review/lint"), "#c8e6c9");
+    assert_eq!(fill("review/gate"), "#ffe0b2", "exited");
+    assert_eq!(graph.nodes["review/gate"]["penwidth"], "3");
+    // Edges to and from the sub-workflow reach its first and last stage, clipped at it.
+    let edges: Vec<(&str, &str, Option<&str>, Option<&str>)> = graph
+        .edges
+        .iter()
+        .zip(&graph.edge_attrs)
+        .map(|((a, b), attrs)| {
+            (
+                a.as_str(),
+                b.as_str(),
+                attrs.get("ltail").map(String::as_str),
+                attrs.get("lhead").map(String::as_str),
+            )
+        })
+        .collect();
+    assert_eq!(
+        BTreeSet::from_iter(edges),
+        BTreeSet::from([
+            ("prep", "review/lint", None, Some("cluster_review")),
+            ("review/lint", "review/fix", None, None),
+            ("review/fix", "review/gate", None, None),
+            ("review/gate", "ship", Some("cluster_review"), None),
+        ])
+    );
+    if let Some(svg) = graphviz_svg(&text) {
+        assert!(svg.contains("<title>cluster_review</title>"), "{svg}");
+    }
+
+    let out = t.run(["plan", "w.toml", "--format", "mermaid", "--run", "last"]);
+    out.code(0);
+    let text = out.stdout;
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    let open = lines
+        .iter()
+        .position(|l| l.starts_with("subgraph review[\"review<br/>workflow child\"]"))
+        .unwrap_or_else(|| panic!("no subgraph:\n{text}"));
+    let end = open
+        + lines[open..]
+            .iter()
+            .position(|l| *l == "end")
+            .expect("its end");
+    let inside: Vec<&str> = lines[open + 1..end]
+        .iter()
+        .filter_map(|l| l.split('[').next().filter(|_| l.contains('[')))
+        .collect();
+    assert_eq!(inside, ["review_S_lint", "review_S_fix"], "{text}");
+    assert!(lines[open + 1..end]
+        .iter()
+        .any(|l| l.starts_with("review_S_gate{")));
+    for edge in [
+        "prep --> review",
+        "review --> ship",
+        "review_S_lint --> review_S_fix",
+    ] {
+        assert!(lines.contains(&edge), "no `{edge}`:\n{text}");
+    }
+    assert!(lines.contains(&"class review_S_gate s_exited"), "{text}");
+    // Mermaid's own grammar reads it.
+    let Some(modules) = crate::ci_output::node_modules() else {
+        return;
+    };
+    t.write("plan.mmd", &text);
+    t.write("parse.mjs", crate::ci_output::PARSE);
+    let Ok(parsed) = std::process::Command::new("node")
+        .arg(t.path("parse.mjs"))
+        .arg(&modules)
+        .arg(t.path("plan.mmd"))
+        .output()
+    else {
+        crate::support::skip("node is not installed");
+        return;
+    };
+    let said = String::from_utf8_lossy(&parsed.stdout);
+    assert!(parsed.status.success(), "{said}\n{text}");
+    assert!(said.starts_with("parsed flowchart"), "{said}");
 }

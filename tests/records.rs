@@ -116,3 +116,59 @@ fn private_records_in_the_state_folder() {
         assert_eq!(mode, want, "{}", path.display());
     }
 }
+
+/// A run killed with SIGKILL never writes how long it ran: `runs` shows how long it was seen
+/// running (at least until its last stage ended), not 0 ms.
+#[test]
+fn runs_shows_how_long_a_killed_run_ran() {
+    use std::time::Duration;
+    let t = Test::new();
+    t.write(
+        "flow.toml",
+        r#"
+[stages.first]
+command = ["sleep", "0.3"]
+
+[stages.second]
+after = ["first"]
+command = ["sh", "-c", "echo $$ > second.pid; exec sleep 30"]
+"#,
+    );
+    let mut child = t.command(["run", "flow.toml"]).spawn();
+    let first_done = || {
+        crate::support::recorded_runs(&t.state_dir())
+            .last()
+            .is_some_and(|id| {
+                crate::support::read_record(&t.state_dir(), id)["stages"]["first"]["status"]
+                    == "succeeded"
+            })
+    };
+    crate::support::wait_for("`first` to finish", Duration::from_secs(60), first_done);
+    crate::support::wait_for("`second` to start", Duration::from_secs(60), || {
+        t.exists("second.pid") && t.read("second.pid").trim().parse::<i32>().is_ok()
+    });
+    child.kill().expect("kill stagegraph");
+    let _ = child.wait();
+    let pid: i32 = t.read("second.pid").trim().parse().expect("a pid");
+    // SAFETY: a signal to the process the stage started.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+    let out = t.run(["runs", "--format", "json"]);
+    out.code(0);
+    let listed: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
+    let run = &listed["runs"][0];
+    assert_eq!(run["status"], "interrupted", "{run}");
+    let record = t.last_run();
+    let first = &record["stages"]["first"];
+    assert!(first["duration_ms"].as_u64().unwrap() >= 300, "{record:#}");
+    let shown = run["duration_ms"].as_u64().unwrap();
+    assert!(
+        shown >= first["duration_ms"].as_u64().unwrap(),
+        "ran {shown}ms: {record:#}"
+    );
+    // The text listing says the same, and keeps saying it.
+    let line = t.run(["runs"]).stdout;
+    assert!(line.contains(&format!(" {shown}ms ")), "{line}");
+    assert_eq!(t.last_run()["duration_ms"], shown);
+}

@@ -466,3 +466,164 @@ fn off_a_terminal_a_stage_still_running_says_so_every_slow_after() {
     assert_eq!(bad.code, Some(2), "{}", bad.stderr);
     assert!(bad.stderr.contains("is not a duration"), "{}", bad.stderr);
 }
+
+/// `each` runs four items two at a time; `judge` asks the model once, and its first reply is
+/// rejected and repaired; `ask` asks once per item.
+const FANNED: &str = r#"
+[stages.each]
+foreach = '["a", "b", "c", "d"]'
+concurrency = 2
+command = ["echo", "{{ item }}"]
+
+[stages.judge]
+after = ["each"]
+prompt = { inline = "Name one concept about retries." }
+model = "m"
+repair = 1
+output = { format = "json", schema = "answer.schema.json" }
+
+[stages.ask]
+after = ["judge"]
+foreach = '["x", "y"]'
+concurrency = 1
+prompt = { inline = "Name one concept about {{ item }}." }
+model = "m"
+output = { format = "json" }
+"#;
+
+/// Each element of `html` whose tag starts with `start`: its `data-stage` and its
+/// `data-item`, if it has one.
+fn bars_of(html: &str, start: &str) -> Vec<(String, Option<String>)> {
+    html.match_indices(start)
+        .filter_map(|(at, _)| {
+            let tag = &html[at..at + html[at..].find('>')?];
+            let attr = |name: &str| {
+                let key = format!(" {name}=\"");
+                let from = tag.find(&key)? + key.len();
+                Some(tag[from..from + tag[from..].find('"')?].to_string())
+            };
+            Some((attr("data-stage")?, attr("data-item")))
+        })
+        .collect()
+}
+
+#[test]
+fn report_draws_a_bar_per_foreach_item_and_its_model_calls() {
+    let api = crate::otel::model();
+    let t = Test::new();
+    t.write("lib/workflows/fanned.toml", FANNED);
+    t.write(
+        "lib/schemas/answer.schema.json",
+        r#"{"type": "object", "required": ["concept"], "properties": {"concept": {"type": "string"}}}"#,
+    );
+    t.write(
+        "stagegraph.toml",
+        &format!(
+            "[models.m]\nprovider = \"anthropic\"\nmodel = \"claude-test\"\nbase_url = \"{}\"\napi_key_env = \"TEST_ANTHROPIC_KEY\"\n",
+            api.url
+        ),
+    );
+    t.command(["-L", "lib", "run", "fanned", "-q"])
+        .env("TEST_ANTHROPIC_KEY", "sk-test")
+        .output()
+        .code(0);
+    // The record times each item on the run's clock, with its model calls.
+    let record = t.last_run();
+    let items = |id: &str| {
+        record["stages"][id]["item_runs"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert_eq!(items("each").len(), 4, "{record:#}");
+    assert_eq!(items("ask").len(), 2, "{record:#}");
+    assert!(items("judge").is_empty(), "not a foreach stage");
+    for item in items("ask") {
+        assert_eq!(item["status"], "succeeded");
+        assert_eq!(item["model_calls"], 1);
+        assert!(item["start_ms"].is_u64() && item["duration_ms"].is_u64());
+    }
+
+    t.run(["-L", "lib", "runs", "report", "last", "-o", "fanned.html"])
+        .code(0);
+    let html = t.read("fanned.html");
+    let of = |start: &str, stage: &str| -> Vec<Option<String>> {
+        let mut items: Vec<Option<String>> = bars_of(&html, start)
+            .into_iter()
+            .filter(|(s, _)| s == stage)
+            .map(|(_, item)| item)
+            .collect();
+        items.sort();
+        items
+    };
+    let some = |items: &[&str]| -> Vec<Option<String>> {
+        items.iter().map(|i| Some(i.to_string())).collect()
+    };
+    assert_eq!(
+        of("<rect class=\"item-bar", "each"),
+        some(&["0", "1", "2", "3"]),
+        "one bar per item"
+    );
+    assert_eq!(of("<rect class=\"item-bar", "ask"), some(&["0", "1"]));
+    assert_eq!(
+        of("<rect class=\"bar", "each").len(),
+        1,
+        "and one for the stage"
+    );
+    // Each model call a bar inside its item's (or its stage's), the repaired one marked.
+    assert_eq!(of("<rect class=\"call-bar", "ask"), some(&["0", "1"]));
+    assert_eq!(of("<rect class=\"call-bar", "judge"), [None, None]);
+    assert_eq!(of("<rect class=\"call-bar repair", "judge"), [None]);
+    // Items overlap their stage: the timeline has more than one lane.
+    assert!(!html.contains(">1 lane(s)"), "{html}");
+    // The same record, the same bytes.
+    t.run(["-L", "lib", "runs", "report", "last", "-o", "again.html"])
+        .code(0);
+    assert_eq!(t.read("again.html"), html);
+
+    // A record from before items were timed still reports: a bar per stage, its calls in it.
+    let path = t
+        .state_dir()
+        .join("runs")
+        .join(t.newest_run())
+        .join("run.json");
+    let mut old: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for stage in old["stages"].as_object_mut().unwrap().values_mut() {
+        stage.as_object_mut().unwrap().remove("item_runs");
+    }
+    std::fs::write(&path, old.to_string()).unwrap();
+    t.run(["-L", "lib", "runs", "report", "last", "-o", "old.html"])
+        .code(0);
+    let old = t.read("old.html");
+    assert!(!old.contains("<rect class=\"item-bar"), "{old}");
+    assert_eq!(bars_of(&old, "<rect class=\"call-bar").len(), 4);
+}
+
+#[test]
+fn report_draws_a_sub_workflow_as_a_cluster_of_its_stages() {
+    let t = Test::new();
+    t.write("child.toml", crate::plan::CHILD);
+    t.write("w.toml", crate::plan::PARENT);
+    t.run(["run", "w.toml", "-q"]).code(0);
+    t.run(["runs", "report", "last", "-o", "sub.html"]).code(0);
+    let html = t.read("sub.html");
+    let nodes = attributes(&html, "<g class=\"node", "data-stage");
+    assert_eq!(nodes, ["prep", "review", "ship"], "one node per stage");
+    let clusters = attributes(&html, "<g class=\"node", "class");
+    assert!(clusters[1].contains(" cluster"), "{clusters:?}");
+    let inner: Vec<(&str, &str)> = attributes(&html, "<g class=\"inner", "data-inner")
+        .into_iter()
+        .zip(attributes(&html, "<g class=\"inner", "data-status"))
+        .collect();
+    assert_eq!(
+        inner,
+        [
+            ("lint", "succeeded"),
+            ("fix", "succeeded"),
+            ("gate", "exited")
+        ],
+        "the sub-workflow's stages, by how its run left them"
+    );
+    crate::report::opens_in_chromium(&t, &t.path("sub.html"), 3, "sub-workflow report");
+}

@@ -147,17 +147,27 @@ impl RunRecord {
     /// Each stage's status in this run, `exited` for the stage whose `exit_if` ended it.
     pub fn stage_statuses(&self) -> std::collections::HashMap<String, String> {
         let exit = self.exit.as_ref().and_then(|e| e.stage.as_deref());
-        self.stages
-            .iter()
-            .map(|(id, stage)| {
-                let status = if exit == Some(id.as_str()) {
-                    "exited"
-                } else {
-                    stage.status.as_str()
-                };
-                (id.clone(), status.to_string())
-            })
-            .collect()
+        let mut statuses = std::collections::HashMap::new();
+        for (id, stage) in &self.stages {
+            let status = if exit == Some(id.as_str()) {
+                "exited"
+            } else {
+                stage.status.as_str()
+            };
+            statuses.insert(id.clone(), status.to_string());
+            // A sub-workflow's stages as `stage/inner`, the one that ended it `exited`.
+            if let Some(sub) = &stage.sub_run {
+                let exit = sub.exit_stage.as_deref();
+                for (inner, status) in &sub.stages {
+                    let status = match exit == Some(inner.as_str()) {
+                        true => "exited",
+                        false => status.as_str(),
+                    };
+                    statuses.insert(format!("{id}/{inner}"), status.to_string());
+                }
+            }
+        }
+        statuses
     }
 
     /// The run's id.

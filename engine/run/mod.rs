@@ -730,6 +730,8 @@ impl<'w, 'r> Executor<'w, 'r> {
             cache: cache::Cache::new(&self.runtime.state_dir, &workflow.name),
             table: Arc::clone(&self.table),
             raw_stdout: Default::default(),
+            sub_runs: Default::default(),
+            run_started: self.started,
         };
         let status = self.schedule(&runner, false);
         let mut cache = runner.cache;
@@ -754,6 +756,8 @@ impl<'w, 'r> Executor<'w, 'r> {
                 cache,
                 table: Arc::clone(&self.table),
                 raw_stdout: Default::default(),
+                sub_runs: Default::default(),
+                run_started: self.started,
             };
             self.schedule(&runner, true);
             self.finally_phase = false;
@@ -1181,6 +1185,8 @@ impl<'w, 'r> Executor<'w, 'r> {
             items: outcome.items,
             failed_items: outcome.failed_items,
             reused_items: outcome.reused_items,
+            item_runs: std::mem::take(&mut outcome.item_runs),
+            sub_run: outcome.sub_run.take(),
             reused_from: outcome.reused_from.take(),
             model_calls: std::mem::take(&mut outcome.model_calls),
             usage: stage_usage,

@@ -1,15 +1,16 @@
 //! A run as an OpenTelemetry trace, built from its record and sent over OTLP/HTTP once the run
 //! has ended (so exporting never slows a stage): a root span for the run, a span per stage that
-//! started, and under a prompt stage a client span per model call with the GenAI semantic
+//! started, under a `foreach` stage a span per item (its index and status), and under a
+//! prompt stage (or its items) a client span per model call with the GenAI semantic
 //! conventions' attributes (`gen_ai.operation.name`, `gen_ai.provider.name`,
 //! `gen_ai.request.model`, `gen_ai.usage.*`); a rejected reply that was repaired is an event on
 //! its stage. Encoded as protobuf (the OTLP default) or, with
 //! `OTEL_EXPORTER_OTLP_PROTOCOL=http/json`, as OTLP/JSON.
 //!
 //! Ids are derived from the run id (the trace) and the stage id (its span), so the trace of a
-//! record is always the same. The record keeps each stage's start to the millisecond and each
-//! model call's latency but not its start: a stage's calls are laid end to end from the stage's
-//! start.
+//! record is always the same. The record keeps each stage's and item's start to the millisecond
+//! and each model call's latency but not its start: the calls are laid end to end from the
+//! start of their stage or item.
 
 use std::time::Duration;
 
@@ -345,75 +346,54 @@ fn stage_spans(
         .as_ref()
         .and_then(|p| p.model.as_deref());
     let (provider, model) = provider_and_model(identity);
+    let chat = Chat {
+        record,
+        stage: id,
+        provider: &provider,
+        model: model.as_deref(),
+        trace,
+    };
     let mut events = Vec::new();
-    let mut calls = Vec::new();
-    let mut at = start;
-    for (n, call) in stage.model_calls.iter().enumerate() {
-        let end = at + call.latency_ms * MS;
-        let request_model = model.clone().unwrap_or_else(|| call.model.clone());
-        let mut attrs = vec![
-            ("gen_ai.operation.name".into(), s("chat")),
-            ("gen_ai.provider.name".into(), s(&provider)),
-            ("gen_ai.request.model".into(), s(&request_model)),
-            ("stagegraph.model.alias".into(), s(&call.model)),
-            ("stagegraph.attempt".into(), int(u64::from(call.attempt))),
-        ];
-        if let Some(usage) = call.usage {
-            attrs.extend([
-                ("gen_ai.usage.input_tokens".into(), int(usage.input_tokens)),
-                (
-                    "gen_ai.usage.output_tokens".into(),
-                    int(usage.output_tokens),
-                ),
-                (
-                    "gen_ai.usage.cache_read.input_tokens".into(),
-                    int(usage.cache_read_tokens),
-                ),
-                (
-                    "gen_ai.usage.cache_creation.input_tokens".into(),
-                    int(usage.cache_write_tokens),
-                ),
-            ]);
-        }
-        if let Some(cost) = call.cost_usd {
-            attrs.push(("stagegraph.cost_usd".into(), Attr::Float(cost)));
-        }
-        if call.retries > 0 {
-            attrs.push(("stagegraph.retries".into(), int(u64::from(call.retries))));
-            attrs.push(("stagegraph.waited_ms".into(), int(call.waited_ms)));
-        }
-        if call.throttled > 0 {
-            attrs.push((
-                "stagegraph.throttled".into(),
-                int(u64::from(call.throttled)),
-            ));
-        }
-        if call.replayed {
-            attrs.push(("stagegraph.replayed".into(), Attr::Bool(true)));
-        }
-        if let Some(problems) = &call.rejected {
-            events.push(SpanEvent {
-                time_ns: end,
-                name: "repair".into(),
-                attributes: vec![
-                    ("stagegraph.attempt".into(), int(u64::from(call.attempt))),
-                    ("stagegraph.problems".into(), s(problems)),
-                ],
+    let mut children = Vec::new();
+    if stage.item_runs.is_empty() {
+        children = chat.spans(&stage.model_calls, 0, start, stage_id, &mut events);
+    } else {
+        let run_start = unix_ns(&record.started_at).unwrap_or(start);
+        let mut first: usize = 0;
+        for item in &stage.item_runs {
+            let index = item.index.to_string();
+            let item_id = span_id(&[&record.run_id, id, "item", &index]);
+            let item_start = run_start + item.start_ms * MS;
+            let count = usize::try_from(item.model_calls).unwrap_or(usize::MAX);
+            let calls = stage
+                .model_calls
+                .get(first..first.saturating_add(count).min(stage.model_calls.len()))
+                .unwrap_or_default();
+            let mut item_events = Vec::new();
+            let calls = chat.spans(calls, first, item_start, item_id, &mut item_events);
+            first += count;
+            let mut attributes = vec![
+                ("stagegraph.stage.id".into(), s(id)),
+                ("stagegraph.item.index".into(), int(item.index as u64)),
+                ("stagegraph.item.status".into(), s(item.status.as_str())),
+            ];
+            if item.attempts > 1 {
+                attributes.push(("stagegraph.attempts".into(), int(u64::from(item.attempts))));
+            }
+            children.push(Span {
+                trace_id: trace,
+                span_id: item_id,
+                parent: Some(stage_id),
+                name: format!("item {id}[{index}]"),
+                kind: 1,
+                start_ns: item_start,
+                end_ns: item_start + item.duration_ms * MS,
+                attributes,
+                events: item_events,
+                error: (item.status == StageStatus::Failed).then(|| "failed".into()),
             });
+            children.extend(calls);
         }
-        calls.push(Span {
-            trace_id: trace,
-            span_id: span_id(&[&record.run_id, id, &n.to_string()]),
-            parent: Some(stage_id),
-            name: format!("chat {request_model}"),
-            kind: 3,
-            start_ns: at,
-            end_ns: end,
-            attributes: attrs,
-            events: Vec::new(),
-            error: call.rejected.clone(),
-        });
-        at = end;
     }
     spans.push(Span {
         trace_id: trace,
@@ -428,7 +408,101 @@ fn stage_spans(
         error: (stage.status == StageStatus::Failed)
             .then(|| stage.error.clone().unwrap_or_else(|| "failed".into())),
     });
-    spans.extend(calls);
+    spans.extend(children);
+}
+
+/// What the client spans of one stage's model calls share.
+struct Chat<'a> {
+    record: &'a RunRecord,
+    stage: &'a str,
+    provider: &'a str,
+    /// The model the stage's identity names, if it names one.
+    model: Option<&'a str>,
+    trace: [u8; 16],
+}
+
+impl Chat<'_> {
+    /// A client span per call, laid end to end from `start` under `parent`, numbered from
+    /// `first` among the stage's calls; a rejected reply is a `repair` event in `events`.
+    fn spans(
+        &self,
+        calls: &[super::record::ModelCall],
+        first: usize,
+        start: u64,
+        parent: [u8; 8],
+        events: &mut Vec<SpanEvent>,
+    ) -> Vec<Span> {
+        let mut spans = Vec::with_capacity(calls.len());
+        let mut at = start;
+        for (n, call) in calls.iter().enumerate() {
+            let end = at + call.latency_ms * MS;
+            let request_model = self.model.unwrap_or(&call.model).to_string();
+            let mut attrs = vec![
+                ("gen_ai.operation.name".into(), s("chat")),
+                ("gen_ai.provider.name".into(), s(self.provider)),
+                ("gen_ai.request.model".into(), s(&request_model)),
+                ("stagegraph.model.alias".into(), s(&call.model)),
+                ("stagegraph.attempt".into(), int(u64::from(call.attempt))),
+            ];
+            if let Some(usage) = call.usage {
+                attrs.extend([
+                    ("gen_ai.usage.input_tokens".into(), int(usage.input_tokens)),
+                    (
+                        "gen_ai.usage.output_tokens".into(),
+                        int(usage.output_tokens),
+                    ),
+                    (
+                        "gen_ai.usage.cache_read.input_tokens".into(),
+                        int(usage.cache_read_tokens),
+                    ),
+                    (
+                        "gen_ai.usage.cache_creation.input_tokens".into(),
+                        int(usage.cache_write_tokens),
+                    ),
+                ]);
+            }
+            if let Some(cost) = call.cost_usd {
+                attrs.push(("stagegraph.cost_usd".into(), Attr::Float(cost)));
+            }
+            if call.retries > 0 {
+                attrs.push(("stagegraph.retries".into(), int(u64::from(call.retries))));
+                attrs.push(("stagegraph.waited_ms".into(), int(call.waited_ms)));
+            }
+            if call.throttled > 0 {
+                attrs.push((
+                    "stagegraph.throttled".into(),
+                    int(u64::from(call.throttled)),
+                ));
+            }
+            if call.replayed {
+                attrs.push(("stagegraph.replayed".into(), Attr::Bool(true)));
+            }
+            if let Some(problems) = &call.rejected {
+                events.push(SpanEvent {
+                    time_ns: end,
+                    name: "repair".into(),
+                    attributes: vec![
+                        ("stagegraph.attempt".into(), int(u64::from(call.attempt))),
+                        ("stagegraph.problems".into(), s(problems)),
+                    ],
+                });
+            }
+            spans.push(Span {
+                trace_id: self.trace,
+                span_id: span_id(&[&self.record.run_id, self.stage, &(first + n).to_string()]),
+                parent: Some(parent),
+                name: format!("chat {request_model}"),
+                kind: 3,
+                start_ns: at,
+                end_ns: end,
+                attributes: attrs,
+                events: Vec::new(),
+                error: call.rejected.clone(),
+            });
+            at = end;
+        }
+        spans
+    }
 }
 
 fn attr_json(value: &Attr) -> Value {

@@ -119,6 +119,56 @@ pub(crate) struct ModelCall {
     pub rejected: Option<String>,
 }
 
+/// One `foreach` item as it ran. Its model calls are the next `model_calls` of its stage's
+/// (a stage's calls are kept in item order).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct ItemRun {
+    pub index: usize,
+    /// When it started, in ms after the run did.
+    pub start_ms: u64,
+    pub duration_ms: u64,
+    /// `succeeded`, `failed`, or `cached` (its output taken from the resumed run).
+    pub status: StageStatus,
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub attempts: u32,
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub model_calls: u32,
+}
+
+/// How a sub-workflow's run ended, as the stage that ran it keeps it: each stage's status, a
+/// sub-workflow's stages in it as `stage/inner`, and the stage whose `exit_if` ended it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SubRun {
+    pub status: RunStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_stage: Option<String>,
+    pub stages: IndexMap<String, StageStatus>,
+}
+
+impl SubRun {
+    /// What a sub-workflow's `record` says of its stages, and of theirs.
+    pub(crate) fn of(record: &RunRecord) -> SubRun {
+        let mut stages = IndexMap::new();
+        let mut exit_stage = record.exit.as_ref().and_then(|e| e.stage.clone());
+        for (id, stage) in &record.stages {
+            stages.insert(id.clone(), stage.status);
+            if let Some(inner) = &stage.sub_run {
+                for (inner_id, status) in &inner.stages {
+                    stages.insert(format!("{id}/{inner_id}"), *status);
+                }
+                if exit_stage.is_none() {
+                    exit_stage = inner.exit_stage.as_ref().map(|e| format!("{id}/{e}"));
+                }
+            }
+        }
+        SubRun {
+            status: record.status,
+            exit_stage,
+            stages,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct StageRecord {
     pub status: StageStatus,
@@ -149,6 +199,13 @@ pub(crate) struct StageRecord {
     /// them again.
     #[serde(default, skip_serializing_if = "is_zero_usize")]
     pub reused_items: usize,
+    /// Each `foreach` item that ran or was reused, by index: when, how long, how it ended
+    /// (absent from records older than it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub item_runs: Vec<ItemRun>,
+    /// A sub-workflow stage's (not a `foreach` one's): how its stages ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub_run: Option<Box<SubRun>>,
     /// For `cached`: the run or cache entry the output came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reused_from: Option<String>,
@@ -226,6 +283,8 @@ impl StageRecord {
             items: None,
             failed_items: 0,
             reused_items: 0,
+            item_runs: Vec::new(),
+            sub_run: None,
             reused_from: None,
             model_calls: Vec::new(),
             usage: None,
@@ -909,6 +968,10 @@ pub(crate) fn read_record_as_written(state_dir: &Path, id: &str) -> Result<RunRe
                 "the run's process ended without finishing its record (killed or crashed)".into(),
             );
         }
+        // It ran at least until the last thing it wrote (its record's files, its stages' ends).
+        if record.finished_at.is_none() {
+            record.duration_ms = record.duration_ms.max(last_sign_of_life(&path, &record));
+        }
         for stage in record.stages.values_mut() {
             if stage.status == StageStatus::Running {
                 stage.status = StageStatus::Failed;
@@ -919,6 +982,29 @@ pub(crate) fn read_record_as_written(state_dir: &Path, id: &str) -> Result<RunRe
         let _ = replace_file(&path, &mut record);
     }
     Ok(record)
+}
+
+/// How long after its start a run whose process is gone was last seen: the newest of its
+/// stages' ends and the times its files (`run.json` at `path` and those beside it) were last
+/// written, in ms.
+fn last_sign_of_life(path: &Path, record: &RunRecord) -> u64 {
+    let Ok(start) = chrono::DateTime::parse_from_rfc3339(&record.started_at) else {
+        return 0;
+    };
+    let after_start = |at: chrono::DateTime<chrono::Utc>| {
+        u64::try_from((at - start.with_timezone(&chrono::Utc)).num_milliseconds()).unwrap_or(0)
+    };
+    let stages = record.stages.values().filter_map(|stage| {
+        let at = chrono::DateTime::parse_from_rfc3339(stage.started_at.as_deref()?).ok()?;
+        Some(after_start(at.with_timezone(&chrono::Utc)) + stage.duration_ms)
+    });
+    let dir = path.parent().unwrap_or(path);
+    let files = [dir.to_path_buf(), dir.join("artifacts")]
+        .into_iter()
+        .flat_map(|dir| std::fs::read_dir(dir).into_iter().flatten().flatten())
+        .filter_map(|entry| entry.metadata().ok()?.modified().ok())
+        .map(|at| after_start(at.into()));
+    stages.chain(files).max().unwrap_or(0)
 }
 
 /// A run record, read as [`read_record_as_written`] does, with its large outputs read from their

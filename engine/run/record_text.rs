@@ -236,11 +236,21 @@ impl RunRecord {
             true => format!("{} (dry-run)", self.status.as_str()),
             false => self.status.as_str().to_string(),
         };
+        // A run still going has run for as long as it has been going.
+        let duration_ms = match self.status {
+            RunStatus::Running => chrono::DateTime::parse_from_rfc3339(&self.started_at)
+                .ok()
+                .and_then(|start| {
+                    u64::try_from((chrono::Utc::now() - start.to_utc()).num_milliseconds()).ok()
+                })
+                .unwrap_or(self.duration_ms),
+            _ => self.duration_ms,
+        };
         format!(
             "{id}  {:<16} {:<11} {:>8}ms  {}",
             self.workflow,
             status,
-            self.duration_ms,
+            duration_ms,
             first_line(&detail)
         )
     }

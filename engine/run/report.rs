@@ -1,25 +1,31 @@
 //! `runs report`: a run record as one self-contained HTML file. A header (how the run ended,
 //! its tokens and cost, its inputs), the graph that ran (SVG, stages colored by status, laid
-//! out in columns by dependency depth, redundant edges left out), a timeline of the stages on
-//! the run's clock in lanes by concurrency, and each stage's details on click.
+//! out in columns by dependency depth, redundant edges left out), a timeline of the stages and
+//! their `foreach` items on the run's clock in lanes by concurrency (model calls and repaired
+//! replies inside their bars), and each stage's details on click.
 //!
 //! Invariants: the page loads nothing (styles and script inline, a Content-Security-Policy
 //! that forbids every request); the same record gives the same bytes (nothing is read from
 //! the clock, every map is walked in the record's order); what the record holds is already
 //! redacted, and outputs are cut at [`OUTPUT_CAP`] each and [`OUTPUTS_BUDGET`] in all. A run
 //! of more than [`MAX_DRAWN`] stages is drawn by column, one box per column with its counts
-//! by status, and its timeline shows the [`MAX_DRAWN`] longest stages: every stage stays in
-//! the table below.
+//! by status, and its timeline shows the [`MAX_DRAWN`] longest stages (and the
+//! [`MAX_ITEMS_DRAWN`] longest items, the first [`MAX_CALLS_DRAWN`] model calls): every stage
+//! stays in the table below.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use serde_json::{json, Map, Value};
 
-use super::record::{OutputLine, RunRecord, StageRecord, StageStatus};
+use super::record::{ItemRun, ModelCall, OutputLine, RunRecord, StageRecord, StageStatus};
 
 /// Past this many stages the graph is drawn by column and the timeline shows the longest.
 pub(crate) const MAX_DRAWN: usize = 300;
+/// Past this many `foreach` items the timeline shows the longest.
+pub(crate) const MAX_ITEMS_DRAWN: usize = 1000;
+/// The most model calls the timeline draws.
+pub(crate) const MAX_CALLS_DRAWN: usize = 2000;
 /// The most of one stage's output the page holds.
 pub(crate) const OUTPUT_CAP: usize = 16 * 1024;
 /// The most of all outputs together the page holds; later outputs are left out with a note.
@@ -276,18 +282,17 @@ fn legend(out: &mut String) {
 /// Every stage a box, column by column, an edge from each stage it waits for.
 fn graph_svg(out: &mut String, nodes: &[Node]) {
     let columns = nodes.iter().map(|n| n.column + 1).max().unwrap_or(0);
-    let mut rows = vec![0usize; columns];
+    // A sub-workflow's box is a cluster of its stages, one line each below its own.
+    let inner: Vec<Vec<(String, &'static str)>> = nodes.iter().map(inner_stages).collect();
+    let mut tops = vec![PAD; columns];
     let mut at = Vec::with_capacity(nodes.len());
-    for node in nodes {
-        let row = rows[node.column];
-        rows[node.column] += 1;
-        at.push((
-            PAD + node.column * (NODE_W + COL_GAP),
-            PAD + row * (NODE_H + ROW_GAP),
-        ));
+    for (node, inner) in nodes.iter().zip(&inner) {
+        let top = tops[node.column];
+        tops[node.column] += node_height(inner.len()) + ROW_GAP;
+        at.push((PAD + node.column * (NODE_W + COL_GAP), top));
     }
     let width = PAD * 2 + columns * (NODE_W + COL_GAP);
-    let height = PAD * 2 + rows.iter().max().copied().unwrap_or(0) * (NODE_H + ROW_GAP);
+    let height = PAD + tops.iter().max().copied().unwrap_or(PAD);
     let _ = writeln!(
         out,
         "<svg class=\"dag\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\" role=\"img\" aria-label=\"stage graph\">"
@@ -307,7 +312,7 @@ fn graph_svg(out: &mut String, nodes: &[Node]) {
         }
     }
     out.push_str("</g>\n");
-    for (node, (x, y)) in nodes.iter().zip(&at) {
+    for ((node, (x, y)), inner) in nodes.iter().zip(&at).zip(&inner) {
         let status = node.status();
         let mut second = format!("{status} {}", duration(node.record.duration_ms));
         if let Some(items) = node.record.items {
@@ -329,9 +334,15 @@ fn graph_svg(out: &mut String, nodes: &[Node]) {
         } else {
             ""
         };
+        let cluster = match inner.is_empty() {
+            true => String::new(),
+            false => cluster_svg(inner),
+        };
         let _ = writeln!(
             out,
-            "<g class=\"node s-{status}{finally}\" data-stage=\"{id}\" data-status=\"{status}\" tabindex=\"0\" transform=\"translate({x},{y})\"><title>{id}: {title}</title><rect width=\"{NODE_W}\" height=\"{NODE_H}\" rx=\"6\"/><text x=\"8\" y=\"18\">{label}</text><text class=\"sub\" x=\"8\" y=\"35\">{second}</text>{mark}</g>",
+            "<g class=\"node s-{status}{finally}{kind}\" data-stage=\"{id}\" data-status=\"{status}\" tabindex=\"0\" transform=\"translate({x},{y})\"><title>{id}: {title}</title><rect width=\"{NODE_W}\" height=\"{h}\" rx=\"6\"/><text x=\"8\" y=\"18\">{label}</text><text class=\"sub\" x=\"8\" y=\"35\">{second}</text>{mark}{cluster}</g>",
+            kind = if inner.is_empty() { "" } else { " cluster" },
+            h = node_height(inner.len()),
             id = esc(node.id),
             title = esc(node.plan_str("summary").unwrap_or(status)),
             label = esc(&shorten(node.id, 26)),
@@ -344,6 +355,73 @@ fn graph_svg(out: &mut String, nodes: &[Node]) {
         );
     }
     out.push_str("</svg>\n");
+}
+
+const INNER_H: usize = 20;
+
+/// A stage's box: taller by a line per stage when it is a sub-workflow's cluster.
+fn node_height(inner: usize) -> usize {
+    match inner {
+        0 => NODE_H,
+        n => NODE_H + n * (INNER_H + 4) + 4,
+    }
+}
+
+/// A sub-workflow stage's stages in execution order (a sub-workflow's in it as `stage/inner`),
+/// each with its status in the run: from the record when it kept how the sub-workflow ended,
+/// else `not_run` when the stage never ran and `unknown` when it ran.
+fn inner_stages(node: &Node) -> Vec<(String, &'static str)> {
+    fn walk(stages: &Value, prefix: &str, out: &mut Vec<String>) {
+        for stage in stages.as_array().into_iter().flatten() {
+            let Some(id) = stage.get("id").and_then(Value::as_str) else {
+                continue;
+            };
+            let path = format!("{prefix}{id}");
+            out.push(path.clone());
+            if let Some(inner) = stage.get("sub_workflow") {
+                walk(&inner["stages"], &format!("{path}/"), out);
+            }
+        }
+    }
+    let Some(sub) = node.plan.and_then(|p| p.get("sub_workflow")) else {
+        return Vec::new();
+    };
+    let mut ids = Vec::new();
+    walk(&sub["stages"], "", &mut ids);
+    let run = node.record.sub_run.as_deref();
+    ids.into_iter()
+        .map(|id| {
+            let status = match run {
+                Some(run) if run.exit_stage.as_deref() == Some(id.as_str()) => "exited",
+                Some(run) => run.stages.get(&id).map_or("not_run", |s| s.as_str()),
+                None if node.record.status == StageStatus::NotRun => "not_run",
+                None if node.record.status == StageStatus::Skipped => "skipped",
+                None => "unknown",
+            };
+            (id, status)
+        })
+        .collect()
+}
+
+/// The stages inside a sub-workflow's box, one line each.
+fn cluster_svg(inner: &[(String, &'static str)]) -> String {
+    let mut out = String::new();
+    for (n, (id, status)) in inner.iter().enumerate() {
+        let y = NODE_H + n * (INNER_H + 4);
+        let depth = id.matches('/').count();
+        let x = 8 + depth * 10;
+        let _ = write!(
+            out,
+            "<g class=\"inner s-{status}\" data-inner=\"{id}\" data-status=\"{status}\" transform=\"translate({x},{y})\"><rect width=\"{w}\" height=\"{INNER_H}\" rx=\"3\"/><text x=\"6\" y=\"14\">{label}</text></g>",
+            id = esc(id),
+            w = NODE_W - 16 - depth * 10,
+            label = esc(&shorten(
+                &format!("{} {status}", id.rsplit('/').next().unwrap_or(id)),
+                24
+            )),
+        );
+    }
+    out
 }
 
 /// A run too large to draw stage by stage: one box per column with its counts by status,
@@ -408,14 +486,40 @@ fn offset_ms(run_start: &str, at: &str) -> Option<u64> {
     u64::try_from((at - start).num_milliseconds()).ok()
 }
 
-/// One bar per stage that ran, on the run's clock, in the first lane free when it started.
+/// A bar of the timeline: a stage, or one of a `foreach` stage's items.
+struct Bar<'a> {
+    start: u64,
+    length: u64,
+    node: usize,
+    /// The item's index and record, for an item's bar.
+    item: Option<&'a ItemRun>,
+    /// The model calls drawn inside the bar, end to end from its start (the record keeps each
+    /// call's latency, not its start), numbered from `first` among its stage's.
+    calls: &'a [ModelCall],
+    first: usize,
+}
+
+/// One bar per stage that ran and per `foreach` item, on the run's clock, in the first lane
+/// free when it started; each bar's model calls inside it (a rejected reply, repaired, marked).
 fn timeline_svg(out: &mut String, record: &RunRecord, nodes: &[Node]) {
-    let mut bars: Vec<(u64, u64, usize)> = nodes
+    let mut bars: Vec<Bar> = nodes
         .iter()
         .enumerate()
         .filter_map(|(i, n)| {
             let start = offset_ms(&record.started_at, n.record.started_at.as_deref()?)?;
-            Some((start, n.record.duration_ms, i))
+            // A foreach stage's calls are drawn in its items' bars when the record has them.
+            let calls = match n.record.item_runs.is_empty() {
+                true => &n.record.model_calls[..],
+                false => &[],
+            };
+            Some(Bar {
+                start,
+                length: n.record.duration_ms,
+                node: i,
+                item: None,
+                calls,
+                first: 0,
+            })
         })
         .collect();
     if bars.is_empty() {
@@ -425,17 +529,56 @@ fn timeline_svg(out: &mut String, record: &RunRecord, nodes: &[Node]) {
     let started = bars.len();
     if bars.len() > MAX_DRAWN {
         // The longest stages, stably (ties in the order of the graph).
-        bars.sort_by(|a, b| b.1.cmp(&a.1).then(a.2.cmp(&b.2)));
+        bars.sort_by(|a, b| b.length.cmp(&a.length).then(a.node.cmp(&b.node)));
         bars.truncate(MAX_DRAWN);
         let _ = writeln!(
             out,
             "<p class=\"note\">The {MAX_DRAWN} longest of the {started} stages that started.</p>"
         );
     }
-    bars.sort_by(|a, b| a.0.cmp(&b.0).then(a.2.cmp(&b.2)));
+    let mut items: Vec<Bar> = Vec::new();
+    for bar in &bars {
+        let stage = nodes[bar.node].record;
+        let mut first = 0usize;
+        for item in &stage.item_runs {
+            let count = usize::try_from(item.model_calls).unwrap_or(usize::MAX);
+            let end = first.saturating_add(count).min(stage.model_calls.len());
+            items.push(Bar {
+                start: item.start_ms,
+                length: item.duration_ms,
+                node: bar.node,
+                item: Some(item),
+                calls: stage.model_calls.get(first..end).unwrap_or_default(),
+                first,
+            });
+            first = end;
+        }
+    }
+    let all_items = items.len();
+    if items.len() > MAX_ITEMS_DRAWN {
+        items.sort_by(|a, b| {
+            b.length
+                .cmp(&a.length)
+                .then(a.node.cmp(&b.node))
+                .then(a.item.map(|i| i.index).cmp(&b.item.map(|i| i.index)))
+        });
+        items.truncate(MAX_ITEMS_DRAWN);
+        let _ = writeln!(
+            out,
+            "<p class=\"note\">The {MAX_ITEMS_DRAWN} longest of the {all_items} foreach items.</p>"
+        );
+    }
+    bars.extend(items);
+    // In start order; a stage before its items, the items by index.
+    bars.sort_by(|a, b| {
+        a.start
+            .cmp(&b.start)
+            .then(a.node.cmp(&b.node))
+            .then(a.item.map(|i| i.index).cmp(&b.item.map(|i| i.index)))
+    });
     let span = bars
         .iter()
-        .map(|(s, d, _)| s + d)
+        .map(|b| b.start + b.length)
         .max()
         .unwrap_or(0)
         .max(record.duration_ms)
@@ -443,9 +586,9 @@ fn timeline_svg(out: &mut String, record: &RunRecord, nodes: &[Node]) {
     // A lane is free once its last bar ended.
     let mut lanes: Vec<u64> = Vec::new();
     let mut placed = Vec::with_capacity(bars.len());
-    for &(start, length, i) in &bars {
-        let end = start + length.max(1);
-        let lane = match lanes.iter().position(|&free| free <= start) {
+    for bar in bars {
+        let end = bar.start + bar.length.max(1);
+        let lane = match lanes.iter().position(|&free| free <= bar.start) {
             Some(lane) => {
                 lanes[lane] = end;
                 lane
@@ -455,14 +598,14 @@ fn timeline_svg(out: &mut String, record: &RunRecord, nodes: &[Node]) {
                 lanes.len() - 1
             }
         };
-        placed.push((start, length, i, lane));
+        placed.push((bar, lane));
     }
     let label_w = 160;
     let width = label_w + TIMELINE_W + PAD * 2;
     let height = 30 + lanes.len() * LANE_H + PAD;
     let _ = writeln!(
         out,
-        "<p class=\"note\">{} lane(s): stages that overlap on the run's clock (started_at and duration, to the millisecond) are in different lanes.</p>",
+        "<p class=\"note\">{} lane(s): stages and foreach items that overlap on the run's clock (to the millisecond) are in different lanes; a bar's model calls are drawn inside it end to end, a rejected reply that was repaired in red.</p>",
         lanes.len()
     );
     let _ = writeln!(
@@ -486,22 +629,78 @@ fn timeline_svg(out: &mut String, record: &RunRecord, nodes: &[Node]) {
             lane + 1
         );
     }
-    for (start, length, i, lane) in placed {
-        let node = &nodes[i];
-        let x = label_w as u64 + start * TIMELINE_W as u64 / span;
-        let w = (length * TIMELINE_W as u64 / span).max(2);
-        let _ = writeln!(
-            out,
-            "<rect class=\"bar s-{status}\" data-stage=\"{id}\" x=\"{x}\" y=\"{y}\" width=\"{w}\" height=\"{h}\"><title>{id}: {status}, {d} from {s}</title></rect>",
-            status = node.status(),
-            id = esc(node.id),
-            y = 30 + lane * LANE_H,
-            h = LANE_H - 4,
-            d = duration(length),
-            s = duration(start),
-        );
+    let mut calls_left = MAX_CALLS_DRAWN;
+    let mut calls_skipped = 0usize;
+    for (bar, lane) in placed {
+        let node = &nodes[bar.node];
+        let x = label_w as u64 + bar.start * TIMELINE_W as u64 / span;
+        let w = (bar.length * TIMELINE_W as u64 / span).max(2);
+        let y = 30 + lane * LANE_H;
+        let id = esc(node.id);
+        match bar.item {
+            None => {
+                let _ = writeln!(
+                    out,
+                    "<rect class=\"bar s-{status}\" data-stage=\"{id}\" x=\"{x}\" y=\"{y}\" width=\"{w}\" height=\"{h}\"><title>{id}: {status}, {d} from {s}</title></rect>",
+                    status = node.status(),
+                    h = LANE_H - 4,
+                    d = duration(bar.length),
+                    s = duration(bar.start),
+                );
+            }
+            Some(item) => {
+                let status = item.status.as_str();
+                let attempts = match item.attempts {
+                    0 | 1 => String::new(),
+                    n => format!(", {n} attempts"),
+                };
+                let _ = writeln!(
+                    out,
+                    "<rect class=\"item-bar s-{status}\" data-stage=\"{id}\" data-item=\"{index}\" x=\"{x}\" y=\"{y}\" width=\"{w}\" height=\"{h}\"><title>{id}[{index}]: {status}{attempts}, {d} from {s}</title></rect>",
+                    index = item.index,
+                    h = LANE_H - 4,
+                    d = duration(bar.length),
+                    s = duration(bar.start),
+                );
+            }
+        }
+        if bar.calls.len() > calls_left {
+            calls_skipped += bar.calls.len();
+            continue;
+        }
+        calls_left -= bar.calls.len();
+        let mut at = bar.start;
+        for (n, call) in bar.calls.iter().enumerate() {
+            let cx = label_w as u64 + at * TIMELINE_W as u64 / span;
+            let cw = (call.latency_ms * TIMELINE_W as u64 / span).max(1);
+            let (class, what) = match &call.rejected {
+                Some(_) => ("call-bar repair", "rejected, repaired"),
+                None => ("call-bar", "accepted"),
+            };
+            let item = bar
+                .item
+                .map(|i| format!(" data-item=\"{}\"", i.index))
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "<rect class=\"{class}\" data-stage=\"{id}\"{item} data-call=\"{call_n}\" x=\"{cx}\" y=\"{cy}\" width=\"{cw}\" height=\"{ch}\"><title>{id} model call {call_n}: {model}, attempt {attempt}, {what}, {d}</title></rect>",
+                call_n = bar.first + n + 1,
+                cy = y + 4,
+                ch = LANE_H - 12,
+                model = esc(&call.model),
+                attempt = call.attempt,
+                d = duration(call.latency_ms),
+            );
+            at += call.latency_ms;
+        }
     }
     out.push_str("</svg>\n");
+    if calls_skipped > 0 {
+        let _ = writeln!(
+            out,
+            "<p class=\"note\">{calls_skipped} model calls past the first {MAX_CALLS_DRAWN} are not drawn (each stage's details list them).</p>"
+        );
+    }
 }
 
 /// Every stage a row: id, status, duration, what it does; a click opens its details.
@@ -686,6 +885,8 @@ svg text{font:12px ui-monospace,SFMono-Regular,Menlo,monospace}
 .node.s-exited rect{fill:#ffe0b2;stroke:var(--exited);stroke-width:3}.node.s-failed rect{fill:#ffcdd2;stroke:var(--failed);stroke-width:2}
 .node.s-not_run rect{fill:#fff;stroke-dasharray:4 3}.node.s-running rect{fill:#fff9c4}
 .node.finally rect{stroke-dasharray:6 3}
+.node .inner rect{stroke:#666;stroke-width:.6;stroke-dasharray:none;fill:#fff}.node .inner text{font-size:11px}
+.node .inner.s-succeeded rect{fill:#a5d6a7}.node .inner.s-cached rect{fill:#90caf9}.node .inner.s-skipped rect{fill:#e0e0e0}.node .inner.s-exited rect{fill:#ffcc80;stroke:var(--exited);stroke-width:2}.node .inner.s-failed rect{fill:#ef9a9a}.node .inner.s-not_run rect{stroke-dasharray:3 2}
 .node .sub{fill:var(--muted);font-size:11px}.node rect.mark{fill:var(--exited);stroke:none}
 .node.sel rect,.bar.sel{stroke:#000;stroke-width:3}
 .column rect{fill:#fff;stroke:#333}.column .sub{font-size:11px}
@@ -694,6 +895,8 @@ svg text{font:12px ui-monospace,SFMono-Regular,Menlo,monospace}
 .bar{cursor:pointer;stroke:#333;stroke-width:.5}.bar.s-not_run{fill:#fff}
 .bar.s-succeeded{fill:var(--ok)}.bar.s-cached{fill:var(--cached)}.bar.s-skipped{fill:var(--skipped)}.bar.s-exited{fill:var(--exited)}.bar.s-failed{fill:var(--failed)}.bar.s-running{fill:var(--running)}
 .timeline .tick text{text-anchor:middle}
+.item-bar{cursor:pointer;stroke:#333;stroke-width:.5;fill-opacity:.6}.item-bar.s-succeeded{fill:var(--ok)}.item-bar.s-cached{fill:var(--cached)}.item-bar.s-failed{fill:var(--failed)}
+.call-bar{fill:#fff;fill-opacity:.85;stroke:#333;stroke-width:.5;pointer-events:none}.call-bar.repair{fill:var(--failed)}
 #detail{background:#fff;border:1px solid var(--line);border-radius:6px;padding:4px 16px 12px;margin:12px 0}
 #detail dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px}
 table{border-collapse:collapse;width:100%;background:#fff}th,td{border-bottom:1px solid #eee;padding:3px 8px;text-align:left;vertical-align:top}

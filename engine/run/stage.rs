@@ -83,6 +83,10 @@ pub(crate) struct StageOutcome {
     pub failed_items: usize,
     /// `foreach` items whose output came from the resumed run.
     pub reused_items: usize,
+    /// Each `foreach` item that ran or was reused: when, how long, how it ended.
+    pub item_runs: Vec<super::record::ItemRun>,
+    /// A sub-workflow stage's run, how its stages ended.
+    pub sub_run: Option<Box<super::record::SubRun>>,
     pub reused_from: Option<String>,
     pub model_calls: Vec<ModelCall>,
     pub assumed: bool,
@@ -116,6 +120,8 @@ impl StageOutcome {
             items: None,
             failed_items: 0,
             reused_items: 0,
+            item_runs: Vec::new(),
+            sub_run: None,
             reused_from: None,
             model_calls: Vec::new(),
             assumed: false,
@@ -225,6 +231,11 @@ pub(crate) struct StageRunner<'a> {
     /// A command's stdout that is not UTF-8, by stage and item, for its `output.path`: the
     /// file gets the bytes exactly (the output itself is text, the bad bytes replaced).
     pub raw_stdout: RawStdout,
+    /// How the sub-workflow a stage ran (not per item) ended, by stage id, until its outcome
+    /// takes it.
+    pub sub_runs: std::sync::Mutex<HashMap<String, super::record::SubRun>>,
+    /// When the run started: `foreach` items are timed on the run's clock.
+    pub run_started: Instant,
 }
 
 /// See [`StageRunner::raw_stdout`].
@@ -283,6 +294,12 @@ impl StageRunner<'_> {
             }
             outcome.error = Some(error);
         }
+        outcome.sub_run = self
+            .sub_runs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&stage.id)
+            .map(Box::new);
         outcome.duration = started.elapsed();
         if !outcome.deferred {
             tracing::info!(
@@ -1023,6 +1040,9 @@ impl StageRunner<'_> {
             false => Vec::new(),
         };
         let mut results: Vec<Option<UnitResult>> = (0..rendered.len()).map(|_| None).collect();
+        // When each item started and how long it took, in ms on the run's clock.
+        let mut timings: Vec<(u64, u64)> = vec![(0, 0); rendered.len()];
+        let since_start = || self.run_started.elapsed().as_millis() as u64;
         if reusable {
             for (i, fingerprint) in fingerprints.iter().enumerate() {
                 if let Some(output) = self.items.get(&stage.id, fingerprint) {
@@ -1031,6 +1051,7 @@ impl StageRunner<'_> {
                         self.note_item(stage, i, fingerprint, output);
                     }
                     results[i] = Some((Ok(output.clone()), 0, Vec::new(), String::new()));
+                    timings[i] = (since_start(), 0);
                     outcome.reused_items += 1;
                 }
             }
@@ -1050,6 +1071,7 @@ impl StageRunner<'_> {
         let total = rendered.len();
         let done = AtomicUsize::new(outcome.reused_items);
         let results = Mutex::new(results);
+        let timings = Mutex::new(timings);
         let keep_going = stage.on_item_error == OnItemError::Continue;
         let failed = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|scope| {
@@ -1061,7 +1083,12 @@ impl StageRunner<'_> {
                     let Some(&i) = todo.get(next.fetch_add(1, Ordering::SeqCst)) else {
                         break;
                     };
+                    let start = since_start();
                     let result = self.execute_with_retries(stage, &rendered[i], Some(i));
+                    let took = since_start().saturating_sub(start);
+                    timings
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)[i] = (start, took);
                     if let (Ok(output), true) = (&result.0, journaled) {
                         self.note_item(stage, i, &fingerprints[i], output);
                     }
@@ -1079,6 +1106,9 @@ impl StageRunner<'_> {
         let results = results
             .into_inner()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let timings = timings
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut outputs = Vec::with_capacity(results.len());
         // Every item that ran is accounted for (its attempts, stderr and model calls, which
         // were paid for) even when an earlier one failed the stage.
@@ -1089,6 +1119,19 @@ impl StageRunner<'_> {
                 continue;
             };
             outcome.attempts = outcome.attempts.max(attempts);
+            let (start_ms, duration_ms) = timings[i];
+            outcome.item_runs.push(super::record::ItemRun {
+                index: i,
+                start_ms,
+                duration_ms,
+                status: match &result {
+                    Ok(_) if attempts == 0 => StageStatus::Cached,
+                    Ok(_) => StageStatus::Succeeded,
+                    Err(_) => StageStatus::Failed,
+                },
+                attempts,
+                model_calls: u32::try_from(calls.len()).unwrap_or(u32::MAX),
+            });
             outcome.model_calls.extend(calls);
             if !stderr.is_empty() {
                 let kept = outcome.stderr.get_or_insert_with(String::new);
@@ -1286,6 +1329,12 @@ impl StageRunner<'_> {
                         }
                     },
                 );
+                if item.is_none() {
+                    self.sub_runs
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .insert(stage.id.clone(), super::record::SubRun::of(&record));
+                }
                 match record.status {
                     RunStatus::Completed | RunStatus::Exited => {
                         Ok(record.outputs.unwrap_or(Value::Object(Map::new())))
