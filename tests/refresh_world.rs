@@ -13,13 +13,18 @@ const URL: &str = "https://github.com/example-org/example-sdk";
 const CLIENT: &str = "references/example-sdk-client.md";
 const OVERVIEW: &str = "references/example-sdk-overview.md";
 
-/// `src/client.py` written with `text` in the upstream's work tree, committed and pushed; the SHA.
-fn push_client(home: &Home, text: &str) -> String {
-    home.test.write("work/src/client.py", text);
+/// `src/client.py` and `src/server.py` written in the upstream's work tree, committed and pushed;
+/// the SHA.
+fn push(home: &Home, client: &str, server: &str) -> String {
+    home.test.write("work/src/client.py", client);
+    home.test.write("work/src/server.py", server);
     let work = home.test.path("work");
-    git(&work, &["add", "src/client.py"]);
+    git(&work, &["add", "src"]);
     git(&work, &["commit", "-q", "-m", "client"]);
-    git(&work, &["push", "-q", &home.git_url(), "HEAD:refs/heads/main"]);
+    git(
+        &work,
+        &["push", "-q", &home.git_url(), "HEAD:refs/heads/main"],
+    );
     git(&work, &["rev-parse", "HEAD"]).trim().to_string()
 }
 
@@ -81,7 +86,11 @@ fn repinned(home: &Home, reference: &str, old: &str, new: &str) {
 #[test]
 fn references_older_than_the_rules_are_rewritten_not_refused() {
     let home = Home::bare();
-    let old = push_client(&home, "def connect():\n    pass\n");
+    let old = push(
+        &home,
+        "def connect():\n    pass\n",
+        "def serve():\n    pass\n",
+    );
     legacy(&home, &old);
 
     // At the cached SHA, in the original's cache form: no work.
@@ -90,7 +99,11 @@ fn references_older_than_the_rules_are_rewritten_not_refused() {
     assert!(out.stdout.contains("No work to do"), "{}", out.stdout);
 
     // Upstream moves a cited file; the model re-pins both references and changes nothing else.
-    let new = push_client(&home, "# connect now retries\ndef connect():\n    pass\n");
+    let new = push(
+        &home,
+        "# connect now retries\ndef connect():\n    pass\n",
+        "# serve now logs\ndef serve():\n    pass\n",
+    );
     repinned(&home, CLIENT, &old, &new);
     repinned(&home, OVERVIEW, &old, &new);
     let out = refresh(&home);
@@ -99,11 +112,27 @@ fn references_older_than_the_rules_are_rewritten_not_refused() {
     assert!(!out.stdout.contains("No work to do"), "{}", out.stdout);
     for reference in [CLIENT, OVERVIEW] {
         let staged = home.test.read(&format!("{PROPOSED}/{reference}"));
-        assert!(staged.contains(&format!("/blob/{new}/src/client.py")), "{staged}");
+        assert!(
+            staged.contains(&format!("/blob/{new}/src/client.py")),
+            "{staged}"
+        );
         assert!(!staged.contains(&old), "{reference} keeps an old pin");
         // The author's branch link stays as it was.
         assert!(staged.contains(&format!("{URL}/tree/stable")), "{staged}");
     }
+    // Each reference is shown the commits of the files it cites, and only their diffs: the
+    // client reference cites src/client.py alone, the overview both files.
+    let client = home.test.read("models/rewrite.example-sdk-client.prompt");
+    assert!(client.contains("+# connect now retries"), "{client}");
+    assert!(!client.contains("serve now logs"), "{client}");
+    assert!(client.contains(&format!("commit {new}")), "{client}");
+    assert!(
+        client.contains("-- src/client.py: the commits touching the files the reference cites"),
+        "{client}"
+    );
+    let overview = home.test.read("models/rewrite.example-sdk-overview.prompt");
+    assert!(overview.contains("+# serve now logs"), "{overview}");
+    assert!(overview.contains("+# connect now retries"), "{overview}");
     // The cache advances, in its own form: the original's fields move with it.
     let cache = home.json(&format!("{PROPOSED}/research/.discover-cache.json"));
     let entry = &cache["sources"]["example-sdk"];
@@ -119,7 +148,10 @@ fn references_older_than_the_rules_are_rewritten_not_refused() {
         .filter_map(|e| e["path"].as_str())
         .collect();
     for path in [CLIENT, OVERVIEW, "research/.discover-cache.json"] {
-        assert!(modified.contains(&path), "{path} not modified: {modified:?}");
+        assert!(
+            modified.contains(&path),
+            "{path} not modified: {modified:?}"
+        );
     }
     // SKILL.md cites the SHA in prose, not as a reference: it is not a rewrite target.
     assert!(!modified.contains(&"SKILL.md"), "{modified:?}");
@@ -130,7 +162,8 @@ fn references_older_than_the_rules_are_rewritten_not_refused() {
         .test
         .read(&format!("{LIVE}/{OVERVIEW}"))
         .replace(&format!("/blob/{old}/"), "/blob/main/");
-    home.test.write("models/rewrite.example-sdk-overview.reply", &text);
+    home.test
+        .write("models/rewrite.example-sdk-overview.reply", &text);
     let out = refresh(&home);
     out.code(0);
     assert!(
