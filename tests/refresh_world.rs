@@ -176,3 +176,51 @@ fn references_older_than_the_rules_are_rewritten_not_refused() {
         out.stdout
     );
 }
+
+#[test]
+fn an_upstream_whose_history_was_rewritten_is_rewritten_from_the_cited_files() {
+    let home = Home::bare();
+    let old = push(
+        &home,
+        "def connect():\n    pass\n",
+        "def serve():\n    pass\n",
+    );
+    legacy(&home, &old);
+    // The upstream's history is rewritten: the cached commit is on no branch any more.
+    let work = home.test.path("work");
+    git(&work, &["reset", "-q", "--hard", "HEAD~1"]);
+    let new = push_force(&home, "def connect(timeout):\n    pass\n");
+    assert_ne!(old, new);
+    repinned(&home, CLIENT, &old, &new);
+    repinned(&home, OVERVIEW, &old, &new);
+    let out = refresh(&home);
+    out.code(0);
+    assert!(!out.stdout.contains("Still drifted"), "{}", out.stdout);
+    // The model was told why, and given the file the reference cites as it is now.
+    let prompt = home.test.read("models/rewrite.example-sdk-client.prompt");
+    assert!(
+        prompt.contains("that commit is no longer in the upstream's history"),
+        "{prompt}"
+    );
+    assert!(prompt.contains("### src/client.py at"), "{prompt}");
+    assert!(prompt.contains("def connect(timeout):"), "{prompt}");
+    let cache = home.json(&format!("{PROPOSED}/research/.discover-cache.json"));
+    assert_eq!(
+        cache["sources"]["example-sdk"]["sha"],
+        new.as_str(),
+        "{cache:#}"
+    );
+}
+
+/// `src/client.py` alone on a rewritten history, force-pushed; the SHA.
+fn push_force(home: &Home, client: &str) -> String {
+    home.test.write("work/src/client.py", client);
+    let work = home.test.path("work");
+    git(&work, &["add", "src"]);
+    git(&work, &["commit", "-q", "-m", "client, again"]);
+    git(
+        &work,
+        &["push", "-q", "-f", &home.git_url(), "HEAD:refs/heads/main"],
+    );
+    git(&work, &["rev-parse", "HEAD"]).trim().to_string()
+}
