@@ -689,6 +689,100 @@ fn high_overlap(project: &Project) {
     );
 }
 
+/// A learning in the shape a long-lived corpus holds: at the top of docs/solutions/ (no category
+/// folder), a category and a severity the schema's taxonomy does not list, `created` beside
+/// `date`, `last_updated` in the middle of the frontmatter, hard-wrapped prose, sections of its
+/// own, no promotion fields.
+const LEGACY: &str = "docs/solutions/release-notes-ownership.md";
+const LEGACY_DOC: &str = "---
+title: Release Notes Belong to the Release Job
+category: workflow
+tags: [release, changelog]
+created: 2025-11-24
+date: 2026-03-17
+last_updated: 2026-06-23
+severity: process
+component: release-tooling
+---
+
+# Release Notes Belong to the Release Job
+
+## Problem
+
+Contributors edited the changelog by hand in feature branches, so two branches
+merged the same week wrote conflicting version headings.
+
+## Solution
+
+Leave the changelog to the release job; feature branches only describe their
+change in the pull request.
+
+## Checklist for Contributors
+
+- [ ] no version bump in the branch
+- [ ] the pull request title says what changed
+";
+
+#[test]
+fn a_legacy_doc_is_updated_in_place_without_reshaping_its_frontmatter() {
+    let project = Project::new();
+    project.test.write(&format!("repo/{LEGACY}"), LEGACY_DOC);
+    project.commit("a long-lived learning");
+    project.reply(
+        "related-docs-finder",
+        &json!({"links": [], "refresh_candidates": [],
+                "overlap": {"score": "high", "matched_dimensions": ["problem_statement", "root_cause", "solution_approach", "referenced_files"], "existing_path": LEGACY, "reason": "The same problem."},
+                "github_issues": []}),
+    );
+    project.reply(
+        "update-merger",
+        &json!({"track": "kept", "sections": {"Solution": "Leave the changelog to the release job (`src/upload.rs:4` shows the same rule for uploads)."}}),
+    );
+    let out = project.run(&[]);
+    out.code(0);
+    assert_eq!(project.record()["status"], "completed", "{}", out.stdout);
+    assert!(
+        out.stdout.contains(&format!("Updated {LEGACY} in place")),
+        "{}",
+        out.stdout
+    );
+    let doc = project.test.read(&format!("repo/{LEGACY}"));
+    // Every line of the frontmatter stays where it was, last_updated with today's date; the
+    // promotion fields the doc lacked come after them.
+    let expected_head = format!(
+        "---
+title: Release Notes Belong to the Release Job
+category: workflow
+tags: [release, changelog]
+created: 2025-11-24
+date: 2026-03-17
+last_updated: {TODAY}
+severity: process
+component: release-tooling
+source_refs:
+"
+    );
+    assert!(doc.starts_with(&expected_head), "{doc}");
+    assert_eq!(doc.matches("last_updated:").count(), 1, "{doc}");
+    let (frontmatter, body) = split(&doc);
+    assert_eq!(frontmatter["severity"].as_str(), Some("process"));
+    assert!(frontmatter["invalidation_condition"].as_str().is_some());
+    // The sections not rewritten keep their bytes, hard wraps and all.
+    let old_body = LEGACY_DOC.split_once("\n---\n").expect("a body").1;
+    let problem = old_body
+        .split_once("## Problem")
+        .and_then(|(_, rest)| rest.split_once("## Solution"))
+        .expect("a Problem section")
+        .0;
+    assert!(body.contains(problem), "{body}");
+    let checklist = old_body.split_once("## Checklist").expect("a checklist").1;
+    assert!(body.ends_with(checklist), "{body}");
+    assert!(
+        body.contains("(`src/upload.rs:4` shows the same rule"),
+        "{body}"
+    );
+}
+
 #[test]
 fn high_overlap_updates_the_existing_doc_in_place() {
     let project = with_existing_doc();

@@ -26,6 +26,8 @@ use crate::support::{copy_tree, fixtures, stage, Output, Test};
 mod drift;
 #[path = "refresh_web.rs"]
 mod web;
+#[path = "refresh_world.rs"]
+mod world;
 
 /// The pinned clock of every run.
 const NOW: &str = "2026-11-30T12:00:00Z";
