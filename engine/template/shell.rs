@@ -143,6 +143,17 @@ pub(crate) fn render_script(
     scope: &Value,
     stdin_values: bool,
 ) -> Result<Script, Error> {
+    // A script with no template syntax prints no value: it is its own text, with nothing to
+    // bind (what `bind` refuses needs a value, or values on standard input). A no-op rerun of
+    // thousands of shell stages renders each script this way.
+    if let Tmpl::Literal(text) = tmpl {
+        if !stdin_values && !text.contains(MARK) {
+            return Ok(Script {
+                text: text.clone(),
+                env: Vec::new(),
+            });
+        }
+    }
     struct Reset(Option<Capture>);
     impl Drop for Reset {
         fn drop(&mut self) {
@@ -1417,6 +1428,11 @@ pub(crate) struct Review {
 /// than data, in the source. A program reading its code from its input counts only where
 /// the script prints a value.
 pub(crate) fn review(source: &str) -> Vec<Review> {
+    // Only a printed value is reviewed (what `read` finds without one is dropped below): a
+    // script that prints none has nothing to review, and is not read.
+    if !source.contains("{{") {
+        return Vec::new();
+    }
     let nonce = "review";
     let mut text = String::with_capacity(source.len());
     // For each character of `text`, the byte of `source` it comes from.
@@ -1621,6 +1637,23 @@ mod tests {
 
     fn m(n: usize) -> String {
         format!("{MARK}{NONCE}{n}{MARK}")
+    }
+
+    #[test]
+    fn a_script_without_template_syntax_renders_as_the_full_path_binds_it() {
+        let scripts = [
+            "echo 7 > out/7.txt",
+            "echo \"$HOME\" 'a b' `date` $(( 1 + 2 )) ${x:-y} # note",
+            "cat <<EOF\n'q' \"x\" $y\nEOF\necho done",
+            "cat <<-END; echo 'q'\n\tline\n\tEND\nsh -c 'echo in'",
+            "a=(1 2); echo ${a[0]}; eval \"$a\"",
+        ];
+        for text in scripts {
+            let fast = render_script(&Tmpl::Literal(text.into()), &Value::UNDEFINED, false);
+            let full = bound(text, &[]).unwrap();
+            assert_eq!(fast.unwrap(), full, "{text:?}");
+            assert_eq!(full.text, text);
+        }
     }
 
     #[test]
