@@ -28,12 +28,13 @@ pub(crate) fn problems(file: &WorkflowFile, deps: &[BTreeSet<usize>]) -> Vec<Pro
         file.stages.iter().map(|(id, def)| (id, &**def)).collect();
     let mut out = Vec::new();
     for (i, (id, def)) in defs.iter().enumerate() {
-        let stage = format!("/stages/{}", pointer_segment(id));
+        // Only a problem needs the pointer: not built for every stage.
+        let stage = || format!("/stages/{}", pointer_segment(id));
         if def.finally {
             if def.exit_if.is_some() {
                 out.push(Problem {
                     message: DiagnosticKind::FinallyExitIf((*id).clone()),
-                    pointer: format!("{stage}/exit_if"),
+                    pointer: format!("{}/exit_if", stage()),
                     key: true,
                     help: "read how the run ended from `run.status`, `run.exit` and `run.error`"
                         .into(),
@@ -42,7 +43,7 @@ pub(crate) fn problems(file: &WorkflowFile, deps: &[BTreeSet<usize>]) -> Vec<Pro
             if def.on_error == Some(OnError::Exit) {
                 out.push(Problem {
                     message: DiagnosticKind::FinallyOnErrorExit((*id).clone()),
-                    pointer: format!("{stage}/on_error"),
+                    pointer: format!("{}/on_error", stage()),
                     key: false,
                     help: "a finally stage's failure is recorded and never changes how the run ended; use \"fail\" or \"continue\"".into(),
                 });
@@ -63,8 +64,8 @@ pub(crate) fn problems(file: &WorkflowFile, deps: &[BTreeSet<usize>]) -> Vec<Pro
                     target: (*target).clone(),
                 },
                 pointer: match position {
-                    Some(p) => format!("{stage}/after/{p}"),
-                    None => stage.clone(),
+                    Some(p) => format!("{}/after/{p}", stage()),
+                    None => stage(),
                 },
                 key: position.is_none(),
                 help: format!(

@@ -30,9 +30,14 @@ impl Checker<'_> {
             .iter()
             .map(|p| compiled::Interpolation::parse(&p.name, &p.source, p.native))
             .collect();
+        // Asked once a source: the loops below and the review of scripts all need it.
+        let syntax: Vec<bool> = pendings
+            .iter()
+            .map(|p| compiled::has_syntax(&p.source))
+            .collect();
         let mut failed = vec![false; pendings.len()];
         for (k, (pending, plain)) in pendings.iter().zip(&interpolated).enumerate() {
-            if plain.is_some() || pending.native || !compiled::has_syntax(&pending.source) {
+            if plain.is_some() || pending.native || !syntax[k] {
                 continue;
             }
             let added = crate::template::guarded(|| {
@@ -51,7 +56,12 @@ impl Checker<'_> {
         self.check_names(&env, pendings, &failed);
         let env = Arc::new(env);
         let mut templates = Vec::with_capacity(pendings.len());
-        for ((pending, plain), failed) in pendings.iter().zip(&mut interpolated).zip(failed) {
+        for (((pending, plain), failed), syntax) in pendings
+            .iter()
+            .zip(&mut interpolated)
+            .zip(failed)
+            .zip(syntax)
+        {
             if failed {
                 templates.push(None);
                 continue;
@@ -60,7 +70,7 @@ impl Checker<'_> {
                 Ok(Tmpl::Interpolated(Box::new(interpolation)))
             } else if pending.native {
                 Tmpl::expression(&env, &pending.source)
-            } else if !compiled::has_syntax(&pending.source) {
+            } else if !syntax {
                 Ok(Tmpl::Literal(pending.source.clone()))
             } else if let Some(expression) = compiled::single_expression(&pending.source)
                 .filter(|_| pending.name.starts_with("value:"))

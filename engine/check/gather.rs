@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::key::{DurationKey, Field, SizeKey, TemplateKey};
-use super::{stage_pointer, Checker, Workflow};
+use super::{Checker, Workflow};
 use crate::builtins::{self, Builtin};
 use crate::diag::{did_you_mean, Diagnostic, DiagnosticKind, SourceFile};
 use crate::format::{CacheDef, OnError, OutputFormat, StageDef, TemplateRef, ACTION_KEYS};
@@ -263,7 +263,9 @@ impl Checker<'_> {
         def: &StageDef,
         visiting: &mut Vec<super::Visit>,
     ) -> Option<PendingAction> {
-        let sp = stage_pointer(id);
+        // Shown in pointers and names only where a problem or a template needs them: written
+        // on use, not built for every stage.
+        let sp = StagePointer(id);
         if def.disabled {
             // An overlay's `disabled` removes the base's stage when the chain is merged; one
             // still here is in a workflow with no base, and would run.
@@ -275,7 +277,7 @@ impl Checker<'_> {
                 "remove the stage `{id}`, or set `[workflow] extends` to the workflow whose stage it removes"
             ));
         }
-        let prefix = format!("stages.{id}.");
+        let prefix = StagePrefix(id);
         let has = |key: &str| def.has(key);
         let actions: Vec<&str> = ACTION_KEYS.iter().copied().filter(|k| has(k)).collect();
         if actions.len() > 1 {
@@ -480,7 +482,7 @@ impl Checker<'_> {
                             id,
                             Field::Shell,
                             &["shell"],
-                            &format!("{item}.sh"),
+                            if item.is_empty() { ".sh" } else { "#item.sh" },
                             script,
                             Kind::Text,
                         );
@@ -554,7 +556,7 @@ impl Checker<'_> {
                 let model = match &def.model {
                     Some(model) => model.clone(),
                     None => {
-                        self.error_key(DiagnosticKind::NoModel(id.to_string()), &sp)
+                        self.error_key(DiagnosticKind::NoModel(id.to_string()), &sp.to_string())
                             .help = Some(
                             "add `model = \"haiku\"` (an alias from the model configuration)"
                                 .into(),
@@ -743,11 +745,31 @@ impl Checker<'_> {
         source: &str,
         kind: Kind,
     ) {
-        let name = format!("stages.{id}.{}{mark}", path.join("."));
-        let segments: Vec<String> = path.iter().map(|s| pointer_segment(s)).collect();
-        let at = At::Pointer(format!("{}/{}", stage_pointer(id), segments.join("/")));
+        // Built in place: a stage or two of templates each, tens of thousands in a large
+        // workflow, and `format!` with `join` cost more than the rest of gather.
+        let length: usize = path.iter().map(|s| s.len() + 1).sum();
+        let mut name = String::with_capacity(7 + id.len() + length + mark.len());
+        name.push_str("stages.");
+        name.push_str(id);
+        let mut pointer = String::with_capacity(8 + 2 * (id.len() + length));
+        pointer.push_str("/stages/");
+        push_segment(&mut pointer, id);
+        for segment in path {
+            name.push('.');
+            name.push_str(segment);
+            pointer.push('/');
+            push_segment(&mut pointer, segment);
+        }
+        name.push_str(mark);
         let key = TemplateKey::Stage(i, field);
-        self.queue(key, name, source, kind, Context::of_mark(mark), at);
+        self.queue(
+            key,
+            name,
+            source,
+            kind,
+            Context::of_mark(mark),
+            At::Pointer(pointer),
+        );
     }
 
     /// Queue every string inside a `with` value; `path` is the keys and indexes down to it.
@@ -837,6 +859,36 @@ impl Checker<'_> {
                     Some("durations look like \"500ms\", \"30s\", \"10m\", \"2h\", \"7d\"".into());
             }
         }
+    }
+}
+
+/// `/stages/<id>`, written where it is shown.
+struct StagePointer<'a>(&'a str);
+
+impl std::fmt::Display for StagePointer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut pointer = String::with_capacity(8 + self.0.len());
+        pointer.push_str("/stages/");
+        push_segment(&mut pointer, self.0);
+        f.write_str(&pointer)
+    }
+}
+
+/// `stages.<id>.`, the start of a stage's template names, written where it is shown.
+struct StagePrefix<'a>(&'a str);
+
+impl std::fmt::Display for StagePrefix<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "stages.{}.", self.0)
+    }
+}
+
+/// `segment` escaped as a JSON pointer segment, onto `pointer`.
+fn push_segment(pointer: &mut String, segment: &str) {
+    if segment.contains(['~', '/']) {
+        pointer.push_str(&pointer_segment(segment));
+    } else {
+        pointer.push_str(segment);
     }
 }
 

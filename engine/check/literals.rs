@@ -122,6 +122,9 @@ impl Checker<'_> {
             }
             let bodies: Vec<&str> = if pending.native {
                 vec![pending.source.as_str()]
+            } else if !crate::template::compiled::has_syntax(&pending.source) {
+                // No tag: no comparison and no load (most sources of a large workflow).
+                continue;
             } else {
                 TAG.captures_iter(&pending.source)
                     .filter_map(|caps| caps.get(1).or_else(|| caps.get(2)))

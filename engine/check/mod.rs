@@ -49,7 +49,6 @@ use std::time::Duration;
 
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use serde::Deserialize;
-use serde_json::Value;
 
 use crate::diag::{Diagnostic, DiagnosticKind};
 use crate::format::WorkflowFile;
@@ -166,31 +165,28 @@ fn check_inner(
         sizes: HashMap::new(),
         unguarded: Vec::new(),
     };
-    // Each definition's hash stands alone (its JSON, about a kilobyte a stage, hashed): a
-    // thread hashes them while the checker reads the templates and references.
+    // Each definition's hash stands alone (its JSON, about a kilobyte a stage, hashed), and so
+    // do the files' (a megabyte of text at 10,000 stages): a thread hashes them while the
+    // checker reads the templates and references.
+    let mut file_hashes = Vec::new();
     let result = std::thread::scope(|scope| {
-        let hashing = scope.spawn(|| definition_hashes(&file));
-        checker.run(visiting, move || hashing.join().unwrap_or_default())
+        let hashing = scope.spawn(|| (definition_hashes(&file), hashes_of_files(&raw)));
+        checker.run(visiting, || {
+            let (definitions, files) = hashing.join().unwrap_or_default();
+            file_hashes = files;
+            definitions
+        })
     });
     visiting.pop();
     let mut diags = checker.diags;
     match result {
         Some(parts) if !format_failed && !diags.iter().any(Diagnostic::is_error) => {
-            let file_hashes = raw
-                .sources
-                .iter()
-                .map(|s| {
-                    (
-                        s.path.display().to_string(),
-                        crate::floor::hash::sha256_hex(s.text.as_bytes()),
-                    )
-                })
-                .collect();
             let warnings = std::mem::take(&mut diags);
             // The merged document has been read into `file`; locations come from `origins`.
-            // Freed here, it does not add to a long run's peak memory.
+            // Freed here (beside the run, for a large one), it does not add to a long run's peak
+            // memory.
             let mut raw = raw;
-            raw.doc = Value::Null;
+            let doc = std::mem::take(&mut raw.doc);
             let WorkflowFile {
                 workflow,
                 inputs,
@@ -200,7 +196,9 @@ fn check_inner(
             // The definitions are not needed past check (a stage holds what run and plan read);
             // a large workflow's are freed beside the run instead of ahead of it.
             if stages.len() > 1_000 {
-                std::thread::spawn(move || drop(stages));
+                std::thread::spawn(move || drop((stages, doc)));
+            } else {
+                drop(doc);
             }
             Ok(Workflow {
                 name: raw.name.clone(),
@@ -229,6 +227,19 @@ fn check_inner(
         }
         _ => Err(diags),
     }
+}
+
+/// Each file the workflow was read from, with the hash of its text.
+fn hashes_of_files(raw: &RawWorkflow) -> Vec<(String, String)> {
+    raw.sources
+        .iter()
+        .map(|s| {
+            (
+                s.path.display().to_string(),
+                crate::floor::hash::sha256_hex(s.text.as_bytes()),
+            )
+        })
+        .collect()
 }
 
 /// Each stage's definition hash, in the order of the stages.
@@ -560,6 +571,22 @@ mod tests {
         for diagnostic in &diags {
             assert_eq!(diagnostic.message(), diagnostic.kind().to_string());
         }
+    }
+
+    #[test]
+    fn a_template_under_a_key_with_a_slash_is_located_at_its_line() {
+        // The pointer of a stage's template is built segment by segment, `/` and `~` escaped.
+        let dir = tempfile::tempdir().expect("a temp dir");
+        std::fs::write(
+            dir.path().join("w.toml"),
+            "[stages.a]\ncommand = [\"true\"]\n\n[stages.a.env]\n\"A/B~C\" = \"{{ inputs.nope }}\"\n",
+        )
+        .expect("write the workflow");
+        let engine = crate::Engine::new(&[], dir.path());
+        let diags = engine.load("w.toml").expect_err("an unknown input");
+        let found: Vec<(Option<(usize, usize)>, &str)> =
+            diags.iter().map(|d| (d.line_col(), d.message())).collect();
+        assert_eq!(found, [(Some((5, 15)), "unknown input `nope`")]);
     }
 
     #[test]

@@ -435,11 +435,16 @@ fn convert_table(
         let converted = match origins {
             None => convert_value(value.get_ref(), "", source, origins),
             Some(_) => {
-                let segment = pointer_segment(key.get_ref());
-                let mut child = String::with_capacity(pointer.len() + 1 + segment.len());
+                let key_text: &str = key.get_ref();
+                let mut child = String::with_capacity(pointer.len() + 1 + key_text.len());
                 child.push_str(pointer);
                 child.push('/');
-                child.push_str(&segment);
+                // Escaped only when it must be: most keys have neither `~` nor `/`.
+                if key_text.contains(['~', '/']) {
+                    child.push_str(&pointer_segment(key_text));
+                } else {
+                    child.push_str(key_text);
+                }
                 let converted = convert_value(value.get_ref(), &child, source, origins);
                 if let Some(origins) = origins {
                     origins.insert(child, Origin::new(source, key.span(), value.span()));
@@ -485,7 +490,10 @@ fn convert_value(
                     if origins.is_none() {
                         return convert_value(item.get_ref(), "", source, origins);
                     }
-                    let child = format!("{pointer}/{index}");
+                    let mut child = String::with_capacity(pointer.len() + 4);
+                    child.push_str(pointer);
+                    child.push('/');
+                    let _ = std::fmt::Write::write_fmt(&mut child, format_args!("{index}"));
                     let converted = convert_value(item.get_ref(), &child, source, origins);
                     if let Some(origins) = origins {
                         origins.insert(child, Origin::new(source, item.span(), item.span()));
