@@ -381,14 +381,12 @@ fn sitemap_pages(
         Ok(answer) => return Sitemap::Missing(format!("HTTP {}", answer.status)),
         Err(why) => return Sitemap::Missing(why),
     };
-    let index = answer.body.contains("<sitemapindex");
-    if !index && !answer.body.contains("<urlset") {
-        return Sitemap::Missing("not a sitemap (no <urlset> or <sitemapindex>)".to_string());
-    }
-    let loc = Regex::new(r"(?s)<loc>\s*(.*?)\s*</loc>").expect("a valid regex");
+    let (index, locs) = match sitemap_locs(&answer.body) {
+        Ok(read) => read,
+        Err(why) => return Sitemap::Missing(why),
+    };
     let mut out = Vec::new();
-    for capture in loc.captures_iter(&answer.body) {
-        let text = xml_unescape(&capture[1]);
+    for text in locs {
         let Ok(found) = answer.url.join(&text) else {
             continue;
         };
@@ -412,6 +410,80 @@ fn sitemap_pages(
         }
     }
     Sitemap::Pages(out)
+}
+
+/// A sitemap read as XML: whether it is an index (its `<loc>`s name sitemaps) rather than a
+/// `<urlset>` (pages), and the text of each `<loc>`, trimmed, with entity and character
+/// references decoded and CDATA taken as written; a namespace prefix on the tags is allowed. A
+/// bare `&` (sitemaps in the wild have them in query strings) and a reference XML does not
+/// define stay as written; what was read before a malformed part counts. `Err` says why it is
+/// not a sitemap.
+fn sitemap_locs(body: &str) -> Result<(bool, Vec<String>), String> {
+    use quick_xml::events::Event;
+    const NOT_ONE: &str = "not a sitemap (no <urlset> or <sitemapindex>)";
+    let mut reader = quick_xml::Reader::from_str(body);
+    let config = reader.config_mut();
+    config.allow_dangling_amp = true;
+    config.check_end_names = false;
+    // `Some(true)` inside a sitemap index, `Some(false)` inside a urlset.
+    let mut root: Option<bool> = None;
+    let mut loc: Option<String> = None;
+    let mut locs = Vec::new();
+    loop {
+        let event = match reader.read_event() {
+            Ok(event) => event,
+            Err(_) if root.is_some() => break,
+            Err(error) => {
+                return Err(format!(
+                    "not a sitemap (at byte {}: {error})",
+                    reader.error_position()
+                ))
+            }
+        };
+        match event {
+            Event::Start(tag) | Event::Empty(tag) if root.is_none() => {
+                root = match tag.local_name().as_ref() {
+                    "urlset" => Some(false),
+                    "sitemapindex" => Some(true),
+                    _ => return Err(NOT_ONE.to_string()),
+                };
+            }
+            Event::Start(tag) if tag.local_name().as_ref() == "loc" => loc = Some(String::new()),
+            Event::End(tag) if tag.local_name().as_ref() == "loc" => {
+                if let Some(text) = loc.take() {
+                    locs.push(text.trim().to_string());
+                }
+            }
+            Event::Text(text) => {
+                if let Some(loc) = loc.as_mut() {
+                    loc.push_str(&text.xml10_content());
+                }
+            }
+            Event::CData(data) => {
+                if let Some(loc) = loc.as_mut() {
+                    loc.push_str(&data.xml10_content());
+                }
+            }
+            Event::GeneralRef(reference) => {
+                let Some(loc) = loc.as_mut() else { continue };
+                match reference.resolve_char_ref() {
+                    Ok(Some(char)) => loc.push(char),
+                    _ => match quick_xml::escape::resolve_xml_entity(&reference) {
+                        Some(text) => loc.push_str(text),
+                        None => {
+                            loc.push('&');
+                            loc.push_str(&reference);
+                            loc.push(';');
+                        }
+                    },
+                }
+            }
+            Event::Eof => break,
+            _ => {}
+        }
+    }
+    root.map(|index| (index, locs))
+        .ok_or_else(|| NOT_ONE.to_string())
 }
 
 /// `name` inside the source url taken as a folder: `https://x/docs` and `https://x/docs/` give
@@ -922,6 +994,56 @@ mod tests {
         assert!(robots.allowed("/a/b.pdf?x"));
         assert!(robots.allowed("/docs"));
         assert_eq!(robots.sitemaps, ["/s.xml"]);
+    }
+
+    #[test]
+    fn sitemap_locs_decode_entities_character_references_and_cdata() {
+        let body = concat!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n",
+            "<!-- generated -->\n",
+            "<sm:urlset xmlns:sm=\"http://www.sitemaps.org/schemas/sitemap/0.9\">\n",
+            "  <sm:url><sm:loc>\n    https://x.test/a?b=1&amp;c=2\n  </sm:loc></sm:url>\n",
+            "  <url><loc>https://x.test/&#x63;af&#233;</loc></url>\n",
+            "  <url><loc><![CDATA[https://x.test/raw?a=1&b=2]]></loc></url>\n",
+            "  <url><loc>https://x.test/bare?a=1&b=2</loc></url>\n",
+            "</sm:urlset>\n",
+        );
+        let (index, locs) = sitemap_locs(body).expect("a sitemap");
+        assert!(!index);
+        assert_eq!(
+            locs,
+            [
+                "https://x.test/a?b=1&c=2",
+                "https://x.test/café",
+                "https://x.test/raw?a=1&b=2",
+                "https://x.test/bare?a=1&b=2",
+            ]
+        );
+        let (index, locs) =
+            sitemap_locs("<sitemapindex><sitemap><loc>/s1.xml</loc></sitemap></sitemapindex>")
+                .expect("an index");
+        assert!(index);
+        assert_eq!(locs, ["/s1.xml"]);
+        assert_eq!(sitemap_locs("<urlset/>"), Ok((false, Vec::new())));
+        let html = "<!DOCTYPE html><html><body>no &lt;urlset&gt; here</body></html>";
+        assert!(sitemap_locs(html).unwrap_err().contains("not a sitemap"));
+    }
+
+    #[test]
+    fn robots_wildcards_match_within_a_group_of_several_agents() {
+        let robots = Robots::parse(concat!(
+            "User-agent: other\nUser-agent: *\n",
+            "Disallow: /*/private/*\nAllow: /*/private/*.css$\nDisallow: /search*q=\n",
+        ));
+        assert!(!robots.allowed("/a/private/x"));
+        assert!(robots.allowed("/a/private/x.css"), "the longer allow wins");
+        assert!(
+            !robots.allowed("/a/private/x.css?v=1"),
+            "`$` anchors the end"
+        );
+        assert!(!robots.allowed("/search?lang=en&q=1"));
+        assert!(robots.allowed("/searchable"));
+        assert!(robots.allowed("/private/x"), "`/*/` needs a folder before");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Built-ins: markdown.sections, markdown.replace_section.
 //!
-//! A section is an ATX heading (`#` to `######` at the start of a line, outside fenced code) and
+//! A section is a heading (ATX, `#` to `######`, or setext, a line underlined with `===` or
+//! `---`; outside code, HTML blocks and front matter, and not inside a block quote or a list) and
 //! the text after it up to the next heading of the same or a higher level. `markdown.sections`
 //! reads a document into its sections; `markdown.replace_section` replaces the body of exactly one
 //! section and splices it back, so every byte outside that body (headings included) stays as it
@@ -51,65 +52,58 @@ struct Section {
     body_end: usize,
 }
 
-/// The heading on a line (without its line ending), when it is one: level and text.
-fn heading(line: &str) -> Option<(usize, String)> {
-    let line = line.strip_suffix('\r').unwrap_or(line);
-    let hashes = line.bytes().take_while(|&b| b == b'#').count();
-    if hashes == 0 || hashes > 6 {
-        return None;
-    }
-    let rest = &line[hashes..];
-    if !(rest.is_empty() || rest.starts_with(' ') || rest.starts_with('\t')) {
-        return None;
-    }
-    // An optional closing run of `#`, preceded by a space.
-    let text = rest.trim();
-    let text = match text.trim_end_matches('#') {
-        stripped
-            if stripped.len() < text.len() && (stripped.is_empty() || stripped.ends_with(' ')) =>
-        {
-            stripped.trim_end()
-        }
-        _ => text,
-    };
-    Some((hashes, text.to_string()))
-}
-
+/// The document's sections, read by a CommonMark parser (pulldown-cmark): ATX headings and
+/// setext ones (a line of text underlined with `===` or `---`), but not what only looks like
+/// one (inside fenced or indented code, an HTML block, the YAML front matter); only headings
+/// at the top level count, not those inside a block quote or a list item. A heading's text is
+/// its content as written (inline markup kept, a closing run of `#` dropped).
 fn parse(text: &str) -> Vec<Section> {
+    use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
     // (level, heading, line, start of heading, end of heading line)
-    let mut headings = Vec::new();
-    let mut fence: Option<(u8, usize)> = None;
-    let mut offset = 0;
-    for (index, line) in text.split_inclusive('\n').enumerate() {
-        let start = offset;
-        offset += line.len();
-        let bare = line.trim_end_matches(['\n', '\r']);
-        let indented = bare.trim_start_matches(' ');
-        if bare.len() - indented.len() <= 3 {
-            let marker = indented.bytes().next().filter(|b| *b == b'`' || *b == b'~');
-            if let Some(marker) = marker {
-                let run = indented.bytes().take_while(|&b| b == marker).count();
-                if run >= 3 {
-                    match fence {
-                        None => fence = Some((marker, run)),
-                        Some((open, length))
-                            if open == marker
-                                && run >= length
-                                && indented[run..].trim().is_empty() =>
-                        {
-                            fence = None;
-                        }
-                        Some(_) => {}
-                    }
+    let mut headings: Vec<(usize, String, usize, usize, usize)> = Vec::new();
+    // Block quotes, list items and footnotes the parser is inside.
+    let mut nested = 0usize;
+    // The heading being read: its level, start, and the span of its content.
+    let mut open: Option<(usize, usize, Option<(usize, usize)>)> = None;
+    let options = Options::ENABLE_YAML_STYLE_METADATA_BLOCKS
+        | Options::ENABLE_TABLES
+        | Options::ENABLE_FOOTNOTES;
+    for (event, range) in Parser::new_ext(text, options).into_offset_iter() {
+        match event {
+            Event::Start(Tag::BlockQuote(_) | Tag::Item | Tag::FootnoteDefinition(_)) => {
+                nested += 1;
+            }
+            Event::End(TagEnd::BlockQuote(_) | TagEnd::Item | TagEnd::FootnoteDefinition) => {
+                nested = nested.saturating_sub(1);
+            }
+            Event::Start(Tag::Heading { level, .. }) if nested == 0 => {
+                open = Some((level as usize, range.start, None));
+            }
+            Event::End(TagEnd::Heading(_)) => {
+                let Some((level, start, content)) = open.take() else {
                     continue;
+                };
+                let heading = content.map_or("", |(from, to)| text[from..to].trim());
+                // The body starts on the line after the heading's last (its underline, for a
+                // setext heading).
+                let body_start = if text[..range.end].ends_with('\n') {
+                    range.end
+                } else {
+                    text[range.end..]
+                        .find('\n')
+                        .map_or(text.len(), |at| range.end + at + 1)
+                };
+                let line = text[..start].bytes().filter(|&b| b == b'\n').count() + 1;
+                headings.push((level, heading.to_string(), line, start, body_start));
+            }
+            _ => {
+                if let Some((_, _, content)) = open.as_mut() {
+                    *content = Some(match *content {
+                        Some((from, to)) => (from.min(range.start), to.max(range.end)),
+                        None => (range.start, range.end),
+                    });
                 }
             }
-        }
-        if fence.is_some() {
-            continue;
-        }
-        if let Some((level, heading)) = heading(bare) {
-            headings.push((level, heading, index + 1, start, offset));
         }
     }
     let mut sections = Vec::with_capacity(headings.len());
@@ -143,7 +137,7 @@ struct SectionsArgs {
 fn sections_output_schema() -> Value {
     let mut schema = json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "description": "Every ATX heading outside fenced code, in document order, with its section's body (up to the next heading of the same or a higher level).",
+        "description": "Every heading (ATX or setext) outside code and front matter, in document order, with its section's body (up to the next heading of the same or a higher level).",
         "type": "array",
         "items": {
             "type": "object",
@@ -298,8 +292,9 @@ mod tests {
             .contains("kept with step 2"));
         assert!(out[1]["body"].as_str().unwrap().contains("inside a fence"));
         assert_eq!(out[4]["line"], 21);
-        assert_eq!(heading("## closed ##"), Some((2, "closed".to_string())));
-        assert_eq!(heading("#hashtag"), None);
+        let closed = parse("## closed ##\n");
+        assert_eq!((closed[0].level, closed[0].heading.as_str()), (2, "closed"));
+        assert!(parse("#hashtag\n").is_empty());
     }
 
     #[test]
@@ -327,6 +322,45 @@ mod tests {
         .expect("again");
         assert_eq!(again["text"], text);
         assert_eq!(again["changed"], false);
+    }
+
+    #[test]
+    fn setext_headings_are_sections_and_look_alikes_are_not() {
+        let text = concat!(
+            "---\ntitle: front matter\n# not a heading\n---\n\n",
+            "Guide `intro`\n=============\n\nbody one\n\n",
+            "Setup\n-----\nbody two\n\n",
+            "    # indented code\n\n",
+            "> # quoted\n\n",
+            "<div>\n# inside html\n</div>\n\n",
+            "## Closing ##\r\nlast\n",
+        );
+        let sections = parse(text);
+        let seen: Vec<(usize, &str, usize)> = sections
+            .iter()
+            .map(|s| (s.level, s.heading.as_str(), s.line))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (1, "Guide `intro`", 6),
+                (2, "Setup", 11),
+                (2, "Closing", 23)
+            ]
+        );
+        let guide = &text[sections[0].body_start..sections[0].body_end];
+        assert!(guide.starts_with("\nbody one\n"), "{guide:?}");
+        assert!(
+            guide.ends_with("\nlast\n"),
+            "a level 1 runs to the end: {guide:?}"
+        );
+        let setup = &text[sections[1].body_start..sections[1].body_end];
+        assert!(setup.starts_with("body two\n"), "{setup:?}");
+        assert!(setup.ends_with("</div>\n\n"), "{setup:?}");
+        assert_eq!(
+            &text[sections[2].body_start..sections[2].body_end],
+            "last\n"
+        );
     }
 
     #[test]

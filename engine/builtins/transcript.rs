@@ -417,12 +417,6 @@ fn replace_lone_surrogates(bytes: &[u8], out: &mut Vec<u8>) -> bool {
     replaced
 }
 
-static ANSI: LazyLock<Regex> = LazyLock::new(|| {
-    // CSI (ESC [ ... final), OSC (ESC ] ... BEL or ESC \), and two-byte escapes.
-    Regex::new(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
-        .expect("constant pattern")
-});
-
 static REMINDER: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?s)<system-reminder>.*?(?:</system-reminder>|\z)").expect("constant pattern")
 });
@@ -432,11 +426,27 @@ static COMMAND_ARGS: LazyLock<Regex> = LazyLock::new(|| {
 });
 
 /// `text` without terminal escape sequences and control characters (newlines and tabs kept).
+///
+/// The escapes are read by a terminal's own parser (vte, a VT500-series state machine), so
+/// every kind is dropped whole: CSI, OSC, DCS, SOS/PM/APC strings, two-byte escapes.
+/// `strip-ansi-escapes`, built on the same parser, would drop tabs too.
 pub(crate) fn strip_controls(text: &str) -> String {
-    let text = ANSI.replace_all(text, "");
-    text.chars()
-        .filter(|c| *c == '\n' || *c == '\t' || !c.is_control())
-        .collect()
+    struct Printed(String);
+    impl vte::Perform for Printed {
+        fn print(&mut self, c: char) {
+            if !c.is_control() {
+                self.0.push(c);
+            }
+        }
+        fn execute(&mut self, byte: u8) {
+            if byte == b'\n' || byte == b'\t' {
+                self.0.push(char::from(byte));
+            }
+        }
+    }
+    let mut printed = Printed(String::with_capacity(text.len()));
+    vte::Parser::new().advance(&mut printed, text.as_bytes());
+    printed.0
 }
 
 /// What a piece of user text really is.
@@ -1805,6 +1815,18 @@ mod tests {
             &mut out
         ));
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn escape_strings_are_dropped_whole_with_their_payload() {
+        // A DCS reply and a kitty graphics APC leave nothing of their payload behind; an OSC 8
+        // hyperlink keeps its visible text.
+        let text = concat!(
+            "a\u{1b}P1$r0m\u{1b}\\b\u{1b}_Gf=100;AAAA\u{1b}\\c\t",
+            "\u{1b}]8;;https://x.test\u{7}link\u{1b}]8;;\u{7}\r\n",
+            "\u{1b}[38;2;255;0;0mred\u{1b}[m \u{1b}(Bcafé\u{9b}",
+        );
+        assert_eq!(strip_controls(text), "abc\tlink\nred café");
     }
 
     #[test]

@@ -52,9 +52,12 @@ impl Holder {
             Some(_) => Liveness::Gone,
             // No /proc: ask the kernel whether the pid exists.
             None if !std::path::Path::new("/proc/self/stat").exists() => {
-                // SAFETY: signal 0 only checks that the process exists.
-                let exists = unsafe { libc::kill(self.pid as libc::pid_t, 0) } == 0
-                    || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+                // No signal: only whether the process exists (one of another user's does).
+                let pid = nix::unistd::Pid::from_raw(self.pid as i32);
+                let exists = matches!(
+                    nix::sys::signal::kill(pid, None),
+                    Ok(()) | Err(nix::errno::Errno::EPERM)
+                );
                 if exists {
                     Liveness::Alive
                 } else {
@@ -85,14 +88,10 @@ pub(crate) fn process_start(pid: u32) -> Option<u64> {
 
 /// This host's name.
 pub(crate) fn hostname() -> String {
-    let mut buffer = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; the name is NUL-terminated when it fits.
-    let ok = unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) } == 0;
-    if !ok {
-        return String::from("localhost");
-    }
-    let end = buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len());
-    String::from_utf8_lossy(&buffer[..end]).into_owned()
+    nix::unistd::gethostname().map_or_else(
+        |_| String::from("localhost"),
+        |name| name.to_string_lossy().into_owned(),
+    )
 }
 
 /// A random token: 128 bits as hex.

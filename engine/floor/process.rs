@@ -15,6 +15,8 @@ use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::Duration;
 
+use nix::sys::signal::Signal;
+
 /// What to run.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ProcessSpec {
@@ -46,9 +48,7 @@ pub(crate) fn spawn_detached(
     // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
     unsafe {
         command.pre_exec(|| {
-            if libc::setsid() == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
+            nix::unistd::setsid()?;
             Ok(())
         });
     }
@@ -149,15 +149,15 @@ pub(crate) fn run_observed(
     #[cfg(target_os = "linux")]
     if !watched {
         let engine = std::process::id();
-        // SAFETY: only async-signal-safe calls between fork and exec.
+        // SAFETY: only async-signal-safe calls between fork and exec (prctl and getppid are
+        // single system calls; nothing allocates).
         unsafe {
             command.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // The engine died before the signal was asked for: die now.
-                if libc::getppid() as u32 != engine {
-                    libc::_exit(137);
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+                // The engine died before the signal was asked for: an error here makes the
+                // child exit before the exec, and there is no engine left to be told.
+                if nix::unistd::getppid().as_raw() as u32 != engine {
+                    return Err(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
                 }
                 Ok(())
             });
@@ -190,7 +190,7 @@ pub(crate) fn run_observed(
     // A Ctrl-C that arrived between the check above and the registration would otherwise miss
     // this child.
     if interrupt.is_set() {
-        kill_group(pgid, libc::SIGKILL);
+        kill_group(pgid, Signal::SIGKILL);
     }
 
     let feeder = match (child.stdin.take(), &spec.stdin) {
@@ -218,7 +218,7 @@ pub(crate) fn run_observed(
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
                 if !*done {
                     timed_out.store(true, Ordering::SeqCst);
-                    kill_group(pgid, libc::SIGKILL);
+                    kill_group(pgid, Signal::SIGKILL);
                 }
             }
         });
@@ -285,45 +285,49 @@ fn drain(
     stderr: &mut Tail,
     pgid: i32,
 ) {
-    use std::os::fd::AsRawFd;
-    set_nonblocking(out.as_raw_fd());
-    set_nonblocking(err.as_raw_fd());
+    use nix::poll::{PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    set_nonblocking(out.as_fd());
+    set_nonblocking(err.as_fd());
     let mut out = Some(out);
     let mut err = Some(err);
     // On the stack: a heap buffer of this size, zeroed, for every stage costs more than the
     // reads do for most.
     let mut chunk = [0u8; 16 * 1024];
     while out.is_some() || err.is_some() {
-        let mut fds = [
-            out.as_ref().map(AsRawFd::as_raw_fd),
-            err.as_ref().map(AsRawFd::as_raw_fd),
-        ]
-        .map(|fd| libc::pollfd {
-            fd: fd.unwrap_or(-1),
-            events: libc::POLLIN,
-            revents: 0,
-        });
-        // SAFETY: `fds` is a valid array of two pollfd; a negative fd is ignored by poll.
-        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-        if ready < 0 {
-            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                continue;
+        // Whether each pipe has something (data, its end, an error) to read.
+        let (out_ready, err_ready) = {
+            let mut fds: Vec<PollFd<'_>> =
+                [out.as_ref().map(AsFd::as_fd), err.as_ref().map(AsFd::as_fd)]
+                    .into_iter()
+                    .flatten()
+                    .map(|fd| PollFd::new(fd, PollFlags::POLLIN))
+                    .collect();
+            match nix::poll::poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => return,
             }
-            return;
-        }
-        if fds[0].revents != 0 {
+            let mut ready = fds
+                .iter()
+                .map(|fd| fd.revents().is_some_and(|events| !events.is_empty()));
+            let out_ready = out.is_some() && ready.next().unwrap_or(false);
+            let err_ready = err.is_some() && ready.next().unwrap_or(false);
+            (out_ready, err_ready)
+        };
+        if out_ready {
             if let Some(pipe) = out.as_mut() {
                 match read_ready(pipe, &mut chunk, |bytes| stdout.push(bytes)) {
                     Ready::Open => {}
                     Ready::Closed => out = None,
                     Ready::Stop => {
-                        kill_group(pgid, libc::SIGKILL);
+                        kill_group(pgid, Signal::SIGKILL);
                         out = None;
                     }
                 }
             }
         }
-        if fds[1].revents != 0 {
+        if err_ready {
             if let Some(pipe) = err.as_mut() {
                 match read_ready(pipe, &mut chunk, |bytes| {
                     stderr.push(bytes);
@@ -369,15 +373,14 @@ fn read_ready(
     }
 }
 
-/// Make reads of `fd` return at once when it has nothing, instead of waiting.
-pub(crate) fn set_nonblocking(fd: i32) {
-    // SAFETY: fcntl on a descriptor this process owns; a failure leaves it blocking, which
-    // only makes a read wait for data after a poll said there was some (or an end).
-    unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        if flags >= 0 {
-            libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
-        }
+/// Make reads of `fd` return at once when it has nothing, instead of waiting. A failure leaves
+/// it blocking, which only makes a read wait for data after a poll said there was some (or an
+/// end).
+pub(crate) fn set_nonblocking(fd: std::os::fd::BorrowedFd<'_>) {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    if let Ok(flags) = fcntl(fd, FcntlArg::F_GETFL) {
+        let flags = OFlag::from_bits_retain(flags) | OFlag::O_NONBLOCK;
+        let _ = fcntl(fd, FcntlArg::F_SETFL(flags));
     }
 }
 
@@ -530,10 +533,11 @@ fn is_executable(path: &Path) -> bool {
         .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
 }
 
-fn kill_group(pgid: i32, signal: i32) {
-    // SAFETY: killpg has no memory-safety preconditions; a stale pgid yields ESRCH.
-    unsafe {
-        libc::killpg(pgid, signal);
+/// Send `signal` to the process group `pgid`; a stale pgid yields ESRCH, which is let go. Groups
+/// 0 and 1 (the caller's own, and init's) are never signalled.
+fn kill_group(pgid: i32, signal: Signal) {
+    if pgid > 1 {
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), signal);
     }
 }
 
@@ -569,12 +573,12 @@ impl Interrupt {
         self.flag.store(true, Ordering::SeqCst);
         let groups: Vec<i32> = self.lock().iter().copied().collect();
         for pgid in &groups {
-            kill_group(*pgid, libc::SIGTERM);
+            kill_group(*pgid, Signal::SIGTERM);
         }
         if !groups.is_empty() {
             thread::sleep(Duration::from_millis(300));
             for pgid in self.lock().iter() {
-                kill_group(*pgid, libc::SIGKILL);
+                kill_group(*pgid, Signal::SIGKILL);
             }
         }
     }

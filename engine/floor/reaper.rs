@@ -25,6 +25,12 @@ use std::path::PathBuf;
 use std::process::{ChildStdin, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use std::os::fd::{AsFd, BorrowedFd};
+
 use super::process::set_nonblocking;
 
 /// Set on the reaper's environment (to the engine's pid): what makes a start of this program a
@@ -62,39 +68,36 @@ pub(crate) fn serve_if_asked() -> Option<u8> {
     }
     // A Ctrl-C or a closed terminal reaches the engine, which stops its stages itself; the
     // reaper stays until the engine has gone.
-    // SAFETY: setting a signal's disposition to "ignore" has no memory-safety preconditions.
-    unsafe {
-        libc::signal(libc::SIGINT, libc::SIG_IGN);
-        libc::signal(libc::SIGHUP, libc::SIG_IGN);
+    // The reaper runs on one thread and starts nothing: blocked, the two signals stay pending
+    // for its whole life, which is what ignoring them would do.
+    {
+        use nix::sys::signal::{SigSet, Signal};
+        let mut quiet = SigSet::empty();
+        quiet.add(Signal::SIGINT);
+        quiet.add(Signal::SIGHUP);
+        let _ = quiet.thread_block();
     }
     // The reaper is not woken by each line the engine writes (each wake-up is a context switch
     // on both sides, a second process's CPU time taken from the stages): it waits for the
     // hang-up alone, reading what has come every `DRAIN_EVERY` so the pipe does not fill. What
     // the engine wrote before it died is still in the pipe at the hang-up, and read then.
-    set_nonblocking(libc::STDIN_FILENO);
+    let stdin = std::io::stdin();
+    let stdin = stdin.as_fd();
+    set_nonblocking(stdin);
     let mut groups = HashSet::new();
     let mut pending = Vec::new();
+    let timeout = PollTimeout::try_from(DRAIN_EVERY).unwrap_or(PollTimeout::MAX);
     loop {
-        let mut hang_up = libc::pollfd {
-            fd: libc::STDIN_FILENO,
-            events: 0,
-            revents: 0,
-        };
-        let timeout = i32::try_from(DRAIN_EVERY.as_millis()).unwrap_or(i32::MAX);
-        // SAFETY: one valid pollfd; with no events asked for, only a hang-up or an error ends
-        // the wait before the timeout.
-        unsafe {
-            libc::poll(&raw mut hang_up, 1, timeout);
-        }
-        if drain(libc::STDIN_FILENO, &mut pending, &mut groups) {
+        // With no events asked for, only a hang-up or an error ends the wait before the
+        // timeout.
+        let _ = poll(&mut [PollFd::new(stdin, PollFlags::empty())], timeout);
+        if drain(stdin, &mut pending, &mut groups) {
             break;
         }
     }
     for pgid in groups {
-        // SAFETY: killpg has no memory-safety preconditions; a gone group yields ESRCH.
-        unsafe {
-            libc::killpg(pgid, libc::SIGKILL);
-        }
+        // A gone group yields ESRCH, which is let go.
+        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
     }
     Some(0)
 }
@@ -104,19 +107,15 @@ const DRAIN_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Read what the non-blocking pipe `fd` holds now and apply its complete lines to `groups`,
 /// keeping an unfinished one in `pending`; says whether the pipe has ended (or broken).
-fn drain(fd: i32, pending: &mut Vec<u8>, groups: &mut HashSet<i32>) -> bool {
+fn drain(fd: BorrowedFd<'_>, pending: &mut Vec<u8>, groups: &mut HashSet<i32>) -> bool {
     let mut chunk = [0u8; 8192];
     let ended = loop {
-        // SAFETY: reading into a buffer of the length given.
-        let n = unsafe { libc::read(fd, chunk.as_mut_ptr().cast(), chunk.len()) };
-        match usize::try_from(n) {
+        match nix::unistd::read(fd, &mut chunk) {
             Ok(0) => break true,
             Ok(n) => pending.extend_from_slice(&chunk[..n]),
-            Err(_) => match std::io::Error::last_os_error().kind() {
-                std::io::ErrorKind::Interrupted => {}
-                std::io::ErrorKind::WouldBlock => break false,
-                _ => break true,
-            },
+            Err(Errno::EINTR) => {}
+            Err(Errno::EAGAIN) => break false,
+            Err(_) => break true,
         }
     };
     let complete = pending
@@ -211,11 +210,7 @@ fn start(program: &PathBuf) -> Option<ChildStdin> {
     // 64 KiB, about 4,000 stages' worth, unless asked for more); best effort: a full pipe only
     // makes a write wait for the reaper's next read.
     #[cfg(target_os = "linux")]
-    // SAFETY: fcntl on the pipe's write end, which this process holds.
-    unsafe {
-        use std::os::fd::AsRawFd;
-        libc::fcntl(pipe.as_raw_fd(), libc::F_SETPIPE_SZ, 1 << 20);
-    }
+    let _ = nix::fcntl::fcntl(pipe.as_fd(), nix::fcntl::FcntlArg::F_SETPIPE_SZ(1 << 20));
     Some(pipe)
 }
 
@@ -225,16 +220,10 @@ mod tests {
 
     #[test]
     fn what_is_in_the_pipe_is_applied_line_by_line_until_it_ends() {
-        let mut ends = [0; 2];
-        // SAFETY: `ends` has room for the two descriptors.
-        assert_eq!(unsafe { libc::pipe(ends.as_mut_ptr()) }, 0);
-        let [read, write] = ends;
+        let (read, mut write) = std::io::pipe().unwrap();
+        let read = read.as_fd();
         set_nonblocking(read);
-        let send = |text: &str| {
-            // SAFETY: writing a buffer of the length given to a descriptor this test holds.
-            let n = unsafe { libc::write(write, text.as_ptr().cast(), text.len()) };
-            assert_eq!(usize::try_from(n).ok(), Some(text.len()));
-        };
+        let mut send = move |text: &str| write.write_all(text.as_bytes()).unwrap();
         let (mut pending, mut groups) = (Vec::new(), HashSet::new());
         assert!(
             !drain(read, &mut pending, &mut groups),
@@ -245,12 +234,10 @@ mod tests {
         assert_eq!(groups, HashSet::from([6]), "the unfinished line waits");
         assert_eq!(pending, b"+7");
         send("\n+8\n");
-        // SAFETY: closing the write end this test opened: the engine is gone.
-        unsafe { libc::close(write) };
+        // Closing the write end: the engine is gone.
+        drop(send);
         assert!(drain(read, &mut pending, &mut groups), "the pipe has ended");
         assert_eq!(groups, HashSet::from([6, 7, 8]));
-        // SAFETY: closing the read end this test opened.
-        unsafe { libc::close(read) };
     }
 
     #[test]

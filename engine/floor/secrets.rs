@@ -9,11 +9,16 @@
 //!
 //! A value shorter than [`MIN_LEN`] characters is not registered: a variable set to `1` or `x`
 //! would otherwise turn every text into redaction marks, and a value that short is no key.
+//!
+//! All the registered forms are found in one pass over the text (an Aho-Corasick automaton,
+//! built once when a secret is registered), and every byte that any occurrence covers is
+//! replaced: two secrets that overlap in a text leave no part of either behind.
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
+use aho_corasick::AhoCorasick;
 use serde_json::Value;
 
 /// The shortest value treated as a secret, in bytes.
@@ -23,7 +28,13 @@ pub(crate) const MIN_LEN: usize = 8;
 pub(crate) const MARK: &str = "[redacted]";
 
 static ACTIVE: AtomicBool = AtomicBool::new(false);
-static PATTERNS: RwLock<Option<Arc<Vec<Vec<u8>>>>> = RwLock::new(None);
+static REGISTRY: RwLock<Option<Arc<Registry>>> = RwLock::new(None);
+
+/// The registered forms and the automaton that finds all of them at once.
+struct Registry {
+    patterns: Vec<Vec<u8>>,
+    finder: AhoCorasick,
+}
 
 /// Treat `value` as a secret from now on (with the surrounding whitespace trimmed, and also as
 /// JSON escapes it, for records that hold it inside a JSON string). Says whether it was taken:
@@ -40,18 +51,27 @@ pub(crate) fn register(value: &str) -> bool {
             forms.push(escaped.as_bytes().to_vec());
         }
     }
-    let mut guard = PATTERNS
+    let mut guard = REGISTRY
         .write()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let mut patterns: Vec<Vec<u8>> = guard.as_deref().cloned().unwrap_or_default();
+    let mut patterns: Vec<Vec<u8>> = guard
+        .as_deref()
+        .map(|registry| registry.patterns.clone())
+        .unwrap_or_default();
     for form in forms {
         if !patterns.contains(&form) {
             patterns.push(form);
         }
     }
-    // Longest first: a secret that contains another is replaced whole.
+    // Longest first, so [`longest`] reads the first.
     patterns.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
-    *guard = Some(Arc::new(patterns));
+    // The standard match kind reports overlapping occurrences, which `redact_bytes` merges.
+    let Ok(finder) = AhoCorasick::new(&patterns) else {
+        // Only a pattern set past the automaton's size limits fails here: keep the secrets
+        // registered so far rather than none.
+        return false;
+    };
+    *guard = Some(Arc::new(Registry { patterns, finder }));
     ACTIVE.store(true, Ordering::Release);
     true
 }
@@ -70,11 +90,11 @@ pub(crate) fn active() -> bool {
     ACTIVE.load(Ordering::Acquire)
 }
 
-fn patterns() -> Option<Arc<Vec<Vec<u8>>>> {
+fn registry() -> Option<Arc<Registry>> {
     if !active() {
         return None;
     }
-    PATTERNS
+    REGISTRY
         .read()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .clone()
@@ -82,32 +102,41 @@ fn patterns() -> Option<Arc<Vec<Vec<u8>>>> {
 
 /// The length in bytes of the longest registered secret (0 when none is).
 pub(crate) fn longest() -> usize {
-    patterns().map_or(0, |patterns| patterns.first().map_or(0, Vec::len))
+    registry().map_or(0, |registry| registry.patterns.first().map_or(0, Vec::len))
 }
 
-/// `bytes` with every registered secret replaced by [`MARK`].
+/// `bytes` with every registered secret replaced by [`MARK`]: one pass finds every occurrence
+/// (overlapping ones too), and each run of bytes that occurrences cover, end to end or
+/// overlapping, becomes one mark.
 pub(crate) fn redact_bytes(bytes: &[u8]) -> Cow<'_, [u8]> {
-    let Some(patterns) = patterns() else {
+    let Some(registry) = registry() else {
         return Cow::Borrowed(bytes);
     };
-    let mut current: Cow<'_, [u8]> = Cow::Borrowed(bytes);
-    for pattern in patterns.iter() {
-        let finder = memchr::memmem::Finder::new(pattern);
-        let mut hits = finder.find_iter(&current).peekable();
-        if hits.peek().is_none() {
-            continue;
-        }
-        let mut out = Vec::with_capacity(current.len());
-        let mut from = 0;
-        for at in hits {
-            out.extend_from_slice(&current[from..at]);
-            out.extend_from_slice(MARK.as_bytes());
-            from = at + pattern.len();
-        }
-        out.extend_from_slice(&current[from..]);
-        current = Cow::Owned(out);
+    let mut hits: Vec<(usize, usize)> = registry
+        .finder
+        .find_overlapping_iter(bytes)
+        .map(|hit| (hit.start(), hit.end()))
+        .collect();
+    if hits.is_empty() {
+        return Cow::Borrowed(bytes);
     }
-    current
+    hits.sort_unstable();
+    let mut spans: Vec<(usize, usize)> = Vec::with_capacity(hits.len());
+    for (start, end) in hits {
+        match spans.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => spans.push((start, end)),
+        }
+    }
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut from = 0;
+    for (start, end) in spans {
+        out.extend_from_slice(&bytes[from..start]);
+        out.extend_from_slice(MARK.as_bytes());
+        from = end;
+    }
+    out.extend_from_slice(&bytes[from..]);
+    Cow::Owned(out)
 }
 
 /// `text` with every registered secret replaced by [`MARK`].
@@ -239,5 +268,15 @@ mod tests {
             redact_value(&serde_json::json!({ "clean": [1, "x"] })),
             None
         );
+    }
+
+    #[test]
+    fn overlapping_secrets_leave_no_part_of_either_behind() {
+        // The end of one is the start of the other, and a third lies inside the second.
+        register("unit-overlap-head-JOIN");
+        register("JOIN-tail-unit-overlap");
+        register("tail-unit");
+        let text = "<unit-overlap-head-JOIN-tail-unit-overlap> and tail-unit-x";
+        assert_eq!(redact(text), "<[redacted]> and [redacted]-x");
     }
 }
