@@ -31,10 +31,11 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use url::Url;
 
-use super::args::{self, parse};
-use super::fs::{io_error, value_schema};
-use super::paths::sha256_hex;
-use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
+use crate::builtins::args::{self, parse};
+use crate::builtins::io_error;
+use crate::builtins::paths::sha256_hex;
+use crate::builtins::schema::value_schema;
+use crate::builtins::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult, Cancel};
 use crate::template::functions::parse_duration;
 
 const MANIFEST: &str = "_crawl-manifest.json";
@@ -142,7 +143,7 @@ fn fail(message: impl std::fmt::Display) -> BuiltinError {
 struct Client {
     agent: ureq::Agent,
     /// Each request is waited for with this handle checked, on a thread of its own.
-    cancel: super::Cancel,
+    cancel: Cancel,
 }
 
 /// One answer: status, final url, body text.
@@ -154,7 +155,7 @@ struct Answer {
 }
 
 impl Client {
-    fn new(timeout: Duration, cancel: super::Cancel) -> Client {
+    fn new(timeout: Duration, cancel: Cancel) -> Client {
         let agent = ureq::Agent::config_builder()
             .max_redirects(0)
             .http_status_as_error(false)

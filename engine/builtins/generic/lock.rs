@@ -7,8 +7,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::args::{self, parse};
-use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
+use crate::builtins::args::{self, parse};
+use crate::builtins::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
 use crate::floor::locks::{try_acquire, Attempt};
 
 pub(super) fn builtins() -> Vec<Builtin> {

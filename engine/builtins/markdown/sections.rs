@@ -12,9 +12,9 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::args;
-use super::fs::object_schema;
-use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
+use crate::builtins::args;
+use crate::builtins::schema::object_schema;
+use crate::builtins::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
 
 pub(crate) fn builtins() -> Vec<Builtin> {
     vec![
@@ -258,8 +258,8 @@ fn replace_section(with: &Value, _ctx: &BuiltinCtx) -> BuiltinResult {
 
 #[cfg(test)]
 mod tests {
-    use super::super::fs::testing::Sandbox;
     use super::*;
+    use crate::builtins::testing::Sandbox;
 
     const DOC: &str = "# Review\n\nintro\n\n## Step 1 — Predictions\n\n- *\"for ___\"*\n\n```md\n## Step 2 inside a fence\n```\n\n## Step 2 — Disagreements\n\n(Run `stagegraph run review` again.)\n\n### detail\n\nkept with step 2\n\n## Step 3 — Sign-off\n\n- [ ] reviewed\n- [x] provisional  \n\n---\n\ntrailer\n";
 

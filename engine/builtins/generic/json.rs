@@ -13,10 +13,11 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::args::{self, parse};
-use super::fs::{io_error, object_schema, value_schema, write_output, write_output_schema};
-use super::paths;
-use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
+use crate::builtins::args::{self, parse};
+use crate::builtins::io_error;
+use crate::builtins::paths;
+use crate::builtins::schema::{object_schema, value_schema, write_output, write_output_schema};
+use crate::builtins::{too_large, Builtin, BuiltinCtx, BuiltinError, BuiltinResult, Checked};
 
 pub(crate) fn builtins() -> Vec<Builtin> {
     vec![
@@ -76,7 +77,7 @@ fn read_output_schema() -> Value {
 fn read(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     let args: ReadArgs = parse("json.read", with)?;
     let path = ctx.resolve(&args.path);
-    let file = match super::Checked::open(&path, ctx.cancel) {
+    let file = match Checked::open(&path, ctx.cancel) {
         Ok(file) => file,
         Err(err) if err.kind() == io::ErrorKind::NotFound && args.optional => {
             return Ok(Value::Null)
@@ -88,7 +89,7 @@ fn read(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
         .metadata()
         .is_ok_and(|meta| meta.len() > ctx.max_output)
     {
-        return Err(super::too_large(&path, ctx.max_output));
+        return Err(too_large(&path, ctx.max_output));
     }
     serde_json::from_reader(BufReader::new(file)).map_err(|err| {
         if err.is_io() {
@@ -200,8 +201,8 @@ fn lines_output_schema() -> Value {
 fn read_lines(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     let args: LinesArgs = parse("jsonl.read", with)?;
     let path = ctx.resolve(&args.path);
-    let file = super::Checked::open(&path, ctx.cancel)
-        .map_err(|err| io_error("cannot read", &path, &err))?;
+    let file =
+        Checked::open(&path, ctx.cancel).map_err(|err| io_error("cannot read", &path, &err))?;
     let (lines, total_lines) = scan_lines(
         BufReader::with_capacity(256 * 1024, file),
         &path,
@@ -275,8 +276,8 @@ mod tests {
 
     use serde_json::{json, Value};
 
-    use super::super::fs::testing::{listing, write, Sandbox};
     use crate::builtins::paths::sha256_hex;
+    use crate::builtins::testing::{listing, write, Sandbox};
 
     #[test]
     fn json_read_parses_returns_null_when_optional_and_names_the_position_of_bad_json() {

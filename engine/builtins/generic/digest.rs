@@ -16,10 +16,11 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use walkdir::WalkDir;
 
-use super::args::{self, parse};
-use super::fs::{io_error, value_schema};
-use super::paths::hex;
-use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
+use crate::builtins::args::{self, parse};
+use crate::builtins::io_error;
+use crate::builtins::paths::hex;
+use crate::builtins::schema::value_schema;
+use crate::builtins::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult, Cancel, Checked};
 
 pub(crate) fn builtins() -> Vec<Builtin> {
     vec![
@@ -57,7 +58,7 @@ fn matcher(pattern: &str) -> Result<GlobMatcher, BuiltinError> {
 fn files(
     root: &Path,
     doing: &str,
-    cancel: super::Cancel,
+    cancel: Cancel,
 ) -> Result<BTreeMap<String, std::path::PathBuf>, BuiltinError> {
     let mut found = BTreeMap::new();
     match fs::symlink_metadata(root) {
@@ -91,9 +92,9 @@ fn files(
     Ok(found)
 }
 
-fn file_sha256(path: &Path, doing: &str, cancel: super::Cancel) -> Result<String, BuiltinError> {
+fn file_sha256(path: &Path, doing: &str, cancel: Cancel) -> Result<String, BuiltinError> {
     let mut hasher = Sha256::new();
-    let mut file = super::Checked::open(path, cancel).map_err(|err| io_error(doing, path, &err))?;
+    let mut file = Checked::open(path, cancel).map_err(|err| io_error(doing, path, &err))?;
     io::copy(&mut file, &mut hasher).map_err(|err| io_error(doing, path, &err))?;
     Ok(hex(&hasher.finalize()))
 }

@@ -20,9 +20,12 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use walkdir::WalkDir;
 
-use super::args::{self, parse};
-use super::paths::{self, WriteOutcome};
-use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
+use crate::builtins::args::{self, parse};
+use crate::builtins::paths;
+use crate::builtins::schema::{object_schema, value_schema, write_output, write_output_schema};
+use crate::builtins::{
+    io_error, too_large, Builtin, BuiltinCtx, BuiltinError, BuiltinResult, Cancel, Checked,
+};
 
 pub(crate) fn builtins() -> Vec<Builtin> {
     vec![
@@ -110,93 +113,6 @@ pub(crate) fn builtins() -> Vec<Builtin> {
     ]
 }
 
-// ---------------------------------------------------------------------------------------------
-// Shared helpers.
-
-const DRAFT: &str = "https://json-schema.org/draft/2020-12/schema";
-
-/// A closed object schema.
-pub(super) fn object_schema(description: &str, properties: Value, required: &[&str]) -> Value {
-    json!({
-        "$schema": DRAFT,
-        "description": description,
-        "type": "object",
-        "properties": properties,
-        "required": required,
-        "additionalProperties": false,
-    })
-}
-
-/// A schema for a single value, with the draft declared.
-pub(super) fn value_schema(mut schema: Value) -> Value {
-    if let Value::Object(map) = &mut schema {
-        map.insert("$schema".to_string(), json!(DRAFT));
-    }
-    schema
-}
-
-/// The output of every action that writes one file: `{ path, sha256, changed }`.
-pub(super) fn write_output_schema() -> Value {
-    json!({
-        "$schema": DRAFT,
-        "description": "What was written.",
-        "type": "object",
-        "properties": {
-            "path": { "type": "string", "description": "The absolute path written." },
-            "sha256": {
-                "type": "string",
-                "pattern": "^[0-9a-f]{64}$",
-                "description": "SHA-256 hex of the bytes now in the file.",
-            },
-            "changed": {
-                "type": "boolean",
-                "description": "False when the file already held these bytes and was left alone.",
-            },
-        },
-        "required": ["path", "sha256", "changed"],
-        "additionalProperties": false,
-        "examples": [{
-            "path": "/project/out/notes.md",
-            "sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
-            "changed": true,
-        }],
-    })
-}
-
-pub(super) fn write_output(path: &Path, outcome: WriteOutcome) -> Value {
-    json!({ "path": path.display().to_string(), "sha256": outcome.sha256, "changed": outcome.changed })
-}
-
-/// An i/o failure as a lowercase fragment: "cannot read `x`: no such file or folder".
-pub(super) fn io_error(doing: &str, path: &Path, err: &io::Error) -> BuiltinError {
-    BuiltinError::new(format!(
-        "{doing} `{}`: {}",
-        path.display(),
-        describe_io(err)
-    ))
-}
-
-pub(super) fn describe_io(err: &io::Error) -> String {
-    match err.kind() {
-        io::ErrorKind::NotFound => "no such file or folder".to_string(),
-        io::ErrorKind::PermissionDenied => "permission denied".to_string(),
-        io::ErrorKind::AlreadyExists => "it already exists".to_string(),
-        _ => {
-            // The OS wording, minus its "(os error N)" tail, starting lowercase.
-            let text = err.to_string();
-            let text = match text.find(" (os error") {
-                Some(at) => &text[..at],
-                None => &text[..],
-            };
-            let mut chars = text.chars();
-            match chars.next() {
-                Some(first) => first.to_lowercase().chain(chars).collect(),
-                None => "i/o error".to_string(),
-            }
-        }
-    }
-}
-
 fn path_output(path: &Path) -> Value {
     json!({ "path": path.display().to_string() })
 }
@@ -243,7 +159,7 @@ fn read(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
             .map_err(|e| BuiltinError::new(crate::floor::text::not_utf8(&path, e.utf8_error()))),
         Err(Some(err)) if err.kind() == io::ErrorKind::NotFound && args.optional => Ok(Value::Null),
         Err(Some(err)) => Err(io_error("cannot read", &path, &err)),
-        Err(None) => Err(super::too_large(&path, ctx.max_output)),
+        Err(None) => Err(too_large(&path, ctx.max_output)),
     }
 }
 
@@ -251,7 +167,7 @@ fn read(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
 /// past it) and stopping on an interrupt or at the stage's deadline: a 1 GiB file, or
 /// `/dev/zero`, costs no more memory than the limit.
 pub(super) fn read_bounded(path: &Path, ctx: &BuiltinCtx) -> Result<Vec<u8>, Option<io::Error>> {
-    let mut reader = super::Checked::open(path, ctx.cancel).map_err(Some)?;
+    let mut reader = Checked::open(path, ctx.cancel).map_err(Some)?;
     let known = reader.inner.metadata().map_or(0, |meta| meta.len());
     if known > ctx.max_output {
         return Err(None);
@@ -469,8 +385,8 @@ fn hash(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
         hash_folder(&path, ctx.cancel)?
     } else {
         let mut hasher = Sha256::new();
-        let mut file = super::Checked::open(&path, ctx.cancel)
-            .map_err(|err| io_error("cannot hash", &path, &err))?;
+        let mut file =
+            Checked::open(&path, ctx.cancel).map_err(|err| io_error("cannot hash", &path, &err))?;
         io::copy(&mut file, &mut hasher).map_err(|err| io_error("cannot hash", &path, &err))?;
         paths::hex(&hasher.finalize())
     };
@@ -489,7 +405,7 @@ fn hash(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
 /// ASCII length of `bytes`. Folders appear only through the paths of what they hold, so an empty
 /// folder adds nothing. A path cannot hold NUL and the length bounds the bytes, so two different
 /// trees never share an encoding. Another file type (a socket, a device) is an error.
-fn hash_folder(root: &Path, cancel: super::Cancel) -> Result<String, BuiltinError> {
+fn hash_folder(root: &Path, cancel: Cancel) -> Result<String, BuiltinError> {
     enum Kind {
         File(u64),
         Link(Vec<u8>),
@@ -538,7 +454,7 @@ fn hash_folder(root: &Path, cancel: super::Cancel) -> Result<String, BuiltinErro
                 hasher.update(b"f");
                 hasher.update(&relative);
                 hasher.update(format!("\0{len}\0"));
-                let file = super::Checked::open(&path, cancel)
+                let file = Checked::open(&path, cancel)
                     .map_err(|err| io_error("cannot hash", &path, &err))?;
                 // Read one byte past the announced length so a file that grew is noticed too.
                 let copied = io::copy(&mut file.take(len + 1), &mut hasher)
@@ -761,7 +677,7 @@ fn copy_entry(
     from: &Path,
     meta: &fs::Metadata,
     to: &Path,
-    cancel: super::Cancel,
+    cancel: Cancel,
 ) -> Result<(), BuiltinError> {
     let (parent, name) =
         paths::split_parent(to).map_err(|err| io_error("cannot write", to, &err))?;
@@ -782,7 +698,7 @@ fn copy_entry(
             .suffix(".tmp")
             .tempfile_in(parent)
             .map_err(fail)?;
-        let mut source = super::Checked::open(from, cancel).map_err(fail)?;
+        let mut source = Checked::open(from, cancel).map_err(fail)?;
         io::copy(&mut source, temp.as_file_mut()).map_err(fail)?;
         temp.as_file()
             .set_permissions(meta.permissions())
@@ -811,7 +727,7 @@ fn copy_entry(
 }
 
 /// Copy what is below folder `from` into the existing folder `into`, links as links.
-fn copy_tree(from: &Path, into: &Path, cancel: super::Cancel) -> Result<(), BuiltinError> {
+fn copy_tree(from: &Path, into: &Path, cancel: Cancel) -> Result<(), BuiltinError> {
     for entry in WalkDir::new(from).min_depth(1).follow_links(false) {
         cancel.check()?;
         let entry = entry.map_err(|err| walk_error("cannot copy", from, err))?;
@@ -900,112 +816,6 @@ fn remove_entry(path: &Path, meta: &fs::Metadata) -> Result<(), BuiltinError> {
     removed.map_err(|err| io_error("cannot remove", path, &err))
 }
 
-/// A sandbox for the file built-ins' tests: a temporary folder holding the run's working
-/// directory `work/`, whose write root is `work/out/`, and `outside/`, which no root covers.
-#[cfg(test)]
-pub(super) mod testing {
-    use std::path::{Path, PathBuf};
-
-    use serde_json::Value;
-
-    use crate::builtins::{Builtin, BuiltinCtx, BuiltinResult, WriteRoots};
-
-    pub(crate) struct Sandbox {
-        _dir: tempfile::TempDir,
-        pub(crate) cwd: PathBuf,
-        pub(crate) outside: PathBuf,
-        writes: WriteRoots,
-        locks: crate::floor::locks::HeldLocks,
-    }
-
-    impl Sandbox {
-        pub(crate) fn new() -> Self {
-            Self::with_roots(&["out"])
-        }
-
-        pub(crate) fn with_roots(roots: &[&str]) -> Self {
-            let dir = tempfile::tempdir().expect("temp dir");
-            let base = std::fs::canonicalize(dir.path()).expect("canonical temp dir");
-            let cwd = base.join("work");
-            let outside = base.join("outside");
-            std::fs::create_dir_all(&cwd).expect("work dir");
-            std::fs::create_dir_all(&outside).expect("outside dir");
-            let roots: Vec<String> = roots.iter().map(std::string::ToString::to_string).collect();
-            let writes = WriteRoots::new(&cwd, &roots);
-            Sandbox {
-                _dir: dir,
-                cwd,
-                outside,
-                writes,
-                locks: Default::default(),
-            }
-        }
-
-        pub(crate) fn path(&self, relative: &str) -> PathBuf {
-            self.cwd.join(relative)
-        }
-
-        pub(crate) fn ctx(&self) -> BuiltinCtx<'_> {
-            BuiltinCtx {
-                cwd: &self.cwd,
-                writes: &self.writes,
-                locks: &self.locks,
-                cancel: crate::builtins::Cancel::default(),
-                max_output: u64::MAX,
-            }
-        }
-
-        /// Run a built-in, asserting that `with` validates against its `with` schema and that a
-        /// successful output validates against its output schema.
-        pub(crate) fn call(&self, name: &str, with: Value) -> BuiltinResult {
-            let builtin = find(name);
-            assert_valid(&(builtin.with_schema)(), &with, &format!("{name} with"));
-            let output = (builtin.run)(&with, &self.ctx());
-            if let Ok(value) = &output {
-                assert_valid(&(builtin.output_schema)(), value, &format!("{name} output"));
-            }
-            output
-        }
-    }
-
-    /// A registered built-in, by name.
-    pub(crate) fn find(name: &str) -> &'static Builtin {
-        crate::builtins::lookup(name).unwrap_or_else(|| panic!("no built-in {name}"))
-    }
-
-    pub(crate) fn assert_valid(schema: &Value, instance: &Value, what: &str) {
-        jsonschema::meta::validate(schema)
-            .unwrap_or_else(|err| panic!("{what}: schema is not valid: {err}"));
-        let validator = jsonschema::validator_for(schema).expect("compiled schema");
-        let errors: Vec<String> = validator
-            .iter_errors(instance)
-            .map(|err| err.to_string())
-            .collect();
-        assert!(errors.is_empty(), "{what}: {instance} fails: {errors:?}");
-    }
-
-    pub(crate) fn write(path: &Path, text: &str) {
-        std::fs::create_dir_all(path.parent().expect("parent")).expect("parent dirs");
-        std::fs::write(path, text).expect("write fixture");
-    }
-
-    /// The names in a folder, sorted.
-    pub(crate) fn listing(dir: &Path) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(dir)
-            .expect("read dir")
-            .map(|entry| {
-                entry
-                    .expect("entry")
-                    .file_name()
-                    .to_string_lossy()
-                    .into_owned()
-            })
-            .collect();
-        names.sort();
-        names
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::fs;
@@ -1013,8 +823,8 @@ mod tests {
 
     use serde_json::{json, Value};
 
-    use super::testing::{assert_valid, find, listing, write, Sandbox};
     use crate::builtins::paths::sha256_hex;
+    use crate::builtins::testing::{assert_valid, find, listing, write, Sandbox};
 
     fn text(value: &Value, key: &str) -> String {
         value[key].as_str().expect("string field").to_string()

@@ -20,8 +20,8 @@ use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde_json::{json, Value};
 
-use super::args::{self, parse};
-use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
+use crate::builtins::args::{self, parse};
+use crate::builtins::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
 use crate::diag::DiagnosticKind;
 
 pub(crate) const NAME: &str = "ask";

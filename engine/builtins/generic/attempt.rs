@@ -12,9 +12,9 @@
 use schemars::JsonSchema;
 use serde_json::{json, Value};
 
-use super::args::{self, parse};
-use super::fs::object_schema;
-use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
+use crate::builtins::args::{self, parse};
+use crate::builtins::schema::object_schema;
+use crate::builtins::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
 
 const NAME: &str = "try";
 
@@ -58,7 +58,7 @@ impl JsonSchema for Wrappable {
 
 /// The built-ins `try` may run: every one that writes nothing, except itself.
 fn wrappable() -> Vec<&'static str> {
-    super::all()
+    crate::builtins::all()
         .iter()
         .filter(|builtin| {
             !builtin.writes && builtin.name != NAME && builtin.name != super::ask::NAME
@@ -88,7 +88,7 @@ fn run(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     let args: TryArgs = parse(NAME, with)?;
     let Wrappable(uses) = args.uses;
     // Misuse is an error of the stage, not data: only the inner action's failure is caught.
-    let inner = super::lookup(&uses)
+    let inner = crate::builtins::lookup(&uses)
         .ok_or_else(|| BuiltinError::new(format!("`try`: unknown built-in `{uses}`")))?;
     if inner.writes || inner.name == NAME {
         return Err(BuiltinError::new(format!(
@@ -107,7 +107,7 @@ fn run(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
 mod tests {
     use serde_json::{json, Value};
 
-    use super::super::{lookup, BuiltinCtx, WriteRoots};
+    use crate::builtins::{lookup, BuiltinCtx, WriteRoots};
 
     fn call(with: Value) -> Result<Value, String> {
         let dir = tempfile::tempdir().expect("a temporary folder");

@@ -32,10 +32,10 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use super::args::{self, parse};
-use super::fs::object_schema;
-use super::paths::{self, hex};
-use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
+use crate::builtins::args::{self, parse};
+use crate::builtins::paths::{self, hex};
+use crate::builtins::schema::object_schema;
+use crate::builtins::{io_error, Builtin, BuiltinCtx, BuiltinError, BuiltinResult, Cancel};
 
 pub(crate) fn builtins() -> Vec<Builtin> {
     vec![
@@ -265,7 +265,7 @@ fn no_links_below(root: &Path, parts: &[&str], entry: &str) -> Result<bool, Buil
         at.push(part);
         match fs::symlink_metadata(&at) {
             Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(false),
-            Err(err) => return Err(super::fs::io_error("cannot inspect", &at, &err)),
+            Err(err) => return Err(io_error("cannot inspect", &at, &err)),
             Ok(meta) if meta.file_type().is_symlink() => {
                 return Err(BuiltinError::new(format!(
                     "manifest entry `{entry}` goes through a symbolic link, `{}`; a promotion never follows links",
@@ -292,12 +292,11 @@ fn no_links_below(root: &Path, parts: &[&str], entry: &str) -> Result<bool, Buil
     Ok(true)
 }
 
-fn file_sha256(path: &Path, cancel: super::Cancel) -> Result<String, BuiltinError> {
-    let mut file = super::Checked::open(path, cancel)
-        .map_err(|err| super::fs::io_error("cannot hash", path, &err))?;
+fn file_sha256(path: &Path, cancel: Cancel) -> Result<String, BuiltinError> {
+    let mut file = crate::builtins::Checked::open(path, cancel)
+        .map_err(|err| io_error("cannot hash", path, &err))?;
     let mut hasher = Sha256::new();
-    io::copy(&mut file, &mut hasher)
-        .map_err(|err| super::fs::io_error("cannot hash", path, &err))?;
+    io::copy(&mut file, &mut hasher).map_err(|err| io_error("cannot hash", path, &err))?;
     Ok(hex(&hasher.finalize()))
 }
 
@@ -341,7 +340,7 @@ fn tree_root(ctx: &BuiltinCtx, path: &str, may_be_missing: bool) -> Result<PathB
             root.display()
         ))),
         Err(err) if err.kind() == io::ErrorKind::NotFound && may_be_missing => Ok(root),
-        Err(err) => Err(super::fs::io_error("cannot open", &root, &err)),
+        Err(err) => Err(io_error("cannot open", &root, &err)),
     }
 }
 
@@ -350,7 +349,7 @@ fn check_all(
     from: &Path,
     to: &Path,
     entries: &[Entry],
-    cancel: super::Cancel,
+    cancel: Cancel,
 ) -> Result<Vec<Checked>, BuiltinError> {
     let mut seen = std::collections::HashSet::new();
     // Every path first, so a hostile manifest is refused before any file is read.
@@ -505,18 +504,17 @@ fn verify(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
 /// A link at the journal's path is refused, not followed.
 fn journal_record(journal: &Path, entry: &Entry, action: &str) -> Result<(), BuiltinError> {
     if let Some(parent) = journal.parent() {
-        fs::create_dir_all(parent)
-            .map_err(|err| super::fs::io_error("cannot create", parent, &err))?;
+        fs::create_dir_all(parent).map_err(|err| io_error("cannot create", parent, &err))?;
     }
     let mut file = OpenOptions::new()
         .append(true)
         .create(true)
         .custom_flags(libc::O_NOFOLLOW)
         .open(journal)
-        .map_err(|err| super::fs::io_error("cannot open the journal", journal, &err))?;
+        .map_err(|err| io_error("cannot open the journal", journal, &err))?;
     let line = json!({ "path": entry.path, "status": entry.status.as_str(), "action": action });
     file.write_all(format!("{line}\n").as_bytes())
-        .map_err(|err| super::fs::io_error("cannot write the journal", journal, &err))?;
+        .map_err(|err| io_error("cannot write the journal", journal, &err))?;
     // Not synced: the record is for a process that was killed (the kernel keeps what it was
     // written), and the promotion itself does not depend on it.
     Ok(())
@@ -551,7 +549,7 @@ fn promote(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
         plan.push((item, staged, target));
     }
 
-    fs::create_dir_all(&to).map_err(|err| super::fs::io_error("cannot create", &to, &err))?;
+    fs::create_dir_all(&to).map_err(|err| io_error("cannot create", &to, &err))?;
     let mut moved = Vec::new();
     let mut deleted = Vec::new();
     // Each folder a rename or a removal changed, synced once at the end rather than after every
@@ -566,9 +564,9 @@ fn promote(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
                     journal_record(journal, entry, "move")?;
                 }
                 let (parent, _) = paths::split_parent(&target)
-                    .map_err(|err| super::fs::io_error("cannot promote", &target, &err))?;
+                    .map_err(|err| io_error("cannot promote", &target, &err))?;
                 fs::create_dir_all(parent)
-                    .map_err(|err| super::fs::io_error("cannot create", parent, &err))?;
+                    .map_err(|err| io_error("cannot create", parent, &err))?;
                 fs::rename(&staged, &target).map_err(|err| {
                     if err.raw_os_error() == Some(libc::EXDEV) {
                         BuiltinError::new(format!(
@@ -576,7 +574,7 @@ fn promote(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
                             entry.path
                         ))
                     } else {
-                        super::fs::io_error("cannot promote", &staged, &err)
+                        io_error("cannot promote", &staged, &err)
                     }
                 })?;
                 touched.insert(parent.to_path_buf());
@@ -592,7 +590,7 @@ fn promote(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
                 match fs::remove_file(&target) {
                     Ok(()) => {}
                     Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-                    Err(err) => return Err(super::fs::io_error("cannot remove", &target, &err)),
+                    Err(err) => return Err(io_error("cannot remove", &target, &err)),
                 }
                 if let Some(parent) = target.parent() {
                     touched.insert(parent.to_path_buf());
@@ -626,9 +624,9 @@ mod tests {
 
     use serde_json::json;
 
-    use super::super::fs::testing::{write, Sandbox};
-    use super::super::paths::sha256_hex;
     use super::*;
+    use crate::builtins::paths::sha256_hex;
+    use crate::builtins::testing::{write, Sandbox};
 
     fn h(text: &str) -> String {
         sha256_hex(text.as_bytes())[..7].to_string()

@@ -14,10 +14,11 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::args::{self, parse};
-use super::fs::{io_error, value_schema};
-use super::paths::lexical_absolute;
-use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
+use crate::builtins::args::{self, parse};
+use crate::builtins::io_error;
+use crate::builtins::paths::lexical_absolute;
+use crate::builtins::schema::value_schema;
+use crate::builtins::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
 
 pub(crate) fn builtins() -> Vec<Builtin> {
     vec![

@@ -19,9 +19,10 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use walkdir::WalkDir;
 
-use super::args::{self, parse};
-use super::fs::{io_error, object_schema};
-use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
+use crate::builtins::args::{self, parse};
+use crate::builtins::io_error;
+use crate::builtins::schema::object_schema;
+use crate::builtins::{paths, Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
 
 pub(crate) fn builtins() -> Vec<Builtin> {
     vec![
@@ -224,7 +225,7 @@ fn prune(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
         fs::remove_dir(folder).map_err(|err| io_error("cannot remove", folder, &err))?;
     }
     if let Some(parent) = path.parent() {
-        super::paths::sync_dir(parent);
+        paths::sync_dir(parent);
     }
     Ok(json!({ "path": path.display().to_string(), "removed": true, "folders": folders.len() }))
 }
@@ -233,8 +234,8 @@ fn prune(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
 mod tests {
     use std::os::unix::fs::symlink;
 
-    use super::super::fs::testing::{write, Sandbox};
     use super::*;
+    use crate::builtins::testing::{write, Sandbox};
 
     #[test]
     fn dirs_lists_matching_folders_by_root_then_name() {

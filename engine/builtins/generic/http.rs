@@ -12,9 +12,9 @@ use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 use serde_json::{json, Map, Value};
 
-use super::args;
-use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
+use crate::builtins::args;
 use crate::builtins::paths::sha256_hex;
+use crate::builtins::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult, Cancel};
 use crate::template::functions::parse_duration;
 
 const DEFAULT_TIMEOUT: &str = "10s";
@@ -201,7 +201,7 @@ impl Request {
     }
 
     /// The agent, whose timeout is the request's or what is left of the stage's, the shorter.
-    fn agent(&self, cancel: &super::Cancel) -> ureq::Agent {
+    fn agent(&self, cancel: &Cancel) -> ureq::Agent {
         let timeout = match cancel.remaining() {
             Some(left) => self
                 .timeout
@@ -218,7 +218,7 @@ impl Request {
 
     /// A failed request: the interruption or timeout of the stage when that is what ended it,
     /// else the request's own error.
-    fn failed(&self, cancel: &super::Cancel, err: ureq::Error) -> BuiltinError {
+    fn failed(&self, cancel: &Cancel, err: ureq::Error) -> BuiltinError {
         cancel
             .check()
             .err()
@@ -278,7 +278,7 @@ fn run_get(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
 
 impl Request {
     /// A GET of `url` and its body, read no further than `limit` bytes.
-    fn get(&self, cancel: &super::Cancel, limit: u64) -> BuiltinResult {
+    fn get(&self, cancel: &Cancel, limit: u64) -> BuiltinResult {
         let mut response = self
             .agent(cancel)
             .get(&self.url)

@@ -46,9 +46,9 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::args::{self, parse};
-use super::fs::object_schema;
-use super::{Builtin, BuiltinCtx, BuiltinResult};
+use crate::builtins::args::{self, parse};
+use crate::builtins::schema::object_schema;
+use crate::builtins::{paths, Builtin, BuiltinCtx, BuiltinResult};
 
 pub(crate) fn builtins() -> Vec<Builtin> {
     vec![Builtin {
@@ -740,7 +740,7 @@ fn inside(root: &Path, from: &Path, relative: &str) -> Option<PathBuf> {
 
 /// An absolute path with `.` and `..` resolved lexically.
 fn clean(path: &Path) -> PathBuf {
-    super::paths::lexical_absolute(path)
+    paths::lexical_absolute(path)
 }
 
 fn git(root: &Path, args: &[&str]) -> std::io::Result<bool> {

@@ -23,8 +23,8 @@ use serde_json::{json, Map, Value};
 use yaml_rust2::parser::{Event, Parser, Tag};
 use yaml_rust2::scanner::{Marker, TScalarStyle};
 
-use super::args;
-use super::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
+use crate::builtins::args;
+use crate::builtins::{Builtin, BuiltinCtx, BuiltinError, BuiltinResult};
 
 pub(crate) fn builtins() -> Vec<Builtin> {
     vec![Builtin {
