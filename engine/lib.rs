@@ -6,6 +6,9 @@
 //! [`RunRecord`]). What is public is the face re-exported here: [`Engine`], which finds, loads,
 //! checks, runs and resumes workflows, the types its methods take and return, a few functions
 //! for the program that hosts it, [`exit`] codes and [`JSON_VERSION`].
+// A diagnostic's kind carries its typed fields, so results that fail with one are large by
+// design, as are the few closures that check a path against a schema's alternatives.
+#![allow(clippy::result_large_err, clippy::type_complexity)]
 
 // The phases and what they stand on; none of them is public, the face below is.
 mod builtins;
