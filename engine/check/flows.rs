@@ -150,43 +150,43 @@ impl Checker<'_> {
         schemas: &[SchemaOf],
     ) {
         let path: Vec<&str> = derived.read.path.iter().map(String::as_str).collect();
-        let (from, fits): (usize, Box<dyn Fn(&[&str]) -> Result<(), Problem> + '_>) =
-            match path.as_slice() {
-                ["stages", stage, "output", ..] => {
-                    let Some(target) = self.file.stages.get_index_of(*stage) else {
-                        return;
-                    };
-                    (3, closed_only(&schemas[target], stage))
-                }
-                ["output", ..] if pending.context == Context::Output => {
-                    let Some(own) = own else {
-                        return;
-                    };
-                    let stage = self.file.stages.get_index(own).map_or("", |(id, _)| id);
-                    (1, closed_only(&schemas[own], stage))
-                }
-                ["item", ..] if pending.context == Context::Item => {
-                    let Some(ItemOf::Schema {
-                        schema,
-                        path: to_items,
-                        list,
-                    }) = own.and_then(|i| self.items.get(i))
-                    else {
-                        return;
-                    };
-                    let to_items: Vec<&str> = to_items.iter().map(String::as_str).collect();
-                    let Some(items) = schema.node_at(&to_items) else {
-                        return;
-                    };
-                    let subject =
-                        format!("`item` (an item of `{list}`, per {})", schema.short_name());
-                    (
-                        1,
-                        Box::new(move |p| schema.check_path_in(items, p, &subject, false)),
-                    )
-                }
-                _ => return,
-            };
+        let (from, fits): (usize, Box<dyn Fn(&[&str]) -> Result<(), Problem> + '_>) = match path
+            .as_slice()
+        {
+            ["stages", stage, "output", ..] => {
+                let Some(target) = self.file.stages.get_index_of(*stage) else {
+                    return;
+                };
+                (3, closed_only(&schemas[target], stage))
+            }
+            ["output", ..] if pending.context == Context::Output => {
+                let Some(own) = own else {
+                    return;
+                };
+                let stage = self.file.stages.get_index(own).map_or("", |(id, _)| id);
+                (1, closed_only(&schemas[own], stage))
+            }
+            ["item", ..] if pending.context == Context::Item => {
+                let Some(ItemOf::Schema {
+                    schema,
+                    path: to_items,
+                    list,
+                }) = own.and_then(|i| self.items.get(i))
+                else {
+                    return;
+                };
+                let to_items: Vec<&str> = to_items.iter().map(String::as_str).collect();
+                let Some(items) = schema.node_at(&to_items) else {
+                    return;
+                };
+                let subject = format!("`item` (an item of `{list}`, per {})", schema.short_name());
+                (
+                    1,
+                    Box::new(move |p| schema.check_path_in(items, p, &subject, false)),
+                )
+            }
+            _ => return,
+        };
         let Some((at, (kind, help, certain))) =
             ((from + 1)..=path.len()).find_map(|n| fits(&path[from..n]).err().map(|e| (n - 1, e)))
         else {
@@ -255,7 +255,9 @@ impl Checker<'_> {
                     return;
                 };
                 match &schemas[target] {
-                    SchemaOf::Known(schema) => schema.node_at(rest).map(crate::schema::Schema::types_of),
+                    SchemaOf::Known(schema) => {
+                        schema.node_at(rest).map(crate::schema::Schema::types_of)
+                    }
                     _ => None,
                 }
             }
@@ -297,11 +299,16 @@ impl Checker<'_> {
         };
         let shown = flow::shown(&ordering.path);
         let numeric = kinds.iter().any(|k| k == "integer" || k == "number");
-        let help = if ordering.string && numeric && ordering.literal.trim().parse::<f64>().is_ok()
-        {
-            format!("compare with the number `{}`, without quotes", ordering.literal.trim())
+        let help = if ordering.string && numeric && ordering.literal.trim().parse::<f64>().is_ok() {
+            format!(
+                "compare with the number `{}`, without quotes",
+                ordering.literal.trim()
+            )
         } else if ordering.string && numeric {
-            format!("its schema says {}: compare it with a number", kinds.join(" or "))
+            format!(
+                "its schema says {}: compare it with a number",
+                kinds.join(" or ")
+            )
         } else if kinds.iter().any(|k| k == "string") {
             format!("compare it with a string, or convert it first (`{shown} | int`)")
         } else {
@@ -369,9 +376,9 @@ fn closed_only<'s>(
     stage: &'s str,
 ) -> Box<dyn Fn(&[&str]) -> Result<(), Problem> + 's> {
     match schema {
-        SchemaOf::Known(schema) => Box::new(move |p| {
-            schema.check_path_in(&schema.value, p, &schema.short_name(), false)
-        }),
+        SchemaOf::Known(schema) => {
+            Box::new(move |p| schema.check_path_in(&schema.value, p, &schema.short_name(), false))
+        }
         other => Box::new(move |p| {
             other
                 .check_path(p, stage)
