@@ -64,7 +64,9 @@ fn parse(text: &str) -> Vec<Section> {
     // Block quotes, list items and footnotes the parser is inside.
     let mut nested = 0usize;
     // The heading being read: its level, start, and the span of its content.
-    let mut open: Option<(usize, usize, Option<(usize, usize)>)> = None;
+    /// A span of the text, as byte offsets.
+    type Span = (usize, usize);
+    let mut open: Option<(usize, usize, Option<Span>)> = None;
     let options = Options::ENABLE_YAML_STYLE_METADATA_BLOCKS
         | Options::ENABLE_TABLES
         | Options::ENABLE_FOOTNOTES;
