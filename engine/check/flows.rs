@@ -11,6 +11,8 @@
 
 use std::collections::BTreeSet;
 
+use foldhash::HashMap;
+
 use super::foreach::ItemOf;
 use super::gather::{At, Context, Pending};
 use super::schemas::SchemaOf;
@@ -21,6 +23,9 @@ use crate::template::reads::Reads;
 
 /// What is wrong with a path: the problem, a help line, and whether it is certain.
 type Problem = (DiagnosticKind, Option<String>, bool);
+
+/// How a path is checked: `Err` with the problem at the first prefix that does not fit.
+type Fits<'s> = Box<dyn Fn(&[&str]) -> Result<(), Problem> + 's>;
 
 /// A read of a field of a stage that may be skipped, under no guard in its template: reported
 /// once the graph shows no gate before it.
@@ -89,18 +94,41 @@ impl Checker<'_> {
     /// it runs after (or, for `[outputs]`, any stage) asserts or exits on what the skippable
     /// stage's `if` reads, or on the stage itself (a gate stops the run before the read).
     pub(super) fn report_unguarded(&mut self, deps: &[BTreeSet<usize>]) {
-        for candidate in std::mem::take(&mut self.unguarded) {
-            let before: Vec<usize> = match candidate.reader {
-                Some(reader) => ancestors(deps, reader),
-                None => (0..self.file.stages.len()).collect(),
-            };
-            let gated = before.iter().any(|&i| {
-                let def = &self.file.stages[i];
-                def.assert
+        if self.unguarded.is_empty() {
+            return;
+        }
+        // What each stage's assertions and `exit_if` read: the gates a run stops at.
+        let gates: Vec<(usize, Vec<Vec<String>>)> = self
+            .file
+            .stages
+            .values()
+            .enumerate()
+            .filter(|(_, def)| !def.assert.is_empty() || def.exit_if.is_some())
+            .map(|(i, def)| {
+                let paths = def
+                    .assert
                     .iter()
                     .map(|a| a.that.as_str())
                     .chain(def.exit_if.as_deref())
-                    .any(|gate| self.decides(&paths_of(gate), &candidate.read.stage))
+                    .flat_map(paths_of)
+                    .collect();
+                (i, paths)
+            })
+            .collect();
+        let mut before: HashMap<Option<usize>, Vec<bool>> = HashMap::default();
+        for candidate in std::mem::take(&mut self.unguarded) {
+            let runs_after = before.entry(candidate.reader).or_insert_with(|| {
+                let mut marks = vec![candidate.reader.is_none(); deps.len()];
+                if let Some(reader) = candidate.reader {
+                    for i in ancestors(deps, reader) {
+                        marks[i] = true;
+                    }
+                }
+                marks
+            });
+            let gated = gates.iter().any(|(i, paths)| {
+                runs_after.get(*i).copied().unwrap_or(false)
+                    && self.decides(paths, &candidate.read.stage)
             });
             if !gated {
                 self.unguarded(&candidate);
@@ -150,43 +178,41 @@ impl Checker<'_> {
         schemas: &[SchemaOf],
     ) {
         let path: Vec<&str> = derived.read.path.iter().map(String::as_str).collect();
-        let (from, fits): (usize, Box<dyn Fn(&[&str]) -> Result<(), Problem> + '_>) =
-            match path.as_slice() {
-                ["stages", stage, "output", ..] => {
-                    let Some(target) = self.file.stages.get_index_of(*stage) else {
-                        return;
-                    };
-                    (3, closed_only(&schemas[target], stage))
-                }
-                ["output", ..] if pending.context == Context::Output => {
-                    let Some(own) = own else {
-                        return;
-                    };
-                    let stage = self.file.stages.get_index(own).map_or("", |(id, _)| id);
-                    (1, closed_only(&schemas[own], stage))
-                }
-                ["item", ..] if pending.context == Context::Item => {
-                    let Some(ItemOf::Schema {
-                        schema,
-                        path: to_items,
-                        list,
-                    }) = own.and_then(|i| self.items.get(i))
-                    else {
-                        return;
-                    };
-                    let to_items: Vec<&str> = to_items.iter().map(String::as_str).collect();
-                    let Some(items) = schema.node_at(&to_items) else {
-                        return;
-                    };
-                    let subject =
-                        format!("`item` (an item of `{list}`, per {})", schema.short_name());
-                    (
-                        1,
-                        Box::new(move |p| schema.check_path_in(items, p, &subject, false)),
-                    )
-                }
-                _ => return,
-            };
+        let (from, fits): (usize, Fits<'_>) = match path.as_slice() {
+            ["stages", stage, "output", ..] => {
+                let Some(target) = self.file.stages.get_index_of(*stage) else {
+                    return;
+                };
+                (3, closed_only(&schemas[target], stage))
+            }
+            ["output", ..] if pending.context == Context::Output => {
+                let Some(own) = own else {
+                    return;
+                };
+                let stage = self.file.stages.get_index(own).map_or("", |(id, _)| id);
+                (1, closed_only(&schemas[own], stage))
+            }
+            ["item", ..] if pending.context == Context::Item => {
+                let Some(ItemOf::Schema {
+                    schema,
+                    path: to_items,
+                    list,
+                }) = own.and_then(|i| self.items.get(i))
+                else {
+                    return;
+                };
+                let to_items: Vec<&str> = to_items.iter().map(String::as_str).collect();
+                let Some(items) = schema.node_at(&to_items) else {
+                    return;
+                };
+                let subject = format!("`item` (an item of `{list}`, per {})", schema.short_name());
+                (
+                    1,
+                    Box::new(move |p| schema.check_path_in(items, p, &subject, false)),
+                )
+            }
+            _ => return,
+        };
         let Some((at, (kind, help, certain))) =
             ((from + 1)..=path.len()).find_map(|n| fits(&path[from..n]).err().map(|e| (n - 1, e)))
         else {
@@ -255,7 +281,9 @@ impl Checker<'_> {
                     return;
                 };
                 match &schemas[target] {
-                    SchemaOf::Known(schema) => schema.node_at(rest).map(crate::schema::Schema::types_of),
+                    SchemaOf::Known(schema) => {
+                        schema.node_at(rest).map(crate::schema::Schema::types_of)
+                    }
                     _ => None,
                 }
             }
@@ -297,11 +325,16 @@ impl Checker<'_> {
         };
         let shown = flow::shown(&ordering.path);
         let numeric = kinds.iter().any(|k| k == "integer" || k == "number");
-        let help = if ordering.string && numeric && ordering.literal.trim().parse::<f64>().is_ok()
-        {
-            format!("compare with the number `{}`, without quotes", ordering.literal.trim())
+        let help = if ordering.string && numeric && ordering.literal.trim().parse::<f64>().is_ok() {
+            format!(
+                "compare with the number `{}`, without quotes",
+                ordering.literal.trim()
+            )
         } else if ordering.string && numeric {
-            format!("its schema says {}: compare it with a number", kinds.join(" or "))
+            format!(
+                "its schema says {}: compare it with a number",
+                kinds.join(" or ")
+            )
         } else if kinds.iter().any(|k| k == "string") {
             format!("compare it with a string, or convert it first (`{shown} | int`)")
         } else {
@@ -310,8 +343,7 @@ impl Checker<'_> {
         let kind = DiagnosticKind::OrderedAcrossTypes {
             path: shown,
             kinds,
-            op: ordering.op.to_string(),
-            literal,
+            against: format!("{} {literal}", ordering.op),
             string: ordering.string,
         };
         self.diag_span(&pending.at, &pending.source, ordering.span.clone(), kind);
@@ -364,14 +396,11 @@ fn ancestors(deps: &[BTreeSet<usize>], stage: usize) -> Vec<usize> {
 /// How a path read through a binding is checked against what a stage produces: a schema's
 /// object is closed only by `additionalProperties: false` (or `unevaluatedProperties`), and a
 /// name outside the properties it only lists is a warning when it is a near miss of one.
-fn closed_only<'s>(
-    schema: &'s SchemaOf,
-    stage: &'s str,
-) -> Box<dyn Fn(&[&str]) -> Result<(), Problem> + 's> {
+fn closed_only<'s>(schema: &'s SchemaOf, stage: &'s str) -> Fits<'s> {
     match schema {
-        SchemaOf::Known(schema) => Box::new(move |p| {
-            schema.check_path_in(&schema.value, p, &schema.short_name(), false)
-        }),
+        SchemaOf::Known(schema) => {
+            Box::new(move |p| schema.check_path_in(&schema.value, p, &schema.short_name(), false))
+        }
         other => Box::new(move |p| {
             other
                 .check_path(p, stage)

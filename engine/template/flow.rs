@@ -206,7 +206,14 @@ pub(crate) fn shown(path: &[String]) -> String {
 }
 
 /// Filters whose value is the list they are given, or a part of it, in another order.
-const SAME_ITEMS: &[&str] = &["selectattr", "rejectattr", "sort", "reverse", "unique", "list"];
+const SAME_ITEMS: &[&str] = &[
+    "selectattr",
+    "rejectattr",
+    "sort",
+    "reverse",
+    "unique",
+    "list",
+];
 /// Filters whose value is one item of the list they are given.
 const ONE_ITEM: &[&str] = &["first", "last"];
 
@@ -905,10 +912,10 @@ mod tests {
         )
         .is_empty());
         // Set later in the loop's body: an earlier iteration's value.
-        assert!(
-            derived("{% set o = stages.a.output %}{% for i in xs %}{{ o.t }}{% set o = i %}{% endfor %}")
-                .is_empty()
-        );
+        assert!(derived(
+            "{% set o = stages.a.output %}{% for i in xs %}{{ o.t }}{% set o = i %}{% endfor %}"
+        )
+        .is_empty());
         // Inside a macro: it runs where it is called.
         assert!(derived(
             "{% set o = stages.a.output %}{% macro m() %}{{ o.t }}{% endmacro %}{{ m() }}"
@@ -916,15 +923,22 @@ mod tests {
         .is_empty());
         // A filter that is not a list's own, a tuple target, a recursive loop.
         assert!(derived("{% set o = stages.a.output | default({}) %}{{ o.t }}").is_empty());
-        assert!(derived("{% for k, v in stages.a.output | items %}{{ v.t }}{% endfor %}").is_empty());
+        assert!(
+            derived("{% for k, v in stages.a.output | items %}{{ v.t }}{% endfor %}").is_empty()
+        );
         assert!(
             derived("{% for s in stages.a.output.xs recursive %}{{ s.t }}{% endfor %}").is_empty()
         );
         assert!(derived("{{ stages.a.output.xs | map(attribute='t', default=1) }}").is_empty());
         // Set inside a loop's body before it is read there: followed.
         assert_eq!(
-            derived("{% for s in stages.a.output.xs %}{% set m = s.meta %}{{ m.size }}{% endfor %}"),
-            ["stages.a.output.xs[0].meta", "stages.a.output.xs[0].meta.size"]
+            derived(
+                "{% for s in stages.a.output.xs %}{% set m = s.meta %}{{ m.size }}{% endfor %}"
+            ),
+            [
+                "stages.a.output.xs[0].meta",
+                "stages.a.output.xs[0].meta.size"
+            ]
         );
     }
 
@@ -957,8 +971,7 @@ mod tests {
                 .iter()
                 .map(|r| {
                     r.guarded
-                        || r
-                            .conditions
+                        || r.conditions
                             .iter()
                             .any(|p| p.len() > 1 && p[0] == "stages" && p[1] == r.stage)
                 })
