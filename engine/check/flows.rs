@@ -11,6 +11,8 @@
 
 use std::collections::BTreeSet;
 
+use foldhash::HashMap;
+
 use super::foreach::ItemOf;
 use super::gather::{At, Context, Pending};
 use super::schemas::SchemaOf;
@@ -21,6 +23,9 @@ use crate::template::reads::Reads;
 
 /// What is wrong with a path: the problem, a help line, and whether it is certain.
 type Problem = (DiagnosticKind, Option<String>, bool);
+
+/// How a path is checked: `Err` with the problem at the first prefix that does not fit.
+type Fits<'s> = Box<dyn Fn(&[&str]) -> Result<(), Problem> + 's>;
 
 /// A read of a field of a stage that may be skipped, under no guard in its template: reported
 /// once the graph shows no gate before it.
@@ -89,18 +94,41 @@ impl Checker<'_> {
     /// it runs after (or, for `[outputs]`, any stage) asserts or exits on what the skippable
     /// stage's `if` reads, or on the stage itself (a gate stops the run before the read).
     pub(super) fn report_unguarded(&mut self, deps: &[BTreeSet<usize>]) {
-        for candidate in std::mem::take(&mut self.unguarded) {
-            let before: Vec<usize> = match candidate.reader {
-                Some(reader) => ancestors(deps, reader),
-                None => (0..self.file.stages.len()).collect(),
-            };
-            let gated = before.iter().any(|&i| {
-                let def = &self.file.stages[i];
-                def.assert
+        if self.unguarded.is_empty() {
+            return;
+        }
+        // What each stage's assertions and `exit_if` read: the gates a run stops at.
+        let gates: Vec<(usize, Vec<Vec<String>>)> = self
+            .file
+            .stages
+            .values()
+            .enumerate()
+            .filter(|(_, def)| !def.assert.is_empty() || def.exit_if.is_some())
+            .map(|(i, def)| {
+                let paths = def
+                    .assert
                     .iter()
                     .map(|a| a.that.as_str())
                     .chain(def.exit_if.as_deref())
-                    .any(|gate| self.decides(&paths_of(gate), &candidate.read.stage))
+                    .flat_map(paths_of)
+                    .collect();
+                (i, paths)
+            })
+            .collect();
+        let mut before: HashMap<Option<usize>, Vec<bool>> = HashMap::default();
+        for candidate in std::mem::take(&mut self.unguarded) {
+            let runs_after = before.entry(candidate.reader).or_insert_with(|| {
+                let mut marks = vec![candidate.reader.is_none(); deps.len()];
+                if let Some(reader) = candidate.reader {
+                    for i in ancestors(deps, reader) {
+                        marks[i] = true;
+                    }
+                }
+                marks
+            });
+            let gated = gates.iter().any(|(i, paths)| {
+                runs_after.get(*i).copied().unwrap_or(false)
+                    && self.decides(paths, &candidate.read.stage)
             });
             if !gated {
                 self.unguarded(&candidate);
@@ -150,9 +178,7 @@ impl Checker<'_> {
         schemas: &[SchemaOf],
     ) {
         let path: Vec<&str> = derived.read.path.iter().map(String::as_str).collect();
-        let (from, fits): (usize, Box<dyn Fn(&[&str]) -> Result<(), Problem> + '_>) = match path
-            .as_slice()
-        {
+        let (from, fits): (usize, Fits<'_>) = match path.as_slice() {
             ["stages", stage, "output", ..] => {
                 let Some(target) = self.file.stages.get_index_of(*stage) else {
                     return;
@@ -317,8 +343,7 @@ impl Checker<'_> {
         let kind = DiagnosticKind::OrderedAcrossTypes {
             path: shown,
             kinds,
-            op: ordering.op.to_string(),
-            literal,
+            against: format!("{} {literal}", ordering.op),
             string: ordering.string,
         };
         self.diag_span(&pending.at, &pending.source, ordering.span.clone(), kind);
@@ -371,10 +396,7 @@ fn ancestors(deps: &[BTreeSet<usize>], stage: usize) -> Vec<usize> {
 /// How a path read through a binding is checked against what a stage produces: a schema's
 /// object is closed only by `additionalProperties: false` (or `unevaluatedProperties`), and a
 /// name outside the properties it only lists is a warning when it is a near miss of one.
-fn closed_only<'s>(
-    schema: &'s SchemaOf,
-    stage: &'s str,
-) -> Box<dyn Fn(&[&str]) -> Result<(), Problem> + 's> {
+fn closed_only<'s>(schema: &'s SchemaOf, stage: &'s str) -> Fits<'s> {
     match schema {
         SchemaOf::Known(schema) => {
             Box::new(move |p| schema.check_path_in(&schema.value, p, &schema.short_name(), false))

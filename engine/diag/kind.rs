@@ -606,7 +606,7 @@ pub enum DiagnosticKind {
     /// An ordering comparison (`<`, `>`, ...) of a value with a literal of another type:
     /// minijinja orders values of different types by their type alone.
     #[error(
-        "`{path}` is {}, but `{literal}` is {}: `{op}` orders values of different types by their type alone, never by value",
+        "`{path}` is {}, and `{against}` orders it with {} by type alone, never by value",
         .kinds.join(" or "),
         if *.string { "a string" } else { "a number" }
     )]
@@ -615,10 +615,8 @@ pub enum DiagnosticKind {
         path: String,
         /// The types its schema gives it.
         kinds: Vec<String>,
-        /// The operator.
-        op: String,
-        /// The literal as written.
-        literal: String,
+        /// The operator and the literal as written (`> 'x'`).
+        against: String,
         /// Whether the literal is a string (else a number).
         string: bool,
     },
