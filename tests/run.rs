@@ -115,6 +115,8 @@ fn fixtures_snapshot() {
             ".run.holder" => "[holder]",
             ".run.stages.*.started_at" => "[time]",
             ".run.stages.*.duration_ms" => "[ms]",
+            ".run.stages.*.item_runs[].start_ms" => "[ms]",
+            ".run.stages.*.item_runs[].duration_ms" => "[ms]",
             ".run.stages.*.fingerprint" => "[fingerprint]",
             ".run.stages.*.fingerprint_parts.action" => "[hash]",
         });
