@@ -2,6 +2,7 @@
 //! the compiled templates, each template taken out by its [`TemplateKey`].
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use foldhash::{HashMap, HashMapExt};
@@ -9,9 +10,9 @@ use serde_json::Value;
 
 use super::gather::{Pending, PendingAction};
 use super::key::{DurationKey, Field, SizeKey, TemplateKey};
-use super::schemas::SchemaOf;
 use super::{Action, CacheSpec, CheckedLock, ProcessAction, Stage, StageText, WithTree};
 use crate::format::{CacheDef, OutputFormat, StageDef, TemplateRef, WorkflowFile};
+use crate::schema::Schema;
 use crate::template::Tmpl;
 
 /// What check hands over besides the stages' definitions.
@@ -91,7 +92,7 @@ pub(crate) fn assemble(
     templates: Vec<Option<Tmpl>>,
     deps: &[BTreeSet<usize>],
     order: Vec<usize>,
-    schemas: &[SchemaOf],
+    declared: &HashMap<String, Option<Arc<Schema>>>,
     definition_hashes: Vec<String>,
     durations: &HashMap<DurationKey, Duration>,
     sizes: &HashMap<SizeKey, u64>,
@@ -175,16 +176,12 @@ pub(crate) fn assemble(
                     .collect(),
             },
         };
-        let schema = match &schemas[i] {
-            SchemaOf::Known(schema) => Some(schema.clone()),
-            _ => None,
-        }
-        .filter(|_| {
-            def.output
-                .as_ref()
-                .and_then(|o| o.schema.as_ref())
-                .is_some()
-        });
+        // The declared schema, a `foreach` stage's too: there it holds each item's output.
+        let schema = def
+            .output
+            .as_ref()
+            .and_then(|o| o.schema.as_ref())
+            .and_then(|name| declared.get(name).cloned().flatten());
         let format = def.output.as_ref().map_or(
             match &action {
                 Action::Uses { .. } | Action::Workflow { .. } => OutputFormat::Json,

@@ -354,7 +354,7 @@ impl Checker<'_> {
             templates,
             &deps,
             order,
-            &schemas,
+            &self.schemas,
             definition_hashes(),
             &self.durations,
             &self.sizes,

@@ -404,10 +404,17 @@ impl StageRunner<'_> {
         let output = if let Some(given) = given {
             // What the stage's action would have to give: a given output its schema refuses
             // would test a run that cannot happen.
-            if let Some(schema) = stage.schema.as_ref().filter(|_| stage.foreach.is_none()) {
-                schema
-                    .validate(given)
-                    .map_err(|errors| StageError::Schema(schema_failure(schema, &errors)))?;
+            // A `foreach` stage's schema is each item's.
+            if let Some(schema) = &stage.schema {
+                let items = match (&stage.foreach, given) {
+                    (Some(_), Value::Array(items)) => items.as_slice(),
+                    _ => std::slice::from_ref(given),
+                };
+                for item in items {
+                    schema
+                        .validate(item)
+                        .map_err(|errors| StageError::Schema(schema_failure(schema, &errors)))?;
+                }
             }
             outcome.status = StageStatus::Cached;
             outcome.reused_from = Some(
