@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
 
+use rayon::prelude::*;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     JsonObject, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
@@ -78,10 +79,12 @@ impl Server {
 
     fn workflows(&self) -> Vec<Listed> {
         let engine = self.engine();
+        // Each workflow is checked (a tool is offered only for one that checks), in parallel:
+        // a client lists the tools when it starts, and waits for them.
         engine
             .search
             .workflows()
-            .into_iter()
+            .into_par_iter()
             .map(|(name, _, _)| match engine.load(&name) {
                 Ok(workflow) => Listed {
                     description: workflow.description.clone(),

@@ -585,7 +585,24 @@ impl<'w, 'r> Executor<'w, 'r> {
         }
     }
 
+    /// The run, step by step: the scope, the prepared roots, the workflow's lock, the stages
+    /// (then the finally stages), the outputs. A step that ends the run early says with what
+    /// status (`Err`); the lock is let go only once the record is written.
     fn execute(&mut self, reuse: HashMap<String, OutputLine>, items: journal::FinishedItems) {
+        let mut lock = None;
+        let status = self
+            .execute_steps(&reuse, &items, &mut lock)
+            .unwrap_or_else(|ended| ended);
+        self.finish(status);
+        drop(lock);
+    }
+
+    fn execute_steps(
+        &mut self,
+        reuse: &HashMap<String, OutputLine>,
+        items: &journal::FinishedItems,
+        lock: &mut Option<locks::DirLock>,
+    ) -> Result<RunStatus, RunStatus> {
         let workflow = self.workflow;
         // A dry-run's record is no resume's base: it keeps no journal.
         let journal = self.journal.clone().unwrap_or_else(|| {
@@ -599,9 +616,20 @@ impl<'w, 'r> Executor<'w, 'r> {
             inputs: &self.record.inputs,
             dry_run: self.options.dry_run,
         });
+        let mut scope = self.initial_scope();
+        let base = scope.to_value();
+        let prepared = self.prepare(&base)?;
+        *lock = self.take_workflow_lock(&prepared, &base)?;
+        let status = self.run_stages(&prepared, &scope, reuse, items, &journal);
+        scope.output = None;
+        self.evaluate_outputs(status, &mut scope)?;
+        Ok(status)
+    }
 
-        // The scope every template sees; `stages` reads the live table.
-        let mut scope = Scope {
+    /// The scope every template sees; `stages` reads the live table.
+    fn initial_scope(&self) -> Scope {
+        let workflow = self.workflow;
+        Scope {
             inputs: minijinja::Value::from_serialize(&self.record.inputs),
             env: allowed_env(&workflow.env),
             stages: Scope::stages_view(Arc::clone(&self.table)),
@@ -613,19 +641,14 @@ impl<'w, 'r> Executor<'w, 'r> {
             item: None,
             index: None,
             output: None,
-        };
-        let base = scope.to_value();
-        let prepared = match stage::Prepared::new(workflow, &base, &self.runtime.cwd) {
-            Ok(mut prepared) => {
-                prepared.child_env.extend(self.options.env.iter().cloned());
-                prepared
-            }
-            Err(error) => {
-                self.record.error = Some(error.to_string());
-                self.finish(RunStatus::Failed);
-                return;
-            }
-        };
+        }
+    }
+
+    /// The write roots and the children's environment; the sweep of what killed engines left.
+    fn prepare(&mut self, base: &minijinja::Value) -> Result<stage::Prepared, RunStatus> {
+        let mut prepared = stage::Prepared::new(self.workflow, base, &self.runtime.cwd)
+            .map_err(|error| self.failed(error.to_string()))?;
+        prepared.child_env.extend(self.options.env.iter().cloned());
         self.late_roots = prepared
             .writes
             .late()
@@ -637,131 +660,125 @@ impl<'w, 'r> Executor<'w, 'r> {
             folders.extend(prepared.writes.roots());
             self.strays = crate::floor::strays::sweep_in_background(folders);
         }
+        Ok(prepared)
+    }
 
-        // The workflow's lock.
-        let _lock = match &workflow.lock {
-            None => None,
-            Some(lock) if self.options.dry_run => {
-                let path = lock.path.render(&base).unwrap_or_default();
-                self.reporter
-                    .line(&format!("  (dry-run) would take lock {path}"));
-                None
-            }
-            Some(lock) => {
-                let path = match lock.path.render(&base) {
-                    Ok(path) => self.runtime.cwd.join(path),
-                    Err(error) => {
-                        self.record.error = Some(format!("lock path: {error}"));
-                        self.finish(RunStatus::Failed);
-                        return;
-                    }
-                };
-                // The lock folder is a write like any other: it stays inside `writes`.
-                let path = match prepared.writes.check(&path) {
-                    Ok(path) => path,
-                    Err(error) => {
-                        self.record.error = Some(format!("`[workflow] lock`: {error}"));
-                        self.finish(RunStatus::Failed);
-                        return;
-                    }
-                };
-                let taken = take_lock(
-                    &path,
-                    lock.stale_after,
-                    lock.busy == Busy::Wait,
-                    &Clock::system(),
-                    process::Interrupt::global(),
-                    || {
-                        self.reporter
-                            .line(&format!("  waiting for lock {}", path.display()));
-                    },
-                );
-                match taken {
-                    Ok(LockTry::Taken(held)) => Some(held),
-                    Ok(LockTry::Interrupted) => {
-                        // Ctrl-C while waiting: the run was interrupted, not turned away.
-                        self.finish(RunStatus::Interrupted);
-                        return;
-                    }
-                    Ok(LockTry::Busy) => {
-                        let message = lock
-                            .message
-                            .as_ref()
-                            .and_then(|m| m.render(&base).ok())
-                            .unwrap_or_else(|| {
-                                format!("lock {} is held by another run", path.display())
-                            });
-                        if lock.busy == Busy::Fail {
-                            self.record.error = Some(message);
-                            self.finish(RunStatus::Failed);
-                        } else {
-                            self.record.exit = Some(ExitInfo {
-                                stage: None,
-                                message: message.clone(),
-                            });
-                            self.reporter.line(&format!("  exit: {message}"));
-                            self.finish(RunStatus::Exited);
-                        }
-                        return;
-                    }
-                    Err(error) => {
-                        self.record.error =
-                            Some(format!("cannot take lock {}: {error}", path.display()));
-                        self.finish(RunStatus::Failed);
-                        return;
-                    }
-                }
-            }
+    /// The run fails with this error.
+    fn failed(&mut self, error: String) -> RunStatus {
+        self.record.error = Some(error);
+        RunStatus::Failed
+    }
+
+    /// `[workflow] lock`: taken (or waited for), or the run ends as the lock's `busy` says.
+    fn take_workflow_lock(
+        &mut self,
+        prepared: &stage::Prepared,
+        base: &minijinja::Value,
+    ) -> Result<Option<locks::DirLock>, RunStatus> {
+        let Some(lock) = &self.workflow.lock else {
+            return Ok(None);
         };
+        if self.options.dry_run {
+            let path = lock.path.render(base).unwrap_or_default();
+            self.reporter
+                .line(&format!("  (dry-run) would take lock {path}"));
+            return Ok(None);
+        }
+        let path = match lock.path.render(base) {
+            Ok(path) => self.runtime.cwd.join(path),
+            Err(error) => return Err(self.failed(format!("lock path: {error}"))),
+        };
+        // The lock folder is a write like any other: it stays inside `writes`.
+        let path = prepared
+            .writes
+            .check(&path)
+            .map_err(|error| self.failed(format!("`[workflow] lock`: {error}")))?;
+        let taken = take_lock(
+            &path,
+            lock.stale_after,
+            lock.busy == Busy::Wait,
+            &Clock::system(),
+            process::Interrupt::global(),
+            || {
+                self.reporter
+                    .line(&format!("  waiting for lock {}", path.display()));
+            },
+        );
+        match taken {
+            Ok(LockTry::Taken(held)) => Ok(Some(held)),
+            // Ctrl-C while waiting: the run was interrupted, not turned away.
+            Ok(LockTry::Interrupted) => Err(RunStatus::Interrupted),
+            Ok(LockTry::Busy) => {
+                let message = lock
+                    .message
+                    .as_ref()
+                    .and_then(|m| m.render(base).ok())
+                    .unwrap_or_else(|| format!("lock {} is held by another run", path.display()));
+                if lock.busy == Busy::Fail {
+                    return Err(self.failed(message));
+                }
+                self.reporter.line(&format!("  exit: {message}"));
+                self.record.exit = Some(ExitInfo {
+                    stage: None,
+                    message,
+                });
+                Err(RunStatus::Exited)
+            }
+            Err(error) => Err(self.failed(format!("cannot take lock {}: {error}", path.display()))),
+        }
+    }
 
+    /// The ordinary stages, then (unless the run was interrupted) the finally stages, which
+    /// see how it ended; the cache stored at the end.
+    fn run_stages(
+        &mut self,
+        prepared: &stage::Prepared,
+        scope: &Scope,
+        reuse: &HashMap<String, OutputLine>,
+        items: &journal::FinishedItems,
+        journal: &journal::Journal,
+    ) -> RunStatus {
+        let workflow = self.workflow;
         let reporter = self.reporter.clone();
         let rehearsal = self.rehearsal.clone();
-        let runner = StageRunner {
+        let (runtime, options, table, run_started) = (
+            self.runtime,
+            self.options,
+            Arc::clone(&self.table),
+            self.started,
+        );
+        let runner = |base_scope, cache| StageRunner {
             workflow,
-            runtime: self.runtime,
-            options: self.options,
-            prepared: &prepared,
-            base_scope: &scope,
-            reuse: &reuse,
-            items: &items,
-            journal: &journal,
+            runtime,
+            options,
+            prepared,
+            base_scope,
+            reuse,
+            items,
+            journal,
             rehearsal: rehearsal.as_deref(),
             reporter: &reporter,
-            cache: cache::Cache::new(&self.runtime.state_dir, &workflow.name),
-            table: Arc::clone(&self.table),
+            cache,
+            table: Arc::clone(&table),
             raw_stdout: Default::default(),
             sub_runs: Default::default(),
-            run_started: self.started,
+            run_started,
         };
-        let status = self.schedule(&runner, false);
-        let mut cache = runner.cache;
-
-        // Finally stages, once the run has ended (not when it was interrupted): they see how.
+        let ordinary = runner(
+            scope,
+            cache::Cache::new(&self.runtime.state_dir, &workflow.name),
+        );
+        let status = self.schedule(&ordinary, false);
+        let mut cache = ordinary.cache;
         if status != RunStatus::Interrupted && workflow.stages.iter().any(|s| s.finally) {
             let _ = cache.flush();
             let mut ended = scope.clone();
             ended.run = self.ended_value(status);
+            let finally = runner(&ended, cache);
             self.finally_phase = true;
-            let runner = StageRunner {
-                workflow,
-                runtime: self.runtime,
-                options: self.options,
-                prepared: &prepared,
-                base_scope: &ended,
-                reuse: &reuse,
-                items: &items,
-                journal: &journal,
-                rehearsal: rehearsal.as_deref(),
-                reporter: &reporter,
-                cache,
-                table: Arc::clone(&self.table),
-                raw_stdout: Default::default(),
-                sub_runs: Default::default(),
-                run_started: self.started,
-            };
-            self.schedule(&runner, true);
+            self.schedule(&finally, true);
             self.finally_phase = false;
-            cache = runner.cache;
+            cache = finally.cache;
         }
         if let Err(error) = cache.close() {
             self.reporter
@@ -774,10 +791,13 @@ impl<'w, 'r> Executor<'w, 'r> {
         let _ = std::thread::Builder::new()
             .name("cache-drop".into())
             .spawn(move || drop(cache));
-        scope.output = None;
+        status
+    }
 
-        // Outputs, which also see how the run ended, in the words finally stages read it
-        // (`run.status` is `succeeded`, `exited` or `failed`; `run.exit`, `run.error`).
+    /// `[outputs]`, which also see how the run ended, in the words finally stages read it
+    /// (`run.status` is `succeeded`, `exited` or `failed`; `run.exit`, `run.error`).
+    fn evaluate_outputs(&mut self, status: RunStatus, scope: &mut Scope) -> Result<(), RunStatus> {
+        let workflow = self.workflow;
         if status == RunStatus::Completed || status == RunStatus::Exited {
             scope.run = self.ended_value(status);
             let base = scope.to_value();
@@ -790,19 +810,14 @@ impl<'w, 'r> Executor<'w, 'r> {
                             serde_json::to_value(&value).unwrap_or(Value::Null),
                         );
                     }
-                    Err(error)
-                        if status == RunStatus::Exited || !self.options.left_out.is_empty() =>
-                    {
-                        // An early exit, or a stage selection, leaves stages without output;
-                        // say so, don't fail.
-                        let _ = error;
+                    // An early exit, or a stage selection, leaves stages without output;
+                    // say so, don't fail.
+                    Err(_) if status == RunStatus::Exited || !self.options.left_out.is_empty() => {
                         outputs.insert(name.clone(), Value::Null);
                     }
                     Err(error) => {
                         let error = stage_error::Part::Output(name.clone()).failed(error);
-                        self.record.error = Some(error.to_string());
-                        self.finish(RunStatus::Failed);
-                        return;
+                        return Err(self.failed(error.to_string()));
                     }
                 }
             }
@@ -835,7 +850,7 @@ impl<'w, 'r> Executor<'w, 'r> {
                 self.record.outputs = Some(Value::Object(outputs));
             }
         }
-        self.finish(status);
+        Ok(())
     }
 
     /// The scheduling loop: start ready stages up to `--jobs`, record what ends. It runs the
