@@ -50,6 +50,7 @@ pub use engine::{
     StateDir,
 };
 pub use load::RawWorkflow;
+pub use mcp::serve_mcp;
 pub use models::Migration;
 pub use plan::Plan;
 pub use project::{Project, RootMarker};

@@ -171,7 +171,7 @@ fn main() -> ExitCode {
 fn mcp(engine: &Engine, cli: &Cli, cwd: &Path) -> ExitCode {
     let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("stagegraph"));
     let state_dir = cli.state_dir.as_ref().map(|d| cwd.join(d));
-    match engine.serve_mcp(state_dir, exe) {
+    match stagegraph::serve_mcp(engine, state_dir, exe) {
         Ok(()) => ExitCode::from(exit::SUCCESS as u8),
         Err(error) => {
             errln!("error: mcp: {error}");

@@ -41,8 +41,20 @@ pub(crate) struct McpOptions {
     pub exe: PathBuf,
 }
 
+/// Serve the workflows on the search path as Model Context Protocol tools on stdin and stdout
+/// until the client closes the connection; a tool call runs `exe` (this program) with the
+/// engine's libraries and `state_dir`.
+pub fn serve_mcp(engine: &Engine, state_dir: Option<PathBuf>, exe: PathBuf) -> std::io::Result<()> {
+    serve(McpOptions {
+        libraries: engine.libraries.clone(),
+        state_dir,
+        cwd: engine.cwd.clone(),
+        exe,
+    })
+}
+
 /// Serve the protocol on stdin and stdout until the client closes the connection.
-pub(crate) fn serve(options: McpOptions) -> std::io::Result<()> {
+fn serve(options: McpOptions) -> std::io::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

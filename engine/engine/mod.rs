@@ -90,18 +90,6 @@ impl Engine {
             .ok_or_else(|| self.no_workflow(reference))
     }
 
-    /// Serve the workflows on the search path as Model Context Protocol tools on stdin and
-    /// stdout until the client closes the connection; a tool call runs `exe` (this program)
-    /// with the engine's libraries and `state_dir`.
-    pub fn serve_mcp(&self, state_dir: Option<PathBuf>, exe: PathBuf) -> std::io::Result<()> {
-        crate::mcp::serve(crate::mcp::McpOptions {
-            libraries: self.libraries.clone(),
-            state_dir,
-            cwd: self.cwd.clone(),
-            exe,
-        })
-    }
-
     /// Load and check one workflow (by name or path).
     pub fn load(&self, reference: &str) -> Result<Workflow, Vec<Diagnostic>> {
         self.load_then(reference, |_| {})

@@ -6,6 +6,7 @@
 pub(crate) mod atomic;
 pub(crate) mod cancel;
 pub(crate) mod duration;
+pub(crate) mod fd;
 pub(crate) mod hash;
 pub(crate) mod holder;
 pub(crate) mod locks;

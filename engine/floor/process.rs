@@ -287,8 +287,8 @@ fn drain(
 ) {
     use nix::poll::{PollFd, PollFlags, PollTimeout};
     use std::os::fd::AsFd;
-    set_nonblocking(out.as_fd());
-    set_nonblocking(err.as_fd());
+    super::fd::set_nonblocking(out.as_fd());
+    super::fd::set_nonblocking(err.as_fd());
     let mut out = Some(out);
     let mut err = Some(err);
     // On the stack: a heap buffer of this size, zeroed, for every stage costs more than the
@@ -370,17 +370,6 @@ fn read_ready(
             Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => return Ready::Open,
             Err(_) => return Ready::Closed,
         }
-    }
-}
-
-/// Make reads of `fd` return at once when it has nothing, instead of waiting. A failure leaves
-/// it blocking, which only makes a read wait for data after a poll said there was some (or an
-/// end).
-pub(crate) fn set_nonblocking(fd: std::os::fd::BorrowedFd<'_>) {
-    use nix::fcntl::{fcntl, FcntlArg, OFlag};
-    if let Ok(flags) = fcntl(fd, FcntlArg::F_GETFL) {
-        let flags = OFlag::from_bits_retain(flags) | OFlag::O_NONBLOCK;
-        let _ = fcntl(fd, FcntlArg::F_SETFL(flags));
     }
 }
 

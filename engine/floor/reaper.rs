@@ -31,7 +31,7 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use std::os::fd::{AsFd, BorrowedFd};
 
-use super::process::set_nonblocking;
+use super::fd::set_nonblocking;
 
 /// Set on the reaper's environment (to the engine's pid): what makes a start of this program a
 /// reaper.

@@ -1090,7 +1090,7 @@ impl<'w, 'r> Executor<'w, 'r> {
                     LateState::Unresolved("it renders empty".to_string())
                 }
                 Ok(text) => LateState::Resolved(self.runtime.cwd.join(text)),
-                Err(error) => LateState::Unresolved(stage::describe(&error)),
+                Err(error) => LateState::Unresolved(stage_error::describe(&error)),
             };
             late.settle(slot, state);
         }

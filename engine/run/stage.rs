@@ -1552,23 +1552,6 @@ fn artifact_bytes(value: &Value, format: OutputFormat) -> Vec<u8> {
     }
 }
 
-/// A template error as one line: what went wrong and where.
-pub(crate) fn describe(error: &minijinja::Error) -> String {
-    let mut text = error
-        .detail()
-        .map_or_else(|| error.kind().to_string(), str::to_string);
-    if let (Some(name), Some(line)) = (error.name(), error.line()) {
-        let name = name.strip_prefix("value:").unwrap_or(name);
-        text.push_str(&format!(" (in {name}, line {line})"));
-    }
-    let mut source = std::error::Error::source(error);
-    while let Some(inner) = source {
-        text.push_str(&format!(": {inner}"));
-        source = inner.source();
-    }
-    text
-}
-
 /// The workflow's persistent state (`state/<workflow>.json`).
 pub(crate) fn load_state(state_dir: &Path, workflow: &str) -> Value {
     let path = state_dir.join("state").join(format!("{workflow}.json"));

@@ -9,7 +9,6 @@ use crate::builtins::BuiltinError;
 use crate::floor::process::ProcessError;
 use crate::models::ModelError;
 use crate::run::inputs::InputError;
-use crate::run::stage::describe;
 
 /// Why a stage (or one `foreach` item) failed.
 #[derive(Debug, thiserror::Error)]
@@ -257,6 +256,23 @@ fn detail(tail: &str) -> String {
     } else {
         format!(": {tail}")
     }
+}
+
+/// A template error as one line: what went wrong and where.
+pub(crate) fn describe(error: &minijinja::Error) -> String {
+    let mut text = error
+        .detail()
+        .map_or_else(|| error.kind().to_string(), str::to_string);
+    if let (Some(name), Some(line)) = (error.name(), error.line()) {
+        let name = name.strip_prefix("value:").unwrap_or(name);
+        text.push_str(&format!(" (in {name}, line {line})"));
+    }
+    let mut source = std::error::Error::source(error);
+    while let Some(inner) = source {
+        text.push_str(&format!(": {inner}"));
+        source = inner.source();
+    }
+    text
 }
 
 #[cfg(test)]

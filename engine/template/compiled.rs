@@ -10,6 +10,8 @@ use std::sync::{Arc, RwLock};
 use minijinja::value::{Enumerator, Object, Value};
 use minijinja::{Environment, Error, Expression, Template};
 
+use super::text::value_to_text;
+
 /// A template string, compiled.
 pub(crate) enum Tmpl {
     /// No template syntax at all: the text as is.
@@ -447,25 +449,6 @@ fn too_large(len: usize) -> Error {
         minijinja::ErrorKind::InvalidOperation,
         format!("a list of {len} items is too large (at most {MAX_ITEMS})"),
     )
-}
-
-/// How a value becomes text in a command argument, a prompt or a file: strings as they are,
-/// `none` as the empty string, booleans as `true`/`false`, lists and maps as JSON, numbers as
-/// numbers (not Python's `None`/`True`/`['a']`, which minijinja prints by default).
-pub(crate) fn value_to_text(value: &Value) -> String {
-    if let Some(text) = value.as_str() {
-        return text.to_string();
-    }
-    if value.is_none() || value.is_undefined() {
-        return String::new();
-    }
-    match value.kind() {
-        minijinja::value::ValueKind::Bool => value.is_true().to_string(),
-        minijinja::value::ValueKind::Map | minijinja::value::ValueKind::Seq => {
-            serde_json::to_string(value).unwrap_or_else(|_| value.to_string())
-        }
-        _ => value.to_string(),
-    }
 }
 
 /// The results of the run so far, shared with every render.

@@ -1,7 +1,7 @@
 //! The template language: minijinja with strict undefined, plus the functions and filters that
 //! let a workflow shape data without a script.
 //!
-//! Printed values follow [`compiled::value_to_text`]: `none` prints nothing, booleans print
+//! Printed values follow [`text::value_to_text`]: `none` prints nothing, booleans print
 //! `true`/`false`, lists and maps print as JSON. Templates whose name ends in `.sh` (the `shell`
 //! action's scripts) also shell-quote every value they print, so data can never become shell
 //! syntax. A `shell` script goes further ([`shell::render_script`]): its printed values never
@@ -18,6 +18,7 @@ pub(crate) mod functions;
 pub(crate) mod reads;
 pub(crate) mod shell;
 pub(crate) mod stop;
+pub(crate) mod text;
 
 pub(crate) use compiled::{Scope, StageSlot, StageTable, Tmpl};
 
@@ -44,7 +45,7 @@ pub(crate) fn environment() -> Environment<'static> {
         if value.is_safe() {
             return minijinja::escape_formatter(out, state, value);
         }
-        let text = compiled::value_to_text(value);
+        let text = text::value_to_text(value);
         if state.auto_escape() == AutoEscape::Custom("shell") {
             out.write_str(&functions::shell_quote(&text))?;
         } else {

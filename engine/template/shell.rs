@@ -13,7 +13,7 @@ use std::cell::RefCell;
 
 use minijinja::{Error, ErrorKind, Value};
 
-use super::compiled::value_to_text;
+use super::text::value_to_text;
 use super::Tmpl;
 
 /// The prefix of the environment variables that carry a script's values.

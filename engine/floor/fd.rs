@@ -1,0 +1,12 @@
+//! File descriptors: what the process and reaper modules both do to one.
+
+/// Make reads of `fd` return at once when it has nothing, instead of waiting. A failure leaves
+/// it blocking, which only makes a read wait for data after a poll said there was some (or an
+/// end).
+pub(crate) fn set_nonblocking(fd: std::os::fd::BorrowedFd<'_>) {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    if let Ok(flags) = fcntl(fd, FcntlArg::F_GETFL) {
+        let flags = OFlag::from_bits_retain(flags) | OFlag::O_NONBLOCK;
+        let _ = fcntl(fd, FcntlArg::F_SETFL(flags));
+    }
+}
