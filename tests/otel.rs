@@ -29,8 +29,9 @@ fn receiver() -> (String, Received) {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { break };
             let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+            // A connection that sends nothing (the exporter's reachability probe) is no request.
             let mut first = String::new();
-            if reader.read_line(&mut first).is_err() {
+            if reader.read_line(&mut first).unwrap_or(0) == 0 {
                 continue;
             }
             let path = first.split_whitespace().nth(1).unwrap_or("").to_string();

@@ -92,6 +92,10 @@ impl Exporter {
 
     /// Send the trace of `record`; an error says why it did not arrive.
     pub(crate) fn export(&self, record: &RunRecord) -> Result<usize, String> {
+        // A collector that is down costs one refused connection, not the trace's building and
+        // encoding (a few milliseconds a thousand stages) before it.
+        self.reachable()
+            .map_err(|error| format!("cannot send the trace to {}: {error}", self.url))?;
         let spans = spans(record);
         let (body, content_type) = if self.json {
             (
@@ -122,6 +126,27 @@ impl Exporter {
         } else {
             Err(format!("the collector at {} answered {status}", self.url))
         }
+    }
+
+    /// Whether something accepts a connection at the collector's host and port.
+    fn reachable(&self) -> Result<(), String> {
+        use std::net::{TcpStream, ToSocketAddrs};
+        let url = url::Url::parse(&self.url).map_err(|error| error.to_string())?;
+        let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else {
+            return Err("the endpoint names no host".into());
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let mut last = String::from("the host has no address");
+        for address in (host, port)
+            .to_socket_addrs()
+            .map_err(|error| error.to_string())?
+        {
+            match TcpStream::connect_timeout(&address, self.timeout) {
+                Ok(_) => return Ok(()),
+                Err(error) => last = error.to_string(),
+            }
+        }
+        Err(last)
     }
 }
 
