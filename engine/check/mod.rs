@@ -393,7 +393,7 @@ mod tests {
 
     use super::format_errors::within_bounds;
     use super::graph::in_order_of_the_file;
-    use super::references::bound_locally;
+    use super::references::{bound_locally, called};
     use crate::diag::SourceFile;
     use crate::format::WorkflowFile;
     use crate::load;
@@ -634,5 +634,22 @@ mod tests {
         ));
         assert!(!bound_locally("{{ total }}", "total"));
         assert!(!bound_locally("{% set subtotal = 1 %}{{ total }}", "total"));
+        assert!(!bound_locally("{% settings total %}", "total"));
+        assert!(!bound_locally(
+            "{% set total_sum = 1 %}{{ total }}",
+            "total"
+        ));
+        assert!(bound_locally("{%set x, (é, total) = t %}", "total"));
+    }
+
+    #[test]
+    fn a_call_is_a_name_followed_by_a_parenthesis_not_after_a_dot_or_a_word() {
+        assert!(called("{{ fmt(1) }}", "fmt"));
+        assert!(called("{{fmt (1)}}", "fmt"));
+        assert!(called("{{ a ~ fmt\n(1) }}", "fmt"));
+        assert!(!called("{{ x.fmt(1) }}", "fmt"));
+        assert!(!called("{{ reformat(1) }}", "format"));
+        assert!(!called("{{ fmts(1) }}", "fmt"));
+        assert!(!called("{{ fmt }}", "fmt"));
     }
 }

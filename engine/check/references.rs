@@ -4,7 +4,6 @@
 use std::collections::{BTreeSet, HashSet};
 
 use foldhash::HashMap;
-use regex::Regex;
 
 use super::foreach::ItemOf;
 use super::gather::{At, Context, Pending};
@@ -592,17 +591,40 @@ pub(super) fn reads_of(pending: &Pending) -> reads::Reads {
     analysis.unwrap_or_default()
 }
 
-/// Whether a template calls `name` as a function (`name(` not after a `.`).
-fn called(source: &str, name: &str) -> bool {
-    let pattern = format!(r"(?:^|[^\w.]){}\s*\(", regex::escape(name));
-    Regex::new(&pattern).is_ok_and(|re| re.is_match(source))
+/// Whether a template calls `name` as a function (`name(` not after a `.` or a word
+/// character).
+pub(crate) fn called(source: &str, name: &str) -> bool {
+    source.match_indices(name).any(|(at, _)| {
+        let before = source[..at].chars().next_back();
+        !before.is_some_and(|c| is_word(c) || c == '.')
+            && source[at + name.len()..].trim_start().starts_with('(')
+    })
 }
 
-/// Whether a template binds `name` itself with `{% set %}`, `{% for %}` or `{% macro %}`.
+/// Whether a template binds `name` itself with `{% set %}`, `{% for %}` or `{% macro %}`:
+/// `name` as a whole word among the words, commas and parentheses after the keyword.
 pub(crate) fn bound_locally(source: &str, name: &str) -> bool {
-    let pattern = format!(
-        r"\{{%-?\s*(?:set|for|macro)\s+(?:[\w\s,(]*[\s,(])?{}\b",
-        regex::escape(name)
-    );
-    Regex::new(&pattern).is_ok_and(|re| re.is_match(source))
+    source.match_indices("{%").any(|(at, _)| {
+        let tag = &source[at + 2..];
+        let tag = tag.strip_prefix('-').unwrap_or(tag).trim_start();
+        let Some(names) = ["set", "for", "macro"]
+            .iter()
+            .find_map(|keyword| tag.strip_prefix(keyword))
+            .filter(|rest| rest.starts_with(char::is_whitespace))
+        else {
+            return false;
+        };
+        let end = names
+            .find(|c: char| !(is_word(c) || c.is_whitespace() || c == ',' || c == '('))
+            .unwrap_or(names.len());
+        names[..end].match_indices(name).any(|(at, _)| {
+            let before = names[..at].chars().next_back();
+            before.is_some_and(|c| c.is_whitespace() || c == ',' || c == '(')
+                && !names[at + name.len()..].starts_with(is_word)
+        })
+    })
+}
+
+fn is_word(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
 }
