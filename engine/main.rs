@@ -29,18 +29,27 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// at 51 MB instead of 90 (book/src/benchmarks.md). A value the environment gives
 /// (`MIMALLOC_ALLOW_THP`, `MIMALLOC_PURGE_DELAY`) is left as it is.
 fn tune_allocator() {
-    // mimalloc's option numbers (`mi_option_t` in mimalloc.h, v2).
-    const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-    const ALLOW_THP: libmimalloc_sys::mi_option_t = 43;
-    for (option, name, value) in [
-        (ALLOW_THP, "MIMALLOC_ALLOW_THP", 0),
-        (PURGE_DELAY, "MIMALLOC_PURGE_DELAY", 0),
-    ] {
-        if std::env::var_os(name).is_none() {
-            // SAFETY: sets one of mimalloc's documented options to a documented value; mimalloc
-            // reads its options atomically, from any thread, at any time.
-            unsafe { libmimalloc_sys::mi_option_set(option, value) };
-        }
+    set_allocator_option(ALLOW_THP, "MIMALLOC_ALLOW_THP", 0);
+    set_allocator_option(PURGE_DELAY, "MIMALLOC_PURGE_DELAY", 0);
+}
+
+/// `check` and `plan` read, print and exit within a fraction of a second: for them returning
+/// freed pages to the kernel only to fault them in again is all cost (`check` of 10,000 stages:
+/// 4,600 page faults and up to 0.3 s of system time, against 466 faults and a steady 0.04 s
+/// when freed pages are kept, for 13 MB more at the peak).
+fn keep_freed_pages() {
+    set_allocator_option(PURGE_DELAY, "MIMALLOC_PURGE_DELAY", -1);
+}
+
+// mimalloc's option numbers (`mi_option_t` in mimalloc.h, v2).
+const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+const ALLOW_THP: libmimalloc_sys::mi_option_t = 43;
+
+fn set_allocator_option(option: libmimalloc_sys::mi_option_t, name: &str, value: i64) {
+    if std::env::var_os(name).is_none() {
+        // SAFETY: sets one of mimalloc's documented options to a documented value; mimalloc
+        // reads its options atomically, from any thread, at any time.
+        unsafe { libmimalloc_sys::mi_option_set(option, value as _) };
     }
 }
 
@@ -109,6 +118,9 @@ fn main() -> ExitCode {
     // with the words typed, and gets workflow names and run ids from this project.
     clap_complete::CompleteEnv::with_factory(<Cli as clap::CommandFactory>::command).complete();
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Check { .. } | Command::Plan { .. }) {
+        keep_freed_pages();
+    }
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let color = match cli.color {
         Color::Always => true,
