@@ -495,3 +495,73 @@ fn a_dead_collector_is_one_warning_and_the_run_is_unchanged() {
     );
     assert_eq!(t.last_run()["status"], "completed");
 }
+
+/// A child of a traced run reads where it stands in the trace: `TRACEPARENT` names the run's
+/// trace and its stage's span (its item's, in a `foreach`), as the export then holds them; the
+/// fingerprint does not cover it, and an untraced run sets none.
+#[test]
+fn children_of_a_traced_run_get_the_traceparent_of_their_stage() {
+    let (collector, received) = receiver();
+    let t = Test::new();
+    t.write(
+        "lib/workflows/parents.toml",
+        r#"
+[stages.show]
+shell = 'printf "%s" "$TRACEPARENT"'
+cache = true
+
+[stages.each]
+foreach = '[0, 1]'
+shell = 'printf "%s" "$TRACEPARENT"'
+
+[stages.ask]
+prompt = { inline = "where am I?" }
+model = "echo"
+
+[outputs]
+show = "{{ stages.show.output }}"
+each = "{{ stages.each.output | tojson }}"
+ask = "{{ stages.ask.output }}"
+"#,
+    );
+    t.write(
+        "stagegraph.toml",
+        "[models.echo]\nprovider = \"command\"\ncommand = [\"sh\", \"-c\", \"printf %s \\\"$TRACEPARENT\\\"\"]\n",
+    );
+    let out = t
+        .command(["-L", "lib", "run", "parents", "-q", "--format", "json"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &collector)
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+        .output();
+    out.code(0);
+    poll_until(Duration::from_secs(5), || {
+        !received.lock().unwrap().is_empty()
+    });
+    let body = received.lock().unwrap()[0].2.clone();
+    let (_, spans) = spans_of(&from_otlp_json(&body));
+    let parent_of = |name: &str| {
+        let span = spans
+            .iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("a span named {name:?} in {spans:?}"));
+        format!("00-{}-{}-01", span.trace_id, span.span_id)
+    };
+    let record: Value = serde_json::from_str(&out.stdout).expect("run JSON");
+    let output = |record: &Value, name: &str| record["outputs"][name].clone();
+    let shown = parent_of("stage show");
+    assert_eq!(output(&record, "show"), json!(shown), "{record:#}");
+    let items = json!([parent_of("item each[0]"), parent_of("item each[1]")]);
+    assert_eq!(output(&record, "each"), json!(items.to_string()));
+    assert_eq!(output(&record, "ask"), json!(parent_of("stage ask")));
+
+    // Untraced, a child sees none, and the cached stage is reused with what it printed then
+    // (TRACEPARENT is no part of its fingerprint).
+    let out = t
+        .command(["-L", "lib", "run", "parents", "-q", "--format", "json"])
+        .output();
+    out.code(0);
+    let record: Value = serde_json::from_str(&out.stdout).expect("run JSON");
+    assert_eq!(output(&record, "show"), json!(shown), "{record:#}");
+    assert_eq!(output(&record, "each"), json!(r#"["",""]"#));
+    assert_eq!(output(&record, "ask"), json!(""));
+}

@@ -294,6 +294,13 @@ impl Journal {
         format!("{} {item} {stage}", self.shared.run_id)
     }
 
+    /// The `TRACEPARENT` of a child of `stage` (item `item`): the span of the top-level stage
+    /// (or item) it runs under, as the run's trace will hold it.
+    pub(crate) fn traceparent(&self, stage: &str, item: Option<usize>) -> String {
+        let (stage, item) = self.owner(stage, item);
+        super::otlp::traceparent(&self.shared.run_id, stage, item)
+    }
+
     /// Item `index` of `stage` finished with `output`. Returns a warning the first time a line
     /// cannot be written.
     pub(crate) fn item_finished(

@@ -211,6 +211,29 @@ fn digest(parts: &[&str]) -> [u8; 32] {
     hasher.finalize().into()
 }
 
+/// Whether this process's runs export their trace (an endpoint variable is set): their
+/// children are then told where they stand in it.
+pub(crate) fn exporting() -> bool {
+    static EXPORTING: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *EXPORTING.get_or_init(|| {
+        Exporter::from_env(|name| std::env::var(name).ok()).is_ok_and(|exporter| exporter.is_some())
+    })
+}
+
+/// The W3C `traceparent` of stage `stage`'s span in run `run_id`'s trace (of its item
+/// `item`'s, for a `foreach` item): a child that traces puts its own spans under it.
+pub(crate) fn traceparent(run_id: &str, stage: &str, item: Option<usize>) -> String {
+    let span = match item {
+        Some(index) => span_id(&[run_id, stage, "item", &index.to_string()]),
+        None => span_id(&[run_id, stage]),
+    };
+    format!(
+        "00-{}-{}-01",
+        hex::encode(trace_id(run_id)),
+        hex::encode(span)
+    )
+}
+
 /// The trace id of run `run_id`: the same for every export of its record.
 pub(crate) fn trace_id(run_id: &str) -> [u8; 16] {
     let mut id = [0u8; 16];

@@ -1234,6 +1234,13 @@ impl StageRunner<'_> {
                     super::journal::MARKER.to_string(),
                     self.journal.marker(&stage.id, item),
                 ));
+                // Outside the fingerprint: it names this run.
+                if super::otlp::exporting() {
+                    spec.env.push((
+                        "TRACEPARENT".to_string(),
+                        self.journal.traceparent(&stage.id, item),
+                    ));
+                }
                 let journal_start = |pid: u32| {
                     if let Some(warning) = self.journal.process_started(&stage.id, item, pid) {
                         self.reporter.line(&format!("warning: {warning}"));
@@ -1279,6 +1286,15 @@ impl StageRunner<'_> {
             Rendered::Template(text) => self
                 .parse_and_validate(stage, text, false)
                 .map_err(StageError::Output),
+            Rendered::Prompt(request) if super::otlp::exporting() => {
+                // A model provider that runs a program (`claude -p`) hands it on.
+                let mut request = request.clone();
+                request.env.push((
+                    "TRACEPARENT".to_string(),
+                    self.journal.traceparent(&stage.id, item),
+                ));
+                Ok(self.prompt(stage, &request, calls)?)
+            }
             Rendered::Prompt(request) => Ok(self.prompt(stage, request, calls)?),
             Rendered::Builtin(args) => {
                 let Action::Uses { builtin, .. } = &stage.action else {
