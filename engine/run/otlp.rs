@@ -128,9 +128,21 @@ impl Exporter {
         }
     }
 
-    /// Whether something accepts a connection at the collector's host and port.
+    /// Whether something accepts a connection at the collector's host and port. Through a
+    /// proxy (the `*_PROXY` variables the HTTP client honours) a direct connection tells
+    /// nothing, so none is tried.
     fn reachable(&self) -> Result<(), String> {
         use std::net::{TcpStream, ToSocketAddrs};
+        let proxied = ["ALL_PROXY", "HTTPS_PROXY", "HTTP_PROXY"]
+            .iter()
+            .any(|name| {
+                std::env::var_os(name)
+                    .or_else(|| std::env::var_os(name.to_lowercase()))
+                    .is_some()
+            });
+        if proxied {
+            return Ok(());
+        }
         let url = url::Url::parse(&self.url).map_err(|error| error.to_string())?;
         let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else {
             return Err("the endpoint names no host".into());
