@@ -400,6 +400,13 @@ fn assert_matches_record(t: &Test, resource: &BTreeMap<String, Value>, spans: &[
 }
 
 fn traced_run(protocol: Option<&str>) -> (Test, Vec<(String, String, Vec<u8>)>) {
+    traced_run_with(protocol, &[])
+}
+
+fn traced_run_with(
+    protocol: Option<&str>,
+    env: &[(&str, &str)],
+) -> (Test, Vec<(String, String, Vec<u8>)>) {
     let api = model();
     let (collector, received) = receiver();
     let t = project(&api.url);
@@ -411,6 +418,9 @@ fn traced_run(protocol: Option<&str>) -> (Test, Vec<(String, String, Vec<u8>)>) 
         .env("OTEL_RESOURCE_ATTRIBUTES", "team=docs");
     if let Some(protocol) = protocol {
         run = run.env("OTEL_EXPORTER_OTLP_PROTOCOL", protocol);
+    }
+    for (name, value) in env {
+        run = run.env(name, value);
     }
     let out = run.output();
     out.code(0);
@@ -564,4 +574,64 @@ ask = "{{ stages.ask.output }}"
     assert_eq!(output(&record, "show"), json!(shown), "{record:#}");
     assert_eq!(output(&record, "each"), json!(r#"["",""]"#));
     assert_eq!(output(&record, "ask"), json!(""));
+}
+
+/// Message content is the GenAI conventions' opt-in: without it no model-call span carries a
+/// prompt or a reply; with it each carries the system prompt, the conversation sent (a repair
+/// includes the rejected reply and the problems told) and the reply.
+#[test]
+fn model_call_spans_carry_their_messages_only_when_asked() {
+    let (_, received) = traced_run(Some("http/json"));
+    let (_, spans) = spans_of(&from_otlp_json(&received[0].2));
+    let chats: Vec<&Span> = spans.iter().filter(|s| s.kind == 3).collect();
+    assert_eq!(chats.len(), 4);
+    for chat in &chats {
+        assert!(
+            !chat.attributes.contains_key("gen_ai.input.messages")
+                && !chat.attributes.contains_key("gen_ai.output.messages"),
+            "{chat:?}"
+        );
+    }
+
+    let (_, received) = traced_run_with(
+        Some("http/json"),
+        &[("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")],
+    );
+    let (_, spans) = spans_of(&from_otlp_json(&received[0].2));
+    let chats: Vec<&Span> = spans.iter().filter(|s| s.kind == 3).collect();
+    let messages = |chat: &Span, key: &str| -> Value {
+        serde_json::from_str(chat.attributes[key].as_str().expect("a string")).expect("JSON")
+    };
+    let ask = spans.iter().find(|s| s.name == "stage ask").expect("stage ask");
+    let asked: Vec<&&Span> = chats.iter().filter(|c| c.parent == ask.span_id).collect();
+    assert_eq!(asked.len(), 2, "the rejected call and its repair");
+    let first = messages(asked[0], "gen_ai.input.messages");
+    assert_eq!(first[0]["role"], "user");
+    assert_eq!(
+        first[0]["parts"][0]["content"],
+        "Name one concept about retries."
+    );
+    assert_eq!(first.as_array().map(Vec::len), Some(1));
+    let reply = messages(asked[0], "gen_ai.output.messages");
+    assert_eq!(reply[0]["role"], "assistant");
+    assert!(
+        reply[0]["parts"][0]["content"]
+            .as_str()
+            .is_some_and(|text| text.contains("wrong")),
+        "{reply}"
+    );
+    // The repair sends the rejected reply back with what was wrong with it.
+    let second = messages(asked[1], "gen_ai.input.messages");
+    let roles: Vec<&str> = second
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter_map(|m| m["role"].as_str())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "user"]);
+    assert!(
+        messages(asked[1], "gen_ai.output.messages")[0]["parts"][0]["content"]
+            .as_str()
+            .is_some_and(|text| text.contains("jitter"))
+    );
 }

@@ -232,6 +232,43 @@ pub(crate) fn exporting() -> bool {
     })
 }
 
+/// Whether model calls keep what they sent and got for the trace: only when a run is traced
+/// and `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` is `true` (the GenAI semantic
+/// conventions' opt-in; prompts carry what the workflow read).
+pub(crate) fn captures_content() -> bool {
+    static CAPTURES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CAPTURES.get_or_init(|| {
+        exporting()
+            && std::env::var("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
+                .is_ok_and(|value| value.trim().eq_ignore_ascii_case("true"))
+    })
+}
+
+/// The GenAI conventions' message attributes of a call's captured content (secrets redacted).
+fn content_attributes(content: &super::record::CallContent) -> Vec<(String, Attr)> {
+    let text =
+        |text: &str| json!([{ "type": "text", "content": crate::floor::secrets::redact(text) }]);
+    let mut attrs = Vec::new();
+    if let Some(system) = &content.system {
+        attrs.push((
+            "gen_ai.system_instructions".into(),
+            s(text(system).to_string()),
+        ));
+    }
+    let input: Vec<Value> = content
+        .messages
+        .iter()
+        .map(|(role, message)| json!({ "role": role, "parts": text(message) }))
+        .collect();
+    attrs.push((
+        "gen_ai.input.messages".into(),
+        s(Value::Array(input).to_string()),
+    ));
+    let output = json!([{ "role": "assistant", "parts": text(&content.reply) }]);
+    attrs.push(("gen_ai.output.messages".into(), s(output.to_string())));
+    attrs
+}
+
 /// The W3C `traceparent` of stage `stage`'s span in run `run_id`'s trace (of its item
 /// `item`'s, for a `foreach` item): a child that traces puts its own spans under it.
 pub(crate) fn traceparent(run_id: &str, stage: &str, item: Option<usize>) -> String {
@@ -536,6 +573,9 @@ impl Chat<'_> {
             }
             if call.replayed {
                 attrs.push(("stagegraph.replayed".into(), Attr::Bool(true)));
+            }
+            if let Some(content) = &call.content {
+                attrs.extend(content_attributes(content));
             }
             if let Some(problems) = &call.rejected {
                 events.push(SpanEvent {

@@ -117,6 +117,21 @@ pub(crate) struct ModelCall {
     /// Why the reply was rejected (parse or schema errors), for repaired attempts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rejected: Option<String>,
+    /// What was sent and answered, kept only when a traced run is asked to capture message
+    /// content (`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<CallContent>,
+}
+
+/// A model call's messages: the system prompt, the conversation sent (the prompt, then for a
+/// repair each rejected reply and the problems told), and the reply.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub(crate) struct CallContent {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    /// `(role, text)`: `user` or `assistant`.
+    pub messages: Vec<(String, String)>,
+    pub reply: String,
 }
 
 /// One `foreach` item as it ran. Its model calls are the next `model_calls` of its stage's

@@ -1398,6 +1398,8 @@ impl StageRunner<'_> {
                 waited_ms: reply.retried.waited_ms,
                 replayed: reply.replayed,
                 rejected: None,
+                content: super::otlp::captures_content()
+                    .then(|| call_content(&request, &reply.text)),
             });
             match self.parse_and_validate(stage, &reply.text, true) {
                 Ok(value) => return Ok(value),
@@ -1463,6 +1465,24 @@ impl StageRunner<'_> {
                 .map_err(|errors| vec![schema_failure(schema, &errors)])?;
         }
         Ok(value)
+    }
+}
+
+/// What a model call sent and got, as the trace's opt-in message content shows it.
+fn call_content(request: &ModelRequest, reply: &str) -> super::record::CallContent {
+    let prompt = match &request.prefix {
+        Some(prefix) => format!("{prefix}{}", request.prompt),
+        None => request.prompt.clone(),
+    };
+    let mut messages = vec![("user".to_string(), prompt)];
+    for correction in &request.corrections {
+        messages.push(("assistant".into(), correction.reply.clone()));
+        messages.push(("user".into(), correction.problems.clone()));
+    }
+    super::record::CallContent {
+        system: request.system.clone(),
+        messages,
+        reply: reply.to_string(),
     }
 }
 
