@@ -602,7 +602,10 @@ fn model_call_spans_carry_their_messages_only_when_asked() {
     let messages = |chat: &Span, key: &str| -> Value {
         serde_json::from_str(chat.attributes[key].as_str().expect("a string")).expect("JSON")
     };
-    let ask = spans.iter().find(|s| s.name == "stage ask").expect("stage ask");
+    let ask = spans
+        .iter()
+        .find(|s| s.name == "stage ask")
+        .expect("stage ask");
     let asked: Vec<&&Span> = chats.iter().filter(|c| c.parent == ask.span_id).collect();
     assert_eq!(asked.len(), 2, "the rejected call and its repair");
     let first = messages(asked[0], "gen_ai.input.messages");
