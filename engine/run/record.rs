@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::models::Usage;
+use crate::models::{Role, Usage};
 
 /// How a run ended, or that it is still running (`status` in `run.json`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -129,8 +129,7 @@ pub(crate) struct ModelCall {
 pub(crate) struct CallContent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system: Option<String>,
-    /// `(role, text)`: `user` or `assistant`.
-    pub messages: Vec<(String, String)>,
+    pub messages: Vec<(Role, String)>,
     pub reply: String,
 }
 

@@ -1234,13 +1234,7 @@ impl StageRunner<'_> {
                     super::journal::MARKER.to_string(),
                     self.journal.marker(&stage.id, item),
                 ));
-                // Outside the fingerprint: it names this run.
-                if super::otlp::exporting() {
-                    spec.env.push((
-                        "TRACEPARENT".to_string(),
-                        self.journal.traceparent(&stage.id, item),
-                    ));
-                }
+                spec.env.extend(self.traceparent(stage, item));
                 let journal_start = |pid: u32| {
                     if let Some(warning) = self.journal.process_started(&stage.id, item, pid) {
                         self.reporter.line(&format!("warning: {warning}"));
@@ -1286,16 +1280,7 @@ impl StageRunner<'_> {
             Rendered::Template(text) => self
                 .parse_and_validate(stage, text, false)
                 .map_err(StageError::Output),
-            Rendered::Prompt(request) if super::otlp::exporting() => {
-                // A model provider that runs a program (`claude -p`) hands it on.
-                let mut request = request.clone();
-                request.env.push((
-                    "TRACEPARENT".to_string(),
-                    self.journal.traceparent(&stage.id, item),
-                ));
-                Ok(self.prompt(stage, &request, calls)?)
-            }
-            Rendered::Prompt(request) => Ok(self.prompt(stage, request, calls)?),
+            Rendered::Prompt(request) => Ok(self.prompt(stage, item, request, calls)?),
             Rendered::Builtin(args) => {
                 let Action::Uses { builtin, .. } = &stage.action else {
                     return Err(StageError::Internal("a built-in stage without a built-in"));
@@ -1372,15 +1357,29 @@ impl StageRunner<'_> {
         }
     }
 
+    /// `TRACEPARENT` for a process of `stage` (item `item`) while the run is traced: the span
+    /// it runs under. Outside the fingerprint: it names this run.
+    fn traceparent(&self, stage: &Stage, item: Option<usize>) -> Option<(String, String)> {
+        super::otlp::exporting().then(|| {
+            (
+                "TRACEPARENT".to_string(),
+                self.journal.traceparent(&stage.id, item),
+            )
+        })
+    }
+
     /// Ask the model; when the reply does not validate, go on with the conversation: the reply
     /// as the model's turn, the problems as the next user turn.
     fn prompt(
         &self,
         stage: &Stage,
+        item: Option<usize>,
         request: &ModelRequest,
         calls: &mut Vec<ModelCall>,
     ) -> Result<Value, PromptError> {
         let mut request = request.clone();
+        // A provider that runs a program (`claude -p`, a `command` model) hands it on.
+        request.env.extend(self.traceparent(stage, item));
         let mut attempt = 0;
         loop {
             if Interrupt::global().is_set() {
@@ -1398,8 +1397,11 @@ impl StageRunner<'_> {
                 waited_ms: reply.retried.waited_ms,
                 replayed: reply.replayed,
                 rejected: None,
-                content: super::otlp::captures_content()
-                    .then(|| call_content(&request, &reply.text)),
+                content: super::otlp::captures_content().then(|| super::record::CallContent {
+                    system: request.system.clone(),
+                    messages: request.messages(),
+                    reply: reply.text.clone(),
+                }),
             });
             match self.parse_and_validate(stage, &reply.text, true) {
                 Ok(value) => return Ok(value),
@@ -1465,24 +1467,6 @@ impl StageRunner<'_> {
                 .map_err(|errors| vec![schema_failure(schema, &errors)])?;
         }
         Ok(value)
-    }
-}
-
-/// What a model call sent and got, as the trace's opt-in message content shows it.
-fn call_content(request: &ModelRequest, reply: &str) -> super::record::CallContent {
-    let prompt = match &request.prefix {
-        Some(prefix) => format!("{prefix}{}", request.prompt),
-        None => request.prompt.clone(),
-    };
-    let mut messages = vec![("user".to_string(), prompt)];
-    for correction in &request.corrections {
-        messages.push(("assistant".into(), correction.reply.clone()));
-        messages.push(("user".into(), correction.problems.clone()));
-    }
-    super::record::CallContent {
-        system: request.system.clone(),
-        messages,
-        reply: reply.to_string(),
     }
 }
 
