@@ -22,10 +22,12 @@
 //!   someone who can read the prose.
 //!
 //! Only broken claims are `problems`. Code is not prose: fenced blocks are not read, and inline
-//! code is never scaffold (`${{ secrets.X }}` is syntax being documented). A hex token is taken for
-//! a commit only where its line cites one (`commit`, `SHA`, `fixed in`, `cherry-pick`, a `git`
-//! command, ...): a request id or a checksum prefix is not a claim. Absolute paths are checked on
-//! the disk as they are written.
+//! code is never scaffold (`${{ secrets.X }}` is syntax being documented). Links are found by a
+//! CommonMark parser, so none is read in code (indented or inline included) and a reference link
+//! (`[text][ref]` with its `[ref]: path` definition) counts on the line it is used. A hex token is
+//! taken for a commit only where its line cites one (`commit`, `SHA`, `fixed in`, `cherry-pick`, a
+//! `git` command, ...): a request id or a checksum prefix is not a claim. Absolute paths are
+//! checked on the disk as they are written.
 //!
 //! `refs` are further references to check (a frontmatter's `source_refs`): a URL is counted as
 //! external and not checked; anything else must be a path inside the repository that exists.
@@ -36,7 +38,7 @@
 //! the document's own folder on disk, which may not exist yet. The check reads; it never writes.
 
 use std::cell::OnceCell;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::LazyLock;
@@ -258,6 +260,10 @@ fn run(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
     let mut seen_paths = HashSet::new();
     let mut seen_links = HashSet::new();
     let mut shas: Vec<(String, usize, String)> = Vec::new();
+    // Links are read by the parser over the whole body and checked on the line they start on,
+    // among that line's other claims. A line the fence tracking below skips is not read for
+    // links either, so every kind of claim agrees on what is code.
+    let links = body.links();
     for (number, line, section) in body.prose_lines() {
         let context: String = line.trim().chars().take(400).collect();
         // The markers are read in the prose, not in the code it cites.
@@ -351,12 +357,8 @@ fn run(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
                 }
             }
         }
-        for found in LINK.captures_iter(line) {
-            let target = &found[1];
-            let target = target
-                .strip_prefix('<')
-                .and_then(|t| t.strip_suffix('>'))
-                .unwrap_or(target);
+        for target in links.get(&number).into_iter().flatten() {
+            let target = target.as_str();
             if SCHEME.is_match(target) || target.starts_with('#') {
                 continue;
             }
@@ -472,8 +474,6 @@ static SCHEME: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^[a-zA-Z][a-zA-Z0-9+.-]*:").expect("valid"));
 static BACKTICKED: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"`([^`\n]+)`").expect("valid"));
 static SHA: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\b[0-9a-f]{7,40}\b").expect("valid"));
-static LINK: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"\[[^\]]*\]\((<[^>\n]+>|[^)\s]+)\)").expect("valid"));
 static SCAFFOLD: LazyLock<Vec<Regex>> = LazyLock::new(|| {
     [
         r"\{\{[^}\n]*\}\}",
@@ -645,6 +645,41 @@ impl<'a> Body<'a> {
                 }
                 _ => {}
             }
+        }
+        out
+    }
+
+    /// The destination of every link and image in the body, by the line of the whole document
+    /// it starts on, read by a CommonMark parser: a reference link (`[text][ref]`, `[ref][]`,
+    /// `[ref]`) counts where it is used, since that is where a reader follows it, and code
+    /// (fenced, indented or inline) holds none. Autolinks (`<https://...>`, `<a@b.c>`) are
+    /// left out: they are never relative, and an e-mail address has no scheme to show it.
+    fn links(&self) -> HashMap<usize, Vec<String>> {
+        use pulldown_cmark::{Event, LinkType, Options, Parser, Tag};
+        let newlines: Vec<usize> = self.text.match_indices('\n').map(|(at, _)| at).collect();
+        let mut out: HashMap<usize, Vec<String>> = HashMap::new();
+        let options = Options::ENABLE_TABLES | Options::ENABLE_FOOTNOTES;
+        for (event, range) in Parser::new_ext(self.text, options).into_offset_iter() {
+            let Event::Start(
+                Tag::Link {
+                    link_type,
+                    dest_url,
+                    ..
+                }
+                | Tag::Image {
+                    link_type,
+                    dest_url,
+                    ..
+                },
+            ) = event
+            else {
+                continue;
+            };
+            if matches!(link_type, LinkType::Autolink | LinkType::Email) {
+                continue;
+            }
+            let line = self.first_line + newlines.partition_point(|&at| at < range.start);
+            out.entry(line).or_default().push(dest_url.into_string());
         }
         out
     }
@@ -865,6 +900,64 @@ mod tests {
                 ("../runtime-errors/none.md".to_string(), "broken")
             ]
         );
+    }
+
+    #[test]
+    fn reference_links_are_read_where_they_are_used() {
+        let dir = repo();
+        // A broken reference link is reported on the line of its use, where a reader follows it,
+        // not on the line of its definition; one definition used twice is one link.
+        let text = "---\ntitle: x\n---\n# T\n\nSee [the fix][fix] and [the old one][old].\n\nAgain [the fix][fix], then [gone][] and [lost].\n\n[fix]: ../../../src/lib.rs\n[old]: ../runtime-errors/old.md\n[gone]: ../runtime-errors/gone.md\n[lost]: /src/lost.rs\n";
+        let out = claims(
+            dir.path(),
+            json!({ "text": text, "root": ".", "doc": "docs/solutions/design-patterns/new.md" }),
+        );
+        assert_eq!(
+            messages(&out),
+            [
+                "line 8: link `../runtime-errors/gone.md` does not resolve to a file in the repository",
+                "line 8: link `/src/lost.rs` does not resolve to a file in the repository",
+            ]
+        );
+        assert_eq!(out["checked"]["links"], 4, "{out}");
+        assert_eq!(
+            out["claims"][0]["context"],
+            "Again [the fix][fix], then [gone][] and [lost]."
+        );
+    }
+
+    #[test]
+    fn a_link_with_a_title_names_its_destination() {
+        let dir = repo();
+        let text = "# T\n\n[x](missing.md \"t\") and [y](<docs/with space.md> 'u') and [z](src/lib.rs (v)).\n";
+        let out = claims(
+            dir.path(),
+            json!({ "text": text, "root": ".", "doc": "d.md" }),
+        );
+        assert_eq!(
+            messages(&out),
+            [
+                "line 3: link `missing.md` does not resolve to a file in the repository",
+                "line 3: link `docs/with space.md` does not resolve to a file in the repository",
+            ]
+        );
+        assert_eq!(out["checked"]["links"], 3, "{out}");
+    }
+
+    #[test]
+    fn links_in_code_are_not_read() {
+        let dir = repo();
+        // Fenced, indented and inline code all show Markdown as written; only the last line links.
+        let text = "# T\n\n```md\n[a](fenced.md)\n```\n\n    [b](indented.md)\n\nWrite `[c](inline.md)` for a link.\n\n![d](missing.png)\n";
+        let out = claims(
+            dir.path(),
+            json!({ "text": text, "root": ".", "doc": "d.md" }),
+        );
+        assert_eq!(
+            messages(&out),
+            ["line 11: link `missing.png` does not resolve to a file in the repository"]
+        );
+        assert_eq!(out["checked"]["links"], 1, "{out}");
     }
 
     fn verdicts(output: &Value) -> Vec<(String, &str)> {
