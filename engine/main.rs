@@ -19,7 +19,10 @@ use args::{
 };
 
 /// A run of many small stages allocates and frees many small values: with mimalloc a no-op
-/// rerun of 10,000 stages took 0.19 s instead of 0.25 s (book/src/benchmarks.md).
+/// rerun of 10,000 stages took 0.19 s instead of 0.25 s (book/src/benchmarks.md). The
+/// `system-allocator` feature leaves the system's, so that heap profilers that wrap `malloc`
+/// (valgrind's massif and dhat) see every allocation.
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -887,15 +887,17 @@ pub(crate) fn is_dry_run(state_dir: &Path, id: &str) -> bool {
     read_head(state_dir, id).is_some_and(|head| head.dry_run)
 }
 
-/// A record's workflow and whether it was a dry-run.
+/// A record's workflow, whether it was a dry-run, and its status as written.
 #[derive(Debug, PartialEq)]
 pub(crate) struct Head {
     pub workflow: String,
     pub dry_run: bool,
+    /// `None` when the head does not say it before the stages.
+    pub status: Option<RunStatus>,
 }
 
 /// The [`Head`] of a run record, read key by key from the start of its `run.json` and no
-/// further than both keys (the stages, by far the most of a record, come after them). Keys in
+/// further than its keys (the stages, by far the most of a record, come after them). Keys in
 /// any order are read; a record without `dry_run` is a real run. `None` for a file that is
 /// missing or does not start as a record with a `workflow`.
 pub(crate) fn read_head(state_dir: &Path, id: &str) -> Option<Head> {
@@ -910,10 +912,13 @@ pub(crate) fn read_head(state_dir: &Path, id: &str) -> Option<Head> {
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
             let (mut workflow, mut dry_run) = (None::<String>, None::<bool>);
+            let mut status = None::<RunStatus>;
             while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
                 match key.as_ref() {
                     "workflow" => workflow = Some(map.next_value()?),
                     "dry_run" => dry_run = Some(map.next_value()?),
+                    // Written before `dry_run`: read by the time the loop stops.
+                    "status" => status = Some(map.next_value()?),
                     _ => {
                         map.next_value::<IgnoredAny>()?;
                     }
@@ -926,6 +931,7 @@ pub(crate) fn read_head(state_dir: &Path, id: &str) -> Option<Head> {
                 self.0.set(Some(Head {
                     workflow,
                     dry_run: dry_run.unwrap_or(false),
+                    status,
                 }));
             }
             // Stopping before the end of the object is an error to serde_json, and the point:
@@ -1152,6 +1158,14 @@ fn read_workflow_name(state_dir: &Path, id: &str) -> Option<String> {
 /// on another host), or its folder has no readable record yet and was made in the last minute
 /// (a run between making its folder and writing its first record).
 fn in_progress(state_dir: &Path, id: &str) -> bool {
+    // A record whose head says it ended is not in progress: the stages after the head (5 MB
+    // at 10,000 stages) are not read. Only one that says `running` is read whole, for its
+    // holder, to tell a live run from a killed one.
+    if let Some(status) = read_head(state_dir, id).and_then(|head| head.status) {
+        if status != RunStatus::Running {
+            return false;
+        }
+    }
     match read_record_as_written(state_dir, id) {
         Ok(record) => record.status == RunStatus::Running,
         Err(_) => std::fs::metadata(runs_dir(state_dir).join(id))
@@ -1428,9 +1442,14 @@ mod tests {
             Some(Head {
                 workflow: workflow.into(),
                 dry_run,
+                status: None,
             })
         };
-        assert_eq!(head("r1"), expect("w", false));
+        let completed = Some(Head {
+            status: Some(RunStatus::Completed),
+            ..expect("w", false).unwrap()
+        });
+        assert_eq!(head("r1"), completed);
         assert_eq!(head("r2"), expect("w", true));
         assert_eq!(head("r3"), expect("v", false));
         assert_eq!(head("r4"), None);
@@ -1440,6 +1459,44 @@ mod tests {
         // The newest real run of `w` is r1 (r2 is a dry-run; r3 is another workflow's).
         assert_eq!(latest_real_run_id(state.path(), "w").as_deref(), Some("r1"));
         assert_eq!(latest_real_run_id(state.path(), "v").as_deref(), Some("r3"));
+    }
+
+    /// Pruning asks each run it would remove whether it is still in progress. A record whose
+    /// head says it ended is removed on its head alone: its stages are never parsed (here they
+    /// are cut short, so a whole read would fail and, the folder being new, keep the run).
+    /// One that says `running` and whose process is alive stays.
+    #[test]
+    fn pruning_reads_an_ended_runs_head_only() {
+        let state = tempfile::tempdir().unwrap();
+        let write = |id: &str, text: &str| {
+            let dir = runs_dir(state.path()).join(id);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("run.json"), text).unwrap();
+        };
+        let holder = serde_json::to_string(&super::super::holder::Holder::current()).unwrap();
+        write(
+            "20260101T000000.000Z-0001",
+            r#"{"run_id": "a", "workflow": "w", "status": "completed", "dry_run": false, "stages": {"s1": {"st"#,
+        );
+        write(
+            "20260101T000001.000Z-0002",
+            &format!(
+                r#"{{"run_id": "b", "workflow": "w", "status": "running", "inputs": {{}},
+                    "started_at": "2026-01-01T00:00:01.000Z", "duration_ms": 0, "dry_run": false,
+                    "cwd": "/", "stages": {{}}, "holder": {holder}}}"#
+            ),
+        );
+        write(
+            "20260101T000002.000Z-0003",
+            r#"{"run_id": "c", "workflow": "w", "status": "completed", "inputs": {},
+                "started_at": "2026-01-01T00:00:02.000Z", "duration_ms": 0, "dry_run": false,
+                "cwd": "/", "stages": {}}"#,
+        );
+        let removed = prune(state.path(), 1, None);
+        assert_eq!(removed, vec!["20260101T000000.000Z-0001".to_string()]);
+        assert!(runs_dir(state.path())
+            .join("20260101T000001.000Z-0002")
+            .exists());
     }
 
     #[test]
