@@ -19,3 +19,13 @@ pub(crate) mod size;
 pub(crate) mod strays;
 pub(crate) mod text;
 pub(crate) mod time;
+
+/// Free `value` on a thread of its own. A run of thousands of stages ends holding tens of
+/// thousands of small values (cache entries, outputs, scopes); freeing them one by one is time
+/// on the path to the end of the run, and a process that exits right after need not wait for
+/// it. A thread that cannot start frees the value with its closure, here.
+pub(crate) fn drop_elsewhere<T: Send + 'static>(name: &str, value: T) {
+    let _ = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || drop(value));
+}

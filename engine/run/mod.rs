@@ -211,6 +211,7 @@ pub(crate) fn run(
         let _ = sweep.join();
     }
     executor.reporter.done();
+    crate::floor::drop_elsewhere("table-drop", executor.table);
     let record = executor.record;
     if private {
         // The folder is 0700 from the start; the files in it are made 0600 once written.
@@ -787,10 +788,7 @@ impl<'w, 'r> Executor<'w, 'r> {
         for warning in cache.take_warnings() {
             self.reporter.line(&format!("warning: {warning}"));
         }
-        // Thousands of cache entries are freed off the path to the end of the run.
-        let _ = std::thread::Builder::new()
-            .name("cache-drop".into())
-            .spawn(move || drop(cache));
+        crate::floor::drop_elsewhere("cache-drop", cache);
         status
     }
 
@@ -1204,7 +1202,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             sub_run: outcome.sub_run.take(),
             reused_from: outcome.reused_from.take(),
             model_calls: std::mem::take(&mut outcome.model_calls),
-            usage: stage_usage,
+            usage: stage_usage.map(Box::new),
             output_cut: false,
             written: None,
             explain: outcome.explain.take(),

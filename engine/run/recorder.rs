@@ -269,7 +269,7 @@ fn apply(files: &mut RunFiles, record: &mut RunRecord, note: Note) -> std::io::R
                     error: entry.error.as_deref(),
                     exit: exit.as_deref(),
                     notes: &notes,
-                    usage: entry.usage.as_ref(),
+                    usage: entry.usage.as_deref(),
                 },
                 at,
                 run_id: &record.run_id,
