@@ -44,7 +44,7 @@ struct Entry {
     file: Option<StoredValue>,
 }
 
-/// An entry as read from the file.
+/// An entry as read from the file. Its `id` is left empty: the map of entries is keyed by it.
 struct Stored {
     entry: Entry,
     line: usize,
@@ -100,15 +100,15 @@ fn read_entries(path: &Path) -> Entries {
             continue;
         }
         match serde_json::from_str::<Entry>(&line) {
-            Ok(entry) => {
+            Ok(mut entry) => {
+                // The id lives once, as the map's key.
+                let id = std::mem::take(&mut entry.id);
                 let stored = Stored {
                     entry,
                     line: number + 1,
                     verified: false,
                 };
-                superseded |= entries
-                    .insert(stored.entry.id.clone(), Box::new(stored))
-                    .is_some();
+                superseded |= entries.insert(id, Box::new(stored)).is_some();
             }
             Err(_) => warnings.push(corrupt(path, number + 1)),
         }
@@ -361,15 +361,13 @@ impl Cache {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(entries) = guard.as_mut() {
+            let id = std::mem::take(&mut entry.id);
             let stored = Stored {
                 entry,
                 line: 0,
                 verified: true,
             };
-            if entries
-                .insert(stored.entry.id.clone(), Box::new(stored))
-                .is_some()
-            {
+            if entries.insert(id, Box::new(stored)).is_some() {
                 self.stale.store(true, std::sync::atomic::Ordering::Relaxed);
             }
         }
