@@ -23,8 +23,12 @@
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::PathBuf;
+use std::sync::LazyLock;
 use std::time::Duration;
 
+use htmd::element_handler::{HandlerResult, Handlers};
+use htmd::Element;
+use markup5ever_rcdom::{Node, NodeData};
 use regex::Regex;
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -349,16 +353,6 @@ fn glob_set(patterns: &[String]) -> Result<globset::GlobSet, BuiltinError> {
     builder.build().map_err(fail)
 }
 
-fn xml_unescape(text: &str) -> String {
-    text.replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&quot;", "\"")
-        .replace("&apos;", "'")
-        .replace("&#39;", "'")
-        .replace("&nbsp;", " ")
-        .replace("&amp;", "&")
-}
-
 /// What a sitemap url answered.
 enum Sitemap {
     /// Page urls (a urlset, or an index's sitemaps read).
@@ -500,75 +494,64 @@ fn under(site: &Url, name: &str) -> Option<Url> {
     folder.join(name).ok()
 }
 
-/// HTML to plain Markdown: headings, paragraphs, list items and links kept; scripts, styles and
-/// every other tag dropped; entities decoded.
+/// HTML to Markdown by htmd: ATX headings, fenced code blocks, `-` list items, inline links;
+/// scripts, styles, the head, navigation and `<noscript>` dropped. Trimmed, with one closing
+/// newline, so a page whose text is all in those dropped parts comes back as a bare newline.
 fn html_to_markdown(html: &str) -> String {
-    let drop = Regex::new(
-        r"(?is)<(script|style|head|nav|noscript)\b.*?</(script|style|head|nav|noscript)>",
-    )
-    .expect("regex");
-    let text = drop.replace_all(html, "");
-    // Preformatted blocks keep their lines and spacing: taken out first (their markup removed,
-    // entities decoded) and put back as fenced code blocks once the prose is reflowed.
-    let pre = Regex::new(r"(?is)<pre\b[^>]*>(.*?)</pre>").expect("regex");
-    let tag = Regex::new(r"(?s)<[^>]*>").expect("regex");
-    let mut blocks = Vec::new();
-    let text = pre.replace_all(&text, |c: &regex::Captures| {
-        blocks.push(
-            xml_unescape(&tag.replace_all(&c[1], ""))
-                .trim_matches('\n')
-                .to_string(),
-        );
-        format!("\n\n\u{0}{}\u{0}\n\n", blocks.len() - 1)
+    // Built once: the converter holds a handler per tag, the same for every page.
+    static CONVERTER: LazyLock<htmd::HtmlToMarkdown> = LazyLock::new(|| {
+        let options = htmd::options::Options {
+            heading_style: htmd::options::HeadingStyle::Atx,
+            code_block_style: htmd::options::CodeBlockStyle::Fenced,
+            code_block_fence: htmd::options::CodeBlockFence::Backticks,
+            bullet_list_marker: htmd::options::BulletListMarker::Dash,
+            ul_bullet_spacing: 1,
+            ol_number_spacing: 1,
+            ..htmd::options::Options::default()
+        };
+        htmd::HtmlToMarkdown::builder()
+            .options(options)
+            .skip_tags(vec!["script", "style", "head", "nav", "noscript"])
+            .add_handler(vec!["pre"], preformatted)
+            .build()
     });
-    let heading = Regex::new(r"(?is)<h([1-6])\b[^>]*>(.*?)</h[1-6]>").expect("regex");
-    let text = heading.replace_all(&text, |c: &regex::Captures| {
-        let level: usize = c[1].parse().unwrap_or(1);
-        format!("\n\n{} {}\n\n", "#".repeat(level), c[2].trim())
-    });
-    let link =
-        Regex::new(r#"(?is)<a\b[^>]*href\s*=\s*["']([^"']*)["'][^>]*>(.*?)</a>"#).expect("regex");
-    let text = link.replace_all(&text, "[$2]($1)");
-    let item = Regex::new(r"(?is)<li\b[^>]*>").expect("regex");
-    let text = item.replace_all(&text, "\n- ");
-    let block =
-        Regex::new(r"(?is)</?(p|div|section|article|main|ul|ol|blockquote|table|tr|br)\b[^>]*>")
-            .expect("regex");
-    let text = block.replace_all(&text, "\n\n");
-    let text = xml_unescape(&tag.replace_all(&text, ""));
-    let mut out = String::new();
-    let mut blank = true;
-    for line in text.lines() {
-        let line = line.split_whitespace().collect::<Vec<_>>().join(" ");
-        let code = line
-            .strip_prefix('\u{0}')
-            .and_then(|rest| rest.strip_suffix('\u{0}'))
-            .and_then(|n| n.parse::<usize>().ok())
-            .and_then(|n| blocks.get(n));
-        if let Some(code) = code {
-            if !blank {
-                out.push('\n');
+    // html5ever reads any text into a tree, so the only error is an I/O one its in-memory sink
+    // never raises; an empty page is then the honest answer, and the caller reports it.
+    let text = CONVERTER.convert(html).unwrap_or_default();
+    text.trim().to_string() + "\n"
+}
+
+/// A `<pre>` with no `<code>` inside, as a fenced block of its text. htmd fences only
+/// `<pre><code>`; a bare `<pre>` (plain preformatted text, or Sphinx's highlighted code, a `<pre>`
+/// of `<span>`s) would come out as prose, its lines open to reflowing by a Markdown reader.
+fn preformatted(handlers: &dyn Handlers, element: Element) -> Option<HandlerResult> {
+    let has_code = element.node.children.borrow().iter().any(
+        |child| matches!(&child.data, NodeData::Element { name, .. } if &*name.local == "code"),
+    );
+    if has_code {
+        return handlers.fallback(element);
+    }
+    let mut text = String::new();
+    text_of(element.node, &mut text);
+    let text = text.trim_matches('\n');
+    if text.trim().is_empty() {
+        return Some(HandlerResult::from(""));
+    }
+    let fence = if text.contains("```") { "~~~" } else { "```" };
+    Some(format!("\n\n{fence}\n{text}\n{fence}\n\n").into())
+}
+
+/// The text of a node and everything under it, markup dropped (the parser decoded the entities).
+fn text_of(node: &Node, out: &mut String) {
+    match &node.data {
+        NodeData::Text { contents } => out.push_str(&contents.borrow()),
+        NodeData::Element { name, .. } if &*name.local == "br" => out.push('\n'),
+        _ => {
+            for child in node.children.borrow().iter() {
+                text_of(child, out);
             }
-            let fence = if code.contains("```") { "~~~" } else { "```" };
-            out.push_str(&format!("{fence}\n{code}\n{fence}\n"));
-            blank = false;
-        } else if line.is_empty() {
-            if !blank {
-                out.push('\n');
-            }
-            blank = true;
-        } else {
-            // A list item starts a line of its own; other text continues the paragraph.
-            if !blank && !line.starts_with("- ") {
-                out.pop();
-                out.push(' ');
-            }
-            out.push_str(&line);
-            out.push('\n');
-            blank = false;
         }
     }
-    out.trim().to_string() + "\n"
 }
 
 /// The snapshot file name of a page: its path with `/` as `-`, `.html` dropped, `index` for `/`.
@@ -1114,6 +1097,21 @@ mod tests {
     fn html_becomes_markdown() {
         let text = html_to_markdown("<html><head><title>t</title></head><body><h1>Guide</h1><p>One\n two</p><ul><li>a</li></ul><script>x()</script></body></html>");
         assert_eq!(text, "# Guide\n\nOne two\n\n- a\n");
+        // A page whose text is all script is empty once converted, which the crawl reports.
+        let text = html_to_markdown("<html><head><title>App</title></head><body><div id=\"app\"></div><script>render()</script><noscript>Turn on JavaScript.</noscript></body></html>");
+        assert_eq!(text, "\n");
+    }
+
+    #[test]
+    fn markup_is_parsed_not_matched() {
+        // A `>` inside a quoted attribute ends no tag, and a list inside a list stays nested.
+        let text = html_to_markdown(
+            r#"<p>See <a title="a>b" href="x.html">X</a>.</p><ul><li>one<ul><li>inner</li></ul></li><li>two</li></ul>"#,
+        );
+        assert_eq!(
+            text,
+            "See [X](x.html \"a>b\").\n\n- one\n  - inner\n- two\n"
+        );
     }
 
     #[test]
@@ -1123,8 +1121,13 @@ mod tests {
         );
         assert_eq!(
             text,
-            "Steps:\n\n- install\n- run x\n\n```\nfn main() {\n    let a = 1 < 2;\n}\n```\n\nDone.\n"
+            "Steps:\n\n- install\n- run `x`\n\n```\nfn main() {\n    let a = 1 < 2;\n}\n```\n\nDone.\n"
         );
+        // A `<pre>` of highlighted spans, with no `<code>`, is a code block too.
+        let text = html_to_markdown(
+            "<div class=\"highlight\"><pre><span class=\"k\">def</span> f():\n    <span class=\"k\">return</span> 1 &lt; 2</pre></div>",
+        );
+        assert_eq!(text, "```\ndef f():\n    return 1 < 2\n```\n");
     }
 
     #[test]
