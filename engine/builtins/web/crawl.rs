@@ -494,10 +494,17 @@ fn under(site: &Url, name: &str) -> Option<Url> {
     folder.join(name).ok()
 }
 
+/// The deepest nesting of elements a page may have. The converter walks a page's tree by
+/// recursion, and a page nested deeper than a thread's stack allows would abort the process;
+/// browsers' parsers stop nesting at a few hundred levels (Blink at 512), so no page written
+/// for people comes near it.
+const MAX_DEPTH: usize = 512;
+
 /// HTML to Markdown by htmd: ATX headings, fenced code blocks, `-` list items, inline links;
 /// scripts, styles, the head, navigation and `<noscript>` dropped. Trimmed, with one closing
 /// newline, so a page whose text is all in those dropped parts comes back as a bare newline.
-fn html_to_markdown(html: &str) -> String {
+/// `Err` says why a page is not converted: its elements nest deeper than [`MAX_DEPTH`].
+fn html_to_markdown(html: &str) -> Result<String, String> {
     // Built once: the converter holds a handler per tag, the same for every page.
     static CONVERTER: LazyLock<htmd::HtmlToMarkdown> = LazyLock::new(|| {
         let options = htmd::options::Options {
@@ -517,8 +524,33 @@ fn html_to_markdown(html: &str) -> String {
     });
     // html5ever reads any text into a tree, so the only error is an I/O one its in-memory sink
     // never raises; an empty page is then the honest answer, and the caller reports it.
-    let text = CONVERTER.convert(html).unwrap_or_default();
-    text.trim().to_string() + "\n"
+    let Ok(tree) = CONVERTER.html_to_tree(html) else {
+        return Ok("\n".to_string());
+    };
+    let depth = depth_of(&tree);
+    if depth > MAX_DEPTH {
+        return Err(format!(
+            "its elements nest {depth} deep; at most {MAX_DEPTH} are converted"
+        ));
+    }
+    Ok(CONVERTER.tree_to_markdown(&tree).trim().to_string() + "\n")
+}
+
+/// How deep a tree's nodes nest, counted without recursion (the tree is what is being
+/// bounded).
+fn depth_of(root: &std::rc::Rc<Node>) -> usize {
+    let mut deepest = 0;
+    let mut pending = vec![(std::rc::Rc::clone(root), 0)];
+    while let Some((node, depth)) = pending.pop() {
+        deepest = deepest.max(depth);
+        pending.extend(
+            node.children
+                .borrow()
+                .iter()
+                .map(|child| (std::rc::Rc::clone(child), depth + 1)),
+        );
+    }
+    deepest
 }
 
 /// A `<pre>` with no `<code>` inside, as a fenced block of its text. htmd fences only
@@ -825,7 +857,13 @@ fn crawl(with: &Value, ctx: &BuiltinCtx) -> BuiltinResult {
                     continue;
                 }
                 let body = if answer.html {
-                    html_to_markdown(&answer.body)
+                    match html_to_markdown(&answer.body) {
+                        Ok(body) => body,
+                        Err(why) => {
+                            failures.push(failed(why));
+                            continue;
+                        }
+                    }
                 } else {
                     answer.body
                 };
@@ -1095,11 +1133,24 @@ mod tests {
 
     #[test]
     fn html_becomes_markdown() {
-        let text = html_to_markdown("<html><head><title>t</title></head><body><h1>Guide</h1><p>One\n two</p><ul><li>a</li></ul><script>x()</script></body></html>");
+        let text = html_to_markdown("<html><head><title>t</title></head><body><h1>Guide</h1><p>One\n two</p><ul><li>a</li></ul><script>x()</script></body></html>").unwrap();
         assert_eq!(text, "# Guide\n\nOne two\n\n- a\n");
         // A page whose text is all script is empty once converted, which the crawl reports.
-        let text = html_to_markdown("<html><head><title>App</title></head><body><div id=\"app\"></div><script>render()</script><noscript>Turn on JavaScript.</noscript></body></html>");
+        let text = html_to_markdown("<html><head><title>App</title></head><body><div id=\"app\"></div><script>render()</script><noscript>Turn on JavaScript.</noscript></body></html>").unwrap();
         assert_eq!(text, "\n");
+    }
+
+    #[test]
+    fn a_page_nested_past_the_limit_is_refused_not_walked() {
+        // Nested as deep as a browser builds: converted, on a test thread's stack.
+        let page = |depth: usize| "<div>".repeat(depth) + "deep" + &"</div>".repeat(depth);
+        let text = html_to_markdown(&page(MAX_DEPTH - 8)).unwrap();
+        assert_eq!(text, "deep\n");
+        // Deep enough to overflow a test thread's stack in the converter's walk: refused, with
+        // the depth (the document, `<html>` and `<body>` above the divs).
+        let why = html_to_markdown(&page(5_000)).unwrap_err();
+        assert!(why.contains("nest 5003 deep"), "{why}");
+        assert!(why.contains("at most 512"), "{why}");
     }
 
     #[test]
@@ -1107,7 +1158,9 @@ mod tests {
         // A `>` inside a quoted attribute ends no tag, and a list inside a list stays nested.
         let text = html_to_markdown(
             r#"<p>See <a title="a>b" href="x.html">X</a>.</p><ul><li>one<ul><li>inner</li></ul></li><li>two</li></ul>"#,
-        );
+
+        )
+        .unwrap();
         assert_eq!(
             text,
             "See [X](x.html \"a>b\").\n\n- one\n  - inner\n- two\n"
@@ -1118,7 +1171,9 @@ mod tests {
     fn lists_keep_their_items_and_code_keeps_its_lines() {
         let text = html_to_markdown(
             "<p>Steps:</p><ul><li>install</li><li>run <code>x</code></li></ul><pre><code>fn main() {\n    let a = 1 &lt; 2;\n}</code></pre><p>Done.</p>",
-        );
+
+        )
+        .unwrap();
         assert_eq!(
             text,
             "Steps:\n\n- install\n- run `x`\n\n```\nfn main() {\n    let a = 1 < 2;\n}\n```\n\nDone.\n"
@@ -1126,7 +1181,9 @@ mod tests {
         // A `<pre>` of highlighted spans, with no `<code>`, is a code block too.
         let text = html_to_markdown(
             "<div class=\"highlight\"><pre><span class=\"k\">def</span> f():\n    <span class=\"k\">return</span> 1 &lt; 2</pre></div>",
-        );
+
+        )
+        .unwrap();
         assert_eq!(text, "```\ndef f():\n    return 1 < 2\n```\n");
     }
 
