@@ -10,7 +10,8 @@
 //! fetched, and robots.txt's Crawl-delay (at most 10 s; a longer one is a warning) is waited
 //! between two fetches. Each fetched page becomes one Markdown file with a frontmatter
 //! (`source_url`, `crawl_date`, plus the given fields); an empty page, or one with no text once
-//! its markup is gone (a page rendered by JavaScript), is a failure. `_crawl-manifest.json`
+//! its markup is gone (a page rendered by JavaScript), is a failure, as is one whose elements
+//! nest deeper than a browser's parser would build (512). `_crawl-manifest.json`
 //! lists the pages (url, file, content_hash of the body, bytes), the failures (url, reason,
 //! occurred_at), the robots disallows, how many pages the budget cut, and the warnings.
 //!
