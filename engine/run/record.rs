@@ -1417,16 +1417,19 @@ pub(crate) use crate::floor::time::now_rfc3339;
 mod tests {
     use super::*;
 
+    /// A run folder whose `run.json` is `text`.
+    fn write_record(state_dir: &Path, id: &str, text: &str) {
+        let dir = runs_dir(state_dir).join(id);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("run.json"), text).unwrap();
+    }
+
     /// The head is read from the start of the file: what follows it is never parsed, so a
     /// record whose stages are cut short (or megabytes long) reads as fast as a small one.
     #[test]
     fn a_records_head_is_read_without_its_stages() {
         let state = tempfile::tempdir().unwrap();
-        let write = |id: &str, text: &str| {
-            let dir = runs_dir(state.path()).join(id);
-            std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join("run.json"), text).unwrap();
-        };
+        let write = |id: &str, text: &str| write_record(state.path(), id, text);
         write(
             "r1",
             r#"{"run_id": "r1", "workflow": "w", "status": "completed", "inputs": {"a": [1, {"b": 2}]},
@@ -1469,11 +1472,7 @@ mod tests {
     #[test]
     fn pruning_reads_an_ended_runs_head_only() {
         let state = tempfile::tempdir().unwrap();
-        let write = |id: &str, text: &str| {
-            let dir = runs_dir(state.path()).join(id);
-            std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join("run.json"), text).unwrap();
-        };
+        let write = |id: &str, text: &str| write_record(state.path(), id, text);
         let holder = serde_json::to_string(&super::super::holder::Holder::current()).unwrap();
         write(
             "20260101T000000.000Z-0001",
