@@ -199,14 +199,28 @@ pub(crate) fn run(
     if let Some(resume) = resume.as_ref().filter(|r| r.interrupted && !r.rehearsal) {
         stop_leftovers(resume, &executor.reporter, options.dry_run)?;
     }
-    if let Some(files) = files {
-        executor.attach(files)?;
-    }
     let (outputs, items, _claim) = match resume {
         Some(resume) => (resume.outputs, resume.items, resume.claim),
         None => Default::default(),
     };
-    executor.execute(outputs, items);
+    std::thread::scope(|scope| -> Result<(), RunError> {
+        // The plan (2 MB at 10,000 stages) is written while the first stages run rather than
+        // before them; a run whose plan cannot be written still runs, and says so.
+        let plan = files.as_ref().map(|files| {
+            let dir = files.dir.clone();
+            scope.spawn(move || write_plan(workflow, &dir))
+        });
+        if let Some(files) = files {
+            executor.attach(files)?;
+        }
+        executor.execute(outputs, items);
+        if let Some(Ok(Err(error))) = plan.map(std::thread::ScopedJoinHandle::join) {
+            executor
+                .reporter
+                .line(&format!("warning: cannot write the run's plan: {error}"));
+        }
+        Ok(())
+    })?;
     if let Some(sweep) = executor.strays.take() {
         let _ = sweep.join();
     }
@@ -218,6 +232,15 @@ pub(crate) fn run(
         record::restrict_tree(&runtime.state_dir);
     }
     Ok(record)
+}
+
+/// The graph as it ran, beside its record, for `runs report` and `runs diff` (the workflow may
+/// change after the run).
+fn write_plan(workflow: &Workflow, dir: &Path) -> std::io::Result<()> {
+    let plan = crate::plan::Plan::new(workflow);
+    crate::floor::atomic::replace(&dir.join(record::PLAN_FILE), ".plan.", 0o666, |out| {
+        plan.write_json(out)
+    })
 }
 
 /// How long a process a killed run left running has to end after SIGTERM, before SIGKILL.
@@ -337,6 +360,7 @@ pub(crate) fn record_failure(
         ..options.clone()
     };
     let reporter = Reporter::new(&quiet, workflow.stages.len());
+    write_plan(workflow, &files.dir)?;
     let mut executor = Executor::new(workflow, runtime, options, inputs, run_id, reporter);
     executor.attach(files)?;
     executor.emit(Event::RunStarted {
@@ -474,14 +498,6 @@ impl<'w, 'r> Executor<'w, 'r> {
     /// Records beyond `--keep-runs` are pruned meanwhile (not in a dry-run).
     fn attach(&mut self, files: RunFiles) -> std::io::Result<()> {
         self.dir = Some(files.dir.clone());
-        // The graph as it ran, for `runs report` (the workflow may change after the run).
-        let plan = crate::plan::Plan::new(self.workflow);
-        crate::floor::atomic::replace(
-            &files.dir.join(record::PLAN_FILE),
-            ".plan.",
-            0o666,
-            |out| plan.write_json(out),
-        )?;
         let full = RunRecord {
             stages: std::mem::take(&mut self.record.stages),
             ..self.record.clone()
