@@ -24,6 +24,7 @@
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -539,16 +540,16 @@ fn html_to_markdown(html: &str) -> Result<String, String> {
 
 /// How deep a tree's nodes nest, counted without recursion (the tree is what is being
 /// bounded).
-fn depth_of(root: &std::rc::Rc<Node>) -> usize {
+fn depth_of(root: &Rc<Node>) -> usize {
     let mut deepest = 0;
-    let mut pending = vec![(std::rc::Rc::clone(root), 0)];
+    let mut pending = vec![(Rc::clone(root), 0)];
     while let Some((node, depth)) = pending.pop() {
         deepest = deepest.max(depth);
         pending.extend(
             node.children
                 .borrow()
                 .iter()
-                .map(|child| (std::rc::Rc::clone(child), depth + 1)),
+                .map(|child| (Rc::clone(child), depth + 1)),
         );
     }
     deepest
@@ -1159,7 +1160,6 @@ mod tests {
         // A `>` inside a quoted attribute ends no tag, and a list inside a list stays nested.
         let text = html_to_markdown(
             r#"<p>See <a title="a>b" href="x.html">X</a>.</p><ul><li>one<ul><li>inner</li></ul></li><li>two</li></ul>"#,
-
         )
         .unwrap();
         assert_eq!(
@@ -1172,7 +1172,6 @@ mod tests {
     fn lists_keep_their_items_and_code_keeps_its_lines() {
         let text = html_to_markdown(
             "<p>Steps:</p><ul><li>install</li><li>run <code>x</code></li></ul><pre><code>fn main() {\n    let a = 1 &lt; 2;\n}</code></pre><p>Done.</p>",
-
         )
         .unwrap();
         assert_eq!(
@@ -1182,7 +1181,6 @@ mod tests {
         // A `<pre>` of highlighted spans, with no `<code>`, is a code block too.
         let text = html_to_markdown(
             "<div class=\"highlight\"><pre><span class=\"k\">def</span> f():\n    <span class=\"k\">return</span> 1 &lt; 2</pre></div>",
-
         )
         .unwrap();
         assert_eq!(text, "```\ndef f():\n    return 1 < 2\n```\n");
