@@ -160,10 +160,10 @@ fn main() -> ExitCode {
     };
     // Commands that write to the state folder anyway keep parsed documents there; `check`,
     // `plan` and the rest leave it untouched. A state folder that does not exist yet is not
-    // made for them: a workflow that records out of the project tree must leave none.
-    if matches!(cli.command, Command::Run(_) | Command::Resume { .. })
-        && (state.explicit || state.dir.is_dir())
-    {
+    // made for them (a workflow that records out of the project tree must leave none): what
+    // they would keep is written after the command, if it made the folder.
+    let keeps_documents = matches!(cli.command, Command::Run(_) | Command::Resume { .. });
+    if keeps_documents {
         engine.keep_documents(&state);
     }
     let app = App {
@@ -180,6 +180,9 @@ fn main() -> ExitCode {
             failure.code
         }
     };
+    if keeps_documents {
+        app.engine.write_held_documents(&app.state);
+    }
     ExitCode::from(code as u8)
 }
 

@@ -76,9 +76,23 @@ impl Engine {
     }
 
     /// Keep parsed documents in the state folder between loads (`cache/documents`), for
-    /// commands that write there anyway.
+    /// commands that write there anyway. While the folder does not exist (and was not named
+    /// on the command line), they are held until [`Engine::write_held_documents`].
     pub fn keep_documents(&mut self, state: &StateDir) {
-        self.documents = Some(Documents::new(state.dir.join("cache").join("documents")));
+        let dir = state.dir.join("cache").join("documents");
+        self.documents = Some(if state.explicit || state.dir.is_dir() {
+            Documents::new(dir)
+        } else {
+            Documents::deferred(dir)
+        });
+    }
+
+    /// Write the documents held back while the state folder did not exist, if it does now (the
+    /// command made it to record a run).
+    pub fn write_held_documents(&self, state: &StateDir) {
+        if let Some(documents) = &self.documents {
+            documents.write_held(&state.dir);
+        }
     }
 
     /// The text of a workflow's file as found on the search path (by name or path), or the

@@ -9,12 +9,19 @@
 //! parsed from the text as if there were no cache. There is one entry per workflow path,
 //! replaced when the text changes, so the folder grows only with the workflows used.
 //!
+//! A run in a project without a state folder yet does not make one for its documents (a workflow
+//! that records out of the project tree must leave none): it holds the entries it would have
+//! written and writes them once the run is over, when the run made the folder after all
+//! ([`Documents::deferred`], [`Documents::write_held`]), so that the second run of a new
+//! project reads its documents instead of parsing them again.
+//!
 //! Only a file parsed on its own is kept: the bases of an overlay chain are parsed with the
 //! origins of their keys, which the merge needs. A kept document of a file that extends none is
 //! read straight as the typed workflow ([`Documents::read`]); the JSON document is made
 //! from the text again only when a diagnostic needs it.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -37,11 +44,38 @@ pub(crate) enum Kept<T> {
 #[derive(Debug, Clone)]
 pub(crate) struct Documents {
     dir: PathBuf,
+    /// Deferred: the entries parsed so far (path, key line and document as written), held until
+    /// [`Documents::write_held`].
+    held: Option<Arc<Mutex<Vec<(PathBuf, Vec<u8>)>>>>,
 }
 
 impl Documents {
     pub(crate) fn new(dir: PathBuf) -> Self {
-        Documents { dir }
+        Documents { dir, held: None }
+    }
+
+    /// Documents whose entries are held instead of written, for a state folder that does not
+    /// exist yet: [`Documents::write_held`] writes them if it exists by then.
+    pub(crate) fn deferred(dir: PathBuf) -> Self {
+        Documents {
+            dir,
+            held: Some(Arc::default()),
+        }
+    }
+
+    /// Write the entries held back, when `state` (the folder `cache/documents` is in) exists
+    /// now; else let them go. A cache: an entry that cannot be written is parsed next time.
+    pub(crate) fn write_held(&self, state: &Path) {
+        let Some(held) = &self.held else {
+            return;
+        };
+        let held = std::mem::take(&mut *held.lock().unwrap_or_else(|e| e.into_inner()));
+        if held.is_empty() || !state.is_dir() {
+            return;
+        }
+        for (entry, bytes) in held {
+            let _ = self.write_bytes(&entry, &bytes);
+        }
     }
 
     /// The document of `source`: the kept one when its text is unchanged, else parsed (and
@@ -67,7 +101,20 @@ impl Documents {
         }
         let (doc, _) = load::parse_document(source, 0, false)?;
         // A cache: a document that cannot be kept is parsed again next time.
-        let _ = self.write(&entry, &key, &doc);
+        let mut bytes = Vec::with_capacity(key.len() + 1 + source.text.len());
+        bytes.extend_from_slice(key.as_bytes());
+        bytes.push(b'\n');
+        if serde_json::to_writer(&mut bytes, &doc).is_ok() {
+            match &self.held {
+                Some(held) => held
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((entry, bytes)),
+                None => {
+                    let _ = self.write_bytes(&entry, &bytes);
+                }
+            }
+        }
         Ok(Kept::Document(doc))
     }
 
@@ -77,16 +124,11 @@ impl Documents {
         self.dir.join(format!("{}.json", &name[..32]))
     }
 
-    /// The key line, then the document, renamed into place whole.
-    fn write(&self, entry: &Path, key: &str, doc: &Value) -> std::io::Result<()> {
+    /// An entry (the key line, then the document), renamed into place whole.
+    fn write_bytes(&self, entry: &Path, bytes: &[u8]) -> std::io::Result<()> {
         std::fs::create_dir_all(&self.dir)?;
         // Owner-only, as the temporary file it is written to.
-        crate::floor::atomic::replace(entry, ".document.", 0o600, |out| {
-            out.write_all(key.as_bytes())?;
-            out.write_all(b"\n")?;
-            serde_json::to_writer(&mut *out, doc)?;
-            Ok(())
-        })
+        crate::floor::atomic::replace(entry, ".document.", 0o600, |out| out.write_all(bytes))
     }
 }
 
@@ -149,6 +191,36 @@ when = 1979-05-27T07:32:00Z
             Kept::Document(doc) => assert_eq!(doc["stages"]["a"]["shell"], "echo 1"),
             Kept::Typed(_) => panic!("not usable"),
         }
+    }
+
+    /// Deferred, nothing is written while the command runs; afterwards the entries go to the
+    /// folder if the state folder exists by then, and nowhere if it does not.
+    #[test]
+    fn deferred_documents_are_written_after_the_command_only_if_the_state_folder_was_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join(".stagegraph");
+        let source = SourceFile::new("/w/a.toml", TEXT);
+        let entry = Documents::new(state.join("cache/documents")).entry_path(&source);
+
+        let never = Documents::deferred(state.join("cache/documents"));
+        assert!(matches!(parse(&never, &source), Ok(_)));
+        never.write_held(&state);
+        assert!(!state.exists(), "no state folder made for a document");
+
+        let made = Documents::deferred(state.join("cache/documents"));
+        parse(&made, &source).unwrap();
+        assert!(!entry.exists(), "held while the command runs");
+        std::fs::create_dir_all(&state).unwrap();
+        made.write_held(&state);
+        assert!(entry.is_file(), "written once the run made the folder");
+        // The entry is the one an immediate write makes: the next run reads it.
+        let text = std::fs::read_to_string(&entry).unwrap();
+        std::fs::write(&entry, text.replace("echo 1", "echo kept")).unwrap();
+        let next = Documents::new(state.join("cache/documents"));
+        assert_eq!(
+            parse(&next, &source).unwrap()["stages"]["a"]["shell"],
+            "echo kept"
+        );
     }
 
     #[test]
