@@ -160,11 +160,15 @@ fn main() -> ExitCode {
     };
     // Commands that write to the state folder anyway keep parsed documents there; `check`,
     // `plan` and the rest leave it untouched. A state folder that does not exist yet is not
-    // made for them (a workflow that records out of the project tree must leave none): what
-    // they would keep is written after the command, if it made the folder.
-    let keeps_documents = matches!(cli.command, Command::Run(_) | Command::Resume { .. });
-    if keeps_documents {
-        engine.keep_documents(&state);
+    // made for them (a workflow that records out of the project tree must leave none): what a
+    // real run would keep is written after it, if it made the folder.
+    let keeps_documents = match &cli.command {
+        Command::Run(args) => Some(!args.exec.dry_run),
+        Command::Resume { exec, .. } => Some(!exec.dry_run),
+        _ => None,
+    };
+    if let Some(hold) = keeps_documents {
+        engine.keep_documents(&state, hold);
     }
     let app = App {
         engine,
@@ -180,7 +184,7 @@ fn main() -> ExitCode {
             failure.code
         }
     };
-    if keeps_documents {
+    if keeps_documents.is_some() {
         app.engine.write_held_documents(&app.state);
     }
     ExitCode::from(code as u8)

@@ -77,14 +77,16 @@ impl Engine {
 
     /// Keep parsed documents in the state folder between loads (`cache/documents`), for
     /// commands that write there anyway. While the folder does not exist (and was not named
-    /// on the command line), they are held until [`Engine::write_held_documents`].
-    pub fn keep_documents(&mut self, state: &StateDir) {
+    /// on the command line), they are held until [`Engine::write_held_documents`] if `hold`
+    /// says the command is likely to run again (not a dry-run, which in CI runs once in a fresh
+    /// folder), and not kept otherwise.
+    pub fn keep_documents(&mut self, state: &StateDir, hold: bool) {
         let dir = state.dir.join("cache").join("documents");
-        self.documents = Some(if state.explicit || state.dir.is_dir() {
-            Documents::new(dir)
+        self.documents = if state.explicit || state.dir.is_dir() {
+            Some(Documents::new(dir))
         } else {
-            Documents::deferred(dir)
-        });
+            hold.then(|| Documents::deferred(dir))
+        };
     }
 
     /// Write the documents held back while the state folder did not exist, if it does now (the
