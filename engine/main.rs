@@ -37,11 +37,13 @@ fn tune_allocator() {
 }
 
 /// `check` and `plan` read, print and exit within a fraction of a second: for them returning
-/// freed pages to the kernel only to fault them in again is all cost (`check` of 10,000 stages:
-/// 4,600 page faults and up to 0.3 s of system time, against about 630 faults and 0.05-0.07 s
-/// when freed pages are kept, for 13-17 MB more at the peak).
-fn keep_freed_pages() {
-    set_allocator_option(PURGE_DELAY, "MIMALLOC_PURGE_DELAY", -1);
+/// freed pages to the kernel at once only to fault them in again costs time, and keeping them
+/// all costs memory. With huge pages off, `check` of 10,000 stages (chain, layers) took 74 and
+/// 83 ms keeping them (peak 58 and 60 MB), 78 and 91 ms returning them at once (47 and 51 MB)
+/// and 75 and 86 ms returning them 10 ms after they are freed (47 and 53 MB), mimalloc's own
+/// default, which they get back.
+fn return_freed_pages_late() {
+    set_allocator_option(PURGE_DELAY, "MIMALLOC_PURGE_DELAY", 10);
 }
 
 // mimalloc's option number (`mi_option_t` in mimalloc.h; 15 in v2 and v3). A number it does
@@ -122,7 +124,7 @@ fn main() -> ExitCode {
     clap_complete::CompleteEnv::with_factory(<Cli as clap::CommandFactory>::command).complete();
     let cli = Cli::parse();
     if matches!(cli.command, Command::Check { .. } | Command::Plan { .. }) {
-        keep_freed_pages();
+        return_freed_pages_late();
     }
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let color = match cli.color {
