@@ -69,7 +69,11 @@ impl Documents {
         let Some(held) = &self.held else {
             return;
         };
-        let held = std::mem::take(&mut *held.lock().unwrap_or_else(|e| e.into_inner()));
+        let held = std::mem::take(
+            &mut *held
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
         if held.is_empty() || !state.is_dir() {
             return;
         }
@@ -108,7 +112,7 @@ impl Documents {
             match &self.held {
                 Some(held) => held
                     .lock()
-                    .unwrap_or_else(|e| e.into_inner())
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .push((entry, bytes)),
                 None => {
                     let _ = self.write_bytes(&entry, &bytes);
@@ -203,7 +207,7 @@ when = 1979-05-27T07:32:00Z
         let entry = Documents::new(state.join("cache/documents")).entry_path(&source);
 
         let never = Documents::deferred(state.join("cache/documents"));
-        assert!(matches!(parse(&never, &source), Ok(_)));
+        assert!(parse(&never, &source).is_ok());
         never.write_held(&state);
         assert!(!state.exists(), "no state folder made for a document");
 

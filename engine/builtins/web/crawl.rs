@@ -53,7 +53,7 @@ const MAX_CRAWL_DELAY: Duration = Duration::from_secs(10);
 pub(crate) fn builtins() -> Vec<Builtin> {
     vec![Builtin {
         name: "web.crawl",
-        description: "Crawl a site (sitemap or page list, robots.txt, budget) into a snapshot folder of Markdown pages with a manifest.",
+        description: "Crawl a site (sitemap or page list, robots.txt, budget) into a snapshot folder of Markdown pages (each page's main content, where it marks one) with a manifest.",
         writes: true,
         with_schema: args::schema::<Args>,
         with_parse: args::parses::<Args>,
@@ -503,9 +503,13 @@ fn under(site: &Url, name: &str) -> Option<Url> {
 const MAX_DEPTH: usize = 512;
 
 /// HTML to Markdown by htmd: ATX headings, fenced code blocks, `-` list items, inline links;
-/// scripts, styles, the head, navigation and `<noscript>` dropped. Trimmed, with one closing
-/// newline, so a page whose text is all in those dropped parts comes back as a bare newline.
-/// `Err` says why a page is not converted: its elements nest deeper than [`MAX_DEPTH`].
+/// scripts, styles, the head, navigation and `<noscript>` dropped. A page that marks its main
+/// content (a `<main>`, else an element of `role="main"`, neither `hidden`) gives that alone:
+/// documentation sites wrap each page's text in one, and leave out of it the chrome around it
+/// (menus, theme pickers, keyboard help) that would otherwise fill the snapshot. Trimmed, with
+/// one closing newline, so a page whose text is all in dropped parts comes back as a bare
+/// newline. `Err` says why a page is not converted: its elements nest deeper than
+/// [`MAX_DEPTH`].
 fn html_to_markdown(html: &str) -> Result<String, String> {
     // Built once: the converter holds a handler per tag, the same for every page.
     static CONVERTER: LazyLock<htmd::HtmlToMarkdown> = LazyLock::new(|| {
@@ -535,7 +539,69 @@ fn html_to_markdown(html: &str) -> Result<String, String> {
             "its elements nest {depth} deep; at most {MAX_DEPTH} are converted"
         ));
     }
+    // The converter walks from the document and reads each node's parent (a subtree walked
+    // alone, or moved under another parent, comes out empty), so the tree is pruned instead:
+    // each ancestor of the main content keeps only the child it leads through.
+    if let Some(mut node) = main_content(&tree) {
+        while let Some(parent) = parent_of(&node) {
+            *parent.children.borrow_mut() = vec![node];
+            node = parent;
+        }
+    }
     Ok(CONVERTER.tree_to_markdown(&tree).trim().to_string() + "\n")
+}
+
+/// The page's main content, when it marks it: its first `<main>` that is not `hidden`, else its
+/// first element of `role="main"`.
+fn main_content(root: &Rc<Node>) -> Option<Rc<Node>> {
+    let shown = |node: &Node| attribute(node, "hidden").is_none();
+    first_element(root, |node| {
+        element_name(node) == Some("main") && shown(node)
+    })
+    .or_else(|| {
+        first_element(root, |node| {
+            shown(node)
+                && attribute(node, "role")
+                    .is_some_and(|role| role.trim().eq_ignore_ascii_case("main"))
+        })
+    })
+}
+
+/// The first element, in document order, that `wanted` says yes to; found without recursion.
+fn first_element(root: &Rc<Node>, wanted: impl Fn(&Node) -> bool) -> Option<Rc<Node>> {
+    let mut pending = vec![Rc::clone(root)];
+    while let Some(node) = pending.pop() {
+        if element_name(&node).is_some() && wanted(&node) {
+            return Some(node);
+        }
+        pending.extend(node.children.borrow().iter().rev().map(Rc::clone));
+    }
+    None
+}
+
+fn parent_of(node: &Node) -> Option<Rc<Node>> {
+    let weak = node.parent.take();
+    let parent = weak.as_ref().and_then(std::rc::Weak::upgrade);
+    node.parent.set(weak);
+    parent
+}
+
+fn element_name(node: &Node) -> Option<&str> {
+    match &node.data {
+        NodeData::Element { name, .. } => Some(&name.local),
+        _ => None,
+    }
+}
+
+fn attribute(node: &Node, key: &str) -> Option<String> {
+    match &node.data {
+        NodeData::Element { attrs, .. } => attrs
+            .borrow()
+            .iter()
+            .find(|a| &*a.name.local == key)
+            .map(|a| a.value.to_string()),
+        _ => None,
+    }
 }
 
 /// How deep a tree's nodes nest, counted without recursion (the tree is what is being
@@ -1140,6 +1206,26 @@ mod tests {
         // A page whose text is all script is empty once converted, which the crawl reports.
         let text = html_to_markdown("<html><head><title>App</title></head><body><div id=\"app\"></div><script>render()</script><noscript>Turn on JavaScript.</noscript></body></html>").unwrap();
         assert_eq!(text, "\n");
+    }
+
+    #[test]
+    fn a_page_that_marks_its_main_content_gives_that_alone() {
+        // The chrome of a documentation page (a help popup, a theme list, a title bar) sits
+        // outside its `<main>`.
+        let page =
+            "<body><div id=\"help\"><h2>Keyboard shortcuts</h2><p>Press S to search</p></div>\
+            <ul id=\"themes\"><li>Light</li><li>Coal</li></ul>\
+            <main hidden><p>a template</p></main>\
+            <div class=\"page\"><main><h1>Guide</h1><p>Text.</p></main></div>\
+            <footer>Built with a generator</footer></body>";
+        assert_eq!(html_to_markdown(page).unwrap(), "# Guide\n\nText.\n");
+        // Sphinx and Read the Docs themes mark it by role.
+        let page = "<body><div class=\"sidebar\">Contents</div>\
+            <div role=\"Main\" class=\"document\"><h1>API</h1></div></body>";
+        assert_eq!(html_to_markdown(page).unwrap(), "# API\n");
+        // Unmarked, the whole body is the page.
+        let page = "<body><div>Menu</div><h1>Guide</h1></body>";
+        assert_eq!(html_to_markdown(page).unwrap(), "Menu\n\n# Guide\n");
     }
 
     #[test]
