@@ -190,11 +190,41 @@ fn list_and_check_show_the_workflows_of_the_project_root() {
     assert!(!check.stderr.contains("Cargo:"), "{}", check.stderr);
 }
 
+/// The first run of a project makes its state folder after reading the workflow, and keeps the
+/// parsed document there once it is over, so the second run does not parse it again; a dry-run
+/// (in CI, the one command of a fresh clone) keeps none.
+#[test]
+fn the_first_run_of_a_project_keeps_its_parsed_documents_and_a_dry_run_none() {
+    let kept = |t: &Test| {
+        std::fs::read_dir(t.path(".stagegraph/cache/documents"))
+            .map(|entries| entries.flatten().count())
+            .unwrap_or(0)
+    };
+    let dry = first_project(r#"["sh", "models/shout.sh"]"#);
+    dry.command(["run", "hello", "--dry-run"])
+        .without_state_dir()
+        .output()
+        .code(0);
+    assert!(
+        dry.path(".stagegraph/runs").is_dir(),
+        "the dry-run is recorded"
+    );
+    assert_eq!(kept(&dry), 0, "a dry-run keeps no document");
+
+    let t = first_project(r#"["sh", "models/shout.sh"]"#);
+    assert!(!t.path(".stagegraph").exists());
+    t.command(["run", "hello"])
+        .without_state_dir()
+        .output()
+        .code(0);
+    assert_eq!(kept(&t), 1, "the first run keeps the workflow's document");
+}
+
 #[test]
 fn the_state_folder_ignores_runs_cache_and_state_but_not_what_to_commit() {
     let t = first_project(r#"["sh", "models/shout.sh"]"#);
     git(&t, &["init", "--quiet"]);
-    // The second run keeps its parsed documents in the cache the first made a folder for.
+    // Two runs: the records, and the cache with the parsed documents and the stages' outputs.
     for _ in 0..2 {
         t.command(["run", "hello"])
             .without_state_dir()
