@@ -197,8 +197,7 @@ fn list_and_check_show_the_workflows_of_the_project_root() {
 fn the_first_run_of_a_project_keeps_its_parsed_documents_and_a_dry_run_none() {
     let kept = |t: &Test| {
         std::fs::read_dir(t.path(".stagegraph/cache/documents"))
-            .map(|entries| entries.flatten().count())
-            .unwrap_or(0)
+            .map_or(0, |entries| entries.flatten().count())
     };
     let dry = first_project(r#"["sh", "models/shout.sh"]"#);
     dry.command(["run", "hello", "--dry-run"])
