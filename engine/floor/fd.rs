@@ -10,3 +10,10 @@ pub(crate) fn set_nonblocking(fd: std::os::fd::BorrowedFd<'_>) {
         let _ = fcntl(fd, FcntlArg::F_SETFL(flags));
     }
 }
+
+/// [`set_nonblocking`] for a pipe end this process has just made: its status flags are known to
+/// be clear, so they are set without being read first (one system call a pipe, not two).
+pub(crate) fn set_nonblocking_fresh_pipe(fd: std::os::fd::BorrowedFd<'_>) {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    let _ = fcntl(fd, FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
+}

@@ -70,14 +70,43 @@ impl Holder {
 }
 
 /// The state letter and start time of a process, from `/proc/<pid>/stat`.
+///
+/// Read with one `read` into a buffer on the stack: a run asks this of every process it starts,
+/// and `read_to_string` on a file that says it is empty (as `/proc` files do) takes a `statx`
+/// and six growing reads.
 fn process_state(pid: u32) -> Option<(char, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    use std::io::Read;
+    let mut file = std::fs::File::open(format!("/proc/{pid}/stat")).ok()?;
+    // The line is a pid, a name of at most 64 bytes and 50 numbers: well under this.
+    let mut buffer = [0u8; 2048];
+    let mut filled = 0;
+    while filled < buffer.len() {
+        match file.read(&mut buffer[filled..]) {
+            Ok(0) => break,
+            Ok(read) => filled += read,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+        if let Some(state) = parse_stat(&buffer[..filled]) {
+            return Some(state);
+        }
+    }
+    parse_stat(&buffer[..filled])
+}
+
+/// The state letter and start time in a `/proc/<pid>/stat` line, once it has them.
+fn parse_stat(stat: &[u8]) -> Option<(char, u64)> {
     // pid (comm) state ppid ...: comm may hold spaces and parentheses.
-    let after = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let state = fields.first()?.chars().next()?;
-    // Field 22 of the line is the 20th after the comm.
-    let started = fields.get(19)?.parse().ok()?;
+    let after = &stat[stat.iter().rposition(|&b| b == b')')? + 1..];
+    let mut fields = after
+        .split(u8::is_ascii_whitespace)
+        .filter(|field| !field.is_empty());
+    let state = char::from(*fields.next()?.first()?);
+    // Field 22 of the line is the 20th after the comm; it must be followed by another field
+    // (or the line's end), or it may be cut short.
+    let started = fields.nth(18)?;
+    fields.next()?;
+    let started = std::str::from_utf8(started).ok()?.parse().ok()?;
     Some((state, started))
 }
 
@@ -86,12 +115,17 @@ pub(crate) fn process_start(pid: u32) -> Option<u64> {
     process_state(pid).map(|(_, started)| started)
 }
 
-/// This host's name.
+/// This host's name, asked of the kernel once a process (a run records it beside every process
+/// it starts).
 pub(crate) fn hostname() -> String {
-    nix::unistd::gethostname().map_or_else(
-        |_| String::from("localhost"),
-        |name| name.to_string_lossy().into_owned(),
-    )
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        nix::unistd::gethostname().map_or_else(
+            |_| String::from("localhost"),
+            |name| name.to_string_lossy().into_owned(),
+        )
+    })
+    .clone()
 }
 
 /// A random token: 128 bits as hex.
@@ -129,5 +163,18 @@ mod tests {
             ..Holder::current()
         };
         assert_eq!(elsewhere.liveness(), Liveness::Unknown);
+    }
+
+    #[test]
+    fn a_stat_line_gives_its_state_and_start_time_whatever_the_name_and_none_cut_short() {
+        let line = b"4242 (a) b (c) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 \
+                     987654 12345 67 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n";
+        assert_eq!(parse_stat(line), Some(('S', 987_654)));
+        let start = line.windows(6).position(|w| w == b"987654").unwrap();
+        let cut = &line[..start + 3];
+        assert_eq!(parse_stat(cut), None, "a start time cut short is not read");
+        assert_eq!(parse_stat(b"4242 (name"), None);
+        let ours = process_state(std::process::id()).expect("this process's stat");
+        assert_eq!(ours.1, Holder::current().started);
     }
 }

@@ -287,8 +287,8 @@ fn drain(
 ) {
     use nix::poll::{PollFd, PollFlags, PollTimeout};
     use std::os::fd::AsFd;
-    super::fd::set_nonblocking(out.as_fd());
-    super::fd::set_nonblocking(err.as_fd());
+    super::fd::set_nonblocking_fresh_pipe(out.as_fd());
+    super::fd::set_nonblocking_fresh_pipe(err.as_fd());
     let mut out = Some(out);
     let mut err = Some(err);
     // On the stack: a heap buffer of this size, zeroed, for every stage costs more than the

@@ -7,6 +7,7 @@
 
 pub(crate) mod documents;
 mod effective;
+mod typed;
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -86,6 +87,20 @@ pub struct RawWorkflow {
 }
 
 impl RawWorkflow {
+    /// A file on its own read straight as the typed workflow: no document until a diagnostic
+    /// needs one ([`RawWorkflow::need_document`]).
+    fn typed(name: String, found: &Found, file: WorkflowFile) -> Self {
+        RawWorkflow {
+            name,
+            doc: Value::Null,
+            origins: OnceLock::new(),
+            sources: vec![found.source.clone()],
+            library: found.library.clone(),
+            disabled: HashMap::new(),
+            typed: Some(Box::new(file)),
+        }
+    }
+
     /// The document, parsed again from the file's text if it was read straight as the typed
     /// workflow (a file on its own: the only kind read that way).
     pub(crate) fn need_document(&mut self) {
@@ -224,21 +239,21 @@ pub(crate) fn load_found(
     // workflow: the JSON document is made (about 7 MB and 6 ms for 10,000 stages) only if a
     // diagnostic needs it.
     let (doc, origins) = match documents {
+        // No documents kept (`check`, a dry-run in a fresh folder): the file is read straight
+        // as the typed workflow, and the JSON document made only if a diagnostic needs it.
+        None if !base_of_another => {
+            match typed::read::<WorkflowFile>(&found.source)
+                .filter(|file| file.workflow.extends.is_none())
+            {
+                Some(file) => return Ok(RawWorkflow::typed(name, &found, file)),
+                None => parse_document(&found.source, 0, false)?,
+            }
+        }
         Some(documents) if !base_of_another => {
             let kept = documents
                 .read::<WorkflowFile>(&found.source, |file| file.workflow.extends.is_none())?;
             match kept {
-                Kept::Typed(file) => {
-                    return Ok(RawWorkflow {
-                        name,
-                        doc: Value::Null,
-                        origins: OnceLock::new(),
-                        sources: vec![found.source.clone()],
-                        library: found.library.clone(),
-                        disabled: HashMap::new(),
-                        typed: Some(Box::new(file)),
-                    });
-                }
+                Kept::Typed(file) => return Ok(RawWorkflow::typed(name, &found, file)),
                 Kept::Document(doc) => (doc, Origins::default()),
             }
         }
@@ -465,19 +480,8 @@ fn convert_value(
 ) -> Value {
     match value {
         DeValue::String(s) => Value::String(s.to_string()),
-        DeValue::Integer(i) => {
-            let text = i.as_str().replace('_', "");
-            let parsed = match i.radix() {
-                10 => text.parse::<i64>().ok(),
-                radix => i64::from_str_radix(&text[2..], radix).ok(),
-            };
-            parsed.map_or(Value::Null, Value::from)
-        }
-        DeValue::Float(f) => f
-            .as_str()
-            .replace('_', "")
-            .parse::<f64>()
-            .ok()
+        DeValue::Integer(i) => typed::integer(i).map_or(Value::Null, Value::from),
+        DeValue::Float(f) => typed::float(f)
             .and_then(serde_json::Number::from_f64)
             .map_or(Value::Null, Value::Number),
         DeValue::Boolean(b) => Value::Bool(*b),

@@ -131,7 +131,7 @@ pub(crate) struct Cache {
     warnings: Mutex<Vec<String>>,
     /// The file, opened for appending at the first `put` and kept open for the run, and the
     /// whole lines not yet appended.
-    appender: Mutex<Option<(std::fs::File, Vec<u8>)>>,
+    appender: Mutex<Option<Appender>>,
     /// A line that did not parse was read, or a line superseded by a later one of its id was
     /// read or written: the file is compacted when the cache closes.
     stale: std::sync::atomic::AtomicBool,
@@ -140,23 +140,41 @@ pub(crate) struct Cache {
 /// Lines buffered before an append.
 const APPEND_BUFFER: usize = 64 * 1024;
 
-/// Appends whole lines to a file, on a fresh line if the file does not end with one.
-fn append_lines(file: &mut std::fs::File, lines: &[u8]) -> std::io::Result<()> {
-    use std::io::{Read, Seek, SeekFrom};
-    let length = file.metadata()?.len();
-    let mut out = Vec::with_capacity(lines.len() + 1);
-    if length > 0 {
-        let mut last = [0u8; 1];
-        // The file is opened for appending and reading: reading moves the cursor, writing
-        // appends at the end regardless.
-        file.seek(SeekFrom::Start(length - 1))?;
-        file.read_exact(&mut last)?;
-        if last[0] != b'\n' {
-            out.push(b'\n');
+/// The cache file open for appending, the whole lines not yet appended, and the file's length
+/// after this process's last append (it ended with a newline then).
+struct Appender {
+    file: std::fs::File,
+    buffer: Vec<u8>,
+    end: Option<u64>,
+}
+
+impl Appender {
+    /// Appends the buffered lines, on a fresh line if the file does not end with one. The last
+    /// byte is read only when another process (or a torn write) may have left it: a file still
+    /// as long as this process's last append left it ends with that append's newline.
+    fn append(&mut self) -> std::io::Result<()> {
+        use std::io::{Read, Seek, SeekFrom};
+        if self.buffer.is_empty() {
+            return Ok(());
         }
+        let length = self.file.metadata()?.len();
+        let mut torn = false;
+        if length > 0 && self.end != Some(length) {
+            let mut last = [0u8; 1];
+            // The file is opened for appending and reading: reading moves the cursor, writing
+            // appends at the end regardless.
+            self.file.seek(SeekFrom::Start(length - 1))?;
+            self.file.read_exact(&mut last)?;
+            torn = last[0] != b'\n';
+        }
+        if torn {
+            self.buffer.insert(0, b'\n');
+        }
+        let written = self.file.write_all(&self.buffer);
+        self.end = written.is_ok().then(|| length + self.buffer.len() as u64);
+        self.buffer.clear();
+        written
     }
-    out.extend_from_slice(lines);
-    file.write_all(&out)
 }
 
 impl Cache {
@@ -335,7 +353,7 @@ impl Cache {
                 .appender
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let (file, buffer) = match appender.as_mut() {
+            let appender = match appender.as_mut() {
                 Some(open) => open,
                 None => {
                     if let Some(parent) = self.path.parent() {
@@ -346,15 +364,18 @@ impl Cache {
                         .append(true)
                         .read(true)
                         .open(&self.path)?;
-                    appender.insert((file, Vec::with_capacity(APPEND_BUFFER)))
+                    appender.insert(Appender {
+                        file,
+                        buffer: Vec::with_capacity(APPEND_BUFFER),
+                        end: None,
+                    })
                 }
             };
             // Whole lines only, appended in one write: a concurrent run never sees half a line.
-            if !buffer.is_empty() && buffer.len() + line.len() > APPEND_BUFFER {
-                append_lines(file, buffer)?;
-                buffer.clear();
+            if appender.buffer.len() + line.len() > APPEND_BUFFER {
+                appender.append()?;
             }
-            buffer.extend_from_slice(&line);
+            appender.buffer.extend_from_slice(&line);
         }
         let mut guard = self
             .entries
@@ -382,12 +403,8 @@ impl Cache {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         match appender.as_mut() {
-            Some((file, buffer)) if !buffer.is_empty() => {
-                let appended = append_lines(file, buffer);
-                buffer.clear();
-                appended
-            }
-            _ => Ok(()),
+            Some(appender) => appender.append(),
+            None => Ok(()),
         }
     }
 
@@ -526,6 +543,39 @@ mod tests {
         assert!(
             warnings.len() == 1 && warnings[0].ends_with(":2"),
             "{warnings:?}"
+        );
+    }
+
+    /// The last byte is read only when the file is not as this process's last append left it:
+    /// a torn line another process left between two appends still gets a fresh line after it.
+    #[test]
+    fn an_append_after_another_process_tore_a_line_starts_on_a_fresh_line() {
+        let state = tempfile::tempdir().unwrap();
+        let cache = Cache::new(state.path(), "torn");
+        cache.put("a", &serde_json::json!(1)).unwrap();
+        cache.flush().unwrap();
+        let path = cache_path(state.path(), "torn");
+        {
+            use std::io::Write as _;
+            let mut other = OpenOptions::new().append(true).open(&path).unwrap();
+            other.write_all(b"{\"id\":\"half").unwrap();
+        }
+        cache.put("b", &serde_json::json!(2)).unwrap();
+        cache.flush().unwrap();
+        cache.put("c", &serde_json::json!(3)).unwrap();
+        cache.flush().unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 4, "{text}");
+        assert!(text.ends_with('\n'));
+
+        let again = Cache::new(state.path(), "torn");
+        for (id, value) in [("a", 1), ("b", 2), ("c", 3)] {
+            assert_eq!(again.get(id, None).unwrap().0, serde_json::json!(value));
+        }
+        assert_eq!(
+            again.take_warnings().len(),
+            1,
+            "the torn line alone is corrupt"
         );
     }
 
