@@ -10,6 +10,7 @@ pub(crate) mod fd;
 pub(crate) mod hash;
 pub(crate) mod holder;
 pub(crate) mod locks;
+pub(crate) mod prefault;
 pub(crate) mod process;
 pub(crate) mod reaper;
 pub(crate) mod reduction;
