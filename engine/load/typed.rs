@@ -26,7 +26,7 @@ pub(crate) fn read<T: DeserializeOwned>(source: &SourceFile) -> Option<T> {
 
 /// Why a value did not read; the document path says it better, so the text is not shown.
 #[derive(Debug)]
-pub(crate) struct Unreadable;
+struct Unreadable;
 
 impl std::fmt::Display for Unreadable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

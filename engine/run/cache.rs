@@ -158,17 +158,15 @@ impl Appender {
             return Ok(());
         }
         let length = self.file.metadata()?.len();
-        let mut torn = false;
         if length > 0 && self.end != Some(length) {
             let mut last = [0u8; 1];
             // The file is opened for appending and reading: reading moves the cursor, writing
             // appends at the end regardless.
             self.file.seek(SeekFrom::Start(length - 1))?;
             self.file.read_exact(&mut last)?;
-            torn = last[0] != b'\n';
-        }
-        if torn {
-            self.buffer.insert(0, b'\n');
+            if last[0] != b'\n' {
+                self.buffer.insert(0, b'\n');
+            }
         }
         let written = self.file.write_all(&self.buffer);
         self.end = written.is_ok().then(|| length + self.buffer.len() as u64);
