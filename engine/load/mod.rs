@@ -7,6 +7,7 @@
 
 pub(crate) mod documents;
 mod effective;
+mod split;
 mod typed;
 
 use std::collections::HashMap;
@@ -242,10 +243,7 @@ pub(crate) fn load_found(
         // No documents kept (`check`, a dry-run in a fresh folder): the file is read straight
         // as the typed workflow, and the JSON document made only if a diagnostic needs it.
         None if !base_of_another => {
-            prefault_for(&found.source.text);
-            match typed::read::<WorkflowFile>(&found.source)
-                .filter(|file| file.workflow.extends.is_none())
-            {
+            match read_typed(&found.source).filter(|file| file.workflow.extends.is_none()) {
                 Some(file) => return Ok(RawWorkflow::typed(name, &found, file)),
                 None => parse_document(&found.source, 0, false)?,
             }
@@ -315,6 +313,27 @@ pub(crate) fn load_found(
     };
     overlay(&mut raw, base)?;
     Ok(raw)
+}
+
+/// The typed reading of a file on its own; a large one in parts, on the cores at hand
+/// ([`split`]), or with its memory faulted in ahead on one core. (With both, the faulting thread
+/// takes a core from the parts: `check` of 10,000 stages took 36.1 ms without it, 38.4 with.)
+fn read_typed(source: &SourceFile) -> Option<WorkflowFile> {
+    const LARGE: usize = 256 * 1024;
+    let ranges = if source.text.len() >= LARGE {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        split::parts(&source.text, cores.min(4))
+    } else {
+        None
+    };
+    match ranges {
+        Some(ranges) => split::read_parts(&source.text, &ranges, typed::read_str)
+            .or_else(|| typed::read(source)),
+        None => {
+            prefault_for(&source.text);
+            typed::read(source)
+        }
+    }
 }
 
 /// Parse one TOML file into a JSON document and, `with_origins`, the origins of its keys (else

@@ -17,7 +17,12 @@ use crate::diag::SourceFile;
 /// The typed reading of `source`, or `None` when it does not parse or does not read as a `T`
 /// (the caller then goes the document way, which explains why).
 pub(crate) fn read<T: DeserializeOwned>(source: &SourceFile) -> Option<T> {
-    let (table, errors) = DeTable::parse_recoverable(&source.text);
+    read_str(&source.text)
+}
+
+/// [`read`] of a text.
+pub(crate) fn read_str<T: DeserializeOwned>(text: &str) -> Option<T> {
+    let (table, errors) = DeTable::parse_recoverable(text);
     if !errors.is_empty() {
         return None;
     }

@@ -1,0 +1,243 @@
+//! A large workflow file read in parts, one a core.
+//!
+//! Parsing the TOML of 10,000 stages is about 40% of `check`, on one core. A workflow file is
+//! mostly its `[stages.<id>]` tables, and from the first of a run of them to the end of the file
+//! each part that starts at one of those headers is a TOML document of its own whose only key
+//! is `stages`. The text is cut at such headers, the parts are parsed and read on threads side
+//! by side, and their stages joined in file order.
+//!
+//! The cut is taken only where it cannot change what the file means; anything else reads the
+//! whole file at once. A line of the text that opens with `[` is a header or lies inside a
+//! multi-line string or array. [`parts`] cuts only at lines that look like a stage's header,
+//! with every such line after the cut one too, and it refuses a file that could define
+//! `stages` otherwise (a key `stages = ...`, `[[stages]]`, a quoted or spaced header). A cut
+//! that lands inside a string or an array leaves the part before it unclosed, which does not
+//! parse, and the whole file is read instead. A part that parses on its own thus ends where a
+//! top-level expression ends, and the ones after it can only add stage tables. Those must be
+//! new stages: an id in two parts (which TOML may allow, e.g. `[stages.a.cache]` before
+//! `[stages.a]`) also reads the whole file.
+
+use std::ops::Range;
+
+use crate::format::WorkflowFile;
+
+/// Files with fewer stage headers than this are read at once: below it, the threads cost
+/// more than they save.
+const FEWEST_HEADERS: usize = 2_000;
+
+/// The byte ranges of `text`, in order and covering it, to parse apart into `want` parts or
+/// fewer; `None` to read it whole.
+pub(crate) fn parts(text: &str, want: usize) -> Option<Vec<Range<usize>>> {
+    if want < 2 {
+        return None;
+    }
+    // Where each line of a stage header starts, from the last header of another kind on.
+    let mut cuts: Vec<usize> = Vec::new();
+    let mut start = 0;
+    for line in text.split_inclusive('\n') {
+        let at = start;
+        start += line.len();
+        let trimmed = line.trim_start_matches([' ', '\t']);
+        match line_kind(trimmed) {
+            Line::Other => {}
+            Line::StageHeader => cuts.push(at),
+            Line::Header => cuts.clear(),
+            Line::Unsure => return None,
+        }
+    }
+    if cuts.len() < FEWEST_HEADERS {
+        return None;
+    }
+    // The first part also holds everything before the run of stage headers, so the cuts are
+    // spread evenly over the text from the first header on.
+    let first = cuts[0];
+    let span = text.len() - first;
+    let mut ranges = Vec::with_capacity(want);
+    let mut from = 0;
+    let mut next = 0;
+    for k in 1..want {
+        let target = first + span * k / want;
+        while next < cuts.len() && cuts[next] < target {
+            next += 1;
+        }
+        let Some(&cut) = cuts.get(next) else { break };
+        if cut > from {
+            ranges.push(from..cut);
+            from = cut;
+        }
+    }
+    ranges.push(from..text.len());
+    (ranges.len() > 1).then_some(ranges)
+}
+
+/// What a line says about cutting, from its first character that is not a blank.
+#[derive(Debug, PartialEq, Eq)]
+enum Line {
+    /// Neither a header nor a key `stages`.
+    Other,
+    /// `[stages.<id>...]` or `[[stages.<id>...]]`: a cut may fall here.
+    StageHeader,
+    /// Another header: no cut before it.
+    Header,
+    /// Could define `stages` in a way a later part could not add to: no cut at all.
+    Unsure,
+}
+
+fn line_kind(trimmed: &str) -> Line {
+    if let Some(header) = trimmed.strip_prefix('[') {
+        let name = header.strip_prefix('[').unwrap_or(header);
+        return if name.starts_with("stages.") {
+            Line::StageHeader
+        } else if header.starts_with("stages]") {
+            // `[stages]` itself: a table later parts add stages to.
+            Line::Header
+        } else if name.starts_with(['"', '\'', ' ', '\t']) || name.starts_with("stages") {
+            Line::Unsure
+        } else {
+            Line::Header
+        };
+    }
+    let key = trimmed
+        .strip_prefix("\"stages\"")
+        .or_else(|| trimmed.strip_prefix("'stages'"))
+        .or_else(|| trimmed.strip_prefix("stages"));
+    match key {
+        Some(rest) if rest.starts_with([' ', '\t', '.', '=']) => Line::Unsure,
+        _ => Line::Other,
+    }
+}
+
+/// The workflow read from `text` in `ranges` on threads side by side, with `read` reading one
+/// part; `None` when a part does not read or two share a stage.
+pub(crate) fn read_parts(
+    text: &str,
+    ranges: &[Range<usize>],
+    read: impl Fn(&str) -> Option<WorkflowFile> + Sync,
+) -> Option<WorkflowFile> {
+    let (first, rest) = ranges.split_first()?;
+    std::thread::scope(|scope| {
+        let read = &read;
+        let others: Vec<_> = rest
+            .iter()
+            .map(|range| scope.spawn(move || read(&text[range.clone()])))
+            .collect();
+        let mut file = read(&text[first.clone()])?;
+        for other in others {
+            let other = other.join().ok().flatten()?;
+            if !other.inputs.is_empty() || !other.outputs.is_empty() {
+                return None;
+            }
+            file.stages.reserve(other.stages.len());
+            for (id, stage) in other.stages {
+                if file.stages.insert(id, stage).is_some() {
+                    return None;
+                }
+            }
+        }
+        Some(file)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stages(n: usize) -> String {
+        (0..n)
+            .map(|i| format!("[stages.s{i}]\nshell = \"echo {i}\"\n\n"))
+            .collect()
+    }
+
+    fn read_whole(text: &str) -> Option<WorkflowFile> {
+        toml::from_str(text).ok()
+    }
+
+    #[test]
+    fn a_large_file_is_cut_at_stage_headers_into_the_parts_asked() {
+        let text = format!("[workflow]\ndescription = \"x\"\n\n{}", stages(4_000));
+        let ranges = parts(&text, 2).expect("cut");
+        assert_eq!(ranges.len(), 2);
+        assert_eq!(ranges[0].start, 0);
+        assert_eq!(ranges[0].end, ranges[1].start);
+        assert_eq!(ranges[1].end, text.len());
+        assert!(text[ranges[1].clone()].starts_with("[stages.s"));
+        let half = text.len() / 2;
+        assert!(ranges[1].start.abs_diff(half) < 100, "{ranges:?}");
+        assert_eq!(parts(&text, 4).expect("cut").len(), 4);
+    }
+
+    #[test]
+    fn read_in_parts_is_read_whole() {
+        let text = format!(
+            "[workflow]\ndescription = \"x\"\n\n[inputs.word]\ntype = \"string\"\n\n{}\
+             [stages.last]\nshell = \"echo\"\n[stages.last.cache]\nkey = \"a\"\n\
+             [[stages.last.assert]]\nthat = \"true\"\n",
+            stages(3_000)
+        );
+        let ranges = parts(&text, 3).expect("cut");
+        let split = read_parts(&text, &ranges, read_whole).expect("reads");
+        let whole = read_whole(&text).expect("reads");
+        assert_eq!(
+            serde_json::to_value(&split).unwrap(),
+            serde_json::to_value(&whole).unwrap()
+        );
+        assert_eq!(split.stages.keys().last().map(String::as_str), Some("last"));
+        assert_eq!(
+            split.stages.get_index(1).map(|(id, _)| id.as_str()),
+            Some("s1")
+        );
+    }
+
+    #[test]
+    fn a_small_file_or_one_part_is_not_cut() {
+        assert_eq!(parts(&stages(100), 2), None);
+        assert_eq!(parts(&stages(4_000), 1), None);
+    }
+
+    #[test]
+    fn no_cut_before_a_header_of_another_table() {
+        let text = format!("{}[outputs]\nx = \"y\"\n", stages(4_000));
+        assert_eq!(parts(&text, 2), None);
+        // After the last one, the stages are cut as usual.
+        let text = format!("[outputs]\nx = \"y\"\n{}", stages(4_000));
+        assert!(parts(&text, 2).is_some());
+    }
+
+    #[test]
+    fn stages_defined_otherwise_are_never_cut() {
+        for head in [
+            "stages = { a = { shell = \"x\" } }\n",
+            "stages.a.shell = \"x\"\n",
+            "\"stages\".a.shell = \"x\"\n",
+            "[[stages]]\n",
+            "[ stages.a ]\n",
+            "[\"stages\".a]\n",
+            "[stages .a]\n",
+        ] {
+            let text = format!("{head}{}", stages(4_000));
+            assert_eq!(parts(&text, 2), None, "{head}");
+        }
+        let text = format!("[stages]\n{}", stages(4_000));
+        assert!(parts(&text, 2).is_some());
+    }
+
+    #[test]
+    fn a_stage_in_two_parts_or_a_part_that_does_not_parse_reads_nothing() {
+        // `s0` again at the end: TOML allows its subtable, but it is not a new stage.
+        let text = format!("{}[stages.s0.cache]\nkey = \"k\"\n", stages(4_000));
+        let ranges = parts(&text, 2).expect("cut");
+        assert!(read_whole(&text).is_some());
+        assert!(read_parts(&text, &ranges, read_whole).is_none());
+
+        // A cut inside a multi-line string leaves the first part unclosed.
+        let text = format!(
+            "[stages.a]\nshell = \"\"\"\n{}\"\"\"\n{}",
+            stages(2_500),
+            stages(10).replace("[stages.s", "[stages.t")
+        );
+        let whole = read_whole(&text).expect("reads");
+        assert_eq!(whole.stages.len(), 11);
+        let ranges = parts(&text, 2).expect("lines inside the string look like headers");
+        assert!(read_parts(&text, &ranges, read_whole).is_none());
+    }
+}
