@@ -243,7 +243,7 @@ fn shared_stages<'de, D: serde::Deserializer<'de>>(
 pub(crate) struct StageDef {
     /// One line, shown by `plan`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
+    pub description: Option<Box<str>>,
     /// In an overlay: remove this stage from the base workflow.
     #[serde(default, skip_serializing_if = "is_false")]
     pub disabled: bool,
@@ -259,29 +259,29 @@ pub(crate) struct StageDef {
     /// Action: a script run with `sh -c`; every `{{ value }}` reaches it through an environment
     /// variable the script references, never as script text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shell: Option<String>,
+    pub shell: Option<Box<str>>,
     /// Action: a template rendered and sent to the stage's model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prompt: Option<TemplateRef>,
+    pub prompt: Option<Box<TemplateRef>>,
     /// Action: a template rendered; the text is the output.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub template: Option<TemplateRef>,
+    pub template: Option<Box<TemplateRef>>,
     /// Action: a built-in (`fs.read`, ...), with arguments in `with`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub uses: Option<String>,
+    pub uses: Option<Box<str>>,
     /// Action: a sub-workflow, with inputs in `with`; its `[outputs]` are the output.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub workflow: Option<String>,
+    pub workflow: Option<Box<str>>,
     /// Arguments of `uses` or inputs of `workflow`; string values are templates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub with: Option<Box<IndexMap<String, Value>>>,
 
     /// Commands: a template fed to stdin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stdin: Option<String>,
+    pub stdin: Option<Box<str>>,
     /// Commands: working directory (template).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cwd: Option<String>,
+    pub cwd: Option<Box<str>>,
     /// Commands: extra environment variables (values are templates).
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub env: IndexMap<String, String>,
@@ -291,14 +291,14 @@ pub(crate) struct StageDef {
 
     /// Prompts: the model alias.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
+    pub model: Option<Box<str>>,
     /// Prompts: the system prompt (a template).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub system: Option<TemplateRef>,
+    pub system: Option<Box<TemplateRef>>,
     /// Prompts: a stable beginning of the prompt (a template), sent ahead of it; the
     /// Anthropic API caches it (`cache_control`), so stages that share it pay it once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prompt_prefix: Option<TemplateRef>,
+    pub prompt_prefix: Option<Box<TemplateRef>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -309,19 +309,19 @@ pub(crate) struct StageDef {
     pub after: Vec<String>,
     /// Expression evaluated before the stage; false: the stage is skipped.
     #[serde(rename = "if", default, skip_serializing_if = "Option::is_none")]
-    pub if_: Option<String>,
+    pub if_: Option<Box<str>>,
     /// Expression evaluated after success with `output` bound; true ends the run early.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exit_if: Option<String>,
+    pub exit_if: Option<Box<str>>,
     /// The reason of an early exit (a template).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exit_message: Option<String>,
+    pub exit_message: Option<Box<str>>,
     /// Checks on the validated output; a false one fails the stage.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub assert: Vec<AssertDef>,
     /// Expression giving a list; the action runs once per element with `item` and `index`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub foreach: Option<String>,
+    pub foreach: Option<Box<str>>,
     /// Cap on parallel `foreach` items.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
@@ -344,17 +344,17 @@ pub(crate) struct StageDef {
     pub retries: Option<u32>,
     /// First wait between retries (doubling), e.g. `"2s"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retry_backoff: Option<String>,
+    pub retry_backoff: Option<Box<str>>,
     /// Prompts: how many times to re-ask the model when its output does not validate (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repair: Option<u32>,
     /// e.g. `"30s"`: a command is killed with its process group, a model request aborted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout: Option<String>,
+    pub timeout: Option<Box<str>>,
     /// The largest output this stage may produce, e.g. `"256MiB"`: replaces the workflow's
     /// `max_output` (default 64 MiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_output: Option<String>,
+    pub max_output: Option<Box<str>>,
     /// Reuse the output of an identical earlier execution.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<Box<CacheDef>>,

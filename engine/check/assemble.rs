@@ -245,7 +245,7 @@ pub(crate) fn assemble(
             on_item_error: def.on_item_error.unwrap_or_default(),
             temperature: def.temperature,
             max_tokens: def.max_tokens,
-            dry_run_output: def.dry_run_output.as_deref().cloned(),
+            dry_run_output: def.dry_run_output.clone(),
             definition_hash: definition_hashes.next().unwrap_or_default(),
         });
     }
@@ -308,7 +308,7 @@ fn text_of(def: &StageDef) -> StageText {
         let first = shell.lines().find(|l| !l.trim().is_empty());
         first.unwrap_or("").trim().to_string()
     } else {
-        match def.prompt.as_ref().or(def.template.as_ref()) {
+        match def.prompt.as_deref().or(def.template.as_deref()) {
             Some(TemplateRef::File(path)) => path.clone(),
             Some(TemplateRef::Inline(_)) => "(inline)".into(),
             None => String::new(),

@@ -554,7 +554,7 @@ impl Checker<'_> {
                     );
                 }
                 let model = match &def.model {
-                    Some(model) => model.clone(),
+                    Some(model) => model.to_string(),
                     None => {
                         self.error_key(DiagnosticKind::NoModel(id.to_string()), &sp.to_string())
                             .help = Some(
@@ -583,7 +583,7 @@ impl Checker<'_> {
                     let names: Vec<&str> = builtins::all().iter().map(|b| b.name).collect();
                     let help = did_you_mean(&name, names.iter().copied())
                         .unwrap_or_else(|| format!("built-ins: {}", names.join(", ")));
-                    self.error(DiagnosticKind::UnknownBuiltin(name.clone()), &p("uses"))
+                    self.error(DiagnosticKind::UnknownBuiltin(name.to_string()), &p("uses"))
                         .help = Some(help);
                     return Some(PendingAction::Failed);
                 };
@@ -624,7 +624,7 @@ impl Checker<'_> {
                         if visiting.iter().any(|v| v.file == file) {
                             self.error(
                                 DiagnosticKind::WorkflowCallsItself {
-                                    name: name.clone(),
+                                    name: name.to_string(),
                                     chain: visiting.iter().map(|v| v.shown.clone()).collect(),
                                 },
                                 &p("workflow"),
@@ -651,7 +651,7 @@ impl Checker<'_> {
                         let errors = diags.iter().filter(|d| d.is_error()).count();
                         self.error(
                             DiagnosticKind::SubWorkflowDoesNotCheck {
-                                name: name.clone(),
+                                name: name.to_string(),
                                 errors,
                             },
                             &p("workflow"),
@@ -666,7 +666,7 @@ impl Checker<'_> {
                         let help = did_you_mean(key, workflow.inputs.keys().map(String::as_str));
                         self.error_key(
                             DiagnosticKind::NoSuchWorkflowInput {
-                                workflow: name.clone(),
+                                workflow: name.to_string(),
                                 input: key.clone(),
                             },
                             &p(&format!("with/{}", pointer_segment(key))),
@@ -678,7 +678,7 @@ impl Checker<'_> {
                     if decl.default.is_none() && !given.contains_key(key) {
                         self.error_key(
                             DiagnosticKind::MissingWorkflowInput {
-                                workflow: name.clone(),
+                                workflow: name.to_string(),
                                 input: key.clone(),
                             },
                             &p("workflow"),
@@ -701,7 +701,7 @@ impl Checker<'_> {
                     self.error(
                         DiagnosticKind::WorkflowInputType {
                             input: key.clone(),
-                            workflow: name.clone(),
+                            workflow: name.to_string(),
                             expected: decl.kind.name(),
                             found: super::format_errors::json_type(value),
                         },

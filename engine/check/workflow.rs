@@ -138,7 +138,7 @@ pub struct Stage {
     pub(crate) temperature: Option<f64>,
     pub(crate) max_tokens: Option<u32>,
     /// The output a dry-run assumes for the stage.
-    pub(crate) dry_run_output: Option<Value>,
+    pub(crate) dry_run_output: Option<Box<Value>>,
     /// SHA-256 of the stage's definition as written (after overlays).
     pub(crate) definition_hash: String,
 }
@@ -146,13 +146,13 @@ pub struct Stage {
 /// A stage's texts as written: what `plan` shows and what messages quote.
 #[derive(Debug, Default)]
 pub(crate) struct StageText {
-    pub description: Option<String>,
+    pub description: Option<Box<str>>,
     /// The action's own text: the command line, the first line of the shell script, the name
     /// of the template file (or `inline`); empty for the other actions.
     pub action: String,
-    pub if_: Option<String>,
-    pub exit_if: Option<String>,
-    pub foreach: Option<String>,
+    pub if_: Option<Box<str>>,
+    pub exit_if: Option<Box<str>>,
+    pub foreach: Option<Box<str>>,
     /// Each assertion's `that`.
     pub asserts: Vec<String>,
 }

@@ -669,7 +669,7 @@ impl StageRunner<'_> {
     /// The output a dry-run assumes: `dry_run_output`, else from the schema, else empty.
     fn assumed_output(&self, stage: &Stage, units: usize) -> Value {
         if let Some(value) = &stage.dry_run_output {
-            return value.clone();
+            return (**value).clone();
         }
         let one = match (&stage.schema, &stage.action) {
             (Some(schema), _) => schema.synthesize(),
