@@ -206,10 +206,14 @@ impl Rendered {
 }
 
 fn shell_words(argv: &[String]) -> String {
-    argv.iter()
-        .map(|a| crate::template::functions::shell_quote(a))
-        .collect::<Vec<_>>()
-        .join(" ")
+    let mut line = String::with_capacity(argv.iter().map(|a| a.len() + 3).sum());
+    for (i, word) in argv.iter().enumerate() {
+        if i > 0 {
+            line.push(' ');
+        }
+        crate::template::functions::push_shell_quoted(&mut line, word);
+    }
+    line
 }
 
 pub(crate) struct StageRunner<'a> {

@@ -383,11 +383,27 @@ fn path_join_fn(parts: Rest<Value>) -> Result<String, Error> {
 /// `text` as one POSIX shell word: bare when it is made only of `[A-Za-z0-9_./:=@%+,-]`,
 /// otherwise in single quotes with each `'` written as `'\''`.
 pub(crate) fn shell_quote(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    push_shell_quoted(&mut out, text);
+    out
+}
+
+/// [`shell_quote`], onto the end of `out`: a command line is quoted word by word into one
+/// string (a dry-run describes every command stage so).
+pub(crate) fn push_shell_quoted(out: &mut String, text: &str) {
     let safe = |byte: u8| byte.is_ascii_alphanumeric() || b"_./:=@%+,-".contains(&byte);
     if !text.is_empty() && text.bytes().all(safe) {
-        return text.to_string();
+        out.push_str(text);
+        return;
     }
-    format!("'{}'", text.replace('\'', r"'\''"))
+    out.push('\'');
+    for (i, piece) in text.split('\'').enumerate() {
+        if i > 0 {
+            out.push_str(r"'\''");
+        }
+        out.push_str(piece);
+    }
+    out.push('\'');
 }
 
 fn shell_quote_filter(value: Value) -> String {
@@ -724,6 +740,10 @@ mod tests {
         assert_eq!(shell_quote("a b"), "'a b'");
         assert_eq!(shell_quote("it's"), r"'it'\''s'");
         assert_eq!(shell_quote("$(rm -rf ~)"), "'$(rm -rf ~)'");
+        assert_eq!(shell_quote("''"), r"''\'''\'''");
+        let mut line = String::from("sh -c ");
+        push_shell_quoted(&mut line, "echo 'a' > b");
+        assert_eq!(line, r"sh -c 'echo '\''a'\'' > b'");
         assert_eq!(ok("{{ \"don't stop\" | shell_quote }}"), r"'don'\''t stop'");
         assert_eq!(ok("{{ 42 | shell_quote }}"), "42");
         assert_eq!(ok("{{ 'a;b' | shell_quote }}"), "'a;b'");
