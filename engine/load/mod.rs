@@ -319,14 +319,8 @@ pub(crate) fn load_found(
 /// ([`split`]), or with its memory faulted in ahead on one core. (With both, the faulting thread
 /// takes a core from the parts: `check` of 10,000 stages took 36.1 ms without it, 38.4 with.)
 fn read_typed(source: &SourceFile) -> Option<WorkflowFile> {
-    const LARGE: usize = 256 * 1024;
-    let ranges = if source.text.len() >= LARGE {
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        split::parts(&source.text, cores.min(4))
-    } else {
-        None
-    };
-    match ranges {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    match split::parts(&source.text, cores.min(4)) {
         Some(ranges) => split::read_parts(&source.text, &ranges, typed::read_str)
             .or_else(|| typed::read(source)),
         None => {

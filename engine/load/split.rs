@@ -21,14 +21,15 @@ use std::ops::Range;
 
 use crate::format::WorkflowFile;
 
-/// Files with fewer stage headers than this are read at once: below it, the threads cost
-/// more than they save.
+/// Files smaller than this, or with fewer stage headers, are read at once: below them, the
+/// threads cost more than they save.
+const SMALLEST_FILE: usize = 256 * 1024;
 const FEWEST_HEADERS: usize = 2_000;
 
 /// The byte ranges of `text`, in order and covering it, to parse apart into `want` parts or
 /// fewer; `None` to read it whole.
 pub(crate) fn parts(text: &str, want: usize) -> Option<Vec<Range<usize>>> {
-    if want < 2 {
+    if want < 2 || text.len() < SMALLEST_FILE {
         return None;
     }
     // Where each line of a stage header starts, from the last header of another kind on.
@@ -108,7 +109,8 @@ fn line_kind(trimmed: &str) -> Line {
 }
 
 /// The workflow read from `text` in `ranges` on threads side by side, with `read` reading one
-/// part; `None` when a part does not read or two share a stage.
+/// part; `None` when a part does not read or two share a stage. The parts after the first hold
+/// stage tables only ([`parts`] cuts after every other header), so only their stages are taken.
 pub(crate) fn read_parts(
     text: &str,
     ranges: &[Range<usize>],
@@ -124,9 +126,6 @@ pub(crate) fn read_parts(
         let mut file = read(&text[first.clone()])?;
         for other in others {
             let other = other.join().ok().flatten()?;
-            if !other.inputs.is_empty() || !other.outputs.is_empty() {
-                return None;
-            }
             file.stages.reserve(other.stages.len());
             for (id, stage) in other.stages {
                 if file.stages.insert(id, stage).is_some() {
@@ -154,7 +153,7 @@ mod tests {
 
     #[test]
     fn a_large_file_is_cut_at_stage_headers_into_the_parts_asked() {
-        let text = format!("[workflow]\ndescription = \"x\"\n\n{}", stages(4_000));
+        let text = format!("[workflow]\ndescription = \"x\"\n\n{}", stages(8_000));
         let ranges = parts(&text, 2).expect("cut");
         assert_eq!(ranges.len(), 2);
         assert_eq!(ranges[0].start, 0);
@@ -172,7 +171,7 @@ mod tests {
             "[workflow]\ndescription = \"x\"\n\n[inputs.word]\ntype = \"string\"\n\n{}\
              [stages.last]\nshell = \"echo\"\n[stages.last.cache]\nkey = \"a\"\n\
              [[stages.last.assert]]\nthat = \"true\"\n",
-            stages(3_000)
+            stages(8_000)
         );
         let ranges = parts(&text, 3).expect("cut");
         let split = read_parts(&text, &ranges, read_whole).expect("reads");
@@ -191,15 +190,18 @@ mod tests {
     #[test]
     fn a_small_file_or_one_part_is_not_cut() {
         assert_eq!(parts(&stages(100), 2), None);
-        assert_eq!(parts(&stages(4_000), 1), None);
+        // Enough headers, too few bytes.
+        let short: String = (0..3_000).map(|i| format!("[stages.s{i}]\n")).collect();
+        assert_eq!(parts(&short, 2), None);
+        assert_eq!(parts(&stages(8_000), 1), None);
     }
 
     #[test]
     fn no_cut_before_a_header_of_another_table() {
-        let text = format!("{}[outputs]\nx = \"y\"\n", stages(4_000));
+        let text = format!("{}[outputs]\nx = \"y\"\n", stages(8_000));
         assert_eq!(parts(&text, 2), None);
         // After the last one, the stages are cut as usual.
-        let text = format!("[outputs]\nx = \"y\"\n{}", stages(4_000));
+        let text = format!("[outputs]\nx = \"y\"\n{}", stages(8_000));
         assert!(parts(&text, 2).is_some());
     }
 
@@ -214,17 +216,17 @@ mod tests {
             "[\"stages\".a]\n",
             "[stages .a]\n",
         ] {
-            let text = format!("{head}{}", stages(4_000));
+            let text = format!("{head}{}", stages(8_000));
             assert_eq!(parts(&text, 2), None, "{head}");
         }
-        let text = format!("[stages]\n{}", stages(4_000));
+        let text = format!("[stages]\n{}", stages(8_000));
         assert!(parts(&text, 2).is_some());
     }
 
     #[test]
     fn a_stage_in_two_parts_or_a_part_that_does_not_parse_reads_nothing() {
         // `s0` again at the end: TOML allows its subtable, but it is not a new stage.
-        let text = format!("{}[stages.s0.cache]\nkey = \"k\"\n", stages(4_000));
+        let text = format!("{}[stages.s0.cache]\nkey = \"k\"\n", stages(8_000));
         let ranges = parts(&text, 2).expect("cut");
         assert!(read_whole(&text).is_some());
         assert!(read_parts(&text, &ranges, read_whole).is_none());
@@ -232,7 +234,7 @@ mod tests {
         // A cut inside a multi-line string leaves the first part unclosed.
         let text = format!(
             "[stages.a]\nshell = \"\"\"\n{}\"\"\"\n{}",
-            stages(2_500),
+            stages(8_000),
             stages(10).replace("[stages.s", "[stages.t")
         );
         let whole = read_whole(&text).expect("reads");
