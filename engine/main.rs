@@ -29,19 +29,24 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// mimalloc's defaults trade memory for speed in ways a short process does not need. It asks for
 /// transparent huge pages on its arenas (a 2 MB page resident, and zeroed, for a few small
 /// values): that is compiled out (libmimalloc-sys's `no_thp`), since the arena it would apply to
-/// is reserved by the first allocation, before `main` could set the option; and it keeps freed
-/// pages 10 ms before it returns them, which is turned off here. A value the environment gives
-/// (`MIMALLOC_PURGE_DELAY`) is left as it is.
-fn tune_allocator() {
+/// is reserved by the first allocation, before `main` could set the option. It keeps freed pages
+/// 10 ms before it returns them to the kernel, which is turned off here: a run's stages may
+/// hold memory for minutes (reading a workflow, and `check` and `plan` whole, get it back:
+/// [`return_freed_pages_late`]). A value the environment gives (`MIMALLOC_PURGE_DELAY`) is
+/// left as it is.
+fn return_freed_pages_at_once() {
     set_allocator_option(PURGE_DELAY, "MIMALLOC_PURGE_DELAY", 0);
 }
 
-/// `check` and `plan` read, print and exit within a fraction of a second: for them returning
-/// freed pages to the kernel at once only to fault them in again costs time, and keeping them
-/// all costs memory. With huge pages off, `check` of 10,000 stages (chain, layers) took 74 and
-/// 83 ms keeping them (peak 58 and 60 MB), 78 and 91 ms returning them at once (47 and 51 MB)
-/// and 75 and 86 ms returning them 10 ms after they are freed (47 and 53 MB), mimalloc's own
-/// default, which they get back.
+/// Reading and checking a workflow, which `check`, `plan` and every run begin with, allocate
+/// and free within a fraction of a second: returning freed pages to the kernel at once only to
+/// fault them in again costs time there, and keeping them all costs memory. With huge pages
+/// off, `check` of 10,000 stages (chain, layers) took 74 and 83 ms keeping them (peak 58 and
+/// 60 MB), 78 and 91 ms returning them at once (47 and 51 MB) and 75 and 86 ms returning them
+/// 10 ms after they are freed (47 and 53 MB), mimalloc's own default, which they get. A run
+/// gets them for reading its workflow only (the parser's memory, a part of the file at a
+/// time, is then used again rather than faulted in again for each part), and returns them at
+/// once again from the check on ([`App::run_with`], [`App::resume`]).
 fn return_freed_pages_late() {
     set_allocator_option(PURGE_DELAY, "MIMALLOC_PURGE_DELAY", 10);
 }
@@ -114,7 +119,7 @@ fn invalid(message: impl Into<String>) -> Failure {
 }
 
 fn main() -> ExitCode {
-    tune_allocator();
+    return_freed_pages_at_once();
     // The process that stops this one's stages if it is killed is this program again.
     if let Some(code) = stagegraph::reaper() {
         return ExitCode::from(code);
@@ -123,7 +128,10 @@ fn main() -> ExitCode {
     // with the words typed, and gets workflow names and run ids from this project.
     clap_complete::CompleteEnv::with_factory(<Cli as clap::CommandFactory>::command).complete();
     let cli = Cli::parse();
-    if matches!(cli.command, Command::Check { .. } | Command::Plan { .. }) {
+    if matches!(
+        cli.command,
+        Command::Check { .. } | Command::Plan { .. } | Command::Run(_) | Command::Resume { .. }
+    ) {
         return_freed_pages_late();
     }
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
@@ -547,6 +555,7 @@ impl App {
     ) -> Result<i32, Failure> {
         let read_ahead = !request.no_cache;
         let workflow = self.load_then(&args.name, |workflow| {
+            return_freed_pages_at_once();
             if read_ahead {
                 self.state.read_ahead(workflow);
             }
@@ -659,7 +668,7 @@ impl App {
             .engine
             .recorded_run(&self.state, run_id)
             .map_err(invalid)?;
-        let workflow = self.load(&reference)?;
+        let workflow = self.load_then(&reference, |_| return_freed_pages_at_once())?;
         let inputs = stagegraph::resume_inputs(&workflow, previous.inputs()).map_err(|error| {
             invalid(format!(
                 "cannot resume run {}: its recorded inputs do not do for the workflow now: {}; \

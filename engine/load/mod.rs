@@ -320,8 +320,8 @@ pub(crate) fn load_found(
 /// takes a core from the parts: `check` of 10,000 stages took 36.1 ms without it, 38.4 with.)
 fn read_typed(source: &SourceFile) -> Option<WorkflowFile> {
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    match split::parts(&source.text, cores.min(4)) {
-        Some(ranges) => split::read_parts(&source.text, &ranges, typed::read_str)
+    match split::parts(&source.text) {
+        Some(ranges) => split::read_parts(&source.text, &ranges, cores.min(4), typed::read_str)
             .or_else(|| typed::read(source)),
         None => {
             prefault_for(&source.text);

@@ -210,8 +210,9 @@ pub(crate) fn run(
             let dir = files.dir.clone();
             scope.spawn(move || write_plan(workflow, &dir))
         });
-        if let Some(files) = files {
-            executor.attach(files)?;
+        match files {
+            Some(files) => executor.attach(files)?,
+            None => executor.keep_record(),
         }
         executor.execute(outputs, items);
         if let Some(Ok(Err(error))) = plan.map(std::thread::ScopedJoinHandle::join) {
@@ -394,6 +395,7 @@ pub(crate) fn run_nested(
         reporter,
     );
     executor.journal = Some(within.journal);
+    executor.keep_record();
     executor.execute(within.outputs, within.items);
     executor.record
 }
@@ -441,11 +443,6 @@ impl<'w, 'r> Executor<'w, 'r> {
         run_id: String,
         reporter: Reporter,
     ) -> Self {
-        let stages = workflow
-            .stages
-            .iter()
-            .map(|s| (s.id.clone(), StageRecord::not_run()))
-            .collect();
         let record = RunRecord {
             run_id,
             workflow: workflow.name.clone(),
@@ -467,7 +464,9 @@ impl<'w, 'r> Executor<'w, 'r> {
                     sha256: sha256.clone(),
                 })
                 .collect(),
-            stages,
+            // Made by the recorder (see [`Executor::attach`]), or by [`Executor::keep_record`]
+            // for a run without one.
+            stages: Default::default(),
             outputs: None,
             output_files: Default::default(),
             usage: UsageTotals::default(),
@@ -498,15 +497,27 @@ impl<'w, 'r> Executor<'w, 'r> {
     /// Records beyond `--keep-runs` are pruned meanwhile (not in a dry-run).
     fn attach(&mut self, files: RunFiles) -> std::io::Result<()> {
         self.dir = Some(files.dir.clone());
-        let full = RunRecord {
-            stages: std::mem::take(&mut self.record.stages),
-            ..self.record.clone()
-        };
         let (keep, keep_bytes) = (self.options.keep_runs, self.options.keep_size);
         let prune = ((keep > 0 || keep_bytes.is_some()) && !self.options.dry_run)
             .then(|| (self.runtime.state_dir.clone(), keep, keep_bytes));
-        self.recorder = Some(Recorder::start(files, full, self.reporter.clone(), prune)?);
+        self.recorder = Some(Recorder::start(
+            files,
+            self.record.clone(),
+            self.stage_ids(),
+            self.reporter.clone(),
+            prune,
+        )?);
         Ok(())
+    }
+
+    /// Keep the record's stages here, for a run without a recorder (a sub-workflow's, `plan
+    /// --explain`).
+    fn keep_record(&mut self) {
+        self.record.stages = record::not_run_stages(self.stage_ids());
+    }
+
+    fn stage_ids(&self) -> Vec<String> {
+        self.workflow.stages.iter().map(|s| s.id.clone()).collect()
     }
 
     /// The run-level fields changed: the record says so at its next rewrite.

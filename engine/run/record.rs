@@ -250,6 +250,15 @@ pub(crate) struct StageRecord {
     pub written: Option<Box<RawValue>>,
 }
 
+/// Every stage `not_run`, in the order given: what a run's record starts from.
+pub(crate) fn not_run_stages(
+    ids: Vec<String>,
+) -> IndexMap<String, StageRecord, foldhash::fast::RandomState> {
+    ids.into_iter()
+        .map(|id| (id, StageRecord::not_run()))
+        .collect()
+}
+
 impl StageRecord {
     /// Keep the stage's JSON as it is now; see [`StageRecord::written`].
     pub(crate) fn write_once(&mut self) {
