@@ -14,6 +14,7 @@ use super::{Action, CacheSpec, CheckedLock, ProcessAction, Stage, StageText, Wit
 use crate::format::{CacheDef, OutputFormat, StageDef, TemplateRef, WorkflowFile};
 use crate::schema::Schema;
 use crate::template::Tmpl;
+use indexmap::IndexMap;
 
 /// What check hands over besides the stages' definitions.
 pub(crate) struct Parts {
@@ -87,6 +88,7 @@ impl Templates {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn assemble(
     file: &WorkflowFile,
+    definitions: IndexMap<String, Arc<StageDef>>,
     actions: Vec<Option<PendingAction>>,
     pendings: &[Pending],
     templates: Vec<Option<Tmpl>>,
@@ -107,9 +109,10 @@ pub(crate) fn assemble(
     }
     let mut t = Templates(by_key);
     let mut definition_hashes = definition_hashes.into_iter();
-    let mut stages = Vec::with_capacity(file.stages.len());
+    let mut stages = Vec::with_capacity(definitions.len());
     let empty = || Tmpl::Literal(String::new());
-    for (i, ((id, def), pending)) in file.stages.iter().zip(actions).enumerate() {
+    // Each definition is freed once its stage is built.
+    for (i, ((id, def), pending)) in definitions.into_iter().zip(actions).enumerate() {
         let action = match pending {
             None | Some(PendingAction::None | PendingAction::Failed) => Action::None,
             Some(PendingAction::Process {
@@ -215,9 +218,9 @@ pub(crate) fn assemble(
             }),
         });
         stages.push(Stage {
-            id: id.clone(),
+            id,
             index: i,
-            text: text_of(def),
+            text: text_of(&def),
             action,
             deps: deps[i].iter().copied().collect(),
             if_: t.stage_if(def.if_.is_some(), i, Field::If),
