@@ -215,7 +215,11 @@ fn check_inner(
             let WorkflowFile {
                 workflow, inputs, ..
             } = file;
-            drop(doc);
+            if parts.stages.len() > 1_000 {
+                std::thread::spawn(move || drop(doc));
+            } else {
+                drop(doc);
+            }
             Ok(Workflow {
                 name: raw.name.clone(),
                 description: workflow.description,

@@ -134,7 +134,7 @@ pub(crate) fn read_parts(
         read_here
     };
     let mut files = std::thread::scope(|scope| {
-        let helpers: Vec<_> = (1..threads.clamp(1, ranges.len()))
+        let helpers: Vec<_> = (1..threads.min(ranges.len()))
             .map(|_| scope.spawn(work))
             .collect();
         let mut files = work();
