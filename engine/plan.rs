@@ -307,14 +307,14 @@ impl<'w> Plan<'w> {
                 continue;
             }
             let mut lines = vec![stage.id.as_str(), summary.as_str()];
-            if stage.exit_if.is_some() {
+            if stage.extras().exit_if.is_some() {
                 lines.push("(exit_if)");
             }
             if stage.finally {
                 lines.push("(finally)");
             }
             let mut attrs = String::new();
-            if stage.exit_if.is_some() {
+            if stage.extras().exit_if.is_some() {
                 attrs.push_str(", shape=diamond");
             }
             if let Some(status) = status {
@@ -327,7 +327,9 @@ impl<'w> Plan<'w> {
                 (Some(fill), false) => {
                     attrs.push_str(&format!(", style=filled, fillcolor=\"{fill}\""));
                 }
-                (None, true) if stage.exit_if.is_none() => attrs.push_str(", style=dashed"),
+                (None, true) if stage.extras().exit_if.is_none() => {
+                    attrs.push_str(", style=dashed");
+                }
                 (None, _) => {}
             }
             if status == Some("exited") {
@@ -431,7 +433,7 @@ impl<'w> Plan<'w> {
                     &format!("{indent}  "),
                 );
                 let _ = writeln!(out, "{indent}end");
-            } else if stage.exit_if.is_some() {
+            } else if stage.extras().exit_if.is_some() {
                 let _ = writeln!(out, "{indent}{id}{{\"{label}\"}}");
             } else {
                 let _ = writeln!(out, "{indent}{id}[\"{label}\"]");

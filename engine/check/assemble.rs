@@ -10,7 +10,9 @@ use serde_json::Value;
 
 use super::gather::{Pending, PendingAction};
 use super::key::{DurationKey, Field, SizeKey, TemplateKey};
-use super::{Action, CacheSpec, CheckedLock, ProcessAction, Stage, StageText, WithTree};
+use super::{
+    Action, CacheSpec, CheckedLock, ProcessAction, Stage, StageExtras, StageText, WithTree,
+};
 use crate::format::{CacheDef, OutputFormat, StageDef, TemplateRef, WorkflowFile};
 use crate::schema::Schema;
 use crate::template::Tmpl;
@@ -217,39 +219,42 @@ pub(crate) fn assemble(
                 ttl: duration(DurationKey::CacheTtl(i)),
             }),
         });
-        stages.push(Stage {
-            id,
-            index: i,
-            text: text_of(&def),
-            action,
-            deps: deps[i].iter().copied().collect(),
+        let extras = StageExtras {
             if_: t.stage_if(def.if_.is_some(), i, Field::If),
             exit_if: t.stage_if(def.exit_if.is_some(), i, Field::ExitIf),
             exit_message: t.stage_if(def.exit_message.is_some(), i, Field::ExitMessage),
             asserts,
             foreach: t.stage_if(def.foreach.is_some(), i, Field::Foreach),
-            format,
-            schema,
             output_path: t.stage_if(
                 def.output.as_ref().is_some_and(|o| o.path.is_some()),
                 i,
                 Field::OutputPath,
             ),
             set_state,
-            cache,
             timeout: duration(DurationKey::Timeout(i)),
             max_output: size(SizeKey::Stage(i)),
             retries: def.retries.unwrap_or(0),
             retry_backoff: duration(DurationKey::RetryBackoff(i)).unwrap_or(Duration::from_secs(1)),
             repair: def.repair.unwrap_or(1),
-            on_error: def.on_error.unwrap_or_default(),
-            finally: def.finally,
             concurrency: def.concurrency.map(|c| c as usize),
             on_item_error: def.on_item_error.unwrap_or_default(),
             temperature: def.temperature,
             max_tokens: def.max_tokens,
             dry_run_output: def.dry_run_output.clone(),
+        };
+        stages.push(Stage {
+            id,
+            index: i,
+            text: text_of(&def),
+            action,
+            deps: deps[i].iter().copied().collect(),
+            format,
+            schema,
+            cache,
+            on_error: def.on_error.unwrap_or_default(),
+            finally: def.finally,
             definition_hash: definition_hashes.next().unwrap_or_default(),
+            extras: extras.boxed(),
         });
     }
     let mut dependents = vec![Vec::new(); stages.len()];

@@ -64,7 +64,8 @@ use key::{DurationKey, SizeKey};
 pub(crate) use literals::{RUN_STATUSES, STAGE_STATUSES};
 use schemas::SchemaOf;
 pub(crate) use workflow::{
-    Action, CacheSpec, CheckedLock, ProcessAction, StageText, WithTree, DEFAULT_MAX_OUTPUT,
+    Action, CacheSpec, CheckedLock, ProcessAction, StageExtras, StageText, WithTree,
+    DEFAULT_MAX_OUTPUT,
 };
 pub use workflow::{Stage, Workflow};
 
@@ -531,6 +532,31 @@ mod tests {
     }
 
     #[test]
+    fn only_a_stage_that_sets_an_extra_keeps_them() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        std::fs::write(
+            dir.path().join("w.toml"),
+            "[stages.plain]\ncommand = [\"true\"]\ncache = true\n\
+             [stages.timed]\ncommand = [\"true\"]\ntimeout = \"5s\"\n\
+             [stages.backoff]\ncommand = [\"true\"]\nretries = 2\nretry_backoff = \"1s\"\n",
+        )
+        .expect("write the workflow");
+        let engine = crate::Engine::new(&[], dir.path());
+        let workflow = engine.load("w.toml").expect("the workflow checks");
+        let kept: Vec<bool> = workflow.stages.iter().map(|s| s.extras.is_some()).collect();
+        assert_eq!(kept, [false, true, true]);
+        // A stage without them reads the format's defaults.
+        let plain = workflow.stages[0].extras();
+        assert_eq!((plain.retries, plain.repair), (0, 1));
+        assert_eq!(plain.retry_backoff, std::time::Duration::from_secs(1));
+        assert_eq!(
+            workflow.stages[1].extras().timeout,
+            Some(std::time::Duration::from_secs(5))
+        );
+        assert_eq!(workflow.stages[2].extras().retries, 2);
+    }
+
+    #[test]
     fn sizes_are_parsed_by_gather_and_handed_over() {
         let dir = tempfile::tempdir().expect("a temp dir");
         let write = |text: &str| std::fs::write(dir.path().join("w.toml"), text).expect("write");
@@ -542,7 +568,11 @@ mod tests {
         );
         let workflow = engine.load("w.toml").expect("the workflow checks");
         assert_eq!(workflow.max_output, 2048);
-        let sizes: Vec<Option<u64>> = workflow.stages.iter().map(|s| s.max_output).collect();
+        let sizes: Vec<Option<u64>> = workflow
+            .stages
+            .iter()
+            .map(|s| s.extras().max_output)
+            .collect();
         assert_eq!(sizes, [Some(3000), None]);
 
         write("[stages.a]\ncommand = [\"true\"]\n");

@@ -105,6 +105,10 @@ pub(crate) struct CheckedLock {
 }
 
 /// One checked stage.
+///
+/// What most stages leave unset (guards, limits, retries, model options) is kept apart in
+/// [`StageExtras`], allocated only for a stage that sets any of it: a workflow of 10,000 stages
+/// held 648 bytes a stage, half of them for fields nearly every stage left empty.
 pub struct Stage {
     pub(crate) id: String,
     pub(crate) index: usize,
@@ -113,35 +117,94 @@ pub struct Stage {
     pub(crate) action: Action,
     /// The stages that must finish first (explicit `after` and inferred references), sorted.
     pub(crate) deps: Vec<usize>,
-    pub(crate) if_: Option<Tmpl>,
-    pub(crate) exit_if: Option<Tmpl>,
-    pub(crate) exit_message: Option<Tmpl>,
-    pub(crate) asserts: Vec<(Tmpl, Option<Tmpl>)>,
-    pub(crate) foreach: Option<Tmpl>,
     pub(crate) format: OutputFormat,
     pub(crate) schema: Option<Arc<Schema>>,
-    pub(crate) output_path: Option<Tmpl>,
-    pub(crate) set_state: Vec<(String, Tmpl)>,
     pub(crate) cache: Option<CacheSpec>,
-    pub(crate) timeout: Option<Duration>,
-    /// The stage's own `max_output`, in bytes.
-    pub(crate) max_output: Option<u64>,
-    pub(crate) retries: u32,
-    pub(crate) retry_backoff: Duration,
-    pub(crate) repair: u32,
     pub(crate) on_error: OnError,
     /// Runs once the run has ended (`finally = true`).
     pub(crate) finally: bool,
-    /// Items of a `foreach` that run at once, at most (besides `--jobs`).
-    pub(crate) concurrency: Option<usize>,
-    pub(crate) on_item_error: OnItemError,
-    pub(crate) temperature: Option<f64>,
-    pub(crate) max_tokens: Option<u32>,
-    /// The output a dry-run assumes for the stage.
-    pub(crate) dry_run_output: Option<Box<Value>>,
     /// SHA-256 of the stage's definition as written (after overlays).
     pub(crate) definition_hash: String,
+    /// `None` when every field of it is as [`StageExtras::NONE`] has it
+    /// ([`StageExtras::boxed`]).
+    pub(crate) extras: Option<Box<StageExtras>>,
 }
+
+/// The fields of a [`Stage`] that most stages leave unset; see [`Stage::extras`].
+pub(crate) struct StageExtras {
+    pub if_: Option<Tmpl>,
+    pub exit_if: Option<Tmpl>,
+    pub exit_message: Option<Tmpl>,
+    pub asserts: Vec<(Tmpl, Option<Tmpl>)>,
+    pub foreach: Option<Tmpl>,
+    pub output_path: Option<Tmpl>,
+    pub set_state: Vec<(String, Tmpl)>,
+    pub timeout: Option<Duration>,
+    /// The stage's own `max_output`, in bytes.
+    pub max_output: Option<u64>,
+    pub retries: u32,
+    pub retry_backoff: Duration,
+    pub repair: u32,
+    /// Items of a `foreach` that run at once, at most (besides `--jobs`).
+    pub concurrency: Option<usize>,
+    pub on_item_error: OnItemError,
+    pub temperature: Option<f64>,
+    pub max_tokens: Option<u32>,
+    /// The output a dry-run assumes for the stage.
+    pub dry_run_output: Option<Box<Value>>,
+}
+
+impl StageExtras {
+    /// A stage that sets none of them: no guard, no limit, no retry, a retry's backoff of one
+    /// second and one repair (the defaults of the format).
+    pub(crate) const NONE: StageExtras = StageExtras {
+        if_: None,
+        exit_if: None,
+        exit_message: None,
+        asserts: Vec::new(),
+        foreach: None,
+        output_path: None,
+        set_state: Vec::new(),
+        timeout: None,
+        max_output: None,
+        retries: 0,
+        retry_backoff: Duration::from_secs(1),
+        repair: 1,
+        concurrency: None,
+        on_item_error: OnItemError::Fail,
+        temperature: None,
+        max_tokens: None,
+        dry_run_output: None,
+    };
+
+    /// Boxed, or `None` when the stage sets none of them.
+    pub(crate) fn boxed(self) -> Option<Box<Self>> {
+        (!self.is_none()).then(|| Box::new(self))
+    }
+
+    fn is_none(&self) -> bool {
+        let none = &Self::NONE;
+        self.if_.is_none()
+            && self.exit_if.is_none()
+            && self.exit_message.is_none()
+            && self.asserts.is_empty()
+            && self.foreach.is_none()
+            && self.output_path.is_none()
+            && self.set_state.is_empty()
+            && self.timeout.is_none()
+            && self.max_output.is_none()
+            && self.retries == none.retries
+            && self.retry_backoff == none.retry_backoff
+            && self.repair == none.repair
+            && self.concurrency.is_none()
+            && self.on_item_error == none.on_item_error
+            && self.temperature.is_none()
+            && self.max_tokens.is_none()
+            && self.dry_run_output.is_none()
+    }
+}
+
+static NO_EXTRAS: StageExtras = StageExtras::NONE;
 
 /// A stage's texts as written: what `plan` shows and what messages quote.
 #[derive(Debug, Default)]
@@ -186,6 +249,11 @@ pub(crate) enum Action {
 }
 
 impl Stage {
+    /// Its guards, limits, retries and model options ([`StageExtras::NONE`] when it sets none).
+    pub(crate) fn extras(&self) -> &StageExtras {
+        self.extras.as_deref().unwrap_or(&NO_EXTRAS)
+    }
+
     /// The stage's id (its key under `[stages]`).
     pub fn id(&self) -> &str {
         &self.id

@@ -936,7 +936,7 @@ impl<'w, 'r> Executor<'w, 'r> {
                     (None, 0, 2..) => ready
                         .iter()
                         .take(BATCH_MAX)
-                        .take_while(|&&i| workflow.stages[i].output_path.is_none())
+                        .take_while(|&&i| workflow.stages[i].extras().output_path.is_none())
                         .count(),
                     _ => 0,
                 };
@@ -1307,7 +1307,7 @@ const BATCH_MAX: usize = 1024;
 /// A stage that starts no process and waits on nothing (a template, or no action) runs on the
 /// scheduling thread or in a batch, never alone on a worker.
 fn runs_in_place(stage: &Stage) -> bool {
-    matches!(stage.action, Action::Template(_) | Action::None) && stage.foreach.is_none()
+    matches!(stage.action, Action::Template(_) | Action::None) && stage.extras().foreach.is_none()
 }
 
 /// Ready stages, on all the workers at once: those that run in place are run, the others only

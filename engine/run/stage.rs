@@ -261,7 +261,7 @@ impl StageRunner<'_> {
     /// Whether anything can spare the stage its work: an `if`, a cache, a resumed run's output,
     /// a dry-run's assumption.
     fn may_need_no_work(&self, stage: &Stage) -> bool {
-        stage.if_.is_some()
+        stage.extras().if_.is_some()
             || (stage.cache.is_some() && !self.options.no_cache)
             || self.reuse.contains_key(&stage.id)
             || self.options.given.contains_key(&stage.id)
@@ -280,7 +280,7 @@ impl StageRunner<'_> {
         let mut outcome = StageOutcome::new();
         outcome.reuse_only = reuse_only;
         // Its templates stop at the run's interrupt and at the stage's `timeout`.
-        let cancel = crate::floor::cancel::Cancel::after(stage.timeout);
+        let cancel = crate::floor::cancel::Cancel::after(stage.extras().timeout);
         let result = crate::template::stop::within(cancel, || self.run_inner(stage, &mut outcome));
         if let Err(error) = result {
             let error = error.to_string();
@@ -330,7 +330,7 @@ impl StageRunner<'_> {
             return Ok(());
         }
         let given = self.options.given.get(&stage.id);
-        if let Some(condition) = stage.if_.as_ref().filter(|_| given.is_none()) {
+        if let Some(condition) = stage.extras().if_.as_ref().filter(|_| given.is_none()) {
             let value = condition.eval(&base).map_err(|e| Part::If.failed(e))?;
             if !value.is_true() {
                 outcome.status = StageStatus::Skipped;
@@ -347,7 +347,7 @@ impl StageRunner<'_> {
         }
 
         // One unit per `foreach` item, or one unit.
-        let units: Vec<Scope> = match &stage.foreach {
+        let units: Vec<Scope> = match &stage.extras().foreach {
             None => vec![self.base_scope.clone()],
             Some(list) => {
                 let value = list.eval(&base).map_err(|e| Part::Foreach.failed(e))?;
@@ -364,10 +364,10 @@ impl StageRunner<'_> {
                 }
             }
         };
-        if stage.foreach.is_some() {
+        if stage.extras().foreach.is_some() {
             outcome.items = Some(units.len());
         }
-        let rendered: Vec<Rendered> = match &stage.foreach {
+        let rendered: Vec<Rendered> = match &stage.extras().foreach {
             // The one unit's scope is the base scope, already built.
             None => vec![self.render(stage, &base)?],
             Some(_) => units
@@ -410,7 +410,7 @@ impl StageRunner<'_> {
             // would test a run that cannot happen.
             // A `foreach` stage's schema is each item's.
             if let Some(schema) = &stage.schema {
-                let items = match (&stage.foreach, given) {
+                let items = match (&stage.extras().foreach, given) {
                     (Some(_), Value::Array(items)) => items.as_slice(),
                     _ => std::slice::from_ref(given),
                 };
@@ -535,7 +535,7 @@ impl StageRunner<'_> {
                     .to_value()
             })
         };
-        for (position, (that, message)) in stage.asserts.iter().enumerate() {
+        for (position, (that, message)) in stage.extras().asserts.iter().enumerate() {
             let held = that
                 .eval(with_output())
                 .map_err(|e| Part::Assert.failed(e))?;
@@ -556,8 +556,8 @@ impl StageRunner<'_> {
         }
         // `output.path`: the artifact also written where the workflow asked, once it passed
         // validation and every assertion.
-        if let Some(path) = &stage.output_path {
-            let per_unit: Vec<(&Scope, Value)> = if stage.foreach.is_some() {
+        if let Some(path) = &stage.extras().output_path {
+            let per_unit: Vec<(&Scope, Value)> = if stage.extras().foreach.is_some() {
                 units
                     .iter()
                     .zip(output.as_array().cloned().unwrap_or_default())
@@ -571,7 +571,7 @@ impl StageRunner<'_> {
                     .map_err(|e| Part::OutputPath.failed(e))?;
                 let target = self.runtime.cwd.join(target);
                 let target = self.prepared.writes.check(&target)?;
-                let item = stage.foreach.as_ref().map(|_| index);
+                let item = stage.extras().foreach.as_ref().map(|_| index);
                 let raw = self
                     .raw_stdout
                     .lock()
@@ -593,7 +593,7 @@ impl StageRunner<'_> {
             }
         }
 
-        for (name, tmpl) in &stage.set_state {
+        for (name, tmpl) in &stage.extras().set_state {
             let value = tmpl
                 .eval(with_output())
                 .map_err(|e| Part::SetState(name.clone()).failed(e))?;
@@ -602,12 +602,12 @@ impl StageRunner<'_> {
                 serde_json::to_value(&value).unwrap_or(Value::Null),
             ));
         }
-        if let Some(exit_if) = &stage.exit_if {
+        if let Some(exit_if) = &stage.extras().exit_if {
             let exits = exit_if
                 .eval(with_output())
                 .map_err(|e| Part::ExitIf.failed(e))?;
             if exits.is_true() {
-                let message = match &stage.exit_message {
+                let message = match &stage.extras().exit_message {
                     Some(message) => message
                         .render(with_output())
                         .map_err(|e| Part::ExitMessage.failed(e))?,
@@ -644,7 +644,7 @@ impl StageRunner<'_> {
             .answers
             .source(&stage.id, self.options.dry_run)
             .describe();
-        let answers: Vec<&Value> = match (&stage.foreach, output) {
+        let answers: Vec<&Value> = match (&stage.extras().foreach, output) {
             (Some(_), Value::Array(items)) => items.iter().collect(),
             _ => vec![output],
         };
@@ -672,7 +672,7 @@ impl StageRunner<'_> {
 
     /// The output a dry-run assumes: `dry_run_output`, else from the schema, else empty.
     fn assumed_output(&self, stage: &Stage, units: usize) -> Value {
-        if let Some(value) = &stage.dry_run_output {
+        if let Some(value) = &stage.extras().dry_run_output {
             return (**value).clone();
         }
         let one = match (&stage.schema, &stage.action) {
@@ -687,7 +687,7 @@ impl StageRunner<'_> {
                 OutputFormat::Lines => json!([]),
             },
         };
-        if stage.foreach.is_some() {
+        if stage.extras().foreach.is_some() {
             Value::Array(vec![one; units])
         } else {
             one
@@ -717,9 +717,9 @@ impl StageRunner<'_> {
                     None => None,
                 },
                 prompt: render(prompt, Part::Prompt)?,
-                temperature: stage.temperature,
-                max_tokens: stage.max_tokens,
-                timeout: stage.timeout,
+                temperature: stage.extras().temperature,
+                max_tokens: stage.extras().max_tokens,
+                timeout: stage.extras().timeout,
                 env: self.prepared.child_env.clone(),
                 schema: match (&stage.schema, stage.format) {
                     (Some(schema), OutputFormat::Json) => {
@@ -979,7 +979,10 @@ impl StageRunner<'_> {
 
     /// The largest output the stage may produce, in bytes (`max_output`).
     fn max_output(&self, stage: &Stage) -> u64 {
-        stage.max_output.unwrap_or(self.workflow.max_output)
+        stage
+            .extras()
+            .max_output
+            .unwrap_or(self.workflow.max_output)
     }
 
     /// The message for an output past the stage's limit.
@@ -1018,7 +1021,7 @@ impl StageRunner<'_> {
         outcome: &mut StageOutcome,
         parts: &super::record::FingerprintParts,
     ) -> Result<Value, StageError> {
-        if stage.foreach.is_none() {
+        if stage.extras().foreach.is_none() {
             let (result, attempts, calls, stderr) =
                 self.execute_with_retries(stage, &rendered[0], None);
             outcome.attempts = attempts;
@@ -1035,6 +1038,7 @@ impl StageRunner<'_> {
             _ => None,
         };
         let cap = stage
+            .extras()
             .concurrency
             .unwrap_or(usize::MAX)
             .min(workers.unwrap_or(self.options.jobs.max(1)))
@@ -1083,7 +1087,7 @@ impl StageRunner<'_> {
         let done = AtomicUsize::new(outcome.reused_items);
         let results = Mutex::new(results);
         let timings = Mutex::new(timings);
-        let keep_going = stage.on_item_error == OnItemError::Continue;
+        let keep_going = stage.extras().on_item_error == OnItemError::Continue;
         let failed = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|scope| {
             for _ in 0..cap {
@@ -1193,7 +1197,7 @@ impl StageRunner<'_> {
         let mut calls = Vec::new();
         // What the last attempt said on stderr.
         let mut stderr = String::new();
-        let policy = RetryPolicy::new(stage.retries, stage.retry_backoff);
+        let policy = RetryPolicy::new(stage.extras().retries, stage.extras().retry_backoff);
         let (result, attempts) = policy.run(
             |_| {
                 stderr.clear();
@@ -1227,7 +1231,7 @@ impl StageRunner<'_> {
             Rendered::None => Ok(Value::Null),
             Rendered::Process(spec) => {
                 let mut spec = spec.clone();
-                spec.timeout = stage.timeout;
+                spec.timeout = stage.extras().timeout;
                 spec.max_stdout = Some(self.max_output(stage));
                 let ok_codes = match &stage.action {
                     Action::Command(p) | Action::Shell(p) => p.ok_codes.clone(),
@@ -1269,7 +1273,9 @@ impl StageRunner<'_> {
                     Ok(text) => text,
                     Err(error) => {
                         let text = String::from_utf8_lossy(error.as_bytes()).to_string();
-                        if stage.output_path.is_some() && stage.format == OutputFormat::Text {
+                        if stage.extras().output_path.is_some()
+                            && stage.format == OutputFormat::Text
+                        {
                             self.raw_stdout
                                 .lock()
                                 .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -1305,7 +1311,7 @@ impl StageRunner<'_> {
                     cwd: &self.runtime.cwd,
                     writes: &self.prepared.writes,
                     locks: &self.prepared.locks,
-                    cancel: crate::builtins::Cancel::after(stage.timeout),
+                    cancel: crate::builtins::Cancel::after(stage.extras().timeout),
                     max_output: self.max_output(stage),
                 };
                 let value = (builtin.run)(args, &ctx)?;
@@ -1414,7 +1420,7 @@ impl StageRunner<'_> {
                     if let Some(call) = calls.last_mut() {
                         call.rejected = Some(summary.clone());
                     }
-                    if attempt == stage.repair {
+                    if attempt == stage.extras().repair {
                         return Err(PromptError::Rejected {
                             attempts: attempt + 1,
                             problems,
