@@ -9,6 +9,7 @@ pub(crate) mod duration;
 pub(crate) mod fd;
 pub(crate) mod hash;
 pub(crate) mod holder;
+pub(crate) mod json;
 pub(crate) mod locks;
 pub(crate) mod prefault;
 pub(crate) mod process;

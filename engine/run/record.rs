@@ -16,6 +16,7 @@ use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::floor::json::{self, Object};
 use crate::floor::time::Clock;
 
 use indexmap::IndexMap;
@@ -515,6 +516,25 @@ fn as_map<S: serde::Serializer>(
     serializer.collect_map(pairs.iter().map(|(k, v)| (k, v)))
 }
 
+impl FingerprintDocument<'_> {
+    /// The document's compact JSON, as its `Serialize` writes it ([`crate::floor::json`]).
+    pub(crate) fn write(&self, out: &mut Vec<u8>) {
+        let mut document = Object::new(out);
+        document.string("version", self.version);
+        document.string("definition", self.definition);
+        document.string("action", self.action);
+        let mut deps = Object::new(document.key("deps"));
+        for (id, sha256) in self.deps {
+            deps.opt_string(id, *sha256);
+        }
+        deps.end();
+        document.opt_string("schema", self.schema);
+        document.opt_string("model", self.model);
+        document.opt_string("sub_workflow", self.sub_workflow);
+        document.end();
+    }
+}
+
 impl<'a> FingerprintDocument<'a> {
     pub(crate) fn of(parts: &'a FingerprintParts, deps: &'a [(&'a str, Option<&'a str>)]) -> Self {
         FingerprintDocument {
@@ -569,6 +589,48 @@ pub(crate) struct Stamped<'a> {
     pub event: Event<'a>,
     pub at: String,
     pub run_id: &'a str,
+}
+
+impl Stamped<'_> {
+    /// The event's line as its `Serialize` writes it: the two events every stage has are
+    /// written by hand ([`crate::floor::json`]), the others by serde_json.
+    fn write(&self, out: &mut Vec<u8>) -> Result<(), ()> {
+        let mut line = match &self.event {
+            Event::StageStarted { stage } => {
+                let mut line = Object::new(out);
+                line.string("event", "stage_started");
+                line.string("stage", stage);
+                line
+            }
+            Event::StageFinished {
+                stage,
+                status,
+                duration_ms,
+                error,
+                exit,
+                notes,
+                usage,
+            } => {
+                let mut line = Object::new(out);
+                line.string("event", "stage_finished");
+                line.string("stage", stage);
+                line.string("status", status);
+                line.u64("duration_ms", *duration_ms);
+                line.opt_string("error", *error);
+                line.opt_string("exit", *exit);
+                json::strings(line.key("notes"), notes.iter().map(String::as_str));
+                if let Some(usage) = usage {
+                    json::serde(line.key("usage"), usage)?;
+                }
+                line
+            }
+            _ => return json::serde(out, self),
+        };
+        line.string("at", &self.at);
+        line.string("run_id", self.run_id);
+        line.end();
+        Ok(())
+    }
 }
 
 /// A stage output as kept in `artifacts/outputs.jsonl`.
@@ -681,8 +743,12 @@ impl RunFiles {
 
     /// Append an event; it reaches the file at the latest with the next `run.json` rewrite.
     pub(crate) fn event(&mut self, event: &Stamped) -> std::io::Result<()> {
-        write_json(&mut self.events, event)?;
-        self.events.write_all(b"\n")
+        let mut line = Vec::with_capacity(192);
+        event
+            .write(&mut line)
+            .map_err(|()| std::io::Error::other("an event that is not JSON"))?;
+        line.push(b'\n');
+        self.event_line(&line)
     }
 
     /// Append an event already written as its line.
@@ -1688,14 +1754,34 @@ mod tests {
     #[test]
     fn events_are_written_as_documented() {
         let notes = vec!["(dry-run) would run sh -c true".to_string()];
+        // Each line as serde_json writes it, and as the run writes it (two events by hand).
         let line = |event| {
-            serde_json::to_string(&Stamped {
+            let stamped = Stamped {
                 event,
                 at: "2026-11-30T00:00:00.000Z".into(),
                 run_id: "r1",
-            })
-            .unwrap()
+            };
+            let serialized = serde_json::to_string(&stamped).unwrap();
+            let mut written = Vec::new();
+            stamped.write(&mut written).unwrap();
+            assert_eq!(String::from_utf8(written).unwrap(), serialized);
+            serialized
         };
+        assert_eq!(
+            line(Event::StageStarted { stage: "a \"b\"" }),
+            r#"{"event":"stage_started","stage":"a \"b\"","at":"2026-11-30T00:00:00.000Z","run_id":"r1"}"#
+        );
+        let usage = UsageTotals::default();
+        let finished = line(Event::StageFinished {
+            stage: "s",
+            status: "succeeded",
+            duration_ms: 0,
+            error: None,
+            exit: Some("done\n"),
+            notes: &[],
+            usage: Some(&usage),
+        });
+        assert!(finished.contains(r#""exit":"done\n","notes":[],"usage":{"#));
         assert_eq!(
             line(Event::StageFinished {
                 stage: "gate",

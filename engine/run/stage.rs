@@ -18,6 +18,7 @@ use super::{Reporter, RunOptions, RunStatus, Runtime};
 use crate::builtins::{ask, BuiltinCtx, WriteRoots};
 use crate::check::{Action, ProcessAction, Stage, WithTree, Workflow};
 use crate::floor::hash::{sha256_hex, sha256_json};
+use crate::floor::json;
 use crate::floor::process::{self, Interrupt, ProcessSpec};
 use crate::floor::retry::{AfterFailure, RetryPolicy};
 use crate::format::{OnItemError, OutputFormat};
@@ -196,6 +197,63 @@ impl Serialize for Rendered {
 }
 
 impl Rendered {
+    /// The compact JSON its `Serialize` writes: a command's and a template's by hand
+    /// ([`crate::floor::json`]), the rest by serde_json. Stops where serde_json would fail.
+    fn write(&self, out: &mut Vec<u8>) -> Result<(), ()> {
+        match self {
+            Rendered::None => out.extend_from_slice(b"null"),
+            Rendered::Process(spec) => {
+                let mut map = json::Object::new(out);
+                json::strings(map.key("argv"), spec.argv.iter().map(String::as_str));
+                let stdin = spec.stdin.as_ref().map(|s| sha256_hex(s));
+                map.opt_string("stdin", stdin.as_deref());
+                match &spec.cwd {
+                    None => map.opt_string("cwd", None),
+                    Some(cwd) => match cwd.to_str() {
+                        Some(cwd) => map.string("cwd", cwd),
+                        None => json::serde(map.key("cwd"), cwd)?,
+                    },
+                }
+                let env = map.key("env");
+                env.push(b'[');
+                for (i, (name, value)) in spec.env.iter().enumerate() {
+                    if i > 0 {
+                        env.push(b',');
+                    }
+                    json::strings(env, [name.as_str(), value.as_str()]);
+                }
+                env.push(b']');
+                map.end();
+            }
+            Rendered::Template(text) => {
+                let mut map = json::Object::new(out);
+                map.string("text", text);
+                map.end();
+            }
+            Rendered::Prompt(_) | Rendered::Builtin(_) | Rendered::Workflow(_) => {
+                json::serde(out, self)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// SHA-256 of a stage's rendered actions as a JSON array (what `sha256_json` of the slice
+    /// gives), through `buffer`.
+    fn sha256_of(rendered: &[Rendered], buffer: &mut Vec<u8>) -> String {
+        buffer.clear();
+        buffer.push(b'[');
+        let written = rendered.iter().enumerate().try_for_each(|(i, action)| {
+            if i > 0 {
+                buffer.push(b',');
+            }
+            action.write(buffer)
+        });
+        if written.is_ok() {
+            buffer.push(b']');
+        }
+        sha256_hex(buffer)
+    }
+
     fn describe(&self) -> Option<String> {
         match self {
             Rendered::Process(spec) => Some(format!("$ {}", shell_words(&spec.argv))),
@@ -880,16 +938,19 @@ impl StageRunner<'_> {
             Action::Workflow { workflow, .. } => Some(sha256_json(&workflow.file_hashes)),
             _ => None,
         };
+        // The two documents hashed here are written by hand into one buffer (`floor::json`).
+        let mut buffer = Vec::with_capacity(512);
         let parts = super::record::FingerprintParts {
             version: CACHE_VERSION.to_string(),
             definition: stage.definition_hash.clone(),
-            action: sha256_json(&rendered),
+            action: Rendered::sha256_of(rendered, &mut buffer),
             schema: stage.schema.as_ref().map(|s| s.sha256.clone()),
             model,
             sub_workflow: sub,
         };
-        let fingerprint = sha256_json(&FingerprintDocument::of(&parts, &deps));
-        (fingerprint, parts)
+        buffer.clear();
+        FingerprintDocument::of(&parts, &deps).write(&mut buffer);
+        (sha256_hex(&buffer), parts)
     }
 
     /// Why an execution would not be reused: the parts that differ from the last run's.
@@ -1664,6 +1725,64 @@ mod tests {
         }
         let (all, documents): (Vec<Rendered>, Vec<Value>) = cases.into_iter().unzip();
         assert_eq!(sha256_json(&all), sha256_json(&documents));
+        // Written by hand, the same bytes.
+        let mut buffer = Vec::new();
+        assert_eq!(
+            Rendered::sha256_of(&all, &mut buffer),
+            sha256_json(&documents)
+        );
+        assert_eq!(buffer, serde_json::to_vec(&documents).unwrap());
+    }
+
+    /// The hand-written JSON of commands and templates is serde_json's whatever their text
+    /// holds, and stops where serde_json stops (a working folder that is not UTF-8).
+    #[test]
+    fn rendered_actions_written_by_hand_are_serde_jsons() {
+        use std::os::unix::ffi::OsStrExt;
+        let process = |argv: &[&str], cwd: Option<std::path::PathBuf>, env: &[(&str, &str)]| {
+            Rendered::Process(ProcessSpec {
+                argv: argv.iter().map(ToString::to_string).collect(),
+                stdin: None,
+                cwd,
+                env: env
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                timeout: None,
+                max_stdout: None,
+            })
+        };
+        let odd = "tab\t \"quoted\" back\\slash \u{1} ünïcödé";
+        let cases = vec![
+            vec![process(&[], None, &[])],
+            vec![process(
+                &["sh", "-c", odd],
+                Some(odd.into()),
+                &[(odd, odd), ("B", "")],
+            )],
+            vec![Rendered::Template(odd.into()), Rendered::None],
+            vec![
+                Rendered::Workflow(serde_json::Map::from_iter([("k".into(), json!(odd))])),
+                process(&["a"], None, &[("A", "1")]),
+            ],
+            Vec::new(),
+        ];
+        let mut buffer = Vec::new();
+        for rendered in &cases {
+            assert_eq!(
+                Rendered::sha256_of(rendered, &mut buffer),
+                sha256_json(rendered)
+            );
+            assert_eq!(buffer, serde_json::to_vec(rendered).unwrap());
+        }
+        let not_utf8 = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(b"bad\xff"));
+        let rendered = [process(&["a"], Some(not_utf8), &[])];
+        assert!(serde_json::to_vec(&rendered).is_err());
+        assert_eq!(
+            Rendered::sha256_of(&rendered, &mut buffer),
+            sha256_json(&rendered)
+        );
+        assert_eq!(buffer, br#"[{"argv":["a"],"stdin":null,"cwd":"#);
     }
 
     /// A fingerprint is the hash of the parts as one compact JSON document, fields in a fixed
@@ -1685,6 +1804,17 @@ mod tests {
         assert_eq!(
             sha256_json(&FingerprintDocument::of(&parts, &deps)),
             sha256_hex(document.as_bytes())
+        );
+        // Written by hand, the same bytes, ids to escape or not.
+        let mut written = Vec::new();
+        FingerprintDocument::of(&parts, &deps).write(&mut written);
+        assert_eq!(written, document.as_bytes());
+        let odd = [("a \"b\"", Some("x")), ("c\\d\n", None)];
+        written.clear();
+        FingerprintDocument::of(&parts, &odd).write(&mut written);
+        assert_eq!(
+            written,
+            serde_json::to_vec(&FingerprintDocument::of(&parts, &odd)).unwrap()
         );
         // The record keeps the parts without the upstream hashes and without absent parts; a
         // record written with them as `null` reads the same.
