@@ -712,6 +712,8 @@ pub(crate) struct RunFiles {
     large: HashMap<String, StoredValue>,
     /// The large parts of outputs, each stored once.
     blobs: super::blobs::BlobStore,
+    /// The event being written ([`RunFiles::event`]).
+    line: Vec<u8>,
 }
 
 impl RunFiles {
@@ -728,6 +730,7 @@ impl RunFiles {
             last_cost: Duration::ZERO,
             dirty: false,
             large: HashMap::new(),
+            line: Vec::new(),
         })
     }
 
@@ -743,12 +746,18 @@ impl RunFiles {
 
     /// Append an event; it reaches the file at the latest with the next `run.json` rewrite.
     pub(crate) fn event(&mut self, event: &Stamped) -> std::io::Result<()> {
-        let mut line = Vec::with_capacity(192);
-        event
-            .write(&mut line)
-            .map_err(|()| std::io::Error::other("an event that is not JSON"))?;
-        line.push(b'\n');
-        self.event_line(&line)
+        // One buffer for every line: a run writes two events a stage.
+        let mut line = std::mem::take(&mut self.line);
+        line.clear();
+        let written = match event.write(&mut line) {
+            Ok(()) => {
+                line.push(b'\n');
+                self.event_line(&line)
+            }
+            Err(()) => Err(std::io::Error::other("an event that is not JSON")),
+        };
+        self.line = line;
+        written
     }
 
     /// Append an event already written as its line.
