@@ -101,6 +101,16 @@ impl<'a> Object<'a> {
             .extend_from_slice(digits.format(value).as_bytes());
     }
 
+    pub(crate) fn bool(&mut self, key: &str, value: bool) {
+        let value: &[u8] = if value { b"true" } else { b"false" };
+        self.key(key).extend_from_slice(value);
+    }
+
+    /// The buffer, to go on with the value of the member being written.
+    pub(crate) fn raw(&mut self) -> &mut Vec<u8> {
+        self.out
+    }
+
     pub(crate) fn end(self) {
         self.out.push(b'}');
     }

@@ -71,7 +71,7 @@ pub(crate) fn read_ahead(state_dir: &Path, workflow: &str) {
         let path = path.clone();
         std::thread::Builder::new()
             .name("cache-read".into())
-            .spawn(move || read_entries(&path))
+            .spawn(move || read_entries(&path, true))
     };
     if let Ok(reading) = reading {
         *READ_AHEAD
@@ -85,9 +85,12 @@ fn cache_path(state_dir: &Path, workflow: &str) -> PathBuf {
 }
 
 /// Every entry of a cache file, by id (the last line of an id wins), with its line number, and
-/// a warning for each line that does not parse. Hashes are checked when an entry is used, not
-/// here: a rerun reads every line but may use few of them.
-fn read_entries(path: &Path) -> Entries {
+/// a warning for each line that does not parse. With `verify` (the read-ahead thread, which has
+/// the time while the workflow is checked), each entry that holds its output is checked against
+/// its hash here, so that a rerun of cached stages does not check them one by one on the thread
+/// that runs them; otherwise, and for an output kept in a file, the check waits for the entry's
+/// first use. An entry that fails the check here is left unverified, and its use reports it.
+fn read_entries(path: &Path, verify: bool) -> Entries {
     let mut entries = HashMap::new();
     let mut warnings = Vec::new();
     let mut superseded = false;
@@ -103,10 +106,12 @@ fn read_entries(path: &Path) -> Entries {
             Ok(mut entry) => {
                 // The id lives once, as the map's key.
                 let id = std::mem::take(&mut entry.id);
+                let verified =
+                    verify && entry.file.is_none() && sha256_json(&entry.output) == entry.sha256;
                 let stored = Stored {
                     entry,
                     line: number + 1,
-                    verified: false,
+                    verified,
                 };
                 superseded |= entries.insert(id, Box::new(stored)).is_some();
             }
@@ -206,7 +211,7 @@ impl Cache {
         };
         let (entries, warnings, superseded) = match ahead.map(std::thread::JoinHandle::join) {
             Some(Ok(read)) => read,
-            _ => read_entries(&self.path),
+            _ => read_entries(&self.path, false),
         };
         if !warnings.is_empty() || superseded {
             self.stale.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -537,6 +542,53 @@ mod tests {
         let (output, _) = cache.get("f1", None).expect("the entry read ahead");
         assert_eq!(output, serde_json::json!({ "n": 1 }));
         assert!(READ_AHEAD.lock().unwrap().is_none(), "taken by the run");
+        let warnings = cache.take_warnings();
+        assert!(
+            warnings.len() == 1 && warnings[0].ends_with(":2"),
+            "{warnings:?}"
+        );
+    }
+
+    /// Read ahead, an entry is checked against its hash as it is read; one whose output was
+    /// changed is left unchecked, and its first use still refuses it with a warning.
+    #[test]
+    fn entries_read_ahead_are_checked_as_they_are_read() {
+        let state = tempfile::tempdir().unwrap();
+        let writer = Cache::new(state.path(), "checked");
+        writer.put("good", &serde_json::json!({ "n": 1 })).unwrap();
+        writer.put("bad", &serde_json::json!({ "n": 2 })).unwrap();
+        writer.flush().unwrap();
+        let path = cache_path(state.path(), "checked");
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replace(r#"{"n":2}"#, r#"{"n":3}"#)).unwrap();
+
+        let verified = |verify| {
+            let (entries, _, _) = read_entries(&path, verify);
+            let mut flags: Vec<_> = entries
+                .iter()
+                .map(|(id, s)| (id.clone(), s.verified))
+                .collect();
+            flags.sort();
+            flags
+        };
+        assert_eq!(
+            verified(true),
+            [("bad".to_string(), false), ("good".to_string(), true)]
+        );
+        assert!(verified(false).iter().all(|(_, checked)| !checked));
+
+        // As `load` hands over what the read-ahead thread read (the thread itself is not started
+        // here: it is one per process, and other tests use it).
+        let cache = Cache::new(state.path(), "checked");
+        *cache.entries.lock().unwrap() = Some(read_entries(&path, true).0);
+        assert_eq!(
+            cache.get("good", None).unwrap().0,
+            serde_json::json!({ "n": 1 })
+        );
+        assert!(
+            cache.get("bad", None).is_none(),
+            "a changed output is a miss"
+        );
         let warnings = cache.take_warnings();
         assert!(
             warnings.len() == 1 && warnings[0].ends_with(":2"),

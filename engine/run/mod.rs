@@ -36,6 +36,7 @@ pub(crate) mod otlp;
 pub(crate) use crate::floor::{holder, locks, process};
 mod progress;
 pub(crate) mod record;
+mod record_json;
 mod record_text;
 mod recorder;
 pub(crate) mod report;
@@ -1231,7 +1232,6 @@ impl<'w, 'r> Executor<'w, 'r> {
             model_calls: std::mem::take(&mut outcome.model_calls),
             usage: stage_usage.map(Box::new),
             output_cut: false,
-            written: None,
             explain: outcome.explain.take(),
             assumed: outcome.assumed,
             stderr: outcome

@@ -20,8 +20,7 @@ use crate::floor::json::{self, Object};
 use crate::floor::time::Clock;
 
 use indexmap::IndexMap;
-use serde::{Deserialize, Serialize, Serializer};
-use serde_json::value::RawValue;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::models::{Role, Usage};
@@ -244,11 +243,6 @@ pub(crate) struct StageRecord {
     /// one's is in `error`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr: Option<String>,
-    /// The stage's JSON as `run.json` holds it, once it finished for good: written once by the
-    /// recorder rather than at every rewrite (the last rewrite of a record of 10,000 stages
-    /// copies them instead of writing 5 MB of JSON again).
-    #[serde(skip)]
-    pub written: Option<Box<RawValue>>,
 }
 
 /// Every stage `not_run`, in the order given: what a run's record starts from.
@@ -258,31 +252,6 @@ pub(crate) fn not_run_stages(
     ids.into_iter()
         .map(|id| (id, StageRecord::not_run()))
         .collect()
-}
-
-impl StageRecord {
-    /// Keep the stage's JSON as it is now; see [`StageRecord::written`].
-    pub(crate) fn write_once(&mut self) {
-        self.written = None;
-        self.written = serde_json::value::to_raw_value(self).ok();
-    }
-}
-
-/// A record's stages, each as written once if it was (the rest serialized as they are).
-fn stages_as_written<S: Serializer>(
-    stages: &IndexMap<String, StageRecord, foldhash::fast::RandomState>,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    struct AsWritten<'a>(&'a StageRecord);
-    impl Serialize for AsWritten<'_> {
-        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-            match &self.0.written {
-                Some(json) => json.serialize(serializer),
-                None => self.0.serialize(serializer),
-            }
-        }
-    }
-    serializer.collect_map(stages.iter().map(|(id, stage)| (id, AsWritten(stage))))
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -317,7 +286,6 @@ impl StageRecord {
             explain: None,
             assumed: false,
             stderr: None,
-            written: None,
         }
     }
 }
@@ -410,7 +378,6 @@ pub struct RunRecord {
     pub(crate) resumed_from: Option<String>,
     pub(crate) cwd: String,
     pub(crate) files: Vec<FileHash>,
-    #[serde(serialize_with = "stages_as_written")]
     pub(crate) stages: IndexMap<String, StageRecord, foldhash::fast::RandomState>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) outputs: Option<Value>,
@@ -906,7 +873,7 @@ fn replace_file(path: &Path, record: &mut RunRecord) -> std::io::Result<()> {
     // the file: a record of thousands of stages is megabytes.
     let write = |record: &RunRecord| {
         crate::floor::atomic::replace(path, ".run.json.", 0o666, |out| {
-            write_json(&mut *out, record)?;
+            record.write_json(&mut *out)?;
             out.write_all(b"\n")
         })
     };
@@ -1612,37 +1579,6 @@ mod tests {
     }
 
     /// A stage written once is written as it would be at every rewrite, and reads back the same.
-    #[test]
-    fn a_stage_written_once_is_written_as_it_was() {
-        let mut record: RunRecord = serde_json::from_value(serde_json::json!({
-            "run_id": "r1", "workflow": "w", "status": "completed", "inputs": {},
-            "started_at": "2026-11-30T00:00:00.000Z", "cwd": ".", "files": [],
-            "stages": {
-                "a": { "status": "cached", "duration_ms": 0, "fingerprint": "f1",
-                       "output_sha256": "s1", "reused_from": "cache" },
-                "b": { "status": "not_run", "duration_ms": 0 }
-            }
-        }))
-        .unwrap();
-        let before = serde_json::to_string(&record).unwrap();
-        record.stages["a"].write_once();
-        let json = record.stages["a"]
-            .written
-            .as_ref()
-            .map(|j| j.get().to_string());
-        assert_eq!(
-            json.as_deref(),
-            Some(
-                r#"{"status":"cached","duration_ms":0,"fingerprint":"f1","output_sha256":"s1","reused_from":"cache"}"#
-            )
-        );
-        assert_eq!(serde_json::to_string(&record).unwrap(), before);
-        // What is kept is what was written: a later change to the stage is not seen.
-        record.stages["a"].write_once();
-        record.stages["a"].duration_ms = 7;
-        assert_eq!(serde_json::to_string(&record).unwrap(), before);
-    }
-
     /// A large `[outputs]` value is kept in a file, null in `run.json`, and read back; a
     /// missing or damaged file leaves it null and still named.
     #[test]

@@ -282,8 +282,6 @@ fn apply(files: &mut RunFiles, record: &mut RunRecord, note: Note) -> std::io::R
                 run_id: &record.run_id,
             })?;
             entry.started_at = slot.started_at.take();
-            // Finished for good: its JSON is written now, once.
-            entry.write_once();
             *slot = entry;
             Ok(())
         }

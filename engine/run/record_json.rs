@@ -1,0 +1,288 @@
+//! `run.json` written by hand, byte for byte as serde_json writes a [`RunRecord`].
+//!
+//! A record of 10,000 stages is about 5 MB of JSON, rewritten while the run goes on and once at
+//! its end, which the run waits for. Written through serde, it cost either that time at every
+//! rewrite or, as the recorder did before, each finished stage's JSON kept in memory to be
+//! copied (5 MB held to the end, the run's largest allocation). Written here, a stage's members
+//! are strings copied whole ([`crate::floor::json`]) and nothing is kept: the few members that
+//! are neither strings nor numbers (usage, model calls, items, a sub-workflow's statuses, the
+//! inputs and outputs) still go through serde_json. The tests compare both writers on records
+//! that set every member.
+
+use std::io::Write;
+
+use super::record::{FingerprintParts, RunRecord, StageRecord};
+use crate::floor::json::{self, Object};
+
+/// The buffer is handed to the file whenever it holds this much, so a record of any size is
+/// written through a buffer of about this size.
+const CHUNK: usize = 64 * 1024;
+
+impl RunRecord {
+    /// Write the record as `run.json` holds it (compact, as serde_json writes it), every
+    /// registered secret redacted (see [`crate::floor::secrets`]).
+    pub(crate) fn write_json(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        if crate::floor::secrets::active() {
+            // A secret may straddle any two pieces: the whole, then redacted.
+            let mut text = Vec::new();
+            self.write_chunked(&mut text, &mut |_| Ok(()))?;
+            return out.write_all(&crate::floor::secrets::redact_bytes(&text));
+        }
+        self.write_streamed(out)
+    }
+
+    /// The record through a buffer of about [`CHUNK`] bytes, handed to `out` whenever full.
+    fn write_streamed(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        let mut buffer = Vec::with_capacity(CHUNK + 4096);
+        self.write_chunked(&mut buffer, &mut |buffer: &mut Vec<u8>| {
+            if buffer.len() >= CHUNK {
+                out.write_all(buffer)?;
+                buffer.clear();
+            }
+            Ok(())
+        })?;
+        out.write_all(&buffer)
+    }
+
+    /// The record into `buffer`, `drain` called after each stage (it may empty the buffer).
+    fn write_chunked(
+        &self,
+        buffer: &mut Vec<u8>,
+        drain: &mut dyn FnMut(&mut Vec<u8>) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        let failed = |()| std::io::Error::other("a value of the record cannot be written as JSON");
+        let mut record = Object::new(buffer);
+        record.string("run_id", &self.run_id);
+        record.string("workflow", &self.workflow);
+        record.string("status", self.status.as_str());
+        if let Some(exit) = &self.exit {
+            json::serde(record.key("exit"), exit).map_err(failed)?;
+        }
+        if let Some(error) = &self.error {
+            record.string("error", error);
+        }
+        json::serde(record.key("inputs"), &self.inputs).map_err(failed)?;
+        record.string("started_at", &self.started_at);
+        if let Some(finished_at) = &self.finished_at {
+            record.string("finished_at", finished_at);
+        }
+        record.u64("duration_ms", self.duration_ms);
+        record.bool("dry_run", self.dry_run);
+        if let Some(resumed_from) = &self.resumed_from {
+            record.string("resumed_from", resumed_from);
+        }
+        record.string("cwd", &self.cwd);
+        json::serde(record.key("files"), &self.files).map_err(failed)?;
+        record.key("stages").push(b'{');
+        for (index, (id, stage)) in self.stages.iter().enumerate() {
+            let out = record.raw();
+            if index > 0 {
+                out.push(b',');
+            }
+            json::string(out, id);
+            out.push(b':');
+            stage.write_json(out).map_err(failed)?;
+            drain(out)?;
+        }
+        record.raw().push(b'}');
+        if let Some(outputs) = &self.outputs {
+            json::serde(record.key("outputs"), outputs).map_err(failed)?;
+        }
+        if !self.output_files.is_empty() {
+            json::serde(record.key("output_files"), &self.output_files).map_err(failed)?;
+        }
+        json::serde(record.key("usage"), &self.usage).map_err(failed)?;
+        if let Some(holder) = &self.holder {
+            json::serde(record.key("holder"), holder).map_err(failed)?;
+        }
+        record.end();
+        Ok(())
+    }
+}
+
+impl StageRecord {
+    /// The stage as `run.json` holds it.
+    fn write_json(&self, out: &mut Vec<u8>) -> Result<(), ()> {
+        let mut stage = Object::new(out);
+        stage.string("status", self.status.as_str());
+        if let Some(started_at) = &self.started_at {
+            stage.string("started_at", started_at);
+        }
+        stage.u64("duration_ms", self.duration_ms);
+        if let Some(fingerprint) = &self.fingerprint {
+            stage.string("fingerprint", fingerprint);
+        }
+        if let Some(parts) = &self.fingerprint_parts {
+            parts.write_json(stage.key("fingerprint_parts"));
+        }
+        if let Some(sha256) = &self.output_sha256 {
+            stage.string("output_sha256", sha256);
+        }
+        if let Some(error) = &self.error {
+            stage.string("error", error);
+        }
+        if let Some(reason) = &self.reason {
+            stage.string("reason", reason);
+        }
+        if self.attempts != 0 {
+            stage.u64("attempts", u64::from(self.attempts));
+        }
+        if let Some(items) = self.items {
+            stage.u64("items", items as u64);
+        }
+        if self.failed_items != 0 {
+            stage.u64("failed_items", self.failed_items as u64);
+        }
+        if self.reused_items != 0 {
+            stage.u64("reused_items", self.reused_items as u64);
+        }
+        if !self.item_runs.is_empty() {
+            json::serde(stage.key("item_runs"), &self.item_runs)?;
+        }
+        if let Some(sub_run) = &self.sub_run {
+            json::serde(stage.key("sub_run"), sub_run)?;
+        }
+        if let Some(reused_from) = &self.reused_from {
+            stage.string("reused_from", reused_from);
+        }
+        if !self.model_calls.is_empty() {
+            json::serde(stage.key("model_calls"), &self.model_calls)?;
+        }
+        if let Some(usage) = &self.usage {
+            json::serde(stage.key("usage"), usage)?;
+        }
+        if self.output_cut {
+            stage.bool("output_cut", true);
+        }
+        if let Some(explain) = &self.explain {
+            stage.string("explain", explain);
+        }
+        if self.assumed {
+            stage.bool("assumed", true);
+        }
+        if let Some(stderr) = &self.stderr {
+            stage.string("stderr", stderr);
+        }
+        stage.end();
+        Ok(())
+    }
+}
+
+impl FingerprintParts {
+    fn write_json(&self, out: &mut Vec<u8>) {
+        let mut parts = Object::new(out);
+        parts.string("version", &self.version);
+        parts.string("definition", &self.definition);
+        parts.string("action", &self.action);
+        for (key, value) in [
+            ("schema", &self.schema),
+            ("model", &self.model),
+            ("sub_workflow", &self.sub_workflow),
+        ] {
+            if let Some(value) = value {
+                parts.string(key, value);
+            }
+        }
+        parts.end();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A record setting every member the format has, with strings to escape and not, beside
+    /// the plainest one: written here as serde_json writes it.
+    #[test]
+    fn the_record_is_written_as_serde_json_writes_it() {
+        let full: RunRecord = serde_json::from_value(json!({
+            "run_id": "20261206T000000.000Z-ab12", "workflow": "w \"quoted\"",
+            "status": "exited",
+            "exit": { "stage": "gate", "message": "nothing to do\n" },
+            "error": "it\\failed", "inputs": { "word": "stage", "n": 3, "deep": { "a": [1, null] } },
+            "started_at": "2026-12-06T00:00:00.000Z", "finished_at": "2026-12-06T00:00:01.000Z",
+            "duration_ms": 1000, "dry_run": true, "resumed_from": "r0", "cwd": "/tmp/ü",
+            "files": [{ "path": "w.toml", "sha256": "abc" }],
+            "stages": {
+                "all": {
+                    "status": "succeeded", "started_at": "2026-12-06T00:00:00.100Z",
+                    "duration_ms": 12, "fingerprint": "f",
+                    "fingerprint_parts": { "version": "v", "definition": "d", "action": "a",
+                                           "schema": "s", "model": "m", "sub_workflow": "sw" },
+                    "output_sha256": "o", "error": "e\t", "reason": "r", "attempts": 2,
+                    "items": 3, "failed_items": 1, "reused_items": 1,
+                    "item_runs": [{ "index": 0, "start_ms": 1, "duration_ms": 2,
+                                    "status": "succeeded", "attempts": 1, "model_calls": 1 }],
+                    "sub_run": { "status": "completed", "exit_stage": "x",
+                                 "stages": { "a": "cached", "b/c": "skipped" } },
+                    "reused_from": "cache",
+                    "model_calls": [{ "model": "claude", "attempt": 1, "latency_ms": 5,
+                                      "cost_usd": 0.25, "retries": 1 }],
+                    "usage": { "model_calls": 1, "input_tokens": 10, "output_tokens": 5,
+                               "latency_ms": 5, "cost_usd": 0.25 },
+                    "output_cut": true, "explain": "ran: new", "assumed": true,
+                    "stderr": "warn\u{1}"
+                },
+                "plain": { "status": "not_run", "duration_ms": 0 },
+                "parts \"odd\"": {
+                    "status": "cached", "duration_ms": 0,
+                    "fingerprint_parts": { "version": "v", "definition": "d", "action": "a",
+                                           "model": "m" }
+                }
+            },
+            "outputs": { "answer": "42", "big": null },
+            "output_files": { "big": { "path": "artifacts/x.json", "size": 9, "sha256": "h" } },
+            "usage": { "model_calls": 1, "input_tokens": 10, "output_tokens": 5, "latency_ms": 5 },
+            "holder": { "pid": 7, "started": 9, "host": "h" }
+        }))
+        .unwrap();
+        let plain: RunRecord = serde_json::from_value(json!({
+            "run_id": "r", "workflow": "w", "status": "running", "inputs": {},
+            "started_at": "t", "cwd": ".", "files": [], "stages": {}
+        }))
+        .unwrap();
+        for record in [full, plain] {
+            let mut written = Vec::new();
+            record.write_json(&mut written).unwrap();
+            assert_eq!(
+                String::from_utf8(written).unwrap(),
+                serde_json::to_string(&record).unwrap()
+            );
+        }
+    }
+
+    /// Thousands of stages are written through a buffer of a chunk, not all at once.
+    #[test]
+    fn a_large_record_is_written_a_chunk_at_a_time() {
+        struct Writes(Vec<usize>);
+        impl Write for Writes {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.push(bytes.len());
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let stages: serde_json::Map<String, serde_json::Value> = (0..5000)
+            .map(|i| {
+                let stage = json!({ "status": "cached", "duration_ms": 0,
+                                    "fingerprint": "f".repeat(64) });
+                (format!("s{i}"), stage)
+            })
+            .collect();
+        let record: RunRecord = serde_json::from_value(json!({
+            "run_id": "r", "workflow": "w", "status": "completed", "inputs": {},
+            "started_at": "t", "cwd": ".", "files": [], "stages": stages
+        }))
+        .unwrap();
+        // Streamed as it is when no secret is registered (other tests register some).
+        let mut writes = Writes(Vec::new());
+        record.write_streamed(&mut writes).unwrap();
+        let total: usize = writes.0.iter().sum();
+        assert_eq!(total, serde_json::to_vec(&record).unwrap().len());
+        assert!(writes.0.len() > 4, "{} writes", writes.0.len());
+        assert!(writes.0.iter().all(|&n| n < CHUNK + 4096), "{:?}", writes.0);
+    }
+}
