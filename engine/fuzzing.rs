@@ -112,12 +112,17 @@ pub fn workflow(data: &[u8]) {
     };
     if let Ok(workflow) = crate::check::check(raw, &search, &project) {
         let plan = crate::plan::Plan::new(&workflow);
-        let _ = (
-            plan.to_text(),
-            plan.to_json(),
-            plan.to_dot(),
-            plan.to_mermaid(),
-        );
+        let json = plan.to_json();
+        // The plan a run writes by hand is the document serde_json writes.
+        let mut written = Vec::new();
+        if plan.write_json(&mut written).is_ok() {
+            assert_eq!(
+                String::from_utf8_lossy(&written),
+                json.to_string(),
+                "plan.json as a run writes it"
+            );
+        }
+        let _ = (plan.to_text(), plan.to_dot(), plan.to_mermaid());
     }
 }
 

@@ -209,8 +209,76 @@ impl<'w> Plan<'w> {
     /// The plan's JSON document (as [`Plan::to_json`] gives it), serialized into `out` as it is
     /// made: a run keeps the plan of 10,000 stages beside its record without building it as a
     /// value first (megabytes of maps).
+    ///
+    /// Written by hand ([`crate::floor::json`]), byte for byte as serde_json writes the
+    /// document (a test compares them): through serde it was a run's largest piece of work
+    /// beside the stages, on a thread the stages' own work waited for on two cores.
     pub(crate) fn write_json(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
-        crate::run::record::write_json(out, &self.document())
+        use crate::floor::json::{self, Object};
+        let failed = |()| std::io::Error::other("a stage of the plan cannot be written as JSON");
+        let stages = &self.workflow.stages;
+        let ids = |out: &mut Vec<u8>, indices: &[usize]| {
+            json::strings(out, indices.iter().map(|&i| stages[i].id.as_str()));
+        };
+        json::write_document(out, |buffer, drain| {
+            let mut document = Object::new(buffer);
+            document.u64("version", 1);
+            document.string("workflow", &self.workflow.name);
+            let waves = document.key("waves");
+            waves.push(b'[');
+            for (w, wave) in self.waves.iter().enumerate() {
+                if w > 0 {
+                    waves.push(b',');
+                }
+                ids(waves, wave);
+                drain(waves)?;
+            }
+            waves.push(b']');
+            let finally: Vec<usize> = self.finally.iter().flatten().copied().collect();
+            ids(document.key("finally"), &finally);
+            let all = self
+                .waves
+                .iter()
+                .enumerate()
+                .flat_map(|(w, wave)| wave.iter().map(move |&i| (Some(w + 1), i)))
+                .chain(finally.iter().map(|&i| (None, i)));
+            let list = document.key("stages");
+            list.push(b'[');
+            for (n, (wave, i)) in all.enumerate() {
+                if n > 0 {
+                    list.push(b',');
+                }
+                let stage = &stages[i];
+                let text = &stage.text;
+                let mut member = Object::new(list);
+                member.string("id", &stage.id);
+                match wave {
+                    Some(wave) => member.u64("wave", wave as u64),
+                    None => member.key("wave").extend_from_slice(b"null"),
+                }
+                member.bool("finally", stage.finally);
+                member.string("action", stage.action.kind());
+                member.string("summary", &self.action_summary(i));
+                member.opt_string("description", text.description.as_deref());
+                ids(member.key("after"), &stage.deps);
+                member.opt_string("if", text.if_.as_deref());
+                member.opt_string("exit_if", text.exit_if.as_deref());
+                member.opt_string("foreach", text.foreach.as_deref());
+                json::strings(
+                    member.key("assert"),
+                    text.asserts.iter().map(String::as_str),
+                );
+                member.opt_string("selection", self.selection_of(i));
+                if let Some(sub) = sub_workflow(stage) {
+                    json::serde(member.key("sub_workflow"), &SubPlan(sub)).map_err(failed)?;
+                }
+                member.end();
+                drain(list)?;
+            }
+            list.push(b']');
+            document.end();
+            Ok(())
+        })
     }
 
     fn document(&self) -> PlanDocument<'_, impl Iterator<Item = PlanStage<'_>>> {

@@ -64,6 +64,48 @@ pub(crate) fn strings<'a>(out: &mut Vec<u8>, values: impl IntoIterator<Item = &'
     out.push(b']');
 }
 
+/// A long document (a record or a plan of thousands of stages) goes to its file through a
+/// buffer of about this many bytes.
+pub(crate) const CHUNK: usize = 64 * 1024;
+
+/// Write a long document into `out`: `write` puts it into the buffer it is given, calling
+/// `drain` between pieces (a stage each), which hands the buffer to `out` whenever it holds a
+/// [`CHUNK`]. With a secret registered (see [`crate::floor::secrets`]) the document is made
+/// whole, then redacted, since a secret may straddle any two pieces.
+pub(crate) fn write_document(
+    out: &mut dyn std::io::Write,
+    write: impl FnOnce(
+        &mut Vec<u8>,
+        &mut dyn FnMut(&mut Vec<u8>) -> std::io::Result<()>,
+    ) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    if crate::floor::secrets::active() {
+        let mut text = Vec::new();
+        write(&mut text, &mut |_| Ok(()))?;
+        return out.write_all(&crate::floor::secrets::redact_bytes(&text));
+    }
+    streamed(out, write)
+}
+
+/// [`write_document`] without redaction.
+fn streamed(
+    out: &mut dyn std::io::Write,
+    write: impl FnOnce(
+        &mut Vec<u8>,
+        &mut dyn FnMut(&mut Vec<u8>) -> std::io::Result<()>,
+    ) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let mut buffer = Vec::with_capacity(CHUNK + 4096);
+    write(&mut buffer, &mut |buffer: &mut Vec<u8>| {
+        if buffer.len() >= CHUNK {
+            out.write_all(buffer)?;
+            buffer.clear();
+        }
+        Ok(())
+    })?;
+    out.write_all(&buffer)
+}
+
 /// A JSON object being written: its members in the order they are given.
 pub(crate) struct Object<'a> {
     out: &'a mut Vec<u8>,
@@ -119,6 +161,36 @@ impl<'a> Object<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A long document is handed over a chunk at a time, whole.
+    #[test]
+    fn a_long_document_is_written_a_chunk_at_a_time() {
+        struct Writes(Vec<u8>, Vec<usize>);
+        impl std::io::Write for Writes {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.extend_from_slice(bytes);
+                self.1.push(bytes.len());
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut writes = Writes(Vec::new(), Vec::new());
+        // Streamed as it is when no secret is registered (other tests register some).
+        streamed(&mut writes, |buffer, drain| {
+            strings(buffer, std::iter::repeat_n("piece", 1));
+            for _ in 0..40_000 {
+                buffer.extend_from_slice(b",\"0123456789\"");
+                drain(buffer)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(writes.0.len(), 9 + 40_000 * 13);
+        assert!(writes.1.len() > 4, "{:?}", writes.1);
+        assert!(writes.1.iter().all(|&n| n < CHUNK + 4096), "{:?}", writes.1);
+    }
 
     /// Strings of every length around the chunk's, with each kind of byte to escape at each
     /// place, beside non-ASCII text: written as serde_json writes them.

@@ -14,34 +14,11 @@ use std::io::Write;
 use super::record::{FingerprintParts, RunRecord, StageRecord};
 use crate::floor::json::{self, Object};
 
-/// The buffer is handed to the file whenever it holds this much, so a record of any size is
-/// written through a buffer of about this size.
-const CHUNK: usize = 64 * 1024;
-
 impl RunRecord {
     /// Write the record as `run.json` holds it (compact, as serde_json writes it), every
     /// registered secret redacted (see [`crate::floor::secrets`]).
     pub(crate) fn write_json(&self, out: &mut dyn Write) -> std::io::Result<()> {
-        if crate::floor::secrets::active() {
-            // A secret may straddle any two pieces: the whole, then redacted.
-            let mut text = Vec::new();
-            self.write_chunked(&mut text, &mut |_| Ok(()))?;
-            return out.write_all(&crate::floor::secrets::redact_bytes(&text));
-        }
-        self.write_streamed(out)
-    }
-
-    /// The record through a buffer of about [`CHUNK`] bytes, handed to `out` whenever full.
-    fn write_streamed(&self, out: &mut dyn Write) -> std::io::Result<()> {
-        let mut buffer = Vec::with_capacity(CHUNK + 4096);
-        self.write_chunked(&mut buffer, &mut |buffer: &mut Vec<u8>| {
-            if buffer.len() >= CHUNK {
-                out.write_all(buffer)?;
-                buffer.clear();
-            }
-            Ok(())
-        })?;
-        out.write_all(&buffer)
+        json::write_document(out, |buffer, drain| self.write_chunked(buffer, drain))
     }
 
     /// The record into `buffer`, `drain` called after each stage (it may empty the buffer).
@@ -250,39 +227,5 @@ mod tests {
                 serde_json::to_string(&record).unwrap()
             );
         }
-    }
-
-    /// Thousands of stages are written through a buffer of a chunk, not all at once.
-    #[test]
-    fn a_large_record_is_written_a_chunk_at_a_time() {
-        struct Writes(Vec<usize>);
-        impl Write for Writes {
-            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-                self.0.push(bytes.len());
-                Ok(bytes.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let stages: serde_json::Map<String, serde_json::Value> = (0..5000)
-            .map(|i| {
-                let stage = json!({ "status": "cached", "duration_ms": 0,
-                                    "fingerprint": "f".repeat(64) });
-                (format!("s{i}"), stage)
-            })
-            .collect();
-        let record: RunRecord = serde_json::from_value(json!({
-            "run_id": "r", "workflow": "w", "status": "completed", "inputs": {},
-            "started_at": "t", "cwd": ".", "files": [], "stages": stages
-        }))
-        .unwrap();
-        // Streamed as it is when no secret is registered (other tests register some).
-        let mut writes = Writes(Vec::new());
-        record.write_streamed(&mut writes).unwrap();
-        let total: usize = writes.0.iter().sum();
-        assert_eq!(total, serde_json::to_vec(&record).unwrap().len());
-        assert!(writes.0.len() > 4, "{} writes", writes.0.len());
-        assert!(writes.0.iter().all(|&n| n < CHUNK + 4096), "{:?}", writes.0);
     }
 }
