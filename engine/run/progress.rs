@@ -244,6 +244,14 @@ impl Reporter {
         }
     }
 
+    /// A stage's name as this reporter's lines give it: `parent/stage` inside a sub-workflow.
+    fn qualified(&self, id: &str) -> String {
+        let mut name = String::with_capacity(self.prefix.len() + id.len());
+        name.push_str(&self.prefix);
+        name.push_str(id);
+        name
+    }
+
     /// Whether events go to stdout (`--json`): they are built only then.
     pub(crate) fn wants_events(&self) -> bool {
         self.json
@@ -323,7 +331,7 @@ impl Reporter {
             // The watcher wakes at least every `after`, in time for this one (see `watch`):
             // starting a stage wakes nothing.
             slow.lock().stages.insert(
-                format!("{}{id}", self.prefix),
+                self.qualified(id),
                 SlowStage {
                     started: Instant::now(),
                     said: 0,
@@ -379,7 +387,11 @@ impl Reporter {
 
     pub(crate) fn finished(&self, id: &str) {
         if let Some(slow) = &self.slow {
-            slow.lock().stages.remove(&format!("{}{id}", self.prefix));
+            let mut slow = slow.lock();
+            match self.prefix.is_empty() {
+                true => slow.stages.remove(id),
+                false => slow.stages.remove(&self.qualified(id)),
+            };
         }
         if let Some(live) = &self.live {
             let mut running = live
