@@ -222,7 +222,7 @@ impl Engine {
                 .map(|previous| previous.run_id.clone())
                 .or_else(|| record::latest_real_run_id(&state_dir, &workflow.name))
                 .map(|run_id| ResumeFrom {
-                    outputs: record::read_outputs(&state_dir, &run_id),
+                    outputs: run::Reuse::later(&state_dir, &run_id),
                     run_id,
                     items: Default::default(),
                     processes: Vec::new(),
@@ -385,7 +385,7 @@ impl Engine {
             reference,
             ResumeFrom {
                 run_id: id,
-                outputs,
+                outputs: run::Reuse::read(outputs),
                 items,
                 processes: run::journal::read_processes(&run_dir),
                 interrupted,

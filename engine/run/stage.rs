@@ -12,7 +12,7 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{json, Map, Value};
 
 use super::cache::Cache;
-use super::record::{FingerprintDocument, ModelCall, OutputLine, StageStatus};
+use super::record::{FingerprintDocument, ModelCall, StageStatus};
 use super::stage_error::{Part, PromptError, RenderError, StageError, WithProblem};
 use super::{Reporter, RunOptions, RunStatus, Runtime};
 use crate::builtins::{ask, BuiltinCtx, WriteRoots};
@@ -280,7 +280,7 @@ pub(crate) struct StageRunner<'a> {
     pub options: &'a RunOptions,
     pub prepared: &'a Prepared,
     pub base_scope: &'a Scope,
-    pub reuse: &'a HashMap<String, OutputLine>,
+    pub reuse: &'a super::Reuse,
     /// The `foreach` items the resumed run finished.
     pub items: &'a super::journal::FinishedItems,
     /// Where this run notes its finished items and its processes.
@@ -321,10 +321,10 @@ impl StageRunner<'_> {
     fn may_need_no_work(&self, stage: &Stage) -> bool {
         stage.extras().if_.is_some()
             || (stage.cache.is_some() && !self.options.no_cache)
-            || self.reuse.contains_key(&stage.id)
+            || self.options.dry_run
             || self.options.given.contains_key(&stage.id)
             || self.options.left_out.contains(&stage.id)
-            || self.options.dry_run
+            || self.reuse.get(&stage.id).is_some()
     }
 
     pub(crate) fn run(&self, index: usize) -> StageOutcome {
@@ -452,14 +452,17 @@ impl StageRunner<'_> {
 
         // Resume reuses work (commands, model calls, writes, sub-workflows), not observations:
         // templates and read-only built-ins are cheap and read the world as it is now.
-        let recorded = self
-            .reuse
-            .get(&stage.id)
-            .filter(|p| p.fingerprint == fingerprint && is_work(stage));
+        // Looked up only where it is used: a rehearsal's outputs are read at the first lookup.
+        let recorded = || {
+            self.reuse
+                .get(&stage.id)
+                .filter(|p| p.fingerprint == fingerprint && is_work(stage))
+        };
+        let resumed = || self.rehearsal.is_none().then(recorded).flatten();
         tracing::debug!(
             fingerprint = %fingerprint,
             cache = cache_id.is_some() && !self.options.no_cache,
-            resumed = recorded.is_some(),
+            resumed = resumed().is_some(),
             given = given.is_some(),
             "stage rendered"
         );
@@ -486,7 +489,7 @@ impl StageRunner<'_> {
                     .map_or_else(|| "given".into(), |run| format!("run {run}")),
             );
             given.clone()
-        } else if let Some(previous) = recorded.filter(|_| self.rehearsal.is_none()) {
+        } else if let Some(previous) = resumed() {
             outcome.status = StageStatus::Cached;
             outcome.reused_from = Some("resumed run".into());
             if self.options.explain {
@@ -511,9 +514,10 @@ impl StageRunner<'_> {
                 outcome.explain = Some("reused: the cache holds an identical execution".into());
             }
             stored
-        } else if let Some((previous, run)) = recorded
-            .zip(self.rehearsal)
+        } else if let Some((previous, run)) = self
+            .rehearsal
             .filter(|_| self.options.dry_run && self.has_side_effects(stage, &rendered))
+            .and_then(|run| Some((recorded()?, run)))
         {
             // A rehearsal follows the real path: the last real run's output, not an assumed one.
             // A real run would still execute the stage (it has no cache entry), as explain says.
