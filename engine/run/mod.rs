@@ -131,8 +131,8 @@ pub(crate) struct Runtime<'a> {
 /// The outputs a run may take instead of doing a stage's work, by stage: a resumed run's, read
 /// before the run starts, or (a dry-run rehearsing the real path) the last real run's, read
 /// when a stage first needs them. A rehearsal whose stages all come from the cache never reads
-/// them: at 10,000 stages they were 3 MB of the dry-run's peak and a sixth of its time before
-/// the first stage.
+/// them: at 10,000 stages, reading them before the run was 4.5 MB of the dry-run's peak and 12
+/// of its 91 ms.
 #[derive(Default)]
 pub(crate) struct Reuse {
     outputs: std::sync::OnceLock<HashMap<String, OutputLine>>,

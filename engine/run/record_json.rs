@@ -3,11 +3,11 @@
 //! A record of 10,000 stages is about 5 MB of JSON, rewritten while the run goes on and once at
 //! its end, which the run waits for. Written through serde, it cost either that time at every
 //! rewrite or, as the recorder did before, each finished stage's JSON kept in memory to be
-//! copied (5 MB held to the end, the run's largest allocation). Written here, a stage's members
-//! are strings copied whole ([`crate::floor::json`]) and nothing is kept: the few members that
-//! are neither strings nor numbers (usage, model calls, items, a sub-workflow's statuses, the
-//! inputs and outputs) still go through serde_json. The tests compare both writers on records
-//! that set every member.
+//! copied (5 MB held to the end, the largest item of a no-op's heap at its peak). Written here,
+//! a stage's members are strings copied whole ([`crate::floor::json`]) and nothing is kept: the
+//! few members that are neither strings nor numbers (usage, model calls, items, a
+//! sub-workflow's statuses, the inputs and outputs) still go through serde_json. The tests
+//! compare both writers on records that set every member.
 
 use std::io::Write;
 
