@@ -68,16 +68,16 @@ pub(crate) fn strings<'a>(out: &mut Vec<u8>, values: impl IntoIterator<Item = &'
 /// buffer of about this many bytes.
 pub(crate) const CHUNK: usize = 64 * 1024;
 
+/// What a document's writer calls between its pieces (see [`write_document`]).
+pub(crate) type Drain<'a> = dyn FnMut(&mut Vec<u8>) -> std::io::Result<()> + 'a;
+
 /// Write a long document into `out`: `write` puts it into the buffer it is given, calling
 /// `drain` between pieces (a stage each), which hands the buffer to `out` whenever it holds a
 /// [`CHUNK`]. With a secret registered (see [`crate::floor::secrets`]) the document is made
 /// whole, then redacted, since a secret may straddle any two pieces.
 pub(crate) fn write_document(
     out: &mut dyn std::io::Write,
-    write: impl FnOnce(
-        &mut Vec<u8>,
-        &mut dyn FnMut(&mut Vec<u8>) -> std::io::Result<()>,
-    ) -> std::io::Result<()>,
+    write: impl FnOnce(&mut Vec<u8>, &mut Drain<'_>) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
     if crate::floor::secrets::active() {
         let mut text = Vec::new();
@@ -90,10 +90,7 @@ pub(crate) fn write_document(
 /// [`write_document`] without redaction.
 fn streamed(
     out: &mut dyn std::io::Write,
-    write: impl FnOnce(
-        &mut Vec<u8>,
-        &mut dyn FnMut(&mut Vec<u8>) -> std::io::Result<()>,
-    ) -> std::io::Result<()>,
+    write: impl FnOnce(&mut Vec<u8>, &mut Drain<'_>) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
     let mut buffer = Vec::with_capacity(CHUNK + 4096);
     write(&mut buffer, &mut |buffer: &mut Vec<u8>| {

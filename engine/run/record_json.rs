@@ -25,7 +25,7 @@ impl RunRecord {
     fn write_chunked(
         &self,
         buffer: &mut Vec<u8>,
-        drain: &mut dyn FnMut(&mut Vec<u8>) -> std::io::Result<()>,
+        drain: &mut json::Drain<'_>,
     ) -> std::io::Result<()> {
         let failed = |()| std::io::Error::other("a value of the record cannot be written as JSON");
         let mut record = Object::new(buffer);
