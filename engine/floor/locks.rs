@@ -83,7 +83,9 @@ fn write_owner(lock: &Path, owner: &Owner) -> std::io::Result<()> {
     let mut temp = tempfile::Builder::new()
         .prefix(".owner.")
         .tempfile_in(lock)?;
-    serde_json::to_writer(&mut temp, owner).map_err(std::io::Error::other)?;
+    // One write: through the file itself, serde_json makes a system call a token.
+    let json = serde_json::to_vec(owner).map_err(std::io::Error::other)?;
+    std::io::Write::write_all(&mut temp, &json)?;
     temp.persist(owner_path(lock)).map_err(|e| e.error)?;
     Ok(())
 }
