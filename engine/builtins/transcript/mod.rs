@@ -110,7 +110,7 @@ pub(super) fn settle(
         .unwrap_or_else(|| clock.now());
     while clock.since(since) < quiet && clock.now() < give_up {
         ctx.cancel.check()?;
-        clock.sleep(step.min(quiet - clock.since(since)));
+        clock.sleep(step.min(quiet.saturating_sub(clock.since(since))));
         let now = size();
         if now != last {
             last = now;
