@@ -22,8 +22,11 @@
 //! that took over twice its median. A peer that is not installed is skipped and said so. It
 //! asserts nothing about time.
 //!
-//! The binary is `STAGEGRAPH_BIN` when set; otherwise the bench builds it with
-//! `cargo build --release --bin stagegraph` and runs it from beside its own executable.
+//! The binary is `STAGEGRAPH_BIN` when set. Otherwise the bench builds the release binary as
+//! released for Linux x86_64: with profile-guided optimization, by `scripts/pgo-build.sh`
+//! (trained on this benchmark at 1,000 stages and the shipped workflows' tests; it needs
+//! `rustup component add llvm-tools`). Where that script cannot run, or with `--no-pgo`, it
+//! builds with `cargo build --release --bin stagegraph`, and says which it measures.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -92,6 +95,8 @@ struct Options {
     sizes: Vec<usize>,
     shapes: Vec<Shape>,
     runs: usize,
+    /// Build the binary with profile-guided optimization when it can (`--no-pgo`: never).
+    pgo: bool,
 }
 
 fn parse_options() -> Result<Options, String> {
@@ -99,6 +104,7 @@ fn parse_options() -> Result<Options, String> {
         sizes: vec![100, 1_000, 10_000],
         shapes: vec![Shape::Chain, Shape::Wide, Shape::Layers],
         runs: 3,
+        pgo: true,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -119,6 +125,7 @@ fn parse_options() -> Result<Options, String> {
                     .map(|s| Shape::parse(s.trim()).ok_or(format!("unknown shape `{s}`")))
                     .collect::<Result<_, _>>()?;
             }
+            "--no-pgo" => options.pgo = false,
             "--runs" => {
                 options.runs = value("--runs")?
                     .parse::<usize>()
@@ -133,41 +140,32 @@ fn parse_options() -> Result<Options, String> {
     Ok(options)
 }
 
-/// The release binary: `STAGEGRAPH_BIN`, or built now and found beside this executable.
-fn stagegraph_binary() -> Result<PathBuf, String> {
+/// The release binary: `STAGEGRAPH_BIN`, or built now (with a profile when `pgo` and the
+/// toolchain can), and what it is.
+fn stagegraph_binary(pgo: bool) -> Result<(PathBuf, &'static str), String> {
     if let Some(path) = std::env::var_os("STAGEGRAPH_BIN") {
         // Absolute: the bench runs it from other directories.
         let path = PathBuf::from(path);
         return if path.is_file() {
-            fs::canonicalize(&path).map_err(|e| format!("{}: {e}", path.display()))
+            fs::canonicalize(&path)
+                .map(|path| (path, "STAGEGRAPH_BIN"))
+                .map_err(|e| format!("{}: {e}", path.display()))
         } else {
             Err(format!("STAGEGRAPH_BIN={} is not a file", path.display()))
         };
     }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut build = Command::new(cargo);
-    build
-        .args(["build", "--release", "--bin", "stagegraph"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"));
-    // What cargo set for this bench's own process: build scripts that watch these variables
-    // (`CARGO_PKG_NAME`, ...) would otherwise rebuild their crates on every bench run.
-    for (name, _) in std::env::vars_os() {
-        let name = name.to_string_lossy();
-        if name.starts_with("CARGO_PKG_")
-            || name.starts_with("CARGO_MANIFEST_")
-            || [
-                "CARGO_CRATE_NAME",
-                "CARGO_BIN_NAME",
-                "CARGO_PRIMARY_PACKAGE",
-                "CARGO_TARGET_TMPDIR",
-                "OUT_DIR",
-            ]
-            .contains(&name.as_ref())
-        {
-            build.env_remove(name.as_ref());
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    if pgo {
+        match pgo_build(manifest)? {
+            Some(path) => return Ok((path, "release, profile-guided (scripts/pgo-build.sh)")),
+            None => eprintln!(
+                "measuring the release build without a profile (see above; --no-pgo skips \
+                 the attempt)"
+            ),
         }
     }
-    let status = build
+    let status = cargo_here(manifest)
+        .args(["build", "--release", "--bin", "stagegraph"])
         .status()
         .map_err(|e| format!("cannot run cargo to build the binary: {e}"))?;
     if !status.success() {
@@ -182,7 +180,66 @@ fn stagegraph_binary() -> Result<PathBuf, String> {
             "cannot find target/release/stagegraph beside the bench executable; \
              set STAGEGRAPH_BIN to the release binary",
         )?;
-    Ok(path)
+    Ok((path, "release, no profile"))
+}
+
+/// The profile-guided release binary `scripts/pgo-build.sh` builds, trained by this very
+/// executable; `None` when the toolchain cannot (the script says why) or the build failed.
+fn pgo_build(manifest: &Path) -> Result<Option<PathBuf>, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
+    let mut script = Command::new("bash");
+    script
+        .arg(manifest.join("scripts/pgo-build.sh"))
+        .current_dir(manifest)
+        .env("PGO_BENCH_EXE", exe);
+    for name in cargo_env_set() {
+        script.env_remove(name);
+    }
+    let status = script
+        .status()
+        .map_err(|e| format!("cannot run scripts/pgo-build.sh: {e}"))?;
+    let built = manifest.join("target/pgo/release/stagegraph");
+    match status.code() {
+        Some(0) if built.is_file() => Ok(Some(built)),
+        // 3: no llvm-profdata of the compiler's LLVM, said already.
+        Some(3) => Ok(None),
+        _ => {
+            eprintln!("warning: scripts/pgo-build.sh failed ({status})");
+            Ok(None)
+        }
+    }
+}
+
+/// `cargo` run in the package's folder, without what cargo set for this bench's own process.
+fn cargo_here(manifest: &Path) -> Command {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(cargo);
+    command.current_dir(manifest);
+    for name in cargo_env_set() {
+        command.env_remove(name);
+    }
+    command
+}
+
+/// What cargo set for this bench's own process, to take away from a cargo it runs: build
+/// scripts that watch these variables (`CARGO_PKG_NAME`, ...) would otherwise rebuild their
+/// crates on every bench run.
+fn cargo_env_set() -> Vec<String> {
+    std::env::vars_os()
+        .map(|(name, _)| name.to_string_lossy().into_owned())
+        .filter(|name| {
+            name.starts_with("CARGO_PKG_")
+                || name.starts_with("CARGO_MANIFEST_")
+                || [
+                    "CARGO_CRATE_NAME",
+                    "CARGO_BIN_NAME",
+                    "CARGO_PRIMARY_PACKAGE",
+                    "CARGO_TARGET_TMPDIR",
+                    "OUT_DIR",
+                ]
+                .contains(&name.as_str())
+        })
+        .collect()
 }
 
 fn on_path(program: &str) -> bool {
@@ -806,7 +863,7 @@ fn main() {
 
 fn bench() -> Result<(), String> {
     let options = parse_options()?;
-    let bin = stagegraph_binary()?;
+    let (bin, built) = stagegraph_binary(options.pgo)?;
     let root = tempfile::tempdir().map_err(|e| format!("cannot make a temp dir: {e}"))?;
     let home = root.path().join("home");
     fs::create_dir_all(&home).map_err(|e| e.to_string())?;
@@ -818,7 +875,7 @@ fn bench() -> Result<(), String> {
         home,
     };
     eprintln!(
-        "stagegraph {}; median of {} run(s) of each command",
+        "stagegraph {} ({built}); median of {} run(s) of each command",
         bench.bin.display(),
         bench.runs
     );

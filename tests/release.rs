@@ -649,6 +649,7 @@ fn shell_scripts_pass_shellcheck() {
     for file in ["install.sh", "plugin/scripts/stagegraph"] {
         shellcheck("sh", &repo_root().join(file));
     }
+    shellcheck("bash", &repo_root().join("scripts/pgo-build.sh"));
     let test = Test::new();
     let action = std::fs::read_to_string(repo_root().join("action.yml")).expect("action.yml");
     let action = YamlLoader::load_from_str(&action).expect("YAML").remove(0);
