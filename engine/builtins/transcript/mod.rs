@@ -85,10 +85,7 @@ pub(super) fn delta(with: &Value, ctx: &BuiltinCtx, clock: &Clock) -> BuiltinRes
 
 /// Wait until the file has not changed size (nor appeared or gone) for `quiet`: a host that
 /// fires a hook before it has flushed the turn's last lines writes them within moments. The
-/// time the file has already been quiet counts (by its modification time, when that is in the
-/// past): a transcript last written a second ago is read at once, one written 100 ms ago after
-/// the rest of the window. The wait ends at the stage's timeout or an interrupt, and after 20
-/// times `quiet` in any case.
+/// wait ends at the stage's timeout or an interrupt, and after 20 times `quiet` in any case.
 pub(super) fn settle(
     path: &Path,
     quiet: Duration,
@@ -99,18 +96,10 @@ pub(super) fn settle(
     let step = (quiet / 10).clamp(Duration::from_millis(5), Duration::from_millis(100));
     let give_up = clock.now() + quiet * 20;
     let mut last = size();
-    let quiet_already = std::fs::metadata(path)
-        .and_then(|meta| meta.modified())
-        .ok()
-        .and_then(|modified| modified.elapsed().ok())
-        .unwrap_or_default();
-    let mut since = clock
-        .now()
-        .checked_sub(quiet_already.min(quiet))
-        .unwrap_or_else(|| clock.now());
+    let mut since = clock.now();
     while clock.since(since) < quiet && clock.now() < give_up {
         ctx.cancel.check()?;
-        clock.sleep(step.min(quiet.saturating_sub(clock.since(since))));
+        clock.sleep(step);
         let now = size();
         if now != last {
             last = now;

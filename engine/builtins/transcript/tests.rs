@@ -442,46 +442,6 @@ fn settle_waits_for_a_file_still_being_written() {
     assert!(bad.0.contains("`settle`"), "{bad}");
 }
 
-/// A file last written longer ago than the window is read at once; one written within it,
-/// after what is left of the window.
-#[test]
-fn settle_counts_the_time_the_file_has_been_quiet_already() {
-    let roots = WriteRoots::default();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let ctx = BuiltinCtx::for_test(dir.path(), &roots);
-    let path = dir.path().join("t.jsonl");
-    let line = json!({"type": "user", "message": {"role": "user", "content": "quiet words"}});
-    std::fs::write(&path, format!("{line}\n")).expect("write");
-    let written = |ago: Duration| {
-        let file = std::fs::OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .expect("open");
-        file.set_modified(std::time::SystemTime::now() - ago)
-            .expect("set the modification time");
-    };
-    written(Duration::from_secs(60));
-    let clock = Clock::fake();
-    let out = delta(
-        &json!({ "path": "t.jsonl", "settle": "300ms" }),
-        &ctx,
-        &clock,
-    )
-    .expect("read");
-    assert_eq!(out["total_lines"], 1, "{out:#}");
-    assert_eq!(clock.sleeps(), 0, "quiet for a minute: no wait");
-    // Written 200 ms ago (in the machine's time; the fake clock does not move it): what is
-    // left of a 20 s window, at most 19.8 s, and some of it however slow this test runs.
-    written(Duration::from_millis(200));
-    let clock = Clock::fake();
-    delta(&json!({ "path": "t.jsonl", "settle": "20s" }), &ctx, &clock).expect("read");
-    assert!(
-        clock.elapsed() <= Duration::from_millis(19_800) && clock.sleeps() > 0,
-        "{:?}",
-        clock.elapsed()
-    );
-}
-
 /// A file that never stops changing is read after 20 times the window all the same.
 #[test]
 fn settle_gives_up_on_a_file_that_keeps_changing() {

@@ -31,8 +31,7 @@ pub(super) struct DeltaArgs {
     #[schemars(range(min = 1))]
     pub(super) max_bytes: usize,
     /// Before reading, wait until the file has not changed for this long (e.g. "500ms"; at most 20
-    /// times it), the time since its last modification counting: for a transcript its writer may
-    /// still be flushing.
+    /// times it): for a transcript its writer may still be flushing.
     #[schemars(transform = args::not_null)]
     pub(super) settle: Option<String>,
     /// When true, a missing file gives an empty delta with `missing` true instead of an error.
