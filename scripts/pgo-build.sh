@@ -37,9 +37,11 @@ if [ -z "$profdata" ] || [ ! -x "$profdata" ]; then
 fi
 # The profile's format is LLVM's: the merger must be the compiler's own LLVM major version.
 llvm_of_rustc="$(rustc -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p')"
-llvm_of_profdata="$("$profdata" --version | sed -n 's/.*LLVM version \([0-9]*\).*/\1/p' | head -1)"
+# (An llvm-profdata of LLVM 14 and older answers `merge --version`, not `--version`.)
+llvm_of_profdata="$({ "$profdata" --version 2>/dev/null || "$profdata" merge --version 2>/dev/null || true; } \
+  | sed -n 's/.*LLVM version \([0-9]*\).*/\1/p' | head -1)"
 if [ "$llvm_of_rustc" != "$llvm_of_profdata" ]; then
-  say "$profdata is LLVM $llvm_of_profdata, rustc LLVM $llvm_of_rustc; no profile-guided build"
+  say "$profdata is LLVM ${llvm_of_profdata:-of unknown version}, rustc LLVM $llvm_of_rustc; no profile-guided build"
   exit 3
 fi
 

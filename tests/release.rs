@@ -673,3 +673,34 @@ fn shell_scripts_pass_shellcheck() {
         .expect("run shellcheck");
     assert!(!out.status.success(), "shellcheck flags an unquoted $1");
 }
+
+/// Without the toolchain's `llvm-profdata`, `scripts/pgo-build.sh` builds nothing, says why and
+/// exits 3: the overhead bench then builds the plain release binary. The `rustc` here names an
+/// empty sysroot, and the `cargo` it would run is `false`.
+#[test]
+fn pgo_build_without_llvm_profdata_says_why_and_exits_3() {
+    let test = Test::new();
+    let bin = test.path("bin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    let sysroot = test.path("sysroot");
+    std::fs::create_dir_all(&sysroot).expect("sysroot");
+    let rustc = bin.join("rustc");
+    std::fs::write(
+        &rustc,
+        format!(
+            "#!/bin/sh\ncase \"$1\" in\n  --print) echo '{}' ;;\n  *) printf 'rustc 1.95.0\\nhost: x86_64-unknown-linux-gnu\\nLLVM version: 22.1.2\\n' ;;\nesac\n",
+            sysroot.display()
+        ),
+    )
+    .expect("rustc");
+    make_executable(&rustc);
+    let out = Command::new("bash")
+        .arg(repo_root().join("scripts/pgo-build.sh"))
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .env("CARGO", "false")
+        .output()
+        .expect("run the script");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("no profile-guided build"), "{stderr}");
+}
