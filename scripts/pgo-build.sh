@@ -47,32 +47,36 @@ fi
 
 root="$PWD/target"
 raw="$root/pgo-train/profiles"
-rm -rf "$raw"
-mkdir -p "$raw"
+size="${PGO_TRAIN_SIZE:-1000}"
 
 say "1/3 instrumented build (target/pgo-train)"
 RUSTFLAGS="-Cprofile-generate=$raw" "$cargo" build --release --locked --bin stagegraph \
   --target-dir "$root/pgo-train"
 trained="$root/pgo-train/release/stagegraph"
 
-say "2/3 training: the overhead benchmark at ${PGO_TRAIN_SIZE:-1000} stages, the shipped workflows' tests"
-train=(--sizes "${PGO_TRAIN_SIZE:-1000}" --runs 1)
-if [ -n "${PGO_BENCH_EXE:-}" ]; then
-  STAGEGRAPH_BIN="$trained" "$PGO_BENCH_EXE" "${train[@]}" >/dev/null
+# A profile is named by the instrumented binary it came from (and the training size): while
+# the code is unchanged, the bench's next run reuses it, and the build with it is the one cargo
+# already made. Other code, another name, a new build: never a stale profile reused.
+profile="$root/pgo/stagegraph-$(sha256sum "$trained" | cut -c1-16)-$size.profdata"
+if [ -s "$profile" ]; then
+  say "2/3 training: done already for this build ($profile)"
 else
-  STAGEGRAPH_BIN="$trained" "$cargo" bench --locked --bench overhead -- "${train[@]}" >/dev/null
+  say "2/3 training: the overhead benchmark at $size stages, the shipped workflows' tests"
+  rm -rf "$raw"
+  mkdir -p "$raw" "$root/pgo"
+  train=(--sizes "$size" --runs 1)
+  if [ -n "${PGO_BENCH_EXE:-}" ]; then
+    STAGEGRAPH_BIN="$trained" "$PGO_BENCH_EXE" "${train[@]}" >/dev/null
+  else
+    STAGEGRAPH_BIN="$trained" "$cargo" bench --locked --bench overhead -- "${train[@]}" >/dev/null
+  fi
+  "$trained" test workflows/ >/dev/null
+  "$profdata" merge -o "$profile.new" "$raw"
+  mv "$profile.new" "$profile"
+  find "$root/pgo" -maxdepth 1 -name 'stagegraph-*.profdata' ! -name "${profile##*/}" -delete
 fi
-"$trained" test workflows/ >/dev/null
-
-profile="$root/pgo/stagegraph.profdata"
-mkdir -p "$root/pgo"
-"$profdata" merge -o "$profile.new" "$raw"
-# The profile's hash in the flags: a new profile is a new build, never a stale one reused.
-digest="$(sha256sum "$profile.new" | cut -c1-16)"
-mv "$profile.new" "$root/pgo/stagegraph-$digest.profdata"
-find "$root/pgo" -maxdepth 1 -name 'stagegraph-*.profdata' ! -name "stagegraph-$digest.profdata" -delete
 
 say "3/3 release build with the profile (target/pgo)"
-RUSTFLAGS="-Cprofile-use=$root/pgo/stagegraph-$digest.profdata" "$cargo" build --release --locked \
-  --bin stagegraph --target-dir "$root/pgo"
+RUSTFLAGS="-Cprofile-use=$profile" "$cargo" build --release --locked --bin stagegraph \
+  --target-dir "$root/pgo"
 say "built $root/pgo/release/stagegraph"
