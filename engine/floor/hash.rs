@@ -12,12 +12,17 @@ pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
 /// a buffer: the serializer writes a token at a time, and a hasher update per token cost more
 /// than the hashing (fingerprints were 43% of a dry-run's instructions).
 pub(crate) fn sha256_json(value: &impl serde::Serialize) -> String {
+    hex(&sha256_json_digest(value))
+}
+
+/// [`sha256_json`] as the digest's bytes.
+pub(crate) fn sha256_json_digest(value: &impl serde::Serialize) -> [u8; 32] {
     let mut hasher = std::io::BufWriter::with_capacity(4096, Sha256::new());
     // Writing JSON into a hasher cannot fail.
     let _ = serde_json::to_writer(&mut hasher, value);
     hasher
         .into_inner()
-        .map(|hasher| hex(&hasher.finalize()))
+        .map(|hasher| hasher.finalize().into())
         .unwrap_or_default()
 }
 

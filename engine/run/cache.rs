@@ -17,6 +17,7 @@
 //! removed (see [`remove_orphans`]).
 
 use foldhash::{HashMap, HashMapExt};
+use std::borrow::Cow;
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -27,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::record::{StoredValue, LARGE_OUTPUT};
-use crate::floor::hash::{sha256_hex, sha256_json};
+use crate::floor::hash::{hex, sha256_hex, sha256_json, sha256_json_digest};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Entry {
@@ -44,18 +45,63 @@ struct Entry {
     file: Option<StoredValue>,
 }
 
-/// An entry as read from the file. Its `id` is left empty: the map of entries is keyed by it.
+/// An entry as read from the file, without its id (the map of entries is keyed by it). Its
+/// hashes are held as their 32 bytes, not 64 hex digits: a rerun of 10,000 cached stages holds
+/// every entry of the file at once.
 struct Stored {
-    entry: Entry,
+    created_at: i64,
+    /// None when the line's `sha256` is not one: the entry then fails its check at first use.
+    sha256: Option<Digest>,
+    /// The output itself; null when `file` holds it.
+    output: Value,
+    file: Option<Box<StoredValue>>,
     line: usize,
     /// Its hash was checked against its output.
     verified: bool,
 }
 
+/// A line of a cache file as it is read: the id and hash borrowed from the line.
+#[derive(Deserialize)]
+struct EntryLine<'a> {
+    #[serde(borrow)]
+    id: Cow<'a, str>,
+    created_at: i64,
+    #[serde(borrow)]
+    sha256: Cow<'a, str>,
+    #[serde(default)]
+    output: Value,
+    #[serde(default)]
+    file: Option<StoredValue>,
+}
+
+/// A SHA-256 as its bytes.
+type Digest = [u8; 32];
+
+/// The bytes of a SHA-256 written as 64 lowercase hex digits (as every id and hash the engine
+/// writes is), else None.
+fn digest_of(hex: &str) -> Option<Digest> {
+    let lowercase = hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    let mut digest = [0u8; 32];
+    (lowercase && ::hex::decode_to_slice(hex, &mut digest).is_ok()).then_some(digest)
+}
+
+/// An entry's id: a SHA-256 (every id a run makes) as its bytes, any other string as it is.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Id {
+    Digest(Digest),
+    Other(Box<str>),
+}
+
+impl Id {
+    fn of(id: &str) -> Id {
+        digest_of(id).map_or_else(|| Id::Other(id.into()), Id::Digest)
+    }
+}
+
 /// Boxed: a map of 10,000 entries holds a pointer a slot rather than the entry itself. Beside
 /// the entries: a warning for each line that does not parse, and whether a line was superseded
 /// by a later one of the same id.
-type Entries = (HashMap<String, Box<Stored>>, Vec<String>, bool);
+type Entries = (HashMap<Id, Box<Stored>>, Vec<String>, bool);
 
 /// A cache file being read on another thread.
 static READ_AHEAD: Mutex<Option<(PathBuf, std::thread::JoinHandle<Entries>)>> = Mutex::new(None);
@@ -97,25 +143,39 @@ fn read_entries(path: &Path, verify: bool) -> Entries {
     let Ok(file) = std::fs::File::open(path) else {
         return (entries, warnings, superseded);
     };
-    for (number, line) in BufReader::new(file).lines().enumerate() {
-        let Ok(line) = line else { break };
-        if line.trim().is_empty() {
+    let mut reader = BufReader::with_capacity(64 * 1024, file);
+    // One buffer for every line.
+    let mut line = Vec::new();
+    let mut number = 0;
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => number += 1,
+        }
+        let text = line.trim_ascii();
+        if text.is_empty() {
             continue;
         }
-        match serde_json::from_str::<Entry>(&line) {
-            Ok(mut entry) => {
-                // The id lives once, as the map's key.
-                let id = std::mem::take(&mut entry.id);
-                let verified =
-                    verify && entry.file.is_none() && sha256_json(&entry.output) == entry.sha256;
+        match serde_json::from_slice::<EntryLine>(text) {
+            Ok(entry) => {
+                let sha256 = digest_of(&entry.sha256);
+                let verified = verify
+                    && entry.file.is_none()
+                    && sha256.is_some_and(|sha256| sha256_json_digest(&entry.output) == sha256);
                 let stored = Stored {
-                    entry,
-                    line: number + 1,
+                    created_at: entry.created_at,
+                    sha256,
+                    output: entry.output,
+                    file: entry.file.map(Box::new),
+                    line: number,
                     verified,
                 };
-                superseded |= entries.insert(id, Box::new(stored)).is_some();
+                superseded |= entries
+                    .insert(Id::of(&entry.id), Box::new(stored))
+                    .is_some();
             }
-            Err(_) => warnings.push(corrupt(path, number + 1)),
+            Err(_) => warnings.push(corrupt(path, number)),
         }
     }
     (entries, warnings, superseded)
@@ -132,7 +192,7 @@ fn corrupt(path: &Path, line: usize) -> String {
 
 pub(crate) struct Cache {
     path: PathBuf,
-    entries: Mutex<Option<HashMap<String, Box<Stored>>>>,
+    entries: Mutex<Option<HashMap<Id, Box<Stored>>>>,
     warnings: Mutex<Vec<String>>,
     /// The file, opened for appending at the first `put` and kept open for the run, and the
     /// whole lines not yet appended.
@@ -200,7 +260,7 @@ impl Cache {
     }
 
     /// Every entry of the file: read ahead if [`read_ahead`] started it, else read now.
-    fn load(&self) -> HashMap<String, Box<Stored>> {
+    fn load(&self) -> HashMap<Id, Box<Stored>> {
         let ahead = {
             let mut ahead = READ_AHEAD
                 .lock()
@@ -275,25 +335,26 @@ impl Cache {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let entries = guard.get_or_insert_with(|| self.load());
-        let stored = entries.get_mut(id)?;
+        let id = Id::of(id);
+        let stored = entries.get_mut(&id)?;
         if let Some(ttl) = ttl {
-            let age = chrono::Utc::now().timestamp() - stored.entry.created_at;
+            let age = chrono::Utc::now().timestamp() - stored.created_at;
             if age < 0 || age as u64 > ttl.as_secs() {
                 return None;
             }
         }
         if !stored.verified {
-            let entry = &mut stored.entry;
-            if let Some(file) = &entry.file {
+            if let (Some(file), Some(sha256)) = (&stored.file, &stored.sha256) {
                 // Only the file the entry's own hash names, and only when it hashes to it.
-                if file.sha256 == entry.sha256 && file.path == output_file(&entry.sha256) {
+                let sha256 = hex(sha256);
+                if file.sha256 == sha256 && file.path == output_file(&sha256) {
                     if let Some(output) = file.read(self.folder()) {
-                        entry.output = output;
+                        stored.output = output;
                     }
                 }
             }
-            if sha256_json(&entry.output) != entry.sha256 {
-                let warning = match &entry.file {
+            if stored.sha256 != Some(sha256_json_digest(&stored.output)) {
+                let warning = match &stored.file {
                     Some(file) => format!(
                         "ignoring the cache entry at {}:{}: its output file {} is missing or damaged",
                         self.path.display(),
@@ -302,7 +363,7 @@ impl Cache {
                     ),
                     None => self.corrupt(stored.line),
                 };
-                entries.remove(id);
+                entries.remove(&id);
                 self.warnings
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -311,8 +372,8 @@ impl Cache {
             }
             stored.verified = true;
         }
-        let entry = &stored.entry;
-        Some((entry.output.clone(), entry.sha256.clone()))
+        let sha256 = hex(stored.sha256.as_ref()?);
+        Some((stored.output.clone(), sha256))
     }
 
     /// The cache's folder, which holds the workflows' files and `outputs/`.
@@ -385,13 +446,18 @@ impl Cache {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(entries) = guard.as_mut() {
-            let id = std::mem::take(&mut entry.id);
             let stored = Stored {
-                entry,
+                created_at: entry.created_at,
+                sha256: digest_of(&entry.sha256),
+                output: entry.output,
+                file: entry.file.map(Box::new),
                 line: 0,
                 verified: true,
             };
-            if entries.insert(id, Box::new(stored)).is_some() {
+            if entries
+                .insert(Id::of(&entry.id), Box::new(stored))
+                .is_some()
+            {
                 self.stale.store(true, std::sync::atomic::Ordering::Relaxed);
             }
         }
@@ -525,6 +591,41 @@ impl Drop for Cache {
 mod tests {
     use super::*;
 
+    /// Ids and hashes are held as bytes: an entry of a run's id (a SHA-256) is found again by
+    /// its hex, gives its hash back as hex, and a line whose `sha256` is not one is refused
+    /// at its first use.
+    #[test]
+    fn entries_of_hex_ids_are_found_and_a_hash_that_is_not_hex_is_refused() {
+        let state = tempfile::tempdir().unwrap();
+        let id = Cache::entry_id(&sha256_hex(b"fingerprint"), Some("key"));
+        let writer = Cache::new(state.path(), "hex");
+        writer.put(&id, &serde_json::json!("out")).unwrap();
+        writer.flush().unwrap();
+        let path = cache_path(state.path(), "hex");
+        let broken = Cache::entry_id(&sha256_hex(b"other"), None);
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str(&format!(
+            "{{\"id\":\"{broken}\",\"created_at\":0,\"sha256\":\"XYZ\",\"output\":\"out\"}}\n"
+        ));
+        std::fs::write(&path, text).unwrap();
+
+        let cache = Cache::new(state.path(), "hex");
+        let (output, sha256) = cache.get(&id, None).expect("the entry");
+        assert_eq!(output, serde_json::json!("out"));
+        assert_eq!(sha256, sha256_json(&serde_json::json!("out")));
+        assert!(
+            cache.get(&id.to_uppercase(), None).is_none(),
+            "ids are lowercase hex"
+        );
+        assert!(cache.take_warnings().is_empty());
+        assert!(cache.get(&broken, None).is_none());
+        let warnings = cache.take_warnings();
+        assert!(
+            warnings.len() == 1 && warnings[0].ends_with(":2"),
+            "{warnings:?}"
+        );
+    }
+
     #[test]
     fn a_cache_read_ahead_is_the_one_a_run_uses() {
         let state = tempfile::tempdir().unwrap();
@@ -573,7 +674,7 @@ mod tests {
         };
         assert_eq!(
             verified(true),
-            [("bad".to_string(), false), ("good".to_string(), true)]
+            [(Id::of("bad"), false), (Id::of("good"), true)]
         );
         assert!(verified(false).iter().all(|(_, checked)| !checked));
 
