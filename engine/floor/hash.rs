@@ -43,6 +43,87 @@ pub(crate) fn json_size(value: &impl serde::Serialize) -> u64 {
     count.0
 }
 
+/// A SHA-256 as a run's record keeps it: its 32 bytes, written and read as 64 lowercase hex
+/// digits. A record holds four a stage (at 10,000 stages, 64-byte strings were 2.6 MB of a
+/// no-op's heap). Any other text read from a record is kept as it is.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Sha256Hex {
+    Bytes([u8; 32]),
+    Text(Box<str>),
+}
+
+impl Sha256Hex {
+    /// The hash written as `text`: its bytes when it is 64 lowercase hex digits.
+    pub(crate) fn new(text: &str) -> Self {
+        let lowercase = text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        let mut bytes = [0u8; 32];
+        if lowercase && ::hex::decode_to_slice(text, &mut bytes).is_ok() {
+            Sha256Hex::Bytes(bytes)
+        } else {
+            Sha256Hex::Text(text.into())
+        }
+    }
+
+    /// The hash as text, written into `buffer` when it is held as bytes.
+    pub(crate) fn as_str<'a>(&'a self, buffer: &'a mut [u8; 64]) -> &'a str {
+        match self {
+            Sha256Hex::Bytes(bytes) => {
+                // The buffer is twice the digest's length, which is all `encode_to_slice` needs,
+                // and hex digits are UTF-8.
+                let _ = ::hex::encode_to_slice(bytes, buffer);
+                std::str::from_utf8(buffer).unwrap_or_default()
+            }
+            Sha256Hex::Text(text) => text,
+        }
+    }
+}
+
+impl From<&str> for Sha256Hex {
+    fn from(text: &str) -> Self {
+        Sha256Hex::new(text)
+    }
+}
+
+impl std::fmt::Display for Sha256Hex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str(&mut [0; 64]))
+    }
+}
+
+impl std::fmt::Debug for Sha256Hex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.as_str(&mut [0; 64]))
+    }
+}
+
+impl PartialEq<str> for Sha256Hex {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str(&mut [0; 64]) == other
+    }
+}
+
+impl serde::Serialize for Sha256Hex {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str(&mut [0; 64]))
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Sha256Hex {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Sha256Hex;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a SHA-256 as hex")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Sha256Hex, E> {
+                Ok(Sha256Hex::new(text))
+            }
+        }
+        deserializer.deserialize_str(Visitor)
+    }
+}
+
 /// Lowercase hex of a digest.
 pub(crate) fn hex(digest: &[u8]) -> String {
     // Into a buffer rather than char by char: a run hashes every stage's fingerprint and
@@ -51,4 +132,32 @@ pub(crate) fn hex(digest: &[u8]) -> String {
     // The buffer is exactly twice the input's length, which is all `encode_to_slice` needs.
     let _ = hex::encode_to_slice(digest, &mut out);
     String::from_utf8(out).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A hash held as bytes reads and writes as the hex it was made from; other text is kept
+    /// as it is, so a record with any value reads back the same.
+    #[test]
+    fn a_hash_held_as_bytes_is_the_hex_it_was_read_from() {
+        let hex = sha256_hex(b"x");
+        let held = Sha256Hex::new(&hex);
+        assert!(matches!(held, Sha256Hex::Bytes(_)));
+        assert_eq!(held.to_string(), hex);
+        assert_eq!(serde_json::to_string(&held).unwrap(), format!("\"{hex}\""));
+        let read: Sha256Hex = serde_json::from_str(&format!("\"{hex}\"")).unwrap();
+        assert_eq!(read, held);
+        assert!(held == *hex.as_str());
+        for text in ["f00d", "", &hex.to_uppercase(), &format!("{hex}0")] {
+            let kept = Sha256Hex::new(text);
+            assert!(matches!(kept, Sha256Hex::Text(_)), "{text}");
+            assert_eq!(kept.to_string(), text);
+            assert_eq!(
+                serde_json::from_str::<Sha256Hex>(&serde_json::to_string(&kept).unwrap()).unwrap(),
+                kept
+            );
+        }
+    }
 }

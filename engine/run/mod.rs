@@ -15,6 +15,7 @@ use serde_json::{json, Map, Value};
 
 use crate::builtins::{LateRoot, LateRoots, LateState, WriteRoots};
 use crate::check::{Action, Stage, Workflow};
+use crate::floor::hash::Sha256Hex;
 use crate::floor::time::Clock;
 use crate::format::Busy;
 use crate::models::Models;
@@ -1260,9 +1261,12 @@ impl<'w, 'r> Executor<'w, 'r> {
             status: outcome.status,
             started_at: None,
             duration_ms,
-            fingerprint: outcome.fingerprint.take(),
+            fingerprint: outcome.fingerprint.as_deref().map(Sha256Hex::new),
             fingerprint_parts: outcome.fingerprint_parts.take().map(Box::new),
-            output_sha256: output_sha.filter(|_| has_output),
+            output_sha256: output_sha
+                .as_deref()
+                .filter(|_| has_output)
+                .map(Sha256Hex::new),
             error: outcome.error.clone(),
             reason: outcome.reason.take(),
             attempts: outcome.attempts,

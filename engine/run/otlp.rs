@@ -415,10 +415,10 @@ fn stage_spans(
         ),
     ];
     if let Some(fingerprint) = &stage.fingerprint {
-        attributes.push(("stagegraph.fingerprint".into(), s(fingerprint)));
+        attributes.push(("stagegraph.fingerprint".into(), s(fingerprint.to_string())));
     }
     if let Some(from) = &stage.reused_from {
-        attributes.push(("stagegraph.reused_from".into(), s(from)));
+        attributes.push(("stagegraph.reused_from".into(), s(from.as_ref())));
     }
     if let Some(reason) = &stage.reason {
         let key = if exited {

@@ -10,6 +10,9 @@
 //! stage itself) and flushed first, so they always hold at least what `run.json` claims;
 //! `resume` reads outputs from there.
 
+use std::borrow::Cow;
+
+use crate::floor::hash::Sha256Hex;
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, BufWriter, Write};
@@ -191,12 +194,12 @@ pub(crate) struct StageRecord {
     #[serde(default)]
     pub duration_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fingerprint: Option<String>,
+    pub fingerprint: Option<Sha256Hex>,
     /// What the fingerprint covers, hashed part by part (so a miss can say what changed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fingerprint_parts: Option<Box<FingerprintParts>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub output_sha256: Option<String>,
+    pub output_sha256: Option<Sha256Hex>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// Why it was skipped, or the early exit it caused.
@@ -222,7 +225,7 @@ pub(crate) struct StageRecord {
     pub sub_run: Option<Box<SubRun>>,
     /// For `cached`: the run or cache entry the output came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reused_from: Option<String>,
+    pub reused_from: Option<Cow<'static, str>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub model_calls: Vec<ModelCall>,
     /// The model calls' tokens, latency and cost, summed. Boxed: 96 bytes that most stages
@@ -450,9 +453,10 @@ impl StoredValue {
 /// say what changed). The fingerprint itself is the hash of [`FingerprintDocument`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct FingerprintParts {
-    pub version: String,
-    pub definition: String,
-    pub action: String,
+    /// The engine's cache version: the same text in every stage of a run, never allocated.
+    pub version: Cow<'static, str>,
+    pub definition: Sha256Hex,
+    pub action: Sha256Hex,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -503,11 +507,17 @@ impl FingerprintDocument<'_> {
 }
 
 impl<'a> FingerprintDocument<'a> {
-    pub(crate) fn of(parts: &'a FingerprintParts, deps: &'a [(&'a str, Option<&'a str>)]) -> Self {
+    /// `hex` holds the hex of the definition's and the action's hashes.
+    pub(crate) fn of(
+        parts: &'a FingerprintParts,
+        deps: &'a [(&'a str, Option<&'a str>)],
+        hex: &'a mut [[u8; 64]; 2],
+    ) -> Self {
+        let [definition, action] = hex;
         FingerprintDocument {
             version: &parts.version,
-            definition: &parts.definition,
-            action: &parts.action,
+            definition: parts.definition.as_str(definition),
+            action: parts.action.as_str(action),
             deps,
             schema: parts.schema.as_deref(),
             model: parts.model.as_deref(),

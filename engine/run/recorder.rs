@@ -320,7 +320,7 @@ mod tests {
     fn cached(n: u64) -> Finished {
         let mut entry = StageRecord::not_run();
         entry.status = StageStatus::Cached;
-        entry.output_sha256 = Some(format!("sha{n}"));
+        entry.output_sha256 = Some(format!("sha{n}").as_str().into());
         Finished {
             index: n as usize,
             entry,

@@ -2,6 +2,7 @@
 //! the action (with retries, timeouts and model repair), output parsing and validation,
 //! `output.path`, `assert`, `exit_if` and `set_state`.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,13 +18,14 @@ use super::stage_error::{Part, PromptError, RenderError, StageError, WithProblem
 use super::{Reporter, RunOptions, RunStatus, Runtime};
 use crate::builtins::{ask, BuiltinCtx, WriteRoots};
 use crate::check::{Action, ProcessAction, Stage, WithTree, Workflow};
-use crate::floor::hash::{sha256_hex, sha256_json};
+use crate::floor::hash::{sha256_hex, sha256_json, Sha256Hex};
 use crate::floor::json;
 use crate::floor::process::{self, Interrupt, ProcessSpec};
 use crate::floor::retry::{AfterFailure, RetryPolicy};
 use crate::format::{OnItemError, OutputFormat};
 use crate::models::{extract_json, ModelRequest};
 use crate::template::{Scope, Tmpl};
+use sha2::Digest as _;
 
 /// One unit's result, its attempts, its model calls and the stderr of its last attempt's
 /// process.
@@ -88,7 +90,7 @@ pub(crate) struct StageOutcome {
     pub item_runs: Vec<super::record::ItemRun>,
     /// A sub-workflow stage's run, how its stages ended.
     pub sub_run: Option<Box<super::record::SubRun>>,
-    pub reused_from: Option<String>,
+    pub reused_from: Option<Cow<'static, str>>,
     pub model_calls: Vec<ModelCall>,
     pub assumed: bool,
     pub duration: Duration,
@@ -239,7 +241,7 @@ impl Rendered {
 
     /// SHA-256 of a stage's rendered actions as a JSON array (what `sha256_json` of the slice
     /// gives), through `buffer`.
-    fn sha256_of(rendered: &[Rendered], buffer: &mut Vec<u8>) -> String {
+    fn sha256_of(rendered: &[Rendered], buffer: &mut Vec<u8>) -> Sha256Hex {
         buffer.clear();
         buffer.push(b'[');
         let written = rendered.iter().enumerate().try_for_each(|(i, action)| {
@@ -251,7 +253,7 @@ impl Rendered {
         if written.is_ok() {
             buffer.push(b']');
         }
-        sha256_hex(buffer)
+        Sha256Hex::Bytes(sha2::Sha256::digest(buffer.as_slice()).into())
     }
 
     fn describe(&self) -> Option<String> {
@@ -486,12 +488,14 @@ impl StageRunner<'_> {
                 self.options
                     .given_from
                     .as_ref()
-                    .map_or_else(|| "given".into(), |run| format!("run {run}")),
+                    .map_or(Cow::Borrowed("given"), |run| {
+                        Cow::Owned(format!("run {run}"))
+                    }),
             );
             given.clone()
         } else if let Some(previous) = resumed() {
             outcome.status = StageStatus::Cached;
-            outcome.reused_from = Some("resumed run".into());
+            outcome.reused_from = Some(Cow::Borrowed("resumed run"));
             if self.options.explain {
                 outcome.explain =
                     Some("reused: the resumed run recorded an identical execution".into());
@@ -503,7 +507,7 @@ impl StageRunner<'_> {
             .and_then(|id| self.cache.get(id, stage.cache.as_ref().and_then(|c| c.ttl)))
         {
             outcome.status = StageStatus::Cached;
-            outcome.reused_from = Some("cache".into());
+            outcome.reused_from = Some(Cow::Borrowed("cache"));
             outcome.output_sha256 = Some(sha256);
             if self.options.dry_run {
                 outcome.notes.push(
@@ -522,7 +526,7 @@ impl StageRunner<'_> {
             // A rehearsal follows the real path: the last real run's output, not an assumed one.
             // A real run would still execute the stage (it has no cache entry), as explain says.
             outcome.status = StageStatus::Cached;
-            outcome.reused_from = Some(format!("run {run}"));
+            outcome.reused_from = Some(Cow::Owned(format!("run {run}")));
             outcome.notes.push(format!(
                 "(dry-run) output of run {run}, whose fingerprint was the same"
             ));
@@ -945,15 +949,15 @@ impl StageRunner<'_> {
         // The two documents hashed here are written by hand into one buffer (`floor::json`).
         let mut buffer = Vec::with_capacity(512);
         let parts = super::record::FingerprintParts {
-            version: CACHE_VERSION.to_string(),
-            definition: stage.definition_hash.clone(),
+            version: Cow::Borrowed(CACHE_VERSION),
+            definition: Sha256Hex::new(&stage.definition_hash),
             action: Rendered::sha256_of(rendered, &mut buffer),
             schema: stage.schema.as_ref().map(|s| s.sha256.clone()),
             model,
             sub_workflow: sub,
         };
         buffer.clear();
-        FingerprintDocument::of(&parts, &deps).write(&mut buffer);
+        FingerprintDocument::of(&parts, &deps, &mut [[0; 64]; 2]).write(&mut buffer);
         (sha256_hex(&buffer), parts)
     }
 
@@ -1003,8 +1007,8 @@ impl StageRunner<'_> {
             let now = self.table.get(d).map(|slot| slot.sha256);
             let then = record.stages.get(id).map(|s| {
                 s.output_sha256
-                    .clone()
-                    .unwrap_or_else(|| s.status.as_str().to_string())
+                    .as_ref()
+                    .map_or_else(|| s.status.as_str().to_string(), ToString::to_string)
             });
             if now != then {
                 reasons.push(format!("the output of upstream `{id}` changed"));
@@ -1732,7 +1736,7 @@ mod tests {
         // Written by hand, the same bytes.
         let mut buffer = Vec::new();
         assert_eq!(
-            Rendered::sha256_of(&all, &mut buffer),
+            Rendered::sha256_of(&all, &mut buffer).to_string(),
             sha256_json(&documents)
         );
         assert_eq!(buffer, serde_json::to_vec(&documents).unwrap());
@@ -1774,7 +1778,7 @@ mod tests {
         let mut buffer = Vec::new();
         for rendered in &cases {
             assert_eq!(
-                Rendered::sha256_of(rendered, &mut buffer),
+                Rendered::sha256_of(rendered, &mut buffer).to_string(),
                 sha256_json(rendered)
             );
             assert_eq!(buffer, serde_json::to_vec(rendered).unwrap());
@@ -1783,7 +1787,7 @@ mod tests {
         let rendered = [process(&["a"], Some(not_utf8), &[])];
         assert!(serde_json::to_vec(&rendered).is_err());
         assert_eq!(
-            Rendered::sha256_of(&rendered, &mut buffer),
+            Rendered::sha256_of(&rendered, &mut buffer).to_string(),
             sha256_json(&rendered)
         );
         assert_eq!(buffer, br#"[{"argv":["a"],"stdin":null,"cwd":"#);
@@ -1795,7 +1799,7 @@ mod tests {
     fn fingerprints_hash_the_parts_document_as_written() {
         let deps = [("a", Some("f00d")), ("b", None)];
         let parts = FingerprintParts {
-            version: CACHE_VERSION.to_string(),
+            version: Cow::Borrowed(CACHE_VERSION),
             definition: "d1".into(),
             action: "a1".into(),
             schema: None,
@@ -1806,19 +1810,19 @@ mod tests {
             r#"{{"version":"{CACHE_VERSION}","definition":"d1","action":"a1","deps":{{"a":"f00d","b":null}},"schema":null,"model":"claude","sub_workflow":null}}"#
         );
         assert_eq!(
-            sha256_json(&FingerprintDocument::of(&parts, &deps)),
+            sha256_json(&FingerprintDocument::of(&parts, &deps, &mut [[0; 64]; 2])),
             sha256_hex(document.as_bytes())
         );
         // Written by hand, the same bytes, ids to escape or not.
         let mut written = Vec::new();
-        FingerprintDocument::of(&parts, &deps).write(&mut written);
+        FingerprintDocument::of(&parts, &deps, &mut [[0; 64]; 2]).write(&mut written);
         assert_eq!(written, document.as_bytes());
         let odd = [("a \"b\"", Some("x")), ("c\\d\n", None)];
         written.clear();
-        FingerprintDocument::of(&parts, &odd).write(&mut written);
+        FingerprintDocument::of(&parts, &odd, &mut [[0; 64]; 2]).write(&mut written);
         assert_eq!(
             written,
-            serde_json::to_vec(&FingerprintDocument::of(&parts, &odd)).unwrap()
+            serde_json::to_vec(&FingerprintDocument::of(&parts, &odd, &mut [[0; 64]; 2])).unwrap()
         );
         // The record keeps the parts without the upstream hashes and without absent parts; a
         // record written with them as `null` reads the same.
