@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::record::{StoredValue, LARGE_OUTPUT};
-use crate::floor::hash::{hex, sha256_hex, sha256_json, sha256_json_digest};
+use crate::floor::hash::{digest_of_hex, hex, sha256_hex, sha256_json, sha256_json_digest};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Entry {
@@ -77,14 +77,6 @@ struct EntryLine<'a> {
 /// A SHA-256 as its bytes.
 type Digest = [u8; 32];
 
-/// The bytes of a SHA-256 written as 64 lowercase hex digits (as every id and hash the engine
-/// writes is), else None.
-fn digest_of(hex: &str) -> Option<Digest> {
-    let lowercase = hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-    let mut digest = [0u8; 32];
-    (lowercase && ::hex::decode_to_slice(hex, &mut digest).is_ok()).then_some(digest)
-}
-
 /// An entry's id: a SHA-256 (every id a run makes) as its bytes, any other string as it is.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum Id {
@@ -94,7 +86,7 @@ enum Id {
 
 impl Id {
     fn of(id: &str) -> Id {
-        digest_of(id).map_or_else(|| Id::Other(id.into()), Id::Digest)
+        digest_of_hex(id).map_or_else(|| Id::Other(id.into()), Id::Digest)
     }
 }
 
@@ -159,7 +151,7 @@ fn read_entries(path: &Path, verify: bool) -> Entries {
         }
         match serde_json::from_slice::<EntryLine>(text) {
             Ok(entry) => {
-                let sha256 = digest_of(&entry.sha256);
+                let sha256 = digest_of_hex(&entry.sha256);
                 let verified = verify
                     && entry.file.is_none()
                     && sha256.is_some_and(|sha256| sha256_json_digest(&entry.output) == sha256);
@@ -448,7 +440,7 @@ impl Cache {
         if let Some(entries) = guard.as_mut() {
             let stored = Stored {
                 created_at: entry.created_at,
-                sha256: digest_of(&entry.sha256),
+                sha256: digest_of_hex(&entry.sha256),
                 output: entry.output,
                 file: entry.file.map(Box::new),
                 line: 0,
