@@ -47,22 +47,31 @@ pub(crate) fn json_size(value: &impl serde::Serialize) -> u64 {
 /// hash), else None. By hand, in one pass: the `hex` crate's decoder, a table lookup and a
 /// check a digit, was 3% of a no-op's time, which reads three of these a stage.
 pub(crate) fn digest_of_hex(text: &str) -> Option<[u8; 32]> {
-    fn digit(b: u8) -> Option<u8> {
-        match b {
-            b'0'..=b'9' => Some(b - b'0'),
-            b'a'..=b'f' => Some(b - b'a' + 10),
-            _ => None,
+    /// Each byte's value as a lowercase hex digit, or 0x10 for a byte that is not one.
+    const DIGIT: [u8; 256] = {
+        let mut table = [0x10u8; 256];
+        let mut i = 0;
+        while i < 10 {
+            table[b'0' as usize + i] = i as u8;
+            i += 1;
         }
-    }
-    let text = text.as_bytes();
-    if text.len() != 64 {
-        return None;
-    }
+        let mut i = 0;
+        while i < 6 {
+            table[b'a' as usize + i] = 10 + i as u8;
+            i += 1;
+        }
+        table
+    };
+    let text: &[u8; 64] = text.as_bytes().try_into().ok()?;
     let mut digest = [0u8; 32];
+    // No branch a digit: whether one was not a digit is looked at once, at the end.
+    let mut bad = 0u8;
     for (byte, pair) in digest.iter_mut().zip(text.chunks_exact(2)) {
-        *byte = digit(pair[0])? << 4 | digit(pair[1])?;
+        let (high, low) = (DIGIT[usize::from(pair[0])], DIGIT[usize::from(pair[1])]);
+        bad |= high | low;
+        *byte = (high << 4) | (low & 0xf);
     }
-    Some(digest)
+    (bad & 0x10 == 0).then_some(digest)
 }
 
 /// A SHA-256 as a run's record keeps it: its 32 bytes, written and read as 64 lowercase hex
@@ -84,13 +93,36 @@ impl Sha256Hex {
     pub(crate) fn as_str<'a>(&'a self, buffer: &'a mut [u8; 64]) -> &'a str {
         match self {
             Sha256Hex::Bytes(bytes) => {
-                // The buffer is twice the digest's length, which is all `encode_to_slice` needs,
-                // and hex digits are UTF-8.
-                let _ = ::hex::encode_to_slice(bytes, buffer);
+                hex_digits(bytes, buffer);
+                // Hex digits are UTF-8.
                 std::str::from_utf8(buffer).unwrap_or_default()
             }
             Sha256Hex::Text(text) => text,
         }
+    }
+
+    /// The hash as a JSON string, appended to `out`: its digits straight, as they need no
+    /// escaping (a record writes four a stage); text read as it was, escaped.
+    pub(crate) fn write_json(&self, out: &mut Vec<u8>) {
+        match self {
+            Sha256Hex::Bytes(bytes) => {
+                let mut digits = [0u8; 64];
+                hex_digits(bytes, &mut digits);
+                out.push(b'"');
+                out.extend_from_slice(&digits);
+                out.push(b'"');
+            }
+            Sha256Hex::Text(text) => crate::floor::json::string(out, text),
+        }
+    }
+}
+
+/// The lowercase hex digits of a digest.
+fn hex_digits(bytes: &[u8; 32], out: &mut [u8; 64]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for (pair, byte) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[usize::from(byte >> 4)];
+        pair[1] = DIGITS[usize::from(byte & 0xf)];
     }
 }
 
@@ -166,6 +198,15 @@ mod tests {
         let read: Sha256Hex = serde_json::from_str(&format!("\"{hex}\"")).unwrap();
         assert_eq!(read, held);
         assert!(held == *hex.as_str());
+        for value in [held.clone(), Sha256Hex::new("a \"quoted\" f00d\n")] {
+            let mut written = Vec::new();
+            value.write_json(&mut written);
+            assert_eq!(written, serde_json::to_vec(&value.to_string()).unwrap());
+        }
+        for bad in ["g", "A", " ", "\u{e9}"] {
+            let text = format!("{}{bad}", &hex[..63]);
+            assert!(digest_of_hex(&text).is_none(), "{text}");
+        }
         for text in ["f00d", "", &hex.to_uppercase(), &format!("{hex}0")] {
             let kept = Sha256Hex::new(text);
             assert!(matches!(kept, Sha256Hex::Text(_)), "{text}");

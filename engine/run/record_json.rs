@@ -86,15 +86,14 @@ impl StageRecord {
             stage.string("started_at", started_at);
         }
         stage.u64("duration_ms", self.duration_ms);
-        let mut hex = [0u8; 64];
         if let Some(fingerprint) = &self.fingerprint {
-            stage.string("fingerprint", fingerprint.as_str(&mut hex));
+            fingerprint.write_json(stage.key("fingerprint"));
         }
         if let Some(parts) = &self.fingerprint_parts {
             parts.write_json(stage.key("fingerprint_parts"));
         }
         if let Some(sha256) = &self.output_sha256 {
-            stage.string("output_sha256", sha256.as_str(&mut hex));
+            sha256.write_json(stage.key("output_sha256"));
         }
         if let Some(error) = &self.error {
             stage.string("error", error);
@@ -150,9 +149,8 @@ impl FingerprintParts {
     fn write_json(&self, out: &mut Vec<u8>) {
         let mut parts = Object::new(out);
         parts.string("version", &self.version);
-        let mut hex = [0u8; 64];
-        parts.string("definition", self.definition.as_str(&mut hex));
-        parts.string("action", self.action.as_str(&mut hex));
+        self.definition.write_json(parts.key("definition"));
+        self.action.write_json(parts.key("action"));
         for (key, value) in [
             ("schema", &self.schema),
             ("model", &self.model),
