@@ -119,10 +119,19 @@ impl Sha256Hex {
 
 /// The lowercase hex digits of a digest.
 fn hex_digits(bytes: &[u8; 32], out: &mut [u8; 64]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    /// Each byte's two digits.
+    const PAIRS: [[u8; 2]; 256] = {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut table = [[0u8; 2]; 256];
+        let mut i = 0;
+        while i < 256 {
+            table[i] = [DIGITS[i >> 4], DIGITS[i & 0xf]];
+            i += 1;
+        }
+        table
+    };
     for (pair, byte) in out.chunks_exact_mut(2).zip(bytes) {
-        pair[0] = DIGITS[usize::from(byte >> 4)];
-        pair[1] = DIGITS[usize::from(byte & 0xf)];
+        pair.copy_from_slice(&PAIRS[usize::from(*byte)]);
     }
 }
 

@@ -149,8 +149,9 @@ fn read_entries(path: &Path, verify: bool) -> Entries {
         if text.is_empty() {
             continue;
         }
-        match serde_json::from_slice::<EntryLine>(text) {
-            Ok(entry) => {
+        // The line checked as UTF-8 once, not each of its strings as the parser meets them.
+        match std::str::from_utf8(text).map(serde_json::from_str::<EntryLine>) {
+            Ok(Ok(entry)) => {
                 let sha256 = digest_of_hex(&entry.sha256);
                 let verified = verify
                     && entry.file.is_none()
@@ -167,7 +168,7 @@ fn read_entries(path: &Path, verify: bool) -> Entries {
                     .insert(Id::of(&entry.id), Box::new(stored))
                     .is_some();
             }
-            Err(_) => warnings.push(corrupt(path, number)),
+            Ok(Err(_)) | Err(_) => warnings.push(corrupt(path, number)),
         }
     }
     (entries, warnings, superseded)

@@ -1253,7 +1253,7 @@ impl<'w, 'r> Executor<'w, 'r> {
         // The output for `outputs.jsonl`, which `resume` reads.
         let output_line = match (outcome.output.take(), &outcome.fingerprint, &output_sha) {
             (Some(output), Some(fingerprint), Some(sha)) if has_output && !outcome.assumed => {
-                Some((fingerprint.clone(), sha.clone(), output))
+                Some((fingerprint.to_string(), sha.clone(), output))
             }
             _ => None,
         };
@@ -1261,7 +1261,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             status: outcome.status,
             started_at: None,
             duration_ms,
-            fingerprint: outcome.fingerprint.as_deref().map(Sha256Hex::new),
+            fingerprint: outcome.fingerprint.take(),
             fingerprint_parts: outcome.fingerprint_parts.take().map(Box::new),
             output_sha256: output_sha
                 .as_deref()

@@ -75,7 +75,7 @@ pub(crate) struct StageOutcome {
     pub error: Option<String>,
     pub reason: Option<String>,
     pub exit: Option<String>,
-    pub fingerprint: Option<String>,
+    pub fingerprint: Option<Sha256Hex>,
     pub fingerprint_parts: Option<super::record::FingerprintParts>,
     /// The output's SHA-256, when it is already known (a cache entry stores it).
     pub output_sha256: Option<String>,
@@ -435,8 +435,9 @@ impl StageRunner<'_> {
                 .map(|unit| self.render(stage, &unit.to_value()))
                 .collect::<Result<_, _>>()?,
         };
-        let (fingerprint, parts) = self.fingerprint(stage, &rendered);
-        outcome.fingerprint = Some(fingerprint.clone());
+        let (digest, parts) = self.fingerprint(stage, &rendered);
+        let fingerprint = crate::floor::hash::hex(&digest);
+        outcome.fingerprint = Some(Sha256Hex::Bytes(digest));
 
         let cache_id = match &stage.cache {
             Some(spec) => {
@@ -920,12 +921,12 @@ impl StageRunner<'_> {
         })
     }
 
-    /// The fingerprint, and the hashes of what it covers, part by part.
+    /// The fingerprint (its digest), and the hashes of what it covers, part by part.
     fn fingerprint(
         &self,
         stage: &Stage,
         rendered: &[Rendered],
-    ) -> (String, super::record::FingerprintParts) {
+    ) -> ([u8; 32], super::record::FingerprintParts) {
         let slots = self.table.read();
         let deps: Vec<(&str, Option<&str>)> = stage
             .deps
@@ -958,7 +959,7 @@ impl StageRunner<'_> {
         };
         buffer.clear();
         FingerprintDocument::of(&parts, &deps, &mut [[0; 64]; 2]).write(&mut buffer);
-        (sha256_hex(&buffer), parts)
+        (sha2::Sha256::digest(buffer.as_slice()).into(), parts)
     }
 
     /// Why an execution would not be reused: the parts that differ from the last run's.
