@@ -619,6 +619,25 @@ mod tests {
         );
     }
 
+    /// A line that is not UTF-8 is one corrupt line: it is reported and the lines after it
+    /// are read.
+    #[test]
+    fn a_line_that_is_not_utf8_is_skipped_and_the_next_read() {
+        let state = tempfile::tempdir().unwrap();
+        let writer = Cache::new(state.path(), "bytes");
+        writer.put("after", &serde_json::json!(2)).unwrap();
+        writer.flush().unwrap();
+        let path = cache_path(state.path(), "bytes");
+        let mut bytes = b"{\"id\":\"\xff\"}\n".to_vec();
+        bytes.extend(std::fs::read(&path).unwrap());
+        std::fs::write(&path, bytes).unwrap();
+
+        let cache = Cache::new(state.path(), "bytes");
+        assert_eq!(cache.get("after", None).unwrap().0, serde_json::json!(2));
+        let warnings = cache.take_warnings();
+        assert!(warnings.len() == 1 && warnings[0].ends_with(":1"), "{warnings:?}");
+    }
+
     #[test]
     fn a_cache_read_ahead_is_the_one_a_run_uses() {
         let state = tempfile::tempdir().unwrap();
