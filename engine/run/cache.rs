@@ -635,7 +635,10 @@ mod tests {
         let cache = Cache::new(state.path(), "bytes");
         assert_eq!(cache.get("after", None).unwrap().0, serde_json::json!(2));
         let warnings = cache.take_warnings();
-        assert!(warnings.len() == 1 && warnings[0].ends_with(":1"), "{warnings:?}");
+        assert!(
+            warnings.len() == 1 && warnings[0].ends_with(":1"),
+            "{warnings:?}"
+        );
     }
 
     #[test]
