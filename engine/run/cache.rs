@@ -28,7 +28,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::record::{StoredValue, LARGE_OUTPUT};
-use crate::floor::hash::{digest_of_hex, hex, sha256_hex, sha256_json, sha256_json_digest};
+use crate::floor::hash::{
+    digest_of_hex, hex, sha256_hex, sha256_json, sha256_json_digest, Sha256Hex,
+};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Entry {
@@ -77,23 +79,10 @@ struct EntryLine<'a> {
 /// A SHA-256 as its bytes.
 type Digest = [u8; 32];
 
-/// An entry's id: a SHA-256 (every id a run makes) as its bytes, any other string as it is.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-enum Id {
-    Digest(Digest),
-    Other(Box<str>),
-}
-
-impl Id {
-    fn of(id: &str) -> Id {
-        digest_of_hex(id).map_or_else(|| Id::Other(id.into()), Id::Digest)
-    }
-}
-
 /// Boxed: a map of 10,000 entries holds a pointer a slot rather than the entry itself. Beside
 /// the entries: a warning for each line that does not parse, and whether a line was superseded
 /// by a later one of the same id.
-type Entries = (HashMap<Id, Box<Stored>>, Vec<String>, bool);
+type Entries = (HashMap<Sha256Hex, Box<Stored>>, Vec<String>, bool);
 
 /// A cache file being read on another thread.
 static READ_AHEAD: Mutex<Option<(PathBuf, std::thread::JoinHandle<Entries>)>> = Mutex::new(None);
@@ -165,7 +154,7 @@ fn read_entries(path: &Path, verify: bool) -> Entries {
                     verified,
                 };
                 superseded |= entries
-                    .insert(Id::of(&entry.id), Box::new(stored))
+                    .insert(Sha256Hex::new(&entry.id), Box::new(stored))
                     .is_some();
             }
             Ok(Err(_)) | Err(_) => warnings.push(corrupt(path, number)),
@@ -185,7 +174,7 @@ fn corrupt(path: &Path, line: usize) -> String {
 
 pub(crate) struct Cache {
     path: PathBuf,
-    entries: Mutex<Option<HashMap<Id, Box<Stored>>>>,
+    entries: Mutex<Option<HashMap<Sha256Hex, Box<Stored>>>>,
     warnings: Mutex<Vec<String>>,
     /// The file, opened for appending at the first `put` and kept open for the run, and the
     /// whole lines not yet appended.
@@ -253,7 +242,7 @@ impl Cache {
     }
 
     /// Every entry of the file: read ahead if [`read_ahead`] started it, else read now.
-    fn load(&self) -> HashMap<Id, Box<Stored>> {
+    fn load(&self) -> HashMap<Sha256Hex, Box<Stored>> {
         let ahead = {
             let mut ahead = READ_AHEAD
                 .lock()
@@ -328,7 +317,7 @@ impl Cache {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let entries = guard.get_or_insert_with(|| self.load());
-        let id = Id::of(id);
+        let id = Sha256Hex::new(id);
         let stored = entries.get_mut(&id)?;
         if let Some(ttl) = ttl {
             let age = chrono::Utc::now().timestamp() - stored.created_at;
@@ -448,7 +437,7 @@ impl Cache {
                 verified: true,
             };
             if entries
-                .insert(Id::of(&entry.id), Box::new(stored))
+                .insert(Sha256Hex::new(&entry.id), Box::new(stored))
                 .is_some()
             {
                 self.stale.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -584,6 +573,15 @@ impl Drop for Cache {
 mod tests {
     use super::*;
 
+    /// The cache warned once, about the line numbered `line` of its file.
+    fn assert_one_warning_at(cache: &Cache, line: usize) {
+        let warnings = cache.take_warnings();
+        assert!(
+            warnings.len() == 1 && warnings[0].ends_with(&format!(":{line}")),
+            "{warnings:?}"
+        );
+    }
+
     /// Ids and hashes are held as bytes: an entry of a run's id (a SHA-256) is found again by
     /// its hex, gives its hash back as hex, and a line whose `sha256` is not one is refused
     /// at its first use.
@@ -612,11 +610,7 @@ mod tests {
         );
         assert!(cache.take_warnings().is_empty());
         assert!(cache.get(&broken, None).is_none());
-        let warnings = cache.take_warnings();
-        assert!(
-            warnings.len() == 1 && warnings[0].ends_with(":2"),
-            "{warnings:?}"
-        );
+        assert_one_warning_at(&cache, 2);
     }
 
     /// A line that is not UTF-8 is one corrupt line: it is reported and the lines after it
@@ -634,11 +628,7 @@ mod tests {
 
         let cache = Cache::new(state.path(), "bytes");
         assert_eq!(cache.get("after", None).unwrap().0, serde_json::json!(2));
-        let warnings = cache.take_warnings();
-        assert!(
-            warnings.len() == 1 && warnings[0].ends_with(":1"),
-            "{warnings:?}"
-        );
+        assert_one_warning_at(&cache, 1);
     }
 
     #[test]
@@ -658,11 +648,7 @@ mod tests {
         let (output, _) = cache.get("f1", None).expect("the entry read ahead");
         assert_eq!(output, serde_json::json!({ "n": 1 }));
         assert!(READ_AHEAD.lock().unwrap().is_none(), "taken by the run");
-        let warnings = cache.take_warnings();
-        assert!(
-            warnings.len() == 1 && warnings[0].ends_with(":2"),
-            "{warnings:?}"
-        );
+        assert_one_warning_at(&cache, 2);
     }
 
     /// Read ahead, an entry is checked against its hash as it is read; one whose output was
@@ -682,14 +668,14 @@ mod tests {
             let (entries, _, _) = read_entries(&path, verify);
             let mut flags: Vec<_> = entries
                 .iter()
-                .map(|(id, s)| (id.clone(), s.verified))
+                .map(|(id, s)| (id.to_string(), s.verified))
                 .collect();
             flags.sort();
             flags
         };
         assert_eq!(
             verified(true),
-            [(Id::of("bad"), false), (Id::of("good"), true)]
+            [("bad".to_string(), false), ("good".to_string(), true)]
         );
         assert!(verified(false).iter().all(|(_, checked)| !checked));
 
@@ -705,11 +691,7 @@ mod tests {
             cache.get("bad", None).is_none(),
             "a changed output is a miss"
         );
-        let warnings = cache.take_warnings();
-        assert!(
-            warnings.len() == 1 && warnings[0].ends_with(":2"),
-            "{warnings:?}"
-        );
+        assert_one_warning_at(&cache, 2);
     }
 
     /// The last byte is read only when the file is not as this process's last append left it:

@@ -18,7 +18,7 @@ use super::stage_error::{Part, PromptError, RenderError, StageError, WithProblem
 use super::{Reporter, RunOptions, RunStatus, Runtime};
 use crate::builtins::{ask, BuiltinCtx, WriteRoots};
 use crate::check::{Action, ProcessAction, Stage, WithTree, Workflow};
-use crate::floor::hash::{sha256_hex, sha256_json, Sha256Hex};
+use crate::floor::hash::{hex, sha256_hex, sha256_json, Sha256Hex};
 use crate::floor::json;
 use crate::floor::process::{self, Interrupt, ProcessSpec};
 use crate::floor::retry::{AfterFailure, RetryPolicy};
@@ -436,7 +436,7 @@ impl StageRunner<'_> {
                 .collect::<Result<_, _>>()?,
         };
         let (digest, parts) = self.fingerprint(stage, &rendered);
-        let fingerprint = crate::floor::hash::hex(&digest);
+        let fingerprint = hex(&digest);
         outcome.fingerprint = Some(Sha256Hex::Bytes(digest));
 
         let cache_id = match &stage.cache {
