@@ -358,12 +358,13 @@ pub fn cache(data: &[u8]) {
             .ok()
             .and_then(|entry| entry.get("id").and_then(Value::as_str).map(str::to_string))
         {
+            let id = crate::floor::hash::Sha256Hex::new(&id);
             let _ = cache.get(&id, None);
             let _ = cache.get(&id, Some(std::time::Duration::from_secs(1)));
         }
     }
-    let _ = cache.get(&Cache::entry_id("f", None), None);
-    let _ = cache.put(&Cache::entry_id("f", Some("k")), &json!({"x": 1}));
+    let _ = cache.get(&Cache::entry_id(&[0xf; 32], None), None);
+    let _ = cache.put(&Cache::entry_id(&[0xf; 32], Some("k")), &json!({"x": 1}));
     let _ = cache.flush();
     let _ = cache.close();
     let _ = cache.take_warnings();

@@ -123,7 +123,7 @@ pub(crate) fn assemble(
                 env_keys,
                 ok_codes,
             }) => {
-                let mut argv = Vec::new();
+                let mut argv = Vec::with_capacity(if shell { 3 } else { argc });
                 if shell {
                     argv.push(Tmpl::Literal("sh".into()));
                     argv.push(Tmpl::Literal("-c".into()));

@@ -28,9 +28,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::record::{StoredValue, LARGE_OUTPUT};
-use crate::floor::hash::{
-    digest_of_hex, hex, sha256_hex, sha256_json, sha256_json_digest, Sha256Hex,
-};
+use crate::floor::hash::{digest_of_hex, hex, sha256_json, sha256_json_digest, Sha256Hex};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Entry {
@@ -233,11 +231,17 @@ impl Cache {
         }
     }
 
-    /// The id of an execution: its fingerprint and cache key.
-    pub(crate) fn entry_id(fingerprint: &str, key: Option<&str>) -> String {
+    /// The id of an execution: its fingerprint and cache key. With a key, the SHA-256 of the
+    /// fingerprint's hex, a NUL and the key.
+    pub(crate) fn entry_id(fingerprint: &[u8; 32], key: Option<&str>) -> Sha256Hex {
         match key {
-            Some(key) => sha256_hex(format!("{fingerprint}\0{key}").as_bytes()),
-            None => fingerprint.to_string(),
+            Some(key) => {
+                let mut text = hex(fingerprint);
+                text.push('\0');
+                text.push_str(key);
+                Sha256Hex::Bytes(<sha2::Sha256 as sha2::Digest>::digest(text.as_bytes()).into())
+            }
+            None => Sha256Hex::Bytes(*fingerprint),
         }
     }
 
@@ -311,14 +315,13 @@ impl Cache {
 
     /// A stored output and its SHA-256, unless older than `ttl`, corrupt, or kept in a file
     /// that is missing or damaged.
-    pub(crate) fn get(&self, id: &str, ttl: Option<Duration>) -> Option<(Value, String)> {
+    pub(crate) fn get(&self, id: &Sha256Hex, ttl: Option<Duration>) -> Option<(Value, [u8; 32])> {
         let mut guard = self
             .entries
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let entries = guard.get_or_insert_with(|| self.load());
-        let id = Sha256Hex::new(id);
-        let stored = entries.get_mut(&id)?;
+        let stored = entries.get_mut(id)?;
         if let Some(ttl) = ttl {
             let age = chrono::Utc::now().timestamp() - stored.created_at;
             if age < 0 || age as u64 > ttl.as_secs() {
@@ -345,7 +348,7 @@ impl Cache {
                     ),
                     None => self.corrupt(stored.line),
                 };
-                entries.remove(&id);
+                entries.remove(id);
                 self.warnings
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -354,8 +357,7 @@ impl Cache {
             }
             stored.verified = true;
         }
-        let sha256 = hex(stored.sha256.as_ref()?);
-        Some((stored.output.clone(), sha256))
+        Some((stored.output.clone(), stored.sha256?))
     }
 
     /// The cache's folder, which holds the workflows' files and `outputs/`.
@@ -364,7 +366,7 @@ impl Cache {
     }
 
     /// Store an output (already validated).
-    pub(crate) fn put(&self, id: &str, output: &Value) -> std::io::Result<()> {
+    pub(crate) fn put(&self, id: &Sha256Hex, output: &Value) -> std::io::Result<()> {
         // Redacted before it is hashed: the entry read back must match its own hash.
         let redacted = crate::floor::secrets::redact_value(output);
         let output = redacted.as_ref().unwrap_or(output);
@@ -436,10 +438,7 @@ impl Cache {
                 line: 0,
                 verified: true,
             };
-            if entries
-                .insert(Sha256Hex::new(&entry.id), Box::new(stored))
-                .is_some()
-            {
+            if entries.insert(id.clone(), Box::new(stored)).is_some() {
                 self.stale.store(true, std::sync::atomic::Ordering::Relaxed);
             }
         }
@@ -572,6 +571,7 @@ impl Drop for Cache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::floor::hash::sha256_hex;
 
     /// The cache warned once, about the line numbered `line` of its file.
     fn assert_one_warning_at(cache: &Cache, line: usize) {
@@ -588,12 +588,18 @@ mod tests {
     #[test]
     fn entries_of_hex_ids_are_found_and_a_hash_that_is_not_hex_is_refused() {
         let state = tempfile::tempdir().unwrap();
-        let id = Cache::entry_id(&sha256_hex(b"fingerprint"), Some("key"));
+        let fingerprint = sha256_hex(b"fingerprint");
+        let id = Cache::entry_id(&digest_of_hex(&fingerprint).unwrap(), Some("key"));
+        // The id of a keyed entry is what it has always been: the ids in files stay found.
+        assert_eq!(
+            id.to_string(),
+            sha256_hex(format!("{fingerprint}\0key").as_bytes())
+        );
         let writer = Cache::new(state.path(), "hex");
         writer.put(&id, &serde_json::json!("out")).unwrap();
         writer.flush().unwrap();
         let path = cache_path(state.path(), "hex");
-        let broken = Cache::entry_id(&sha256_hex(b"other"), None);
+        let broken = Cache::entry_id(&digest_of_hex(&sha256_hex(b"other")).unwrap(), None);
         let mut text = std::fs::read_to_string(&path).unwrap();
         text.push_str(&format!(
             "{{\"id\":\"{broken}\",\"created_at\":0,\"sha256\":\"XYZ\",\"output\":\"out\"}}\n"
@@ -603,9 +609,11 @@ mod tests {
         let cache = Cache::new(state.path(), "hex");
         let (output, sha256) = cache.get(&id, None).expect("the entry");
         assert_eq!(output, serde_json::json!("out"));
-        assert_eq!(sha256, sha256_json(&serde_json::json!("out")));
+        assert_eq!(hex(&sha256), sha256_json(&serde_json::json!("out")));
         assert!(
-            cache.get(&id.to_uppercase(), None).is_none(),
+            cache
+                .get(&Sha256Hex::new(&id.to_string().to_uppercase()), None)
+                .is_none(),
             "ids are lowercase hex"
         );
         assert!(cache.take_warnings().is_empty());
@@ -619,7 +627,7 @@ mod tests {
     fn a_line_that_is_not_utf8_is_skipped_and_the_next_read() {
         let state = tempfile::tempdir().unwrap();
         let writer = Cache::new(state.path(), "bytes");
-        writer.put("after", &serde_json::json!(2)).unwrap();
+        writer.put(&"after".into(), &serde_json::json!(2)).unwrap();
         writer.flush().unwrap();
         let path = cache_path(state.path(), "bytes");
         let mut bytes = b"{\"id\":\"\xff\"}\n".to_vec();
@@ -627,7 +635,10 @@ mod tests {
         std::fs::write(&path, bytes).unwrap();
 
         let cache = Cache::new(state.path(), "bytes");
-        assert_eq!(cache.get("after", None).unwrap().0, serde_json::json!(2));
+        assert_eq!(
+            cache.get(&"after".into(), None).unwrap().0,
+            serde_json::json!(2)
+        );
         assert_one_warning_at(&cache, 1);
     }
 
@@ -635,7 +646,9 @@ mod tests {
     fn a_cache_read_ahead_is_the_one_a_run_uses() {
         let state = tempfile::tempdir().unwrap();
         let writer = Cache::new(state.path(), "ahead");
-        writer.put("f1", &serde_json::json!({ "n": 1 })).unwrap();
+        writer
+            .put(&"f1".into(), &serde_json::json!({ "n": 1 }))
+            .unwrap();
         writer.flush().unwrap();
         let path = cache_path(state.path(), "ahead");
         let mut text = std::fs::read_to_string(&path).unwrap();
@@ -645,7 +658,7 @@ mod tests {
         read_ahead(state.path(), "ahead");
         assert!(READ_AHEAD.lock().unwrap().is_some(), "the reading started");
         let cache = Cache::new(state.path(), "ahead");
-        let (output, _) = cache.get("f1", None).expect("the entry read ahead");
+        let (output, _) = cache.get(&"f1".into(), None).expect("the entry read ahead");
         assert_eq!(output, serde_json::json!({ "n": 1 }));
         assert!(READ_AHEAD.lock().unwrap().is_none(), "taken by the run");
         assert_one_warning_at(&cache, 2);
@@ -657,8 +670,12 @@ mod tests {
     fn entries_read_ahead_are_checked_as_they_are_read() {
         let state = tempfile::tempdir().unwrap();
         let writer = Cache::new(state.path(), "checked");
-        writer.put("good", &serde_json::json!({ "n": 1 })).unwrap();
-        writer.put("bad", &serde_json::json!({ "n": 2 })).unwrap();
+        writer
+            .put(&"good".into(), &serde_json::json!({ "n": 1 }))
+            .unwrap();
+        writer
+            .put(&"bad".into(), &serde_json::json!({ "n": 2 }))
+            .unwrap();
         writer.flush().unwrap();
         let path = cache_path(state.path(), "checked");
         let text = std::fs::read_to_string(&path).unwrap();
@@ -684,11 +701,11 @@ mod tests {
         let cache = Cache::new(state.path(), "checked");
         *cache.entries.lock().unwrap() = Some(read_entries(&path, true).0);
         assert_eq!(
-            cache.get("good", None).unwrap().0,
+            cache.get(&"good".into(), None).unwrap().0,
             serde_json::json!({ "n": 1 })
         );
         assert!(
-            cache.get("bad", None).is_none(),
+            cache.get(&"bad".into(), None).is_none(),
             "a changed output is a miss"
         );
         assert_one_warning_at(&cache, 2);
@@ -700,7 +717,7 @@ mod tests {
     fn an_append_after_another_process_tore_a_line_starts_on_a_fresh_line() {
         let state = tempfile::tempdir().unwrap();
         let cache = Cache::new(state.path(), "torn");
-        cache.put("a", &serde_json::json!(1)).unwrap();
+        cache.put(&"a".into(), &serde_json::json!(1)).unwrap();
         cache.flush().unwrap();
         let path = cache_path(state.path(), "torn");
         {
@@ -708,9 +725,9 @@ mod tests {
             let mut other = OpenOptions::new().append(true).open(&path).unwrap();
             other.write_all(b"{\"id\":\"half").unwrap();
         }
-        cache.put("b", &serde_json::json!(2)).unwrap();
+        cache.put(&"b".into(), &serde_json::json!(2)).unwrap();
         cache.flush().unwrap();
-        cache.put("c", &serde_json::json!(3)).unwrap();
+        cache.put(&"c".into(), &serde_json::json!(3)).unwrap();
         cache.flush().unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text.lines().count(), 4, "{text}");
@@ -718,7 +735,10 @@ mod tests {
 
         let again = Cache::new(state.path(), "torn");
         for (id, value) in [("a", 1), ("b", 2), ("c", 3)] {
-            assert_eq!(again.get(id, None).unwrap().0, serde_json::json!(value));
+            assert_eq!(
+                again.get(&id.into(), None).unwrap().0,
+                serde_json::json!(value)
+            );
         }
         assert_eq!(
             again.take_warnings().len(),
@@ -765,16 +785,16 @@ mod tests {
         let state = tempfile::tempdir().unwrap();
         let (first, second) = (large("first"), large("second"));
         let cache = Cache::new(state.path(), "w");
-        assert!(cache.get("a", None).is_none());
-        cache.put("a", &first).unwrap();
+        assert!(cache.get(&"a".into(), None).is_none());
+        cache.put(&"a".into(), &first).unwrap();
         cache.close().unwrap();
         assert_eq!(outputs(state.path()), [name_of(&first)]);
         backdate(&state.path().join("cache/outputs").join(name_of(&first)));
 
         // The same id stored again (its ttl expired, say): the line written first is superseded.
         let cache = Cache::new(state.path(), "w");
-        assert_eq!(cache.get("a", None).unwrap().0, first);
-        cache.put("a", &second).unwrap();
+        assert_eq!(cache.get(&"a".into(), None).unwrap().0, first);
+        cache.put(&"a".into(), &second).unwrap();
         cache.close().unwrap();
         let text = std::fs::read_to_string(cache_path(state.path(), "w")).unwrap();
         assert_eq!(text.lines().count(), 1, "{text}");
@@ -782,7 +802,7 @@ mod tests {
 
         let cache = Cache::new(state.path(), "w");
         assert_eq!(
-            cache.get("a", None).unwrap().0,
+            cache.get(&"a".into(), None).unwrap().0,
             second,
             "the kept entry hits"
         );
@@ -797,15 +817,15 @@ mod tests {
         let value = large("again");
         let file = state.path().join("cache/outputs").join(name_of(&value));
         let cache = Cache::new(state.path(), "w");
-        cache.put("a", &value).unwrap();
+        cache.put(&"a".into(), &value).unwrap();
         cache.close().unwrap();
         // Its entry gone, its file old: an orphan.
         std::fs::write(cache_path(state.path(), "w"), "").unwrap();
         backdate(&file);
 
         let cache = Cache::new(state.path(), "w");
-        assert!(cache.get("b", None).is_none());
-        cache.put("b", &value).unwrap();
+        assert!(cache.get(&"b".into(), None).is_none());
+        cache.put(&"b".into(), &value).unwrap();
         // The line is still buffered: no cache file names the file.
         assert_eq!(
             std::fs::read_to_string(cache_path(state.path(), "w")).unwrap(),
@@ -817,7 +837,7 @@ mod tests {
         );
         cache.close().unwrap();
         let cache = Cache::new(state.path(), "w");
-        assert_eq!(cache.get("b", None).unwrap().0, value);
+        assert_eq!(cache.get(&"b".into(), None).unwrap().0, value);
     }
 
     #[test]
@@ -826,7 +846,7 @@ mod tests {
         let (first, second, other) = (large("first"), large("second"), large("other"));
         // Another workflow's entry names a file of the shared folder, old as it may be.
         let neighbour = Cache::new(state.path(), "neighbour");
-        neighbour.put("n", &other).unwrap();
+        neighbour.put(&"n".into(), &other).unwrap();
         neighbour.close().unwrap();
         let dir = state.path().join("cache/outputs");
         backdate(&dir.join(name_of(&other)));
@@ -843,12 +863,12 @@ mod tests {
         backdate(&dir.join("notes.txt"));
 
         let cache = Cache::new(state.path(), "w");
-        cache.put("a", &first).unwrap();
+        cache.put(&"a".into(), &first).unwrap();
         cache.close().unwrap();
         // Not backdated: the superseded entry's file is young, so it stays for now.
         let cache = Cache::new(state.path(), "w");
-        assert!(cache.get("a", None).is_some());
-        cache.put("a", &second).unwrap();
+        assert!(cache.get(&"a".into(), None).is_some());
+        cache.put(&"a".into(), &second).unwrap();
         cache.close().unwrap();
 
         let mut expected = vec![
@@ -863,7 +883,7 @@ mod tests {
         assert_eq!(outputs(state.path()), expected);
         assert!(outside.exists());
         let neighbour = Cache::new(state.path(), "neighbour");
-        assert_eq!(neighbour.get("n", None).unwrap().0, other);
+        assert_eq!(neighbour.get(&"n".into(), None).unwrap().0, other);
 
         // Once old, the superseded entry's file goes at the next compaction, and only it.
         backdate(&dir.join(name_of(&first)));

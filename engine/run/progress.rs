@@ -385,8 +385,10 @@ impl Reporter {
         }
     }
 
-    pub(crate) fn finished(&self, id: &str) {
-        if let Some(slow) = &self.slow {
+    /// Stage `id` has finished: the live line counts it, and one that was `watched` (started
+    /// with [`Reporter::started`]) is no longer shown or watched as running.
+    pub(crate) fn finished(&self, id: &str, watched: bool) {
+        if let (Some(slow), true) = (&self.slow, watched) {
             let mut slow = slow.lock();
             match self.prefix.is_empty() {
                 true => slow.stages.remove(id),
@@ -394,15 +396,17 @@ impl Reporter {
             };
         }
         if let Some(live) = &self.live {
-            let mut running = live
-                .running
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            running.remove(&format!("{}{id}", self.prefix));
             if self.prefix.is_empty() {
                 live.bar.inc(1);
             }
-            live.bar.set_message(running_message(&running));
+            if watched {
+                let mut running = live
+                    .running
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                running.remove(&format!("{}{id}", self.prefix));
+                live.bar.set_message(running_message(&running));
+            }
         }
     }
 

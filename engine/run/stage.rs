@@ -18,7 +18,7 @@ use super::stage_error::{Part, PromptError, RenderError, StageError, WithProblem
 use super::{Reporter, RunOptions, RunStatus, Runtime};
 use crate::builtins::{ask, BuiltinCtx, WriteRoots};
 use crate::check::{Action, ProcessAction, Stage, WithTree, Workflow};
-use crate::floor::hash::{hex, sha256_hex, sha256_json, Sha256Hex};
+use crate::floor::hash::{sha256_hex, sha256_json, Sha256Hex};
 use crate::floor::json;
 use crate::floor::process::{self, Interrupt, ProcessSpec};
 use crate::floor::retry::{AfterFailure, RetryPolicy};
@@ -78,7 +78,7 @@ pub(crate) struct StageOutcome {
     pub fingerprint: Option<Sha256Hex>,
     pub fingerprint_parts: Option<super::record::FingerprintParts>,
     /// The output's SHA-256, when it is already known (a cache entry stores it).
-    pub output_sha256: Option<String>,
+    pub output_sha256: Option<[u8; 32]>,
     pub explain: Option<String>,
     pub attempts: u32,
     pub items: Option<usize>,
@@ -256,24 +256,27 @@ impl Rendered {
         Sha256Hex::Bytes(sha2::Sha256::digest(buffer.as_slice()).into())
     }
 
-    fn describe(&self) -> Option<String> {
+    /// What a dry-run says this unit would do, after `prefix`; written into one string, since a
+    /// dry-run of 10,000 stages says it 10,000 times.
+    fn describe(&self, prefix: &str) -> Option<String> {
         match self {
-            Rendered::Process(spec) => Some(format!("$ {}", shell_words(&spec.argv))),
-            Rendered::Builtin(args) => Some(format!("with {args}")),
+            Rendered::Process(spec) => {
+                let words: usize = spec.argv.iter().map(|a| a.len() + 3).sum();
+                let mut line = String::with_capacity(prefix.len() + 2 + words);
+                line.push_str(prefix);
+                line.push_str("$ ");
+                for (i, word) in spec.argv.iter().enumerate() {
+                    if i > 0 {
+                        line.push(' ');
+                    }
+                    crate::template::functions::push_shell_quoted(&mut line, word);
+                }
+                Some(line)
+            }
+            Rendered::Builtin(args) => Some(format!("{prefix}with {args}")),
             _ => None,
         }
     }
-}
-
-fn shell_words(argv: &[String]) -> String {
-    let mut line = String::with_capacity(argv.iter().map(|a| a.len() + 3).sum());
-    for (i, word) in argv.iter().enumerate() {
-        if i > 0 {
-            line.push(' ');
-        }
-        crate::template::functions::push_shell_quoted(&mut line, word);
-    }
-    line
 }
 
 pub(crate) struct StageRunner<'a> {
@@ -407,12 +410,12 @@ impl StageRunner<'_> {
         }
 
         // One unit per `foreach` item, or one unit.
-        let units: Vec<Scope> = match &stage.extras().foreach {
-            None => vec![self.base_scope.clone()],
+        let units: Cow<[Scope]> = match &stage.extras().foreach {
+            None => Cow::Borrowed(std::slice::from_ref(self.base_scope)),
             Some(list) => {
                 let value = list.eval(&base).map_err(|e| Part::Foreach.failed(e))?;
                 if value.is_none() || value.is_undefined() {
-                    Vec::new()
+                    Cow::Owned(Vec::new())
                 } else {
                     let items = value
                         .try_iter()
@@ -436,8 +439,8 @@ impl StageRunner<'_> {
                 .collect::<Result<_, _>>()?,
         };
         let (digest, parts) = self.fingerprint(stage, &rendered);
-        let fingerprint = hex(&digest);
-        outcome.fingerprint = Some(Sha256Hex::Bytes(digest));
+        let fingerprint = Sha256Hex::Bytes(digest);
+        outcome.fingerprint = Some(fingerprint.clone());
 
         let cache_id = match &stage.cache {
             Some(spec) => {
@@ -448,7 +451,7 @@ impl StageRunner<'_> {
                     ),
                     None => None,
                 };
-                Some(Cache::entry_id(&fingerprint, key.as_deref()))
+                Some(Cache::entry_id(&digest, key.as_deref()))
             }
             None => None,
         };
@@ -459,7 +462,7 @@ impl StageRunner<'_> {
         let recorded = || {
             self.reuse
                 .get(&stage.id)
-                .filter(|p| p.fingerprint == fingerprint && is_work(stage))
+                .filter(|p| fingerprint == *p.fingerprint && is_work(stage))
         };
         let resumed = || self.rehearsal.is_none().then(recorded).flatten();
         tracing::debug!(
@@ -540,8 +543,8 @@ impl StageRunner<'_> {
                 outcome.explain = Some(self.explain_miss(stage, &parts));
             }
             for unit in &rendered {
-                if let Some(line) = unit.describe() {
-                    outcome.notes.push(format!("(dry-run) would run {line}"));
+                if let Some(line) = unit.describe("(dry-run) would run ") {
+                    outcome.notes.push(line);
                 }
                 if let Rendered::Prompt(request) = unit {
                     outcome.notes.push(format!(
