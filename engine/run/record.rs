@@ -496,7 +496,7 @@ impl FingerprintDocument<'_> {
         document.string("action", self.action);
         let mut deps = Object::new(document.key("deps"));
         for (id, sha256) in self.deps {
-            deps.opt_string(id, *sha256);
+            crate::floor::json::opt_string(deps.key_of(id), *sha256);
         }
         deps.end();
         document.opt_string("schema", self.schema);
