@@ -1018,6 +1018,9 @@ impl<'w, 'r> Executor<'w, 'r> {
                     }
                     continue;
                 }
+                // A stage over on this thread: taken next, without a trip through the channel
+                // (an outcome is several hundred bytes, copied at each hand-off).
+                let mut here = None;
                 while stop.is_none() && running < jobs {
                     let (index, checked) = match work.pop_front() {
                         Some(index) => (index, true),
@@ -1036,15 +1039,14 @@ impl<'w, 'r> Executor<'w, 'r> {
                     // thread keeps the record.
                     if runs_in_place(stage) {
                         self.watch(index);
-                        let outcome = runner.run(index);
-                        let _ = tx.send((index, outcome));
+                        here = Some((index, runner.run(index)));
                         break;
                     }
                     // A stage whose output is reused (or whose `if` is false) is over here as
                     // well; only work goes to a worker.
                     if !checked {
                         if let Some(outcome) = runner.run_if_reused(index) {
-                            let _ = tx.send((index, outcome));
+                            here = Some((index, outcome));
                             break;
                         }
                     }
@@ -1055,11 +1057,13 @@ impl<'w, 'r> Executor<'w, 'r> {
                     self.before_waiting(&runner.cache);
                     start_on_worker(index);
                 }
-                if running == 0 {
-                    break;
-                }
-                let Some((index, outcome)) = self.next_result(&rx, &runner.cache) else {
-                    break;
+                let (index, outcome) = match here {
+                    Some(result) => result,
+                    None if running == 0 => break,
+                    None => match self.next_result(&rx, &runner.cache) {
+                        Some(result) => result,
+                        None => break,
+                    },
                 };
                 running -= 1;
                 let verdict = self.absorb(index, outcome);
@@ -1282,7 +1286,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             started_at: None,
             duration_ms,
             fingerprint: outcome.fingerprint.take(),
-            fingerprint_parts: outcome.fingerprint_parts.take().map(Box::new),
+            fingerprint_parts: outcome.fingerprint_parts.take(),
             output_sha256: output_sha.filter(|_| has_output).map(Sha256Hex::Bytes),
             error: outcome.error.clone(),
             reason: outcome.reason.take(),

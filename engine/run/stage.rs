@@ -76,7 +76,8 @@ pub(crate) struct StageOutcome {
     pub reason: Option<String>,
     pub exit: Option<String>,
     pub fingerprint: Option<Sha256Hex>,
-    pub fingerprint_parts: Option<super::record::FingerprintParts>,
+    /// Boxed, as the record keeps it: an outcome is moved several times on its way there.
+    pub fingerprint_parts: Option<Box<super::record::FingerprintParts>>,
     /// The output's SHA-256, when it is already known (a cache entry stores it).
     pub output_sha256: Option<[u8; 32]>,
     pub explain: Option<String>,
@@ -696,7 +697,7 @@ impl StageRunner<'_> {
                 _ => "runs: read-only, so a dry-run runs it too".into(),
             });
         }
-        outcome.fingerprint_parts = Some(parts);
+        outcome.fingerprint_parts = Some(Box::new(parts));
         outcome.output = Some(output);
         Ok(())
     }
