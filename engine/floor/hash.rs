@@ -5,7 +5,12 @@ use sha2::{Digest, Sha256};
 
 /// SHA-256 of `bytes`, lowercase hex.
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
+    hex(&sha256_digest(bytes))
+}
+
+/// [`sha256_hex`] as the digest's bytes.
+pub(crate) fn sha256_digest(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
 }
 
 /// SHA-256 of a value's compact JSON (what `to_string` gives), hashed as it is written, through

@@ -132,22 +132,24 @@ impl<'a> Object<'a> {
     pub(crate) fn key(&mut self, key: &'static str) -> &mut Vec<u8> {
         debug_assert!(!needs_escape(key.as_bytes()), "{key}");
         self.out.reserve(key.len() + 4);
-        if !self.first {
-            self.out.push(b',');
-        }
-        self.first = false;
+        self.next_member();
         self.out.push(b'"');
         self.out.extend_from_slice(key.as_bytes());
         self.out.extend_from_slice(b"\":");
         self.out
     }
 
-    /// Start a member whose key is data (a stage's id), escaped as JSON needs.
-    pub(crate) fn key_of(&mut self, key: &str) -> &mut Vec<u8> {
+    /// The comma before every member but the first.
+    fn next_member(&mut self) {
         if !self.first {
             self.out.push(b',');
         }
         self.first = false;
+    }
+
+    /// Start a member whose key is data (a stage's id), escaped as JSON needs.
+    pub(crate) fn key_of(&mut self, key: &str) -> &mut Vec<u8> {
+        self.next_member();
         string(self.out, key);
         self.out.push(b':');
         self.out

@@ -28,7 +28,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::record::{StoredValue, LARGE_OUTPUT};
-use crate::floor::hash::{digest_of_hex, hex, sha256_json, sha256_json_digest, Sha256Hex};
+use crate::floor::hash::{
+    digest_of_hex, hex, sha256_digest, sha256_json, sha256_json_digest, Sha256Hex,
+};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Entry {
@@ -239,7 +241,7 @@ impl Cache {
                 let mut text = hex(fingerprint);
                 text.push('\0');
                 text.push_str(key);
-                Sha256Hex::Bytes(<sha2::Sha256 as sha2::Digest>::digest(text.as_bytes()).into())
+                Sha256Hex::Bytes(sha256_digest(text.as_bytes()))
             }
             None => Sha256Hex::Bytes(*fingerprint),
         }

@@ -25,7 +25,6 @@ use crate::floor::retry::{AfterFailure, RetryPolicy};
 use crate::format::{OnItemError, OutputFormat};
 use crate::models::{extract_json, ModelRequest};
 use crate::template::{Scope, Tmpl};
-use sha2::Digest as _;
 
 /// One unit's result, its attempts, its model calls and the stderr of its last attempt's
 /// process.
@@ -254,7 +253,7 @@ impl Rendered {
         if written.is_ok() {
             buffer.push(b']');
         }
-        Sha256Hex::Bytes(sha2::Sha256::digest(buffer.as_slice()).into())
+        Sha256Hex::Bytes(crate::floor::hash::sha256_digest(buffer))
     }
 
     /// What a dry-run says this unit would do, after `prefix`; written into one string, since a
@@ -963,7 +962,7 @@ impl StageRunner<'_> {
         };
         buffer.clear();
         FingerprintDocument::of(&parts, &deps, &mut [[0; 64]; 2]).write(&mut buffer);
-        (sha2::Sha256::digest(buffer.as_slice()).into(), parts)
+        (crate::floor::hash::sha256_digest(&buffer), parts)
     }
 
     /// Why an execution would not be reused: the parts that differ from the last run's.
