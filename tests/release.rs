@@ -649,7 +649,9 @@ fn shell_scripts_pass_shellcheck() {
     for file in ["install.sh", "plugin/scripts/stagegraph"] {
         shellcheck("sh", &repo_root().join(file));
     }
-    shellcheck("bash", &repo_root().join("scripts/pgo-build.sh"));
+    for file in ["scripts/pgo-build.sh", "scripts/code-order.sh"] {
+        shellcheck("bash", &repo_root().join(file));
+    }
     let test = Test::new();
     let action = std::fs::read_to_string(repo_root().join("action.yml")).expect("action.yml");
     let action = YamlLoader::load_from_str(&action).expect("YAML").remove(0);
@@ -703,4 +705,46 @@ fn pgo_build_without_llvm_profdata_says_why_and_exits_3() {
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(stderr.contains("no profile-guided build"), "{stderr}");
+}
+
+/// The link order of `scripts/pgo-build.sh`'s last step: the functions the common commands ran
+/// first (a profiled name standing for its symbol with ThinLTO's `.llvm.<n>` suffix too), then
+/// the code no profile names, then the rest of what training ran, each group in address
+/// order; what nothing ran, and data, left out.
+#[test]
+fn code_order_puts_what_the_common_commands_ran_first() {
+    let test = Test::new();
+    let common = test.path("common");
+    std::fs::write(&common, "_ZN3app4main17hE\n_ZN3app5check17hE\n").expect("common");
+    let trained = test.path("trained");
+    std::fs::write(
+        &trained,
+        "_ZN3app4main17hE\n_ZN3app3run17hE\n_ZN3app5check17hE\n",
+    )
+    .expect("trained");
+    let symbols = test.path("symbols");
+    std::fs::write(
+        &symbols,
+        "0000000000001000 t _ZN3app3run17hE\n\
+         0000000000001100 T mi_malloc\n\
+         0000000000001200 t _ZN3app5check17hE.llvm.1234\n\
+         0000000000001300 t _ZN3app4cold17hE\n\
+         0000000000001400 T _ZN3app4main17hE\n\
+         0000000000001500 t _RNvNtCs1_3std2rt10lang_start\n\
+         0000000000002000 d _ZN3app5TABLE17hE\n\
+         0000000000002100 r _ZN3app4main17hE.llvm.99\n",
+    )
+    .expect("symbols");
+    let out = Command::new("bash")
+        .arg(repo_root().join("scripts/code-order.sh"))
+        .args([&common, &trained, &symbols])
+        .output()
+        .expect("run the script");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "_ZN3app5check17hE.llvm.1234\n_ZN3app4main17hE\n\
+         mi_malloc\n_RNvNtCs1_3std2rt10lang_start\n\
+         _ZN3app3run17hE\n"
+    );
 }
