@@ -8,8 +8,8 @@
 #   2. training: the overhead benchmark at 1,000 stages (check, plan, dry-runs, full runs,
 #      no-op reruns of the three shapes, the template stages, `check` of the shipped
 #      workflows) and the shipped workflows' test cases, all run by the instrumented binary;
-#      then, profiled apart, the commands nearly every invocation is (check, plan, a dry-run,
-#      a run and its no-op rerun of a small workflow);
+#      and the commands nearly every invocation is (check, plan, a dry-run, a run and its
+#      no-op rerun of a workflow of 4,000 stages), which are also profiled apart;
 #   3. the profiles merged by llvm-profdata, and the release build (`-Cprofile-use`) in
 #      target/pgo;
 #   4. the code laid out by use: linked again (the binary's own crate only) with the functions
@@ -76,8 +76,10 @@ covered() {
   "$profdata" show --all-functions --covered "$1" | sed 's/^.*;//'
 }
 
-# The commands nearly every invocation is, on a small chain of command stages, profiled into
-# $2: check, plan, a dry-run, the run, its no-op rerun and a dry-run after it.
+# The commands nearly every invocation is, profiled into $2: check, plan, a dry-run, the run, its
+# no-op rerun and a dry-run after it, on a chain of command stages large enough (4,000 stages,
+# 330 KB) to be read in parts on several threads, as a large workflow is
+# (engine/load/split.rs), which the benchmark's 1,000 stages are not.
 common_runs() {
   local bin="$1" out="$2" dir
   rm -rf "$out"
@@ -86,7 +88,7 @@ common_runs() {
   mkdir "$dir/out"
   {
     printf '[workflow]\ndescription = "layout training"\n'
-    for i in $(seq 0 199); do
+    for i in $(seq 0 3999); do
       printf '\n[stages.s%d]\nshell = "echo %d > out/%d.txt"\ncache = true\n' "$i" "$i" "$i"
       [ "$i" -gt 0 ] && printf 'after = ["s%d"]\n' "$((i - 1))"
     done
@@ -106,6 +108,14 @@ common_runs() {
   rm -rf "$dir"
 }
 
+# The functions the common commands ran ($root/pgo-train/common), listed in $common.
+list_common() {
+  "$profdata" merge -o "$common.profdata" "$root/pgo-train/common"
+  covered "$common.profdata" >"$common.new"
+  rm "$common.profdata"
+  mv "$common.new" "$common"
+}
+
 if [ -s "$profile" ]; then
   say "2/4 training: done already for this build ($profile)"
 else
@@ -119,7 +129,10 @@ else
     STAGEGRAPH_BIN="$trained" "$cargo" bench --locked --bench overhead -- "${train[@]}" >/dev/null
   fi
   "$trained" test workflows/ >/dev/null
-  "$profdata" merge -o "$profile.new" "$raw"
+  say "2/4 training: the common commands on a large workflow, also profiled apart"
+  common_runs "$trained" "$root/pgo-train/common"
+  list_common
+  "$profdata" merge -o "$profile.new" "$raw" "$root/pgo-train/common"
   mv "$profile.new" "$profile"
   find "$root/pgo" -maxdepth 1 -name 'stagegraph-*' ! -name "${profile##*/}" \
     ! -name "${common##*/}" -delete
@@ -139,12 +152,10 @@ if [ -s "$order" ]; then
 fi
 
 if [ ! -s "$common" ]; then
+  # A profile trained before the common commands were profiled apart.
   say "2/4 training: the common commands, profiled apart"
   common_runs "$trained" "$root/pgo-train/common"
-  "$profdata" merge -o "$common.profdata" "$root/pgo-train/common"
-  covered "$common.profdata" >"$common.new"
-  rm "$common.profdata"
-  mv "$common.new" "$common"
+  list_common
 fi
 
 say "3/4 release build with the profile (target/pgo)"
