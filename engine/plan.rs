@@ -184,16 +184,16 @@ impl<'w> Plan<'w> {
                         .collect();
                     let _ = writeln!(out, "      after: {}", deps.join(", "));
                 }
-                if let Some(c) = &def.if_ {
+                if let Some(c) = def.if_() {
                     let _ = writeln!(out, "      if: {c}");
                 }
-                if let Some(f) = &def.foreach {
+                if let Some(f) = def.foreach() {
                     let _ = writeln!(out, "      foreach: {f}");
                 }
-                if let Some(e) = &def.exit_if {
+                if let Some(e) = def.exit_if() {
                     let _ = writeln!(out, "      exit_if: {e}");
                 }
-                for that in &def.asserts {
+                for that in def.asserts() {
                     let _ = writeln!(out, "      assert: {that}");
                 }
             }
@@ -261,12 +261,12 @@ impl<'w> Plan<'w> {
                 member.string("summary", &self.action_summary(i));
                 member.opt_string("description", text.description.as_deref());
                 ids(member.key("after"), &stage.deps);
-                member.opt_string("if", text.if_.as_deref());
-                member.opt_string("exit_if", text.exit_if.as_deref());
-                member.opt_string("foreach", text.foreach.as_deref());
+                member.opt_string("if", text.if_());
+                member.opt_string("exit_if", text.exit_if());
+                member.opt_string("foreach", text.foreach());
                 json::strings(
                     member.key("assert"),
-                    text.asserts.iter().map(String::as_str),
+                    text.asserts().iter().map(String::as_str),
                 );
                 member.opt_string("selection", self.selection_of(i));
                 if let Some(sub) = sub_workflow(stage) {
@@ -309,10 +309,10 @@ impl<'w> Plan<'w> {
                             summary: self.action_summary(i),
                             description: stage.text.description.as_deref(),
                             after: Ids(stages, &stage.deps),
-                            if_: stage.text.if_.as_deref(),
-                            exit_if: stage.text.exit_if.as_deref(),
-                            foreach: stage.text.foreach.as_deref(),
-                            assert: &stage.text.asserts,
+                            if_: stage.text.if_(),
+                            exit_if: stage.text.exit_if(),
+                            foreach: stage.text.foreach(),
+                            assert: stage.text.asserts(),
                             selection: self.selection_of(i),
                             sub_workflow: sub_workflow(stage).map(SubPlan),
                         }
@@ -586,7 +586,7 @@ fn action_summary(stage: &crate::check::Stage) -> String {
         Action::None => "(no action)".to_string(),
         Action::Command(_) => format!("command {text}"),
         Action::Shell(_) => format!("shell {}", shortened(text)),
-        Action::Prompt { model, .. } => format!("prompt {text} -> {model}"),
+        Action::Prompt(prompt) => format!("prompt {text} -> {}", prompt.model),
         Action::Template(_) => format!("template {text}"),
         Action::Uses { builtin, .. } => format!("uses {}", builtin.name),
         Action::Workflow { workflow, .. } => format!("workflow {}", workflow.name),
@@ -742,7 +742,7 @@ impl serde::Serialize for SubPlan<'_> {
                 summary: action_summary(stage),
                 after: Ids(&workflow.stages, &stage.deps),
                 finally: stage.finally,
-                exit_if: stage.text.exit_if.as_deref(),
+                exit_if: stage.text.exit_if(),
                 sub_workflow: sub_workflow(stage).map(SubPlan),
             }
         });

@@ -11,7 +11,8 @@ use serde_json::Value;
 use super::gather::{Pending, PendingAction};
 use super::key::{DurationKey, Field, SizeKey, TemplateKey};
 use super::{
-    Action, CacheSpec, CheckedLock, ProcessAction, Stage, StageExtras, StageText, WithTree,
+    Action, CacheSpec, CheckedLock, GuardTexts, ProcessAction, ProcessOptions, PromptAction, Stage,
+    StageExtras, StageText, WithTree,
 };
 use crate::format::{CacheDef, OutputFormat, StageDef, TemplateRef, WorkflowFile};
 use crate::schema::Schema;
@@ -137,35 +138,35 @@ pub(crate) fn assemble(
                     .into_iter()
                     .filter_map(|k| t.stage(i, Field::Env(k.clone())).map(|tmpl| (k, tmpl)))
                     .collect();
-                let process = ProcessAction {
-                    argv,
+                let options = ProcessOptions {
                     stdin: t.stage_if(def.stdin.is_some(), i, Field::Stdin),
                     cwd: t.stage_if(def.cwd.is_some(), i, Field::Cwd),
                     env,
                     ok_codes,
                 };
+                let process = ProcessAction::new(argv, options);
                 if shell {
                     Action::Shell(process)
                 } else {
                     Action::Command(process)
                 }
             }
-            Some(PendingAction::Prompt { model }) => Action::Prompt {
+            Some(PendingAction::Prompt { model }) => Action::Prompt(Box::new(PromptAction {
                 prompt: t.stage(i, Field::Prompt).unwrap_or_else(empty),
                 system: t.stage(i, Field::System),
                 prefix: t.stage(i, Field::PromptPrefix),
                 model,
-            },
+            })),
             Some(PendingAction::Template) => {
                 Action::Template(t.stage(i, Field::Template).unwrap_or_else(empty))
             }
             Some(PendingAction::Uses { builtin }) => Action::Uses {
                 builtin,
-                with: t.with_tree(
+                with: Box::new(t.with_tree(
                     i,
                     &mut Vec::new(),
                     &Value::Object(def.with.clone().unwrap_or_default().into_iter().collect()),
-                ),
+                )),
             },
             Some(PendingAction::Workflow { workflow }) => Action::Workflow {
                 workflow,
@@ -201,8 +202,8 @@ pub(crate) fn assemble(
             }
         }
         let set_state = def
-            .set_state
-            .keys()
+            .set_state()
+            .map(|(k, _)| k)
             .filter_map(|k| {
                 t.stage(i, Field::SetState(k.clone()))
                     .map(|tmpl| (k.clone(), tmpl))
@@ -310,24 +311,23 @@ pub(crate) fn assemble(
 
 /// The texts of a stage as written.
 fn text_of(def: &StageDef) -> StageText {
-    let action = if let Some(command) = &def.command {
-        command.join(" ")
+    let action: Box<str> = if let Some(command) = &def.command {
+        command.join(" ").into()
     } else if let Some(shell) = &def.shell {
         let first = shell.lines().find(|l| !l.trim().is_empty());
-        first.unwrap_or("").trim().to_string()
+        first.unwrap_or("").trim().into()
     } else {
         match def.prompt.as_deref().or(def.template.as_deref()) {
-            Some(TemplateRef::File(path)) => path.clone(),
+            Some(TemplateRef::File(path)) => path.as_str().into(),
             Some(TemplateRef::Inline(_)) => "(inline)".into(),
-            None => String::new(),
+            None => "".into(),
         }
     };
-    StageText {
-        description: def.description.clone(),
-        action,
+    let guards = GuardTexts {
         if_: def.if_.clone(),
         exit_if: def.exit_if.clone(),
         foreach: def.foreach.clone(),
         asserts: def.assert.iter().map(|a| a.that.clone()).collect(),
-    }
+    };
+    StageText::new(def.description.clone(), action, guards)
 }

@@ -86,7 +86,8 @@ pub(crate) enum PendingAction {
         shell: bool,
         argc: usize,
         env_keys: Vec<String>,
-        ok_codes: Vec<i32>,
+        /// `None`: `[0]`.
+        ok_codes: Option<Box<[i32]>>,
     },
     Prompt {
         model: String,
@@ -409,7 +410,7 @@ impl Checker<'_> {
                 }
             }
         }
-        for (key, source) in &def.set_state {
+        for (key, source) in def.set_state() {
             self.stage_source(
                 i,
                 id,
@@ -510,7 +511,7 @@ impl Checker<'_> {
                 if let Some(cwd) = &def.cwd {
                     self.stage_source(i, id, Field::Cwd, &["cwd"], item, cwd, Kind::Text);
                 }
-                for (k, v) in &def.env {
+                for (k, v) in def.env() {
                     self.stage_source(
                         i,
                         id,
@@ -524,8 +525,8 @@ impl Checker<'_> {
                 PendingAction::Process {
                     shell,
                     argc,
-                    env_keys: def.env.keys().cloned().collect(),
-                    ok_codes: def.ok_codes.clone().unwrap_or_else(|| vec![0]),
+                    env_keys: def.env().map(|(k, _)| k.clone()).collect(),
+                    ok_codes: def.ok_codes.clone(),
                 }
             }
             Some("prompt") => {

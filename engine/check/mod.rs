@@ -64,8 +64,8 @@ use key::{DurationKey, SizeKey};
 pub(crate) use literals::{RUN_STATUSES, STAGE_STATUSES};
 use schemas::SchemaOf;
 pub(crate) use workflow::{
-    Action, CacheSpec, CheckedLock, ProcessAction, StageExtras, StageText, WithTree,
-    DEFAULT_MAX_OUTPUT,
+    Action, CacheSpec, CheckedLock, GuardTexts, ProcessAction, ProcessOptions, PromptAction,
+    StageExtras, StageText, WithTree, DEFAULT_MAX_OUTPUT,
 };
 pub use workflow::{Stage, Workflow};
 

@@ -339,11 +339,11 @@ impl Checker<'_> {
     /// nothing else). Left alone when an overlay disabled a stage, which may have set it.
     fn check_state_key(&mut self, key: &str, pending: &Pending, read: &Read) {
         if !self.raw.disabled.is_empty()
-            || self
-                .file
-                .stages
-                .values()
-                .any(|def| def.set_state.contains_key(key))
+            || self.file.stages.values().any(|def| {
+                def.set_state
+                    .as_ref()
+                    .is_some_and(|set| set.contains_key(key))
+            })
         {
             return;
         }
@@ -351,7 +351,7 @@ impl Checker<'_> {
             .file
             .stages
             .values()
-            .flat_map(|def| def.set_state.keys().map(String::as_str))
+            .flat_map(|def| def.set_state().map(|(k, _)| k.as_str()))
             .collect();
         let help = did_you_mean(key, keys.iter().copied()).unwrap_or_else(|| {
             format!("state holds what stages keep with `set_state = {{ {key} = \"...\" }}`")

@@ -107,8 +107,10 @@ pub(crate) struct CheckedLock {
 /// One checked stage.
 ///
 /// What most stages leave unset (guards, limits, retries, model options) is kept apart in
-/// [`StageExtras`], allocated only for a stage that sets any of it: a workflow of 10,000 stages
-/// held 648 bytes a stage, half of them for fields nearly every stage left empty.
+/// [`StageExtras`], allocated only for a stage that sets any of it; so are the texts of its
+/// guards ([`StageText`]) and a process's stdin, cwd, environment and exit codes
+/// ([`ProcessAction`]), and the rarer actions are boxed. A workflow of 10,000 stages held 648
+/// bytes a stage, then 384; now 224.
 pub struct Stage {
     pub(crate) id: String,
     pub(crate) index: usize,
@@ -212,12 +214,54 @@ pub(crate) struct StageText {
     pub description: Option<Box<str>>,
     /// The action's own text: the command line, the first line of the shell script, the name
     /// of the template file (or `inline`); empty for the other actions.
-    pub action: String,
+    pub action: Box<str>,
+    /// `None` when the stage has no guard, loop or assertion (most stages).
+    guards: Option<Box<GuardTexts>>,
+}
+
+/// The texts of a stage's guards, loop and assertions, as written.
+#[derive(Debug, Default)]
+pub(crate) struct GuardTexts {
     pub if_: Option<Box<str>>,
     pub exit_if: Option<Box<str>>,
     pub foreach: Option<Box<str>>,
     /// Each assertion's `that`.
     pub asserts: Vec<String>,
+}
+
+impl StageText {
+    pub(crate) fn new(
+        description: Option<Box<str>>,
+        action: Box<str>,
+        guards: GuardTexts,
+    ) -> StageText {
+        let none = guards.if_.is_none()
+            && guards.exit_if.is_none()
+            && guards.foreach.is_none()
+            && guards.asserts.is_empty();
+        StageText {
+            description,
+            action,
+            guards: (!none).then(|| Box::new(guards)),
+        }
+    }
+
+    pub(crate) fn if_(&self) -> Option<&str> {
+        self.guards.as_ref()?.if_.as_deref()
+    }
+
+    pub(crate) fn exit_if(&self) -> Option<&str> {
+        self.guards.as_ref()?.exit_if.as_deref()
+    }
+
+    pub(crate) fn foreach(&self) -> Option<&str> {
+        self.guards.as_ref()?.foreach.as_deref()
+    }
+
+    /// Each assertion's `that`.
+    pub(crate) fn asserts(&self) -> &[String] {
+        self.guards.as_ref().map_or(&[], |g| &g.asserts)
+    }
 }
 
 pub(crate) struct CacheSpec {
@@ -230,17 +274,13 @@ pub(crate) enum Action {
     None,
     Command(ProcessAction),
     Shell(ProcessAction),
-    Prompt {
-        prompt: Tmpl,
-        system: Option<Tmpl>,
-        /// `prompt_prefix`: sent ahead of the prompt, marked for a provider's prompt cache.
-        prefix: Option<Tmpl>,
-        model: String,
-    },
+    /// Boxed, as the rarer and larger actions are: a stage's action is as large as its
+    /// largest kind.
+    Prompt(Box<PromptAction>),
     Template(Tmpl),
     Uses {
         builtin: &'static Builtin,
-        with: WithTree,
+        with: Box<WithTree>,
     },
     Workflow {
         workflow: Arc<Workflow>,
@@ -281,7 +321,7 @@ impl Action {
             Action::None => "none",
             Action::Command(_) => "command",
             Action::Shell(_) => "shell",
-            Action::Prompt { .. } => "prompt",
+            Action::Prompt(_) => "prompt",
             Action::Template(_) => "template",
             Action::Uses { .. } => "uses",
             Action::Workflow { .. } => "workflow",
@@ -289,13 +329,64 @@ impl Action {
     }
 }
 
-/// `command` and `shell`: argv templates (a shell is `sh -c <script>`), stdin, cwd, env.
+/// `command` and `shell`: argv templates (a shell is `sh -c <script>`), and the stdin, cwd,
+/// environment and exit codes few stages set.
 pub(crate) struct ProcessAction {
     pub argv: Vec<Tmpl>,
+    /// `None` when the stage sets none of them.
+    options: Option<Box<ProcessOptions>>,
+}
+
+/// What a process stage may set besides its argv.
+#[derive(Default)]
+pub(crate) struct ProcessOptions {
     pub stdin: Option<Tmpl>,
     pub cwd: Option<Tmpl>,
     pub env: Vec<(String, Tmpl)>,
-    pub ok_codes: Vec<i32>,
+    /// `None`: `[0]`.
+    pub ok_codes: Option<Box<[i32]>>,
+}
+
+impl ProcessAction {
+    pub(crate) fn new(argv: Vec<Tmpl>, options: ProcessOptions) -> ProcessAction {
+        let none = options.stdin.is_none()
+            && options.cwd.is_none()
+            && options.env.is_empty()
+            && options.ok_codes.is_none();
+        ProcessAction {
+            argv,
+            options: (!none).then(|| Box::new(options)),
+        }
+    }
+
+    pub(crate) fn stdin(&self) -> Option<&Tmpl> {
+        self.options.as_ref()?.stdin.as_ref()
+    }
+
+    pub(crate) fn cwd(&self) -> Option<&Tmpl> {
+        self.options.as_ref()?.cwd.as_ref()
+    }
+
+    pub(crate) fn env(&self) -> &[(String, Tmpl)] {
+        self.options.as_ref().map_or(&[], |o| &o.env)
+    }
+
+    /// The exit codes that count as success.
+    pub(crate) fn ok_codes(&self) -> &[i32] {
+        self.options
+            .as_ref()
+            .and_then(|o| o.ok_codes.as_deref())
+            .unwrap_or(&[0])
+    }
+}
+
+/// A `prompt` stage's templates and model alias.
+pub(crate) struct PromptAction {
+    pub prompt: Tmpl,
+    pub system: Option<Tmpl>,
+    /// `prompt_prefix`: sent ahead of the prompt, marked for a provider's prompt cache.
+    pub prefix: Option<Tmpl>,
+    pub model: String,
 }
 
 /// A `with` value: literals stay literals, strings are templates, tables and arrays recurse.

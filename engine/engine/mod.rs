@@ -149,13 +149,14 @@ pub(crate) fn undefined_models(
     let mut out = Vec::new();
     for stage in &workflow.stages {
         match &stage.action {
-            Action::Prompt { model, .. } if !models.defines(model) => {
+            Action::Prompt(prompt) if !models.defines(&prompt.model) => {
                 let location = workflow.raw.locate(&format!("/stages/{}/model", stage.id));
                 let known: Vec<String> = models
                     .aliases()
                     .into_iter()
                     .map(|(alias, _)| alias)
                     .collect();
+                let model = &prompt.model;
                 let help = did_you_mean(model, known.iter().map(String::as_str))
                     .unwrap_or_else(|| format!("define it in stagegraph.toml: [models.{model}] provider = \"command\" command = [...]"));
                 let mut diagnostic = Diagnostic::error(DiagnosticKind::UndefinedModel {

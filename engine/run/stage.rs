@@ -400,11 +400,7 @@ impl StageRunner<'_> {
                 if self.options.explain {
                     outcome.explain = Some("skipped: `if` is false".into());
                 }
-                outcome.reason = stage
-                    .text
-                    .if_
-                    .as_ref()
-                    .map(|c| format!("`if` is false: {c}"));
+                outcome.reason = stage.text.if_().map(|c| format!("`if` is false: {c}"));
                 return Ok(());
             }
         }
@@ -619,7 +615,7 @@ impl StageRunner<'_> {
                     None => None,
                 };
                 return Err(StageError::Assertion {
-                    that: stage.text.asserts[position].clone(),
+                    that: stage.text.asserts()[position].clone(),
                     message,
                 });
             }
@@ -684,7 +680,7 @@ impl StageRunner<'_> {
                     None => format!(
                         "stage `{}`: `{}` is true",
                         stage.id,
-                        stage.text.exit_if.as_deref().unwrap_or("")
+                        stage.text.exit_if().unwrap_or("")
                     ),
                 };
                 outcome.exit = Some(message.trim().to_string());
@@ -735,7 +731,7 @@ impl StageRunner<'_> {
         match &stage.action {
             Action::None | Action::Template(_) | Action::Workflow { .. } => false,
             Action::Uses { builtin, .. } => builtin.writes,
-            Action::Prompt { .. } => !self.options.replay,
+            Action::Prompt(_) => !self.options.replay,
             Action::Command(_) | Action::Shell(_) => !rendered.is_empty(),
         }
     }
@@ -771,22 +767,17 @@ impl StageRunner<'_> {
             Action::Command(process) | Action::Shell(process) => {
                 Rendered::Process(self.render_process(stage, process, scope)?)
             }
-            Action::Prompt {
-                prompt,
-                system,
-                prefix,
-                model,
-            } => Rendered::Prompt(ModelRequest {
-                alias: model.clone(),
-                system: match system {
+            Action::Prompt(prompt) => Rendered::Prompt(ModelRequest {
+                alias: prompt.model.clone(),
+                system: match &prompt.system {
                     Some(system) => Some(render(system, Part::System)?),
                     None => None,
                 },
-                prefix: match prefix {
+                prefix: match &prompt.prefix {
                     Some(prefix) => Some(render(prefix, Part::PromptPrefix)?),
                     None => None,
                 },
-                prompt: render(prompt, Part::Prompt)?,
+                prompt: render(&prompt.prompt, Part::Prompt)?,
                 temperature: stage.extras().temperature,
                 max_tokens: stage.extras().max_tokens,
                 timeout: stage.extras().timeout,
@@ -821,8 +812,7 @@ impl StageRunner<'_> {
         // with `-c`) gets its values through the environment, never as script text.
         use crate::template::shell;
         let stdin_values = process
-            .stdin
-            .as_ref()
+            .stdin()
             .is_some_and(|stdin| !matches!(stdin, Tmpl::Literal(_)));
         let mut argv = Vec::with_capacity(process.argv.len());
         let mut script_env = Vec::new();
@@ -873,7 +863,7 @@ impl StageRunner<'_> {
                 })
                 .collect();
             let mut findings = Vec::new();
-            shell::analyze(&words, process.stdin.is_some(), &mut findings);
+            shell::analyze(&words, process.stdin().is_some(), &mut findings);
             for finding in findings {
                 let shell::Use::Code(_) = &finding.usage else {
                     continue;
@@ -885,7 +875,7 @@ impl StageRunner<'_> {
                 return Err(Part::Argument(finding.at + 1).failed(shell::script_error(&message)));
             }
         }
-        let stdin = match &process.stdin {
+        let stdin = match process.stdin() {
             Some(stdin) => Some(
                 stdin
                     .render(scope)
@@ -894,7 +884,7 @@ impl StageRunner<'_> {
             ),
             None => None,
         };
-        let cwd = match &process.cwd {
+        let cwd = match process.cwd() {
             Some(cwd) => {
                 let text = cwd.render(scope).map_err(|e| Part::Cwd.failed(e))?;
                 if let Some(at) = text.find('\0') {
@@ -906,7 +896,7 @@ impl StageRunner<'_> {
         };
         let mut env = self.prepared.child_env.clone();
         env.extend(script_env);
-        for (name, value) in &process.env {
+        for (name, value) in process.env() {
             let failed = |e: minijinja::Error| Part::Env(name.clone()).failed(e);
             let text = value.render(scope).map_err(failed)?;
             if let Some(at) = text.find('\0') {
@@ -943,7 +933,7 @@ impl StageRunner<'_> {
             })
             .collect();
         let model = match &stage.action {
-            Action::Prompt { model, .. } => self.runtime.models.identity(model),
+            Action::Prompt(prompt) => self.runtime.models.identity(&prompt.model),
             _ => None,
         };
         let sub = match &stage.action {
@@ -1107,7 +1097,7 @@ impl StageRunner<'_> {
         // Model calls wait on the network, not on a core: a prompt stage whose model sets
         // `max_concurrency` runs that many items at once, whatever `--jobs` says.
         let workers = match &stage.action {
-            Action::Prompt { model, .. } => self.runtime.models.max_concurrency(model),
+            Action::Prompt(prompt) => self.runtime.models.max_concurrency(&prompt.model),
             _ => None,
         };
         let cap = stage
@@ -1307,7 +1297,7 @@ impl StageRunner<'_> {
                 spec.timeout = stage.extras().timeout;
                 spec.max_stdout = Some(self.max_output(stage));
                 let ok_codes = match &stage.action {
-                    Action::Command(p) | Action::Shell(p) => p.ok_codes.clone(),
+                    Action::Command(p) | Action::Shell(p) => p.ok_codes().to_vec(),
                     _ => vec![0],
                 };
                 // Marked and journaled, so a resume after a kill can find what it left running.
@@ -1558,9 +1548,7 @@ fn is_work(stage: &Stage) -> bool {
     match &stage.action {
         Action::None | Action::Template(_) => false,
         Action::Uses { builtin, .. } => builtin.writes,
-        Action::Command(_) | Action::Shell(_) | Action::Prompt { .. } | Action::Workflow { .. } => {
-            true
-        }
+        Action::Command(_) | Action::Shell(_) | Action::Prompt(_) | Action::Workflow { .. } => true,
     }
 }
 
