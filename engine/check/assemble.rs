@@ -98,7 +98,7 @@ pub(crate) fn assemble(
     deps: &[BTreeSet<usize>],
     order: Vec<usize>,
     declared: &HashMap<String, Option<Arc<Schema>>>,
-    definition_hashes: Vec<String>,
+    definition_hashes: Vec<[u8; 32]>,
     durations: &HashMap<DurationKey, Duration>,
     sizes: &HashMap<SizeKey, u64>,
 ) -> Option<Parts> {

@@ -264,10 +264,10 @@ fn hashes_of_files(raw: &RawWorkflow) -> Vec<(String, String)> {
 }
 
 /// Each stage's definition hash, in the order of the stages.
-fn definition_hashes(file: &WorkflowFile) -> Vec<String> {
+fn definition_hashes(file: &WorkflowFile) -> Vec<[u8; 32]> {
     file.stages
         .values()
-        .map(crate::floor::hash::sha256_json)
+        .map(crate::floor::hash::sha256_json_digest)
         .collect()
 }
 
@@ -318,7 +318,7 @@ impl Checker<'_> {
     fn run(
         &mut self,
         visiting: &mut Vec<Visit>,
-        definition_hashes: impl FnOnce() -> Vec<String>,
+        definition_hashes: impl FnOnce() -> Vec<[u8; 32]>,
     ) -> Option<Unassembled> {
         let ids: Vec<String> = self.file.stages.keys().cloned().collect();
         let index: HashMap<&str, usize> = ids
@@ -387,7 +387,7 @@ struct Unassembled {
     templates: Vec<Option<crate::template::Tmpl>>,
     deps: Vec<std::collections::BTreeSet<usize>>,
     order: Vec<usize>,
-    definition_hashes: Vec<String>,
+    definition_hashes: Vec<[u8; 32]>,
 }
 
 pub(crate) fn stage_pointer(id: &str) -> String {

@@ -126,7 +126,7 @@ pub struct Stage {
     /// Runs once the run has ended (`finally = true`).
     pub(crate) finally: bool,
     /// SHA-256 of the stage's definition as written (after overlays).
-    pub(crate) definition_hash: String,
+    pub(crate) definition_hash: [u8; 32],
     /// `None` when every field of it is as [`StageExtras::NONE`] has it
     /// ([`StageExtras::boxed`]).
     pub(crate) extras: Option<Box<StageExtras>>,

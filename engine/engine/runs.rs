@@ -156,7 +156,7 @@ impl RunRecord {
             };
             statuses.insert(id.clone(), status.to_string());
             // A sub-workflow's stages as `stage/inner`, the one that ended it `exited`.
-            if let Some(sub) = &stage.sub_run {
+            if let Some(sub) = &stage.details().sub_run {
                 let exit = sub.exit_stage.as_deref();
                 for (inner, status) in &sub.stages {
                     let status = match exit == Some(inner.as_str()) {

@@ -385,7 +385,7 @@ fn stage_diff(
         }
     }
     let tokens = |s: Option<&StageRecord>| {
-        s.and_then(|s| s.usage.as_ref())
+        s.and_then(|s| s.details().usage.as_ref())
             .map_or(0, |u| u.input_tokens + u.output_tokens)
     };
     let (ta, tb) = (tokens(sa), tokens(sb));

@@ -44,7 +44,7 @@ pub(crate) mod report;
 mod stage;
 pub(crate) mod stage_error;
 
-pub(crate) use record::{ExitInfo, StageRecord, StageStatus};
+pub(crate) use record::{ExitInfo, StageDetails, StageRecord, StageStatus};
 pub use record::{RunRecord, RunStatus};
 
 use progress::Reporter;
@@ -1281,32 +1281,31 @@ impl<'w, 'r> Executor<'w, 'r> {
             }
             _ => None,
         };
-        let entry = StageRecord {
-            status: outcome.status,
-            started_at: None,
-            duration_ms,
-            fingerprint: outcome.fingerprint.take(),
-            fingerprint_parts: outcome.fingerprint_parts.take(),
-            output_sha256: output_sha.filter(|_| has_output).map(Sha256Hex::Bytes),
+        let mut entry = StageRecord::not_run();
+        entry.status = outcome.status;
+        entry.duration_ms = duration_ms;
+        entry.fingerprint = outcome.fingerprint.take();
+        entry.fingerprint_parts = outcome.fingerprint_parts.take();
+        entry.output_sha256 = output_sha.filter(|_| has_output).map(Sha256Hex::Bytes);
+        entry.attempts = outcome.attempts;
+        entry.reused_from = outcome.reused_from.take();
+        entry.assumed = outcome.assumed;
+        entry.set_details(StageDetails {
             error: outcome.error.clone(),
             reason: outcome.reason.take(),
-            attempts: outcome.attempts,
             items: outcome.items,
             failed_items: outcome.failed_items,
             reused_items: outcome.reused_items,
             item_runs: std::mem::take(&mut outcome.item_runs),
             sub_run: outcome.sub_run.take(),
-            reused_from: outcome.reused_from.take(),
             model_calls: std::mem::take(&mut outcome.model_calls),
             usage: stage_usage.map(Box::new),
-            output_cut: false,
             explain: outcome.explain.take(),
-            assumed: outcome.assumed,
             stderr: outcome
                 .stderr
                 .take()
                 .filter(|_| outcome.status != StageStatus::Failed),
-        };
+        });
         match &self.recorder {
             Some(recorder) => recorder.finished(Finished {
                 index,
@@ -1328,10 +1327,8 @@ impl<'w, 'r> Executor<'w, 'r> {
                 }
                 if let Some(slot) = self.record.stages.get_mut(&id) {
                     let started_at = slot.started_at.take();
-                    *slot = StageRecord {
-                        started_at,
-                        ..entry
-                    };
+                    *slot = entry;
+                    slot.started_at = started_at;
                 }
             }
         }

@@ -420,7 +420,7 @@ fn stage_spans(
     if let Some(from) = &stage.reused_from {
         attributes.push(("stagegraph.reused_from".into(), s(from.as_ref())));
     }
-    if let Some(reason) = &stage.reason {
+    if let Some(reason) = &stage.details().reason {
         let key = if exited {
             "stagegraph.exit.reason"
         } else {
@@ -428,11 +428,11 @@ fn stage_spans(
         };
         attributes.push((key.into(), s(reason)));
     }
-    if let Some(items) = stage.items {
+    if let Some(items) = stage.details().items {
         attributes.push(("stagegraph.foreach.items".into(), int(items as u64)));
         attributes.push((
             "stagegraph.foreach.failed_items".into(),
-            int(stage.failed_items as u64),
+            int(stage.details().failed_items as u64),
         ));
     }
     if stage.attempts > 1 {
@@ -452,19 +452,31 @@ fn stage_spans(
     };
     let mut events = Vec::new();
     let mut children = Vec::new();
-    if stage.item_runs.is_empty() {
-        children = chat.spans(&stage.model_calls, 0, start, stage_id, &mut events);
+    if stage.details().item_runs.is_empty() {
+        children = chat.spans(
+            &stage.details().model_calls,
+            0,
+            start,
+            stage_id,
+            &mut events,
+        );
     } else {
         let run_start = unix_ns(&record.started_at).unwrap_or(start);
         let mut first: usize = 0;
-        for item in &stage.item_runs {
+        for item in &stage.details().item_runs {
             let index = item.index.to_string();
             let item_id = span_id(&[&record.run_id, id, "item", &index]);
             let item_start = run_start + item.start_ms * MS;
             let count = usize::try_from(item.model_calls).unwrap_or(usize::MAX);
             let calls = stage
+                .details()
                 .model_calls
-                .get(first..first.saturating_add(count).min(stage.model_calls.len()))
+                .get(
+                    first
+                        ..first
+                            .saturating_add(count)
+                            .min(stage.details().model_calls.len()),
+                )
                 .unwrap_or_default();
             let mut item_events = Vec::new();
             let calls = chat.spans(calls, first, item_start, item_id, &mut item_events);
@@ -502,8 +514,13 @@ fn stage_spans(
         end_ns: start + stage.duration_ms * MS,
         attributes,
         events,
-        error: (stage.status == StageStatus::Failed)
-            .then(|| stage.error.clone().unwrap_or_else(|| "failed".into())),
+        error: (stage.status == StageStatus::Failed).then(|| {
+            stage
+                .details()
+                .error
+                .clone()
+                .unwrap_or_else(|| "failed".into())
+        }),
     });
     spans.extend(children);
 }

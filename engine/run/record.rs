@@ -169,7 +169,7 @@ impl SubRun {
         let mut exit_stage = record.exit.as_ref().and_then(|e| e.stage.clone());
         for (id, stage) in &record.stages {
             stages.insert(id.clone(), stage.status);
-            if let Some(inner) = &stage.sub_run {
+            if let Some(inner) = &stage.details().sub_run {
                 for (inner_id, status) in &inner.stages {
                     stages.insert(format!("{id}/{inner_id}"), *status);
                 }
@@ -186,8 +186,162 @@ impl SubRun {
     }
 }
 
+/// How a stage ran, as the run's record keeps it.
+///
+/// The members nearly every stage sets are here; the rest (an error, a reason, `foreach`
+/// items, model calls, ...) are in [`StageDetails`], allocated only for a stage that has any:
+/// a record of 10,000 stages held 344 bytes a stage, more than half of them for members nearly
+/// every stage left empty. `run.json` holds them all flat ([`StageRecordJson`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(from = "StageRecordJson", into = "StageRecordJson")]
 pub(crate) struct StageRecord {
+    pub status: StageStatus,
+    pub started_at: Option<String>,
+    pub duration_ms: u64,
+    pub fingerprint: Option<Sha256Hex>,
+    /// What the fingerprint covers, hashed part by part (so a miss can say what changed).
+    pub fingerprint_parts: Option<Box<FingerprintParts>>,
+    pub output_sha256: Option<Sha256Hex>,
+    pub attempts: u32,
+    /// For `cached`: the run or cache entry the output came from.
+    pub reused_from: Option<Cow<'static, str>>,
+    /// Its output was not kept whole: the run's record budget was spent (a resume runs the stage
+    /// again).
+    pub output_cut: bool,
+    /// In a dry-run: the output was assumed, not produced.
+    pub assumed: bool,
+    /// `None` when every member of it is empty ([`StageRecord::details`]).
+    details: Option<Box<StageDetails>>,
+}
+
+/// The members of a [`StageRecord`] that most stages leave empty.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct StageDetails {
+    pub error: Option<String>,
+    /// Why it was skipped, or the early exit it caused.
+    pub reason: Option<String>,
+    pub items: Option<usize>,
+    /// `foreach` items that failed under `on_item_error = "continue"` (their outputs are null).
+    pub failed_items: usize,
+    /// `foreach` items whose output a resume took from the run it resumed instead of running
+    /// them again.
+    pub reused_items: usize,
+    /// Each `foreach` item that ran or was reused, by index: when, how long, how it ended
+    /// (absent from records older than it).
+    pub item_runs: Vec<ItemRun>,
+    /// A sub-workflow stage's (not a `foreach` one's): how its stages ended.
+    pub sub_run: Option<Box<SubRun>>,
+    pub model_calls: Vec<ModelCall>,
+    /// The model calls' tokens, latency and cost, summed.
+    pub usage: Option<Box<UsageTotals>>,
+    /// With `--explain`: whether the stage would be reused, and why not.
+    pub explain: Option<String>,
+    /// The end of what a successful stage's process wrote on stderr (at most 8 KB; a failed
+    /// one's is in `error`).
+    pub stderr: Option<String>,
+}
+
+impl StageDetails {
+    const NONE: StageDetails = StageDetails {
+        error: None,
+        reason: None,
+        items: None,
+        failed_items: 0,
+        reused_items: 0,
+        item_runs: Vec::new(),
+        sub_run: None,
+        model_calls: Vec::new(),
+        usage: None,
+        explain: None,
+        stderr: None,
+    };
+
+    fn is_none(&self) -> bool {
+        self.error.is_none()
+            && self.reason.is_none()
+            && self.items.is_none()
+            && self.failed_items == 0
+            && self.reused_items == 0
+            && self.item_runs.is_empty()
+            && self.sub_run.is_none()
+            && self.model_calls.is_empty()
+            && self.usage.is_none()
+            && self.explain.is_none()
+            && self.stderr.is_none()
+    }
+
+    /// Boxed, or `None` when every member is empty.
+    pub(crate) fn boxed(self) -> Option<Box<Self>> {
+        (!self.is_none()).then(|| Box::new(self))
+    }
+}
+
+static NO_DETAILS: StageDetails = StageDetails::NONE;
+
+impl From<StageRecordJson> for StageRecord {
+    fn from(json: StageRecordJson) -> Self {
+        let details = StageDetails {
+            error: json.error,
+            reason: json.reason,
+            items: json.items,
+            failed_items: json.failed_items,
+            reused_items: json.reused_items,
+            item_runs: json.item_runs,
+            sub_run: json.sub_run,
+            model_calls: json.model_calls,
+            usage: json.usage,
+            explain: json.explain,
+            stderr: json.stderr,
+        };
+        StageRecord {
+            status: json.status,
+            started_at: json.started_at,
+            duration_ms: json.duration_ms,
+            fingerprint: json.fingerprint,
+            fingerprint_parts: json.fingerprint_parts,
+            output_sha256: json.output_sha256,
+            attempts: json.attempts,
+            reused_from: json.reused_from,
+            output_cut: json.output_cut,
+            assumed: json.assumed,
+            details: details.boxed(),
+        }
+    }
+}
+
+impl From<StageRecord> for StageRecordJson {
+    fn from(record: StageRecord) -> Self {
+        let details = record.details.map(|d| *d).unwrap_or_default();
+        StageRecordJson {
+            status: record.status,
+            started_at: record.started_at,
+            duration_ms: record.duration_ms,
+            fingerprint: record.fingerprint,
+            fingerprint_parts: record.fingerprint_parts,
+            output_sha256: record.output_sha256,
+            error: details.error,
+            reason: details.reason,
+            attempts: record.attempts,
+            items: details.items,
+            failed_items: details.failed_items,
+            reused_items: details.reused_items,
+            item_runs: details.item_runs,
+            sub_run: details.sub_run,
+            reused_from: record.reused_from,
+            model_calls: details.model_calls,
+            usage: details.usage,
+            output_cut: record.output_cut,
+            explain: details.explain,
+            assumed: record.assumed,
+            stderr: details.stderr,
+        }
+    }
+}
+
+/// A stage's record as `run.json` holds it: every member flat. Read and written through
+/// [`StageRecord`], which keeps the members few stages set in a box of their own.
+#[derive(Serialize, Deserialize)]
+struct StageRecordJson {
     pub status: StageStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<String>,
@@ -274,22 +428,27 @@ impl StageRecord {
             fingerprint: None,
             fingerprint_parts: None,
             output_sha256: None,
-            error: None,
-            reason: None,
             attempts: 0,
-            items: None,
-            failed_items: 0,
-            reused_items: 0,
-            item_runs: Vec::new(),
-            sub_run: None,
             reused_from: None,
-            model_calls: Vec::new(),
-            usage: None,
             output_cut: false,
-            explain: None,
             assumed: false,
-            stderr: None,
+            details: None,
         }
+    }
+
+    /// The members most stages leave empty ([`StageDetails`]).
+    pub(crate) fn details(&self) -> &StageDetails {
+        self.details.as_deref().unwrap_or(&NO_DETAILS)
+    }
+
+    /// The members most stages leave empty, to change.
+    pub(crate) fn details_mut(&mut self) -> &mut StageDetails {
+        self.details.get_or_insert_with(Box::default)
+    }
+
+    /// Set them all at once (boxed only when any is set).
+    pub(crate) fn set_details(&mut self, details: StageDetails) {
+        self.details = details.boxed();
     }
 }
 
@@ -1057,7 +1216,10 @@ pub(crate) fn read_record_as_written(state_dir: &Path, id: &str) -> Result<RunRe
         for stage in record.stages.values_mut() {
             if stage.status == StageStatus::Running {
                 stage.status = StageStatus::Failed;
-                stage.error.get_or_insert_with(|| "interrupted".into());
+                stage
+                    .details_mut()
+                    .error
+                    .get_or_insert_with(|| "interrupted".into());
             }
         }
         // Best effort: a reader without write access still sees the record as it is.

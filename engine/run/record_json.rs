@@ -80,6 +80,7 @@ impl RunRecord {
 impl StageRecord {
     /// The stage as `run.json` holds it.
     fn write_json(&self, out: &mut Vec<u8>) -> Result<(), ()> {
+        let details = self.details();
         let mut stage = Object::new(out);
         stage.string("status", self.status.as_str());
         if let Some(started_at) = &self.started_at {
@@ -95,49 +96,49 @@ impl StageRecord {
         if let Some(sha256) = &self.output_sha256 {
             sha256.write_json(stage.key("output_sha256"));
         }
-        if let Some(error) = &self.error {
+        if let Some(error) = &details.error {
             stage.string("error", error);
         }
-        if let Some(reason) = &self.reason {
+        if let Some(reason) = &details.reason {
             stage.string("reason", reason);
         }
         if self.attempts != 0 {
             stage.u64("attempts", u64::from(self.attempts));
         }
-        if let Some(items) = self.items {
+        if let Some(items) = details.items {
             stage.u64("items", items as u64);
         }
-        if self.failed_items != 0 {
-            stage.u64("failed_items", self.failed_items as u64);
+        if details.failed_items != 0 {
+            stage.u64("failed_items", details.failed_items as u64);
         }
-        if self.reused_items != 0 {
-            stage.u64("reused_items", self.reused_items as u64);
+        if details.reused_items != 0 {
+            stage.u64("reused_items", details.reused_items as u64);
         }
-        if !self.item_runs.is_empty() {
-            json::serde(stage.key("item_runs"), &self.item_runs)?;
+        if !details.item_runs.is_empty() {
+            json::serde(stage.key("item_runs"), &details.item_runs)?;
         }
-        if let Some(sub_run) = &self.sub_run {
+        if let Some(sub_run) = &details.sub_run {
             json::serde(stage.key("sub_run"), sub_run)?;
         }
         if let Some(reused_from) = &self.reused_from {
             stage.string("reused_from", reused_from);
         }
-        if !self.model_calls.is_empty() {
-            json::serde(stage.key("model_calls"), &self.model_calls)?;
+        if !details.model_calls.is_empty() {
+            json::serde(stage.key("model_calls"), &details.model_calls)?;
         }
-        if let Some(usage) = &self.usage {
+        if let Some(usage) = &details.usage {
             json::serde(stage.key("usage"), usage)?;
         }
         if self.output_cut {
             stage.bool("output_cut", true);
         }
-        if let Some(explain) = &self.explain {
+        if let Some(explain) = &details.explain {
             stage.string("explain", explain);
         }
         if self.assumed {
             stage.bool("assumed", true);
         }
-        if let Some(stderr) = &self.stderr {
+        if let Some(stderr) = &details.stderr {
             stage.string("stderr", stderr);
         }
         stage.end();

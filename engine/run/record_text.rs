@@ -157,6 +157,7 @@ impl RunRecord {
             .iter()
             .map(|(id, stage)| {
                 let verdict = stage
+                    .details()
                     .explain
                     .clone()
                     .unwrap_or_else(|| format!("not reached ({})", stage.status.as_str()));
@@ -304,7 +305,12 @@ impl RunRecord {
             out.push_str(&format!("error: {error}\n"));
         }
         for (id, s) in &self.stages {
-            let extra = s.error.clone().or(s.reason.clone()).unwrap_or_default();
+            let extra = s
+                .details()
+                .error
+                .clone()
+                .or(s.details().reason.clone())
+                .unwrap_or_default();
             out.push_str(&format!(
                 "  {:<24} {:<9} {:>7}ms  {}\n",
                 id,
@@ -313,7 +319,7 @@ impl RunRecord {
                 first_line(&extra)
             ));
             // What a stage that succeeded said on stderr (warnings, progress).
-            for line in s.stderr.as_deref().unwrap_or("").lines() {
+            for line in s.details().stderr.as_deref().unwrap_or("").lines() {
                 out.push_str(&format!("      stderr: {line}\n"));
             }
             if let Some(line) = outputs.get(id).filter(|_| s.status.has_output()) {

@@ -315,10 +315,10 @@ fn graph_svg(out: &mut String, nodes: &[Node]) {
     for ((node, (x, y)), inner) in nodes.iter().zip(&at).zip(&inner) {
         let status = node.status();
         let mut second = format!("{status} {}", duration(node.record.duration_ms));
-        if let Some(items) = node.record.items {
+        if let Some(items) = node.record.details().items {
             second.push_str(&format!(" · {items} items"));
-            if node.record.failed_items > 0 {
-                second.push_str(&format!(" ({} failed)", node.record.failed_items));
+            if node.record.details().failed_items > 0 {
+                second.push_str(&format!(" ({} failed)", node.record.details().failed_items));
             }
         }
         if node
@@ -388,7 +388,7 @@ fn inner_stages(node: &Node) -> Vec<(String, &'static str)> {
     };
     let mut ids = Vec::new();
     walk(&sub["stages"], "", &mut ids);
-    let run = node.record.sub_run.as_deref();
+    let run = node.record.details().sub_run.as_deref();
     ids.into_iter()
         .map(|id| {
             let status = match run {
@@ -508,8 +508,8 @@ fn timeline_svg(out: &mut String, record: &RunRecord, nodes: &[Node]) {
         .filter_map(|(i, n)| {
             let start = offset_ms(&record.started_at, n.record.started_at.as_deref()?)?;
             // A foreach stage's calls are drawn in its items' bars when the record has them.
-            let calls = match n.record.item_runs.is_empty() {
-                true => &n.record.model_calls[..],
+            let calls = match n.record.details().item_runs.is_empty() {
+                true => &n.record.details().model_calls[..],
                 false => &[],
             };
             Some(Bar {
@@ -540,15 +540,21 @@ fn timeline_svg(out: &mut String, record: &RunRecord, nodes: &[Node]) {
     for bar in &bars {
         let stage = nodes[bar.node].record;
         let mut first = 0usize;
-        for item in &stage.item_runs {
+        for item in &stage.details().item_runs {
             let count = usize::try_from(item.model_calls).unwrap_or(usize::MAX);
-            let end = first.saturating_add(count).min(stage.model_calls.len());
+            let end = first
+                .saturating_add(count)
+                .min(stage.details().model_calls.len());
             items.push(Bar {
                 start: item.start_ms,
                 length: item.duration_ms,
                 node: bar.node,
                 item: Some(item),
-                calls: stage.model_calls.get(first..end).unwrap_or_default(),
+                calls: stage
+                    .details()
+                    .model_calls
+                    .get(first..end)
+                    .unwrap_or_default(),
                 first,
             });
             first = end;
@@ -713,9 +719,10 @@ fn stage_table(out: &mut String, nodes: &[Node]) {
     for node in nodes {
         let note = node
             .record
+            .details()
             .error
             .as_deref()
-            .or(node.record.reason.as_deref())
+            .or(node.record.details().reason.as_deref())
             .unwrap_or("");
         let _ = writeln!(
             out,

@@ -944,7 +944,7 @@ impl StageRunner<'_> {
         let mut buffer = Vec::with_capacity(512);
         let parts = super::record::FingerprintParts {
             version: Cow::Borrowed(CACHE_VERSION),
-            definition: Sha256Hex::new(&stage.definition_hash),
+            definition: Sha256Hex::Bytes(stage.definition_hash),
             action: Rendered::sha256_of(rendered, &mut buffer),
             schema: stage.schema.as_ref().map(|s| s.sha256.clone()),
             model,

@@ -180,7 +180,12 @@ fn paid(record: &RunRecord) -> (usize, f64) {
     let mut calls = 0;
     let mut cost = 0.0;
     for stage in record.stages.values() {
-        for call in stage.model_calls.iter().filter(|call| !call.replayed) {
+        for call in stage
+            .details()
+            .model_calls
+            .iter()
+            .filter(|call| !call.replayed)
+        {
             calls += 1;
             cost += call.cost_usd.unwrap_or(0.0);
         }
@@ -203,12 +208,15 @@ fn compare(
             expect.status.as_str(),
             record.status.as_str()
         );
-        let stage_failed = record.stages.values().any(|stage| stage.error.is_some());
+        let stage_failed = record
+            .stages
+            .values()
+            .any(|stage| stage.details().error.is_some());
         if let Some(error) = record.error.as_ref().filter(|_| !stage_failed) {
             let _ = write!(message, "\n  error: {}", indent(error));
         }
         for (id, stage) in &record.stages {
-            if let Some(error) = &stage.error {
+            if let Some(error) = &stage.details().error {
                 let _ = write!(message, "\n  stage `{id}` failed: {}", indent(error));
             }
         }
@@ -226,7 +234,7 @@ fn compare(
         if record
             .stages
             .values()
-            .any(|stage| stage.error.as_deref().is_some_and(is_miss))
+            .any(|stage| stage.details().error.as_deref().is_some_and(is_miss))
         {
             message.push_str(
                 "\n  help: `stagegraph test --record` asks the model the requests that have no recording",
@@ -252,7 +260,7 @@ fn compare(
         let stage_errors: Vec<&str> = record
             .stages
             .values()
-            .filter_map(|stage| stage.error.as_deref())
+            .filter_map(|stage| stage.details().error.as_deref())
             .collect();
         if !actual.contains(wanted.as_str())
             && !stage_errors.iter().any(|e| e.contains(wanted.as_str()))
@@ -330,8 +338,8 @@ fn scope(record: &RunRecord, stage_outputs: &Map<String, Value>, outputs: &Value
             json!({
                 "status": stage.status.as_str(),
                 "output": stage_outputs.get(id).cloned().unwrap_or(Value::Null),
-                "error": stage.error,
-                "model_calls": stage.model_calls.len(),
+                "error": stage.details().error,
+                "model_calls": stage.details().model_calls.len(),
             }),
         );
     }
