@@ -358,7 +358,7 @@ pub(crate) struct StageDef {
     pub max_output: Option<Box<str>>,
     /// Reuse the output of an identical earlier execution.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache: Option<Box<CacheDef>>,
+    pub cache: Option<CacheDef>,
     /// On success, values saved in the workflow's persistent state (templates).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "IndexMap<String, String>")]
@@ -488,7 +488,8 @@ pub(crate) enum OnItemError {
 #[serde(untagged)]
 pub(crate) enum CacheDef {
     Enabled(bool),
-    Keyed(CacheKeyed),
+    // Boxed: `cache = true`, the common case, allocates nothing.
+    Keyed(Box<CacheKeyed>),
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]

@@ -87,13 +87,14 @@ impl Templates {
     }
 }
 
-/// Build the checked parts. `templates[k]` is the compiled `pendings[k]`.
+/// Build the checked parts. `templates[k]` is the compiled `pendings[k]`; the sources are freed
+/// (all but their keys) before the first stage is built.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn assemble(
     file: &WorkflowFile,
     definitions: IndexMap<String, Arc<StageDef>>,
     actions: Vec<Option<PendingAction>>,
-    pendings: &[Pending],
+    pendings: Vec<Pending>,
     templates: Vec<Option<Tmpl>>,
     deps: &[BTreeSet<usize>],
     order: Vec<usize>,
@@ -105,9 +106,9 @@ pub(crate) fn assemble(
     let duration = |key| durations.get(&key).copied();
     let size = |key| sizes.get(&key).copied();
     let mut by_key = HashMap::with_capacity(templates.len());
-    for (pending, tmpl) in pendings.iter().zip(templates) {
+    for (pending, tmpl) in pendings.into_iter().zip(templates) {
         if let Some(tmpl) = tmpl {
-            by_key.insert(pending.key.clone(), tmpl);
+            by_key.insert(pending.key, tmpl);
         }
     }
     let mut t = Templates(by_key);
@@ -209,7 +210,7 @@ pub(crate) fn assemble(
                     .map(|tmpl| (k.clone(), tmpl))
             })
             .collect();
-        let cache = def.cache.as_ref().and_then(|c| match &**c {
+        let cache = def.cache.as_ref().and_then(|c| match c {
             CacheDef::Enabled(false) => None,
             CacheDef::Enabled(true) => Some(CacheSpec {
                 key: None,

@@ -421,7 +421,7 @@ impl Checker<'_> {
                 Kind::Value,
             );
         }
-        if let Some(CacheDef::Keyed(keyed)) = def.cache.as_deref() {
+        if let Some(CacheDef::Keyed(keyed)) = &def.cache {
             if let Some(key) = &keyed.key {
                 self.stage_source(
                     i,

@@ -195,7 +195,7 @@ fn check_inner(
                 &file,
                 definitions,
                 unassembled.actions,
-                &unassembled.pendings,
+                unassembled.pendings,
                 unassembled.templates,
                 &unassembled.deps,
                 unassembled.order,
