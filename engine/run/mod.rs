@@ -1207,9 +1207,9 @@ impl<'w, 'r> Executor<'w, 'r> {
         };
         // `cached` and `succeeded` carry the same output: only what was produced counts.
         let output_sha_text = output_sha.as_ref().map(|sha| crate::floor::hash::hex(sha));
-        let slot_sha = match (&output_sha_text, has_output) {
-            (Some(sha), true) => sha.clone(),
-            _ => outcome.status.as_str().to_string(),
+        let slot_sha = match (output_sha, has_output) {
+            (Some(sha), true) => Sha256Hex::Bytes(sha),
+            _ => Sha256Hex::Text(outcome.status.as_str().into()),
         };
         self.table.set(
             index,

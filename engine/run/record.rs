@@ -617,11 +617,11 @@ pub(crate) struct FingerprintParts {
     pub definition: Sha256Hex,
     pub action: Sha256Hex,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub schema: Option<String>,
+    pub schema: Option<Box<str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
+    pub model: Option<Box<str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sub_workflow: Option<String>,
+    pub sub_workflow: Option<Box<str>>,
 }
 
 /// What a fingerprint is the SHA-256 of: the parts and each upstream stage's output hash (or

@@ -921,14 +921,16 @@ impl StageRunner<'_> {
         rendered: &[Rendered],
     ) -> ([u8; 32], super::record::FingerprintParts) {
         let slots = self.table.read();
+        let mut digits = vec![[0u8; 64]; stage.deps.len()];
         let deps: Vec<(&str, Option<&str>)> = stage
             .deps
             .iter()
-            .map(|&d| {
+            .zip(&mut digits)
+            .map(|(&d, digits)| {
                 let sha256 = slots
                     .get(d)
                     .and_then(Option::as_ref)
-                    .map(|s| s.sha256.as_str());
+                    .map(|s| s.sha256.as_str(digits));
                 (self.workflow.stages[d].id.as_str(), sha256)
             })
             .collect();
@@ -946,9 +948,9 @@ impl StageRunner<'_> {
             version: Cow::Borrowed(CACHE_VERSION),
             definition: Sha256Hex::Bytes(stage.definition_hash),
             action: Rendered::sha256_of(rendered, &mut buffer),
-            schema: stage.schema.as_ref().map(|s| s.sha256.clone()),
-            model,
-            sub_workflow: sub,
+            schema: stage.schema.as_ref().map(|s| s.sha256.as_str().into()),
+            model: model.map(String::into_boxed_str),
+            sub_workflow: sub.map(String::into_boxed_str),
         };
         buffer.clear();
         FingerprintDocument::of(&parts, &deps, &mut [[0; 64]; 2]).write(&mut buffer);
@@ -998,7 +1000,7 @@ impl StageRunner<'_> {
                 continue;
             }
             // What the fingerprint took from it: its output hash, or its status without one.
-            let now = self.table.get(d).map(|slot| slot.sha256);
+            let now = self.table.get(d).map(|slot| slot.sha256.to_string());
             let then = record.stages.get(id).map(|s| {
                 s.output_sha256
                     .as_ref()

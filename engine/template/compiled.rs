@@ -464,8 +464,9 @@ pub(crate) struct StageTable {
 pub(crate) struct StageSlot {
     pub output: Value,
     pub status: &'static str,
-    /// SHA-256 of the status and output, for the fingerprints of the stages after it.
-    pub sha256: String,
+    /// SHA-256 of the output, or the status of a stage without one, for the fingerprints of
+    /// the stages after it (held as 32 bytes, not 64 hex digits).
+    pub sha256: crate::floor::hash::Sha256Hex,
     /// A dry-run assumed this output instead of producing it.
     pub assumed: bool,
     /// Why it failed (`on_error = "continue"`), for the stages after it.
