@@ -45,9 +45,9 @@ pub use diag::{Diagnostic, DiagnosticKind, Escape, Severity};
 pub use doctor::{doctor, Finding, Level, NEWEST_CLAUDE, OLDEST_CLAUDE};
 pub use engine::{
     builtins_schema, config_schema, init, interrupt, migrate_recordings, read_inputs, reaper,
-    redact, register_secrets, resume_inputs, spawn_detached, workflow_schema, CheckReport,
-    EjectError, Engine, InitError, Initialized, InputError, Listing, RunFailure, RunRequest,
-    StateDir,
+    redact, register_secrets, release_relocations, resume_inputs, spawn_detached, workflow_schema,
+    CheckReport, EjectError, Engine, InitError, Initialized, InputError, Listing, RunFailure,
+    RunRequest, StateDir,
 };
 pub use load::RawWorkflow;
 pub use mcp::serve_mcp;

@@ -120,6 +120,7 @@ fn invalid(message: impl Into<String>) -> Failure {
 
 fn main() -> ExitCode {
     return_freed_pages_at_once();
+    stagegraph::release_relocations();
     // The process that stops this one's stages if it is killed is this program again.
     if let Some(code) = stagegraph::reaper() {
         return ExitCode::from(code);

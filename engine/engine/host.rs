@@ -45,6 +45,13 @@ pub fn reaper() -> Option<u8> {
     None
 }
 
+/// Give back the memory of this program's relocation table, which the loader has applied and
+/// nothing reads again (see `floor::relocations`): a program that may hold a large workflow
+/// calls it early in `main`. Says how many bytes it let go.
+pub fn release_relocations() -> Option<usize> {
+    crate::floor::relocations::release()
+}
+
 /// Start `program` with `args` in a session of its own, `stdin` on its standard input and its
 /// output discarded, and return without waiting for it (`run --detach`).
 pub fn spawn_detached(program: &Path, args: &[OsString], stdin: &[u8]) -> std::io::Result<()> {

@@ -26,7 +26,7 @@ pub use eject::EjectError;
 pub use execute::{RunFailure, RunRequest, StateDir};
 pub use host::{
     builtins_schema, config_schema, interrupt, migrate_recordings, reaper, redact,
-    register_secrets, spawn_detached, workflow_schema,
+    register_secrets, release_relocations, spawn_detached, workflow_schema,
 };
 pub use init::{init, InitError, Initialized};
 pub(crate) use inputs::resolve_answers;

@@ -15,6 +15,7 @@ pub(crate) mod prefault;
 pub(crate) mod process;
 pub(crate) mod reaper;
 pub(crate) mod reduction;
+pub(crate) mod relocations;
 pub(crate) mod retry;
 pub(crate) mod secrets;
 pub(crate) mod size;

@@ -1640,6 +1640,21 @@ pub(crate) use crate::floor::time::now_rfc3339;
 mod tests {
     use super::*;
 
+    /// A run's record holds one a stage: what few stages set stays out of line.
+    #[test]
+    fn a_stage_record_stays_small() {
+        assert!(std::mem::size_of::<StageRecord>() <= 160);
+        let mut record = StageRecord::not_run();
+        assert!(record.details.is_none());
+        record.details_mut().error = Some("failed".into());
+        let json = serde_json::to_value(&record).unwrap();
+        assert_eq!(json["error"], "failed");
+        let back: StageRecord = serde_json::from_value(json).unwrap();
+        assert_eq!(back.details().error.as_deref(), Some("failed"));
+        record.set_details(StageDetails::default());
+        assert!(record.details.is_none(), "empty details are not boxed");
+    }
+
     /// A run folder whose `run.json` is `text`.
     fn write_record(state_dir: &Path, id: &str, text: &str) {
         let dir = runs_dir(state_dir).join(id);
