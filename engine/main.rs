@@ -73,6 +73,15 @@ macro_rules! outln {
         let _ = writeln!(std::io::stdout(), "{text}");
     }};
 }
+/// Print `text` made whole elsewhere (a plan, a record), redacted, without copying it into
+/// another string first as `out!("{}", text)` would (the text of a plan of 10,000 stages is a
+/// megabyte).
+fn out_text(text: String) {
+    use std::io::Write as _;
+    let text = stagegraph::redact(text);
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
 macro_rules! out {
     ($($arg:tt)*) => {{
         use std::io::Write as _;

@@ -118,13 +118,13 @@ impl App {
             plan = plan.with_statuses(record.stage_statuses());
         }
         match format {
-            PlanFormat::Text => out!("{}", plan.to_text()),
+            PlanFormat::Text => crate::out_text(plan.to_text()),
             PlanFormat::Json => outln!(
                 "{}",
                 serde_json::to_string_pretty(&plan.to_json()).unwrap_or_default()
             ),
-            PlanFormat::Dot => out!("{}", plan.to_dot()),
-            PlanFormat::Mermaid => out!("{}", plan.to_mermaid()),
+            PlanFormat::Dot => crate::out_text(plan.to_dot()),
+            PlanFormat::Mermaid => crate::out_text(plan.to_mermaid()),
         }
         Ok(exit::SUCCESS)
     }
@@ -204,7 +204,7 @@ impl App {
                 } else if json {
                     outln!("{}", pretty(&r.versioned_json()));
                 } else {
-                    out!("{}", RunRecord::show_text(&dir, &id).map_err(invalid)?);
+                    crate::out_text(RunRecord::show_text(&dir, &id).map_err(invalid)?);
                 }
                 Ok(exit::SUCCESS)
             }
@@ -233,7 +233,7 @@ impl App {
                 if diff_format == TextOrJson::Json || format == TextOrJson::Json {
                     outln!("{}", pretty(&diff.to_json()));
                 } else {
-                    out!("{}", diff.to_text());
+                    crate::out_text(diff.to_text());
                 }
                 Ok(exit::SUCCESS)
             }
