@@ -34,11 +34,13 @@ pub(crate) fn release() -> Option<usize> {
 /// that is not writable.
 #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
 fn table() -> Option<(usize, usize)> {
-    const PAGE: usize = 4096;
+    use nix::unistd::{sysconf, SysconfVar};
     const PF_W: u32 = 2;
     const DT_NULL: i64 = 0;
     const DT_RELA: i64 = 7;
     const DT_RELASZ: i64 = 8;
+    // 4 KB on x86_64; 4, 16 or 64 KB on aarch64, as the kernel was built.
+    let page = usize::try_from(sysconf(SysconfVar::PAGE_SIZE).ok()??).ok()?;
 
     extern "C" {
         /// The program's ELF header, where its first segment is mapped (the linker defines it).
@@ -84,7 +86,7 @@ fn table() -> Option<(usize, usize)> {
     if segment.p_flags & PF_W != 0 {
         return None;
     }
-    let (start, end) = (start.next_multiple_of(PAGE), end / PAGE * PAGE);
+    let (start, end) = (start.next_multiple_of(page), end / page * page);
     (start < end).then_some((start, end))
 }
 
@@ -93,11 +95,11 @@ mod tests {
     use super::*;
 
     /// Whether this process maps the page at `address` now (`/proc/self/pagemap`).
-    fn mapped(address: usize) -> bool {
+    fn mapped(address: usize, page: usize) -> bool {
         use std::io::{Read, Seek, SeekFrom};
         let mut pagemap = std::fs::File::open("/proc/self/pagemap").unwrap();
         pagemap
-            .seek(SeekFrom::Start((address / 4096 * 8) as u64))
+            .seek(SeekFrom::Start((address / page * 8) as u64))
             .unwrap();
         let mut entry = [0u8; 8];
         pagemap.read_exact(&mut entry).unwrap();
@@ -108,14 +110,17 @@ mod tests {
     fn the_relocation_table_is_found_read_only_and_let_go() {
         // Test binaries are position-independent too, with a table of their own.
         let (start, end) = table().expect("a relocation table in a read-only segment");
-        assert!(start < end && start % 4096 == 0 && end % 4096 == 0);
+        let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+            .unwrap()
+            .unwrap() as usize;
+        assert!(start < end && start % page == 0 && end % page == 0);
         // Its first entry is a relocation the loader applied: an offset, a type, an addend.
         // SAFETY: the range is mapped and readable (read-only, not dropped yet).
         let first = unsafe { (start as *const u64).read_volatile() };
-        assert!(mapped(start), "the table was read by the loader");
+        assert!(mapped(start, page), "the table was read by the loader");
         let _ = first;
         assert_eq!(release(), Some(end - start));
-        assert!(!mapped(start), "its pages were dropped");
+        assert!(!mapped(start, page), "its pages were dropped");
         // Read again, the page comes back from the file as it was.
         let again = unsafe { (start as *const u64).read_volatile() };
         assert_eq!(again, first);
