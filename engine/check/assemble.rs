@@ -14,6 +14,7 @@ use super::{
     Action, CacheSpec, CheckedLock, GuardTexts, ProcessAction, ProcessOptions, PromptAction, Stage,
     StageExtras, StageText, WithTree,
 };
+use crate::floor::Sparse;
 use crate::format::{CacheDef, OutputFormat, StageDef, TemplateRef, WorkflowFile};
 use crate::schema::Schema;
 use crate::template::Tmpl;

@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use crate::builtins::Builtin;
 use crate::diag::Diagnostic;
+use crate::floor::Sparse;
 use indexmap::IndexMap;
 
 use crate::format::{InputDecl, OnError, OnItemError, OutputFormat, RecordsDef};
@@ -127,8 +128,7 @@ pub struct Stage {
     pub(crate) finally: bool,
     /// SHA-256 of the stage's definition as written (after overlays).
     pub(crate) definition_hash: [u8; 32],
-    /// `None` when every field of it is as [`StageExtras::NONE`] has it
-    /// ([`StageExtras::boxed`]).
+    /// `None` when every field of it is as [`StageExtras::NONE`] has it ([`Sparse::boxed`]).
     pub(crate) extras: Option<Box<StageExtras>>,
 }
 
@@ -178,13 +178,10 @@ impl StageExtras {
         max_tokens: None,
         dry_run_output: None,
     };
+}
 
-    /// Boxed, or `None` when the stage sets none of them.
-    pub(crate) fn boxed(self) -> Option<Box<Self>> {
-        (!self.is_none()).then(|| Box::new(self))
-    }
-
-    fn is_none(&self) -> bool {
+impl Sparse for StageExtras {
+    fn is_unset(&self) -> bool {
         let none = &Self::NONE;
         self.if_.is_none()
             && self.exit_if.is_none()
@@ -220,7 +217,7 @@ pub(crate) struct StageText {
 }
 
 /// The texts of a stage's guards, loop and assertions, as written.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 pub(crate) struct GuardTexts {
     pub if_: Option<Box<str>>,
     pub exit_if: Option<Box<str>>,
@@ -229,20 +226,22 @@ pub(crate) struct GuardTexts {
     pub asserts: Vec<String>,
 }
 
+impl Sparse for GuardTexts {
+    fn is_unset(&self) -> bool {
+        *self == GuardTexts::default()
+    }
+}
+
 impl StageText {
     pub(crate) fn new(
         description: Option<Box<str>>,
         action: Box<str>,
         guards: GuardTexts,
     ) -> StageText {
-        let none = guards.if_.is_none()
-            && guards.exit_if.is_none()
-            && guards.foreach.is_none()
-            && guards.asserts.is_empty();
         StageText {
             description,
             action,
-            guards: (!none).then(|| Box::new(guards)),
+            guards: guards.boxed(),
         }
     }
 
@@ -347,15 +346,17 @@ pub(crate) struct ProcessOptions {
     pub ok_codes: Option<Box<[i32]>>,
 }
 
+impl Sparse for ProcessOptions {
+    fn is_unset(&self) -> bool {
+        self.stdin.is_none() && self.cwd.is_none() && self.env.is_empty() && self.ok_codes.is_none()
+    }
+}
+
 impl ProcessAction {
     pub(crate) fn new(argv: Vec<Tmpl>, options: ProcessOptions) -> ProcessAction {
-        let none = options.stdin.is_none()
-            && options.cwd.is_none()
-            && options.env.is_empty()
-            && options.ok_codes.is_none();
         ProcessAction {
             argv,
-            options: (!none).then(|| Box::new(options)),
+            options: options.boxed(),
         }
     }
 

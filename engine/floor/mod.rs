@@ -23,6 +23,19 @@ pub(crate) mod strays;
 pub(crate) mod text;
 pub(crate) mod time;
 
+/// A group of fields most values leave unset, held out of line: one pointer, and no
+/// allocation, where every field is unset (a checked stage's extras, guard texts and process
+/// options, a stage record's details; 10,000 of each in a large workflow).
+pub(crate) trait Sparse: Sized {
+    /// Whether every field is unset.
+    fn is_unset(&self) -> bool;
+
+    /// Boxed, or `None` when every field is unset.
+    fn boxed(self) -> Option<Box<Self>> {
+        (!self.is_unset()).then(|| Box::new(self))
+    }
+}
+
 /// Free `value` on a thread of its own. A run of thousands of stages ends holding tens of
 /// thousands of small values (cache entries, outputs, scopes); freeing them one by one is time
 /// on the path to the end of the run, and a process that exits right after need not wait for

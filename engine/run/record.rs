@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::floor::json::{self, Object};
 use crate::floor::time::Clock;
+use crate::floor::Sparse;
 
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
@@ -215,7 +216,7 @@ pub(crate) struct StageRecord {
 }
 
 /// The members of a [`StageRecord`] that most stages leave empty.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct StageDetails {
     pub error: Option<String>,
     /// Why it was skipped, or the early exit it caused.
@@ -255,24 +256,11 @@ impl StageDetails {
         explain: None,
         stderr: None,
     };
+}
 
-    fn is_none(&self) -> bool {
-        self.error.is_none()
-            && self.reason.is_none()
-            && self.items.is_none()
-            && self.failed_items == 0
-            && self.reused_items == 0
-            && self.item_runs.is_empty()
-            && self.sub_run.is_none()
-            && self.model_calls.is_empty()
-            && self.usage.is_none()
-            && self.explain.is_none()
-            && self.stderr.is_none()
-    }
-
-    /// Boxed, or `None` when every member is empty.
-    pub(crate) fn boxed(self) -> Option<Box<Self>> {
-        (!self.is_none()).then(|| Box::new(self))
+impl Sparse for StageDetails {
+    fn is_unset(&self) -> bool {
+        *self == Self::NONE
     }
 }
 
