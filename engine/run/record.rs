@@ -621,30 +621,84 @@ pub(crate) struct FingerprintDocument<'a> {
     pub definition: &'a str,
     pub action: &'a str,
     #[serde(serialize_with = "as_map")]
-    pub deps: &'a [(&'a str, Option<&'a str>)],
+    pub deps: &'a dyn Upstream,
     pub schema: Option<&'a str>,
     pub model: Option<&'a str>,
     pub sub_workflow: Option<&'a str>,
 }
 
-fn as_map<S: serde::Serializer>(
-    pairs: &&[(&str, Option<&str>)],
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    serializer.collect_map(pairs.iter().map(|(k, v)| (k, v)))
+/// The upstream stages a fingerprint covers, in order: each one's id and output hash (`None`
+/// when it has none). Visited rather than listed: the last stage of a graph 10,000 wide has
+/// 10,000 of them, whose hashes as text would be a megabyte held for one digest.
+pub(crate) trait Upstream {
+    fn each(&self, visit: &mut dyn FnMut(&str, Option<&str>));
+}
+
+/// Listed, as tests give them.
+#[cfg(test)]
+impl<const N: usize> Upstream for [(&str, Option<&str>); N] {
+    fn each(&self, visit: &mut dyn FnMut(&str, Option<&str>)) {
+        for (id, sha256) in self {
+            visit(id, *sha256);
+        }
+    }
+}
+
+#[cfg(test)]
+impl Upstream for Vec<(&str, Option<&str>)> {
+    fn each(&self, visit: &mut dyn FnMut(&str, Option<&str>)) {
+        for (id, sha256) in self {
+            visit(id, *sha256);
+        }
+    }
+}
+
+impl<F: Fn(&mut dyn FnMut(&str, Option<&str>))> Upstream for F {
+    fn each(&self, visit: &mut dyn FnMut(&str, Option<&str>)) {
+        self(visit);
+    }
+}
+
+fn as_map<S: serde::Serializer>(deps: &&dyn Upstream, serializer: S) -> Result<S::Ok, S::Error> {
+    let mut pairs: Vec<(String, Option<String>)> = Vec::new();
+    deps.each(&mut |id, sha256| pairs.push((id.to_owned(), sha256.map(str::to_owned))));
+    serializer.collect_map(pairs)
 }
 
 impl FingerprintDocument<'_> {
     /// The document's compact JSON, as its `Serialize` writes it ([`crate::floor::json`]).
+    #[cfg(test)]
     pub(crate) fn write(&self, out: &mut Vec<u8>) {
+        self.write_in_pieces(out, &mut |_| {});
+    }
+
+    /// The SHA-256 of the document, hashed as it is written, a few kilobytes at a time.
+    pub(crate) fn digest(&self) -> [u8; 32] {
+        use sha2::{Digest, Sha256};
+        const PIECE: usize = 4096;
+        let mut hasher = Sha256::new();
+        let mut buffer = Vec::with_capacity(PIECE + 512);
+        self.write_in_pieces(&mut buffer, &mut |buffer| {
+            if buffer.len() >= PIECE {
+                hasher.update(&buffer[..]);
+                buffer.clear();
+            }
+        });
+        hasher.update(&buffer);
+        hasher.finalize().into()
+    }
+
+    /// [`Self::write`], calling `drain` after each upstream stage (it may empty the buffer).
+    fn write_in_pieces(&self, out: &mut Vec<u8>, drain: &mut dyn FnMut(&mut Vec<u8>)) {
         let mut document = Object::new(out);
         document.string("version", self.version);
         document.string("definition", self.definition);
         document.string("action", self.action);
         let mut deps = Object::new(document.key("deps"));
-        for (id, sha256) in self.deps {
-            crate::floor::json::opt_string(deps.key_of(id), *sha256);
-        }
+        self.deps.each(&mut |id, sha256| {
+            crate::floor::json::opt_string(deps.key_of(id), sha256);
+            drain(deps.raw());
+        });
         deps.end();
         document.opt_string("schema", self.schema);
         document.opt_string("model", self.model);
@@ -657,7 +711,7 @@ impl<'a> FingerprintDocument<'a> {
     /// `hex` holds the hex of the definition's and the action's hashes.
     pub(crate) fn of(
         parts: &'a FingerprintParts,
-        deps: &'a [(&'a str, Option<&'a str>)],
+        deps: &'a dyn Upstream,
         hex: &'a mut [[u8; 64]; 2],
     ) -> Self {
         let [definition, action] = hex;

@@ -921,19 +921,17 @@ impl StageRunner<'_> {
         rendered: &[Rendered],
     ) -> ([u8; 32], super::record::FingerprintParts) {
         let slots = self.table.read();
-        let mut digits = vec![[0u8; 64]; stage.deps.len()];
-        let deps: Vec<(&str, Option<&str>)> = stage
-            .deps
-            .iter()
-            .zip(&mut digits)
-            .map(|(&d, digits)| {
+        let stages = &self.workflow.stages;
+        let deps = |visit: &mut dyn FnMut(&str, Option<&str>)| {
+            let mut digits = [0u8; 64];
+            for &d in &stage.deps {
                 let sha256 = slots
                     .get(d)
                     .and_then(Option::as_ref)
-                    .map(|s| s.sha256.as_str(digits));
-                (self.workflow.stages[d].id.as_str(), sha256)
-            })
-            .collect();
+                    .map(|s| s.sha256.as_str(&mut digits));
+                visit(stages[d].id.as_str(), sha256);
+            }
+        };
         let model = match &stage.action {
             Action::Prompt(prompt) => self.runtime.models.identity(&prompt.model),
             _ => None,
@@ -942,7 +940,7 @@ impl StageRunner<'_> {
             Action::Workflow { workflow, .. } => Some(sha256_json(&workflow.file_hashes)),
             _ => None,
         };
-        // The two documents hashed here are written by hand into one buffer (`floor::json`).
+        // Both documents hashed here are written by hand (`floor::json`).
         let mut buffer = Vec::with_capacity(512);
         let parts = super::record::FingerprintParts {
             version: Cow::Borrowed(CACHE_VERSION),
@@ -952,9 +950,9 @@ impl StageRunner<'_> {
             model: model.map(String::into_boxed_str),
             sub_workflow: sub.map(String::into_boxed_str),
         };
-        buffer.clear();
-        FingerprintDocument::of(&parts, &deps, &mut [[0; 64]; 2]).write(&mut buffer);
-        (crate::floor::hash::sha256_digest(&buffer), parts)
+        drop(buffer);
+        let digest = FingerprintDocument::of(&parts, &deps, &mut [[0; 64]; 2]).digest();
+        (digest, parts)
     }
 
     /// Why an execution would not be reused: the parts that differ from the last run's.
@@ -1817,6 +1815,26 @@ mod tests {
         assert_eq!(
             written,
             serde_json::to_vec(&FingerprintDocument::of(&parts, &odd, &mut [[0; 64]; 2])).unwrap()
+        );
+        // Hashed as it is written, in pieces: the same digest as the whole document's, for a
+        // stage with thousands of upstream stages too.
+        let ids: Vec<String> = (0..3000).map(|i| format!("s{i}")).collect();
+        let many: Vec<(&str, Option<&str>)> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (id.as_str(), (i % 7 != 0).then_some("ab12")))
+            .collect();
+        let mut hex = [[0; 64]; 2];
+        let large = FingerprintDocument::of(&parts, &many, &mut hex);
+        written.clear();
+        large.write(&mut written);
+        assert!(written.len() > 3 * 4096);
+        assert_eq!(large.digest(), crate::floor::hash::sha256_digest(&written));
+        assert_eq!(
+            crate::floor::hash::hex(
+                &FingerprintDocument::of(&parts, &deps, &mut [[0; 64]; 2]).digest()
+            ),
+            sha256_hex(document.as_bytes())
         );
         // The record keeps the parts without the upstream hashes and without absent parts; a
         // record written with them as `null` reads the same.
