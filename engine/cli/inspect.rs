@@ -77,7 +77,9 @@ impl App {
         if !tests.is_empty() && names.is_empty() {
             return Ok(exit::SUCCESS);
         }
-        let report = self.engine.check_all(&names);
+        let report = self
+            .engine
+            .check_all(&names, &|_| crate::return_freed_pages_at_once());
         match format {
             CheckFormat::Text => {
                 self.print_diagnostics(&report.diagnostics);

@@ -136,8 +136,9 @@ impl Engine {
     }
 
     /// Check workflows by name or path (none: every workflow on the search path), with the
-    /// model aliases they use checked against the configuration as warnings.
-    pub fn check_all(&self, names: &[String]) -> CheckReport {
+    /// model aliases they use checked against the configuration as warnings. `loaded` is told
+    /// each one's name once it is read, before it is checked (see [`Engine::load_then`]).
+    pub fn check_all(&self, names: &[String], loaded: &dyn Fn(&str)) -> CheckReport {
         let names: Vec<String> = if names.is_empty() {
             self.search.workflow_names()
         } else {
@@ -156,7 +157,7 @@ impl Engine {
             }
         };
         for name in &names {
-            let diagnostics = match self.load(name) {
+            let diagnostics = match self.load_then(name, loaded) {
                 Ok(workflow) => {
                     let mut diagnostics = workflow.warnings.clone();
                     if let Some(models) = &models {
