@@ -1206,7 +1206,6 @@ impl<'w, 'r> Executor<'w, 'r> {
             _ => minijinja::Value::from(()),
         };
         // `cached` and `succeeded` carry the same output: only what was produced counts.
-        let output_sha_text = output_sha.as_ref().map(|sha| crate::floor::hash::hex(sha));
         let slot_sha = match (output_sha, has_output) {
             (Some(sha), true) => Sha256Hex::Bytes(sha),
             _ => Sha256Hex::Text(outcome.status.as_str().into()),
@@ -1274,11 +1273,10 @@ impl<'w, 'r> Executor<'w, 'r> {
                 run_id: &self.record.run_id,
             });
         }
-        // The output for `outputs.jsonl`, which `resume` reads.
-        let output_line = match (outcome.output.take(), &outcome.fingerprint, output_sha_text) {
-            (Some(output), Some(fingerprint), Some(sha)) if has_output && !outcome.assumed => {
-                Some((fingerprint.to_string(), sha, output))
-            }
+        // The output for `outputs.jsonl`, which `resume` reads, written with the entry's
+        // fingerprint and output hash.
+        let output_line = match (outcome.output.take(), &outcome.fingerprint, output_sha) {
+            (Some(output), Some(_), Some(_)) if has_output && !outcome.assumed => Some(output),
             _ => None,
         };
         let mut entry = StageRecord::not_run();
@@ -1318,9 +1316,11 @@ impl<'w, 'r> Executor<'w, 'r> {
             None => {
                 // A sub-workflow's stage: its output is journaled in the top-level run, so a
                 // resume of that run reuses it when the sub-workflow's stage did not finish.
-                if let (Some(journal), Some((fingerprint, _, output))) =
-                    (&self.journal, &output_line)
+                if let (Some(journal), Some(output), Some(fingerprint)) =
+                    (&self.journal, &output_line, &entry.fingerprint)
                 {
+                    let mut digits = [0u8; 64];
+                    let fingerprint = fingerprint.as_str(&mut digits);
                     if let Some(warning) = journal.stage_finished(&id, fingerprint, output) {
                         self.reporter.line(&format!("warning: {warning}"));
                     }

@@ -38,8 +38,8 @@ pub(crate) struct Finished {
     pub entry: StageRecord,
     pub exit: Option<String>,
     pub notes: Vec<String>,
-    /// Its output for `outputs.jsonl`: fingerprint, SHA-256, value.
-    pub output: Option<(String, String, Value)>,
+    /// Its output for `outputs.jsonl`, beside the entry's fingerprint and output hash.
+    pub output: Option<Value>,
     pub at: String,
 }
 
@@ -263,11 +263,15 @@ fn apply(files: &mut RunFiles, record: &mut RunRecord, note: Note) -> std::io::R
                 return Ok(());
             };
             // The output first: the record never claims one `resume` cannot find.
-            if let Some((fingerprint, sha256, output)) = &output {
+            if let (Some(output), Some(fingerprint), Some(sha256)) =
+                (&output, &entry.fingerprint, &entry.output_sha256)
+            {
+                let mut digits = [[0u8; 64]; 2];
+                let [fingerprint_digits, sha256_digits] = &mut digits;
                 entry.output_cut = files.output(&OutputLineRef {
                     stage: id,
-                    fingerprint,
-                    sha256,
+                    fingerprint: fingerprint.as_str(fingerprint_digits),
+                    sha256: sha256.as_str(sha256_digits),
                     output,
                 })?;
             }
@@ -324,12 +328,13 @@ mod tests {
         let mut entry = StageRecord::not_run();
         entry.status = StageStatus::Cached;
         entry.output_sha256 = Some(format!("sha{n}").as_str().into());
+        entry.fingerprint = Some(format!("fp{n}").as_str().into());
         Finished {
             index: n as usize,
             entry,
             exit: None,
             notes: Vec::new(),
-            output: Some((format!("fp{n}"), format!("sha{n}"), Value::from(n))),
+            output: Some(Value::from(n)),
             at: record::now_rfc3339(),
         }
     }
