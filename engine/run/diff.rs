@@ -336,9 +336,9 @@ fn stage_diff(
                     ("engine's cache version", pa.version == pb.version),
                     ("definition", pa.definition == pb.definition),
                     ("rendered action", pa.action == pb.action),
-                    ("output schema", pa.schema == pb.schema),
-                    ("model", pa.model == pb.model),
-                    ("sub-workflow", pa.sub_workflow == pb.sub_workflow),
+                    ("output schema", pa.schema() == pb.schema()),
+                    ("model", pa.model() == pb.model()),
+                    ("sub-workflow", pa.sub_workflow() == pb.sub_workflow()),
                 ];
                 causes.extend(
                     parts

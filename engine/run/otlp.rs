@@ -438,10 +438,7 @@ fn stage_spans(
     if stage.attempts > 1 {
         attributes.push(("stagegraph.attempts".into(), int(u64::from(stage.attempts))));
     }
-    let identity = stage
-        .fingerprint_parts
-        .as_ref()
-        .and_then(|p| p.model.as_deref());
+    let identity = stage.fingerprint_parts.as_ref().and_then(|p| p.model());
     let (provider, model) = provider_and_model(identity);
     let chat = Chat {
         record,

@@ -597,19 +597,107 @@ impl StoredValue {
 }
 
 /// What a stage's fingerprint covers, each part hashed, as the record keeps it (so a miss can
-/// say what changed). The fingerprint itself is the hash of [`FingerprintDocument`].
+/// say what changed). The fingerprint itself is the hash of [`FingerprintDocument`]. A record
+/// holds one a stage for the whole run: the parts few stages have (a schema, a model, a
+/// sub-workflow) are boxed apart, allocated only for a stage that has one, which makes the
+/// parts 112 bytes rather than 152. `run.json` holds them flat ([`FingerprintPartsJson`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "FingerprintPartsJson", into = "FingerprintPartsJson")]
 pub(crate) struct FingerprintParts {
     /// The engine's cache version: the same text in every stage of a run, never allocated.
     pub version: Cow<'static, str>,
     pub definition: Sha256Hex,
     pub action: Sha256Hex,
+    /// `None` when the stage has none of them.
+    rare: Option<Box<RareParts>>,
+}
+
+/// The parts of a fingerprint few stages have.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct RareParts {
+    schema: Option<Box<str>>,
+    model: Option<Box<str>>,
+    sub_workflow: Option<Box<str>>,
+}
+
+impl FingerprintParts {
+    pub(crate) fn new(
+        definition: Sha256Hex,
+        action: Sha256Hex,
+        schema: Option<Box<str>>,
+        model: Option<Box<str>>,
+        sub_workflow: Option<Box<str>>,
+    ) -> Self {
+        let rare = RareParts {
+            schema,
+            model,
+            sub_workflow,
+        };
+        FingerprintParts {
+            version: Cow::Borrowed(super::stage::CACHE_VERSION),
+            definition,
+            action,
+            rare: (rare != RareParts::default()).then(|| Box::new(rare)),
+        }
+    }
+
+    /// The hash of its output schema, if it has one.
+    pub(crate) fn schema(&self) -> Option<&str> {
+        self.rare.as_ref()?.schema.as_deref()
+    }
+
+    /// What its model alias stands for, if it is a prompt.
+    pub(crate) fn model(&self) -> Option<&str> {
+        self.rare.as_ref()?.model.as_deref()
+    }
+
+    /// The hash of its sub-workflow's files, if it runs one.
+    pub(crate) fn sub_workflow(&self) -> Option<&str> {
+        self.rare.as_ref()?.sub_workflow.as_deref()
+    }
+}
+
+/// [`FingerprintParts`] as `run.json` holds them: every part flat.
+#[derive(Serialize, Deserialize)]
+struct FingerprintPartsJson {
+    version: Cow<'static, str>,
+    definition: Sha256Hex,
+    action: Sha256Hex,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub schema: Option<Box<str>>,
+    schema: Option<Box<str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<Box<str>>,
+    model: Option<Box<str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sub_workflow: Option<Box<str>>,
+    sub_workflow: Option<Box<str>>,
+}
+
+impl From<FingerprintPartsJson> for FingerprintParts {
+    fn from(json: FingerprintPartsJson) -> Self {
+        FingerprintParts {
+            version: json.version,
+            ..FingerprintParts::new(
+                json.definition,
+                json.action,
+                json.schema,
+                json.model,
+                json.sub_workflow,
+            )
+        }
+    }
+}
+
+impl From<FingerprintParts> for FingerprintPartsJson {
+    fn from(parts: FingerprintParts) -> Self {
+        let rare = parts.rare.map(|rare| *rare).unwrap_or_default();
+        FingerprintPartsJson {
+            version: parts.version,
+            definition: parts.definition,
+            action: parts.action,
+            schema: rare.schema,
+            model: rare.model,
+            sub_workflow: rare.sub_workflow,
+        }
+    }
 }
 
 /// What a fingerprint is the SHA-256 of: the parts and each upstream stage's output hash (or
@@ -720,9 +808,9 @@ impl<'a> FingerprintDocument<'a> {
             definition: parts.definition.as_str(definition),
             action: parts.action.as_str(action),
             deps,
-            schema: parts.schema.as_deref(),
-            model: parts.model.as_deref(),
-            sub_workflow: parts.sub_workflow.as_deref(),
+            schema: parts.schema(),
+            model: parts.model(),
+            sub_workflow: parts.sub_workflow(),
         }
     }
 }
@@ -1695,6 +1783,30 @@ mod tests {
         assert_eq!(back.details().error.as_deref(), Some("failed"));
         record.set_details(StageDetails::default());
         assert!(record.details.is_none(), "empty details are not boxed");
+    }
+
+    /// Every stage's record holds its fingerprint's parts; the parts few stages have are boxed
+    /// apart, and read and written flat.
+    #[test]
+    fn fingerprint_parts_stay_small() {
+        assert!(std::mem::size_of::<FingerprintParts>() <= 112);
+        let plain = FingerprintParts::new("d".into(), "a".into(), None, None, None);
+        assert!(plain.rare.is_none());
+        let json = serde_json::to_value(&plain).unwrap();
+        assert_eq!(json.as_object().unwrap().len(), 3, "{json}");
+        let modelled = FingerprintParts::new("d".into(), "a".into(), None, Some("m".into()), None);
+        let json = serde_json::to_value(&modelled).unwrap();
+        assert_eq!(json["model"], "m");
+        let back: FingerprintParts = serde_json::from_value(json).unwrap();
+        assert_eq!(back, modelled);
+        assert_eq!((back.model(), back.schema()), (Some("m"), None));
+        // A version other than this engine's, read from an older record, is kept as read.
+        let older: FingerprintParts = serde_json::from_value(serde_json::json!({
+            "version": "stagegraph-cache-0", "definition": "d", "action": "a"
+        }))
+        .unwrap();
+        assert_eq!(older.version, "stagegraph-cache-0");
+        assert!(older.rare.is_none());
     }
 
     /// A run folder whose `run.json` is `text`.

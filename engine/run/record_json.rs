@@ -153,9 +153,9 @@ impl FingerprintParts {
         self.definition.write_json(parts.key("definition"));
         self.action.write_json(parts.key("action"));
         for (key, value) in [
-            ("schema", &self.schema),
-            ("model", &self.model),
-            ("sub_workflow", &self.sub_workflow),
+            ("schema", self.schema()),
+            ("model", self.model()),
+            ("sub_workflow", self.sub_workflow()),
         ] {
             if let Some(value) = value {
                 parts.string(key, value);

@@ -34,7 +34,7 @@ type UnitResult = (Result<Value, StageError>, u32, Vec<ModelCall>, String);
 const STDERR_KEPT: usize = 8 * 1024;
 
 /// Bump when the meaning of a stored output changes.
-const CACHE_VERSION: &str = "stagegraph-cache-1";
+pub(crate) const CACHE_VERSION: &str = "stagegraph-cache-1";
 
 /// What every stage of a run shares, computed once.
 pub(crate) struct Prepared {
@@ -942,14 +942,13 @@ impl StageRunner<'_> {
         };
         // Both documents hashed here are written by hand (`floor::json`).
         let mut buffer = Vec::with_capacity(512);
-        let parts = super::record::FingerprintParts {
-            version: Cow::Borrowed(CACHE_VERSION),
-            definition: Sha256Hex::Bytes(stage.definition_hash),
-            action: Rendered::sha256_of(rendered, &mut buffer),
-            schema: stage.schema.as_ref().map(|s| s.sha256.as_str().into()),
-            model: model.map(String::into_boxed_str),
-            sub_workflow: sub.map(String::into_boxed_str),
-        };
+        let parts = super::record::FingerprintParts::new(
+            Sha256Hex::Bytes(stage.definition_hash),
+            Rendered::sha256_of(rendered, &mut buffer),
+            stage.schema.as_ref().map(|s| s.sha256.as_str().into()),
+            model.map(String::into_boxed_str),
+            sub.map(String::into_boxed_str),
+        );
         drop(buffer);
         let digest = FingerprintDocument::of(&parts, &deps, &mut [[0; 64]; 2]).digest();
         (digest, parts)
@@ -980,13 +979,13 @@ impl StageRunner<'_> {
         if before.definition != parts.definition {
             reasons.push("its definition changed".to_string());
         }
-        if before.schema != parts.schema {
+        if before.schema() != parts.schema() {
             reasons.push("its output schema changed".to_string());
         }
-        if before.model != parts.model {
+        if before.model() != parts.model() {
             reasons.push("the model behind its alias changed".to_string());
         }
-        if before.sub_workflow != parts.sub_workflow {
+        if before.sub_workflow() != parts.sub_workflow() {
             reasons.push("its sub-workflow's files changed".to_string());
         }
         for &d in &stage.deps {
@@ -1034,9 +1033,9 @@ impl StageRunner<'_> {
             "version": parts.version,
             "definition": parts.definition,
             "item": sha256_json(unit),
-            "schema": parts.schema,
-            "model": parts.model,
-            "sub_workflow": parts.sub_workflow,
+            "schema": parts.schema(),
+            "model": parts.model(),
+            "sub_workflow": parts.sub_workflow(),
         }))
     }
 
@@ -1790,14 +1789,8 @@ mod tests {
     #[test]
     fn fingerprints_hash_the_parts_document_as_written() {
         let deps = [("a", Some("f00d")), ("b", None)];
-        let parts = FingerprintParts {
-            version: Cow::Borrowed(CACHE_VERSION),
-            definition: "d1".into(),
-            action: "a1".into(),
-            schema: None,
-            model: Some("claude".into()),
-            sub_workflow: None,
-        };
+        let parts =
+            FingerprintParts::new("d1".into(), "a1".into(), None, Some("claude".into()), None);
         let document = format!(
             r#"{{"version":"{CACHE_VERSION}","definition":"d1","action":"a1","deps":{{"a":"f00d","b":null}},"schema":null,"model":"claude","sub_workflow":null}}"#
         );
