@@ -6,7 +6,7 @@
 //! stage may never wait for a finally one, and a finally stage cannot end the run early: the run
 //! has already ended.
 
-use std::collections::BTreeSet;
+use crate::check::Deps;
 
 use crate::diag::DiagnosticKind;
 use crate::format::{OnError, WorkflowFile};
@@ -23,7 +23,7 @@ pub(crate) struct Problem {
 
 /// The problems of a workflow's finally stages, given each stage's dependencies (indexes into
 /// `file.stages`, in its order).
-pub(crate) fn problems(file: &WorkflowFile, deps: &[BTreeSet<usize>]) -> Vec<Problem> {
+pub(crate) fn problems(file: &WorkflowFile, deps: &[Deps]) -> Vec<Problem> {
     let defs: Vec<(&String, &crate::format::StageDef)> =
         file.stages.iter().map(|(id, def)| (id, &**def)).collect();
     let mut out = Vec::new();

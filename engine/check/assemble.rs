@@ -1,7 +1,7 @@
 //! Assemble: each checked [`Stage`] and the workflow-level parts, built from the definitions and
 //! the compiled templates, each template taken out by its [`TemplateKey`].
 
-use std::collections::BTreeSet;
+use crate::check::Deps;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -97,7 +97,7 @@ pub(crate) fn assemble(
     actions: Vec<Option<PendingAction>>,
     pendings: Vec<Pending>,
     templates: Vec<Option<Tmpl>>,
-    deps: &[BTreeSet<usize>],
+    deps: &[Deps],
     order: Vec<usize>,
     declared: &HashMap<String, Option<Arc<Schema>>>,
     definition_hashes: Vec<[u8; 32]>,

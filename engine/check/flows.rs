@@ -9,7 +9,7 @@
 //! when its text has a `set`, `for`, `with`, an attribute or regex filter or an ordering, and
 //! is looked for otherwise only when it reads a stage that has an `if`.
 
-use std::collections::BTreeSet;
+use crate::check::Deps;
 
 use foldhash::HashMap;
 
@@ -93,7 +93,7 @@ impl Checker<'_> {
     /// The unguarded reads found, once the graph is known: a read is guarded too when a stage
     /// it runs after (or, for `[outputs]`, any stage) asserts or exits on what the skippable
     /// stage's `if` reads, or on the stage itself (a gate stops the run before the read).
-    pub(super) fn report_unguarded(&mut self, deps: &[BTreeSet<usize>]) {
+    pub(super) fn report_unguarded(&mut self, deps: &[Deps]) {
         if self.unguarded.is_empty() {
             return;
         }
@@ -384,7 +384,7 @@ impl Checker<'_> {
 }
 
 /// Every stage `stage` runs after, directly or not.
-fn ancestors(deps: &[BTreeSet<usize>], stage: usize) -> Vec<usize> {
+fn ancestors(deps: &[Deps], stage: usize) -> Vec<usize> {
     let mut seen = vec![false; deps.len()];
     let mut todo: Vec<usize> = deps.get(stage).into_iter().flatten().copied().collect();
     let mut out = Vec::new();

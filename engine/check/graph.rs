@@ -1,6 +1,6 @@
 //! The graph: the order stages run in, or every cycle named with its stages.
 
-use std::collections::BTreeSet;
+use crate::check::Deps;
 
 use foldhash::{HashSet, HashSetExt};
 use petgraph::graph::{DiGraph, NodeIndex};
@@ -10,7 +10,7 @@ use crate::diag::DiagnosticKind;
 
 impl Checker<'_> {
     /// The stages in a topological order; an error for each cycle (and an empty order).
-    pub(super) fn order(&mut self, deps: &[BTreeSet<usize>], ids: &[String]) -> Vec<usize> {
+    pub(super) fn order(&mut self, deps: &[Deps], ids: &[String]) -> Vec<usize> {
         if let Some(order) = in_order_of_the_file(deps) {
             return order;
         }
@@ -38,8 +38,8 @@ impl Checker<'_> {
 /// The stages in an order that runs each after what it depends on, and otherwise in the order
 /// of the file: stages that can start together start as they were written (Kahn's algorithm,
 /// first in first out). `None` when there is a cycle.
-pub(crate) fn in_order_of_the_file(deps: &[BTreeSet<usize>]) -> Option<Vec<usize>> {
-    let mut waiting: Vec<usize> = deps.iter().map(BTreeSet::len).collect();
+pub(crate) fn in_order_of_the_file(deps: &[Deps]) -> Option<Vec<usize>> {
+    let mut waiting: Vec<usize> = deps.iter().map(|d| d.len()).collect();
     let mut dependents = vec![Vec::new(); deps.len()];
     for (i, ds) in deps.iter().enumerate() {
         for &d in ds {
@@ -61,7 +61,7 @@ pub(crate) fn in_order_of_the_file(deps: &[BTreeSet<usize>]) -> Option<Vec<usize
 }
 
 /// One cycle through `members`, as `a -> b -> a`.
-fn cycle_path(members: &[usize], deps: &[BTreeSet<usize>], ids: &[String]) -> String {
+fn cycle_path(members: &[usize], deps: &[Deps], ids: &[String]) -> String {
     let set: HashSet<usize> = members.iter().copied().collect();
     let start = members[0];
     let mut path = vec![start];

@@ -3,6 +3,7 @@
 //! every stage that writes runs after them. A write can then never race the root it needs, and
 //! which writes a run admits does not depend on how its stages were scheduled.
 
+use crate::check::Deps;
 use std::collections::BTreeSet;
 
 use super::gather::{Pending, PendingAction};
@@ -21,7 +22,7 @@ impl Checker<'_> {
         pendings: &[Pending],
         templates: &[Option<Tmpl>],
         actions: &[Option<PendingAction>],
-        deps: &[BTreeSet<usize>],
+        deps: &[Deps],
     ) {
         // Every stage a `writes` entry reads, with the first entry that reads it.
         let mut read: Vec<(usize, usize)> = Vec::new();
@@ -72,7 +73,7 @@ impl Checker<'_> {
 }
 
 /// Every stage `stage` waits for, directly or not.
-fn ancestors(deps: &[BTreeSet<usize>], stage: usize) -> BTreeSet<usize> {
+fn ancestors(deps: &[Deps], stage: usize) -> BTreeSet<usize> {
     let mut seen = BTreeSet::new();
     let mut todo: Vec<usize> = deps.get(stage).into_iter().flatten().copied().collect();
     while let Some(next) = todo.pop() {

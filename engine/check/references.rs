@@ -1,7 +1,8 @@
 //! References: every name a template reads (inputs, env, stages and their outputs' fields, item,
 //! output) resolved, and the edges they add to the graph with the explicit `after`.
 
-use std::collections::{BTreeSet, HashSet};
+use crate::check::Deps;
+use std::collections::HashSet;
 
 use foldhash::HashMap;
 
@@ -26,8 +27,8 @@ impl Checker<'_> {
         pendings: &[Pending],
         templates: &[Option<Tmpl>],
         schemas: &[SchemaOf],
-    ) -> Vec<BTreeSet<usize>> {
-        let mut deps: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); ids.len()];
+    ) -> Vec<Deps> {
+        let mut deps: Vec<Vec<usize>> = vec![Vec::new(); ids.len()];
         for (i, (id, def)) in self.file.stages.iter().enumerate() {
             for (position, after) in def.after.iter().enumerate() {
                 let pointer = || format!("{}/after/{position}", stage_pointer(id));
@@ -36,7 +37,7 @@ impl Checker<'_> {
                         self.error(DiagnosticKind::AfterItself(id.clone()), &pointer());
                     }
                     Some(&j) => {
-                        deps[i].insert(j);
+                        deps[i].push(j);
                     }
                     None => self.unknown_stage(after, &pointer(), ids),
                 }
@@ -105,11 +106,17 @@ impl Checker<'_> {
                         self.keep_first_reports(self.diags.len() - 1, &mut reported);
                     }
                 } else {
-                    deps[own].insert(target);
+                    deps[own].push(target);
                 }
             }
         }
-        deps
+        deps.into_iter()
+            .map(|mut stage| {
+                stage.sort_unstable();
+                stage.dedup();
+                stage.into_boxed_slice()
+            })
+            .collect()
     }
 
     /// The template files `pending` loads by a literal name (`include`, `import`, `from`,
