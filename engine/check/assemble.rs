@@ -250,7 +250,7 @@ pub(crate) fn assemble(
             index: i,
             text: text_of(&def),
             action,
-            deps: deps[i].iter().copied().collect(),
+            deps: deps[i].to_vec(),
             format,
             schema,
             cache,
