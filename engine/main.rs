@@ -31,25 +31,26 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// values): that is compiled out (libmimalloc-sys's `no_thp`), since the arena it would apply to
 /// is reserved by the first allocation, before `main` could set the option. It keeps freed pages
 /// 10 ms before it returns them to the kernel, which is turned off here: a run's stages may
-/// hold memory for minutes (reading a workflow, and `check` and `plan` whole, get it back:
+/// hold memory for minutes (reading a workflow gets a delay of its own:
 /// [`return_freed_pages_late`]). A value the environment gives (`MIMALLOC_PURGE_DELAY`) is
 /// left as it is.
 fn return_freed_pages_at_once() {
     set_allocator_option(PURGE_DELAY, "MIMALLOC_PURGE_DELAY", 0);
 }
 
-/// Reading and checking a workflow, which `check`, `plan` and every run begin with, allocate
-/// and free within a fraction of a second: returning freed pages to the kernel at once only to
-/// fault them in again costs time there, and keeping them all costs memory. With huge pages
-/// off, `check` of 10,000 stages (chain, layers) took 74 and 83 ms keeping them (peak 58 and
-/// 60 MB), 78 and 91 ms returning them at once (47 and 51 MB) and 75 and 86 ms returning them
-/// 10 ms after they are freed (47 and 53 MB), mimalloc's own default. They get it for reading
-/// the workflow only (the parser's memory, a part of the file at a time, is then used again
-/// rather than faulted in again for each part), and return pages at once again from the check
-/// on ([`App::load`], [`App::run_with`], [`App::resume`], `check`): at 10,000 stages that
-/// took 1.0-1.2 MB off the peak of `check` of the wide graph and the layers, in the same time.
+/// Reading a workflow, which `check`, `plan` and every run begin with, allocates and frees
+/// within a fraction of a second: the parser's memory, a part of the file at a time, is best
+/// used again rather than returned to the kernel only to be faulted in again for the next part.
+/// So freed pages are kept 1 ms while it is read (mimalloc's own default is 10 ms), and returned
+/// at once again from the check on ([`App::load`], [`App::run_with`], [`App::resume`],
+/// `check`). At 10,000 stages (wide and layers), against 10 ms: the highest peaks of `check`
+/// and `plan` over 10 runs were 22.6-24.0 MB against 25.6-28.3 (with 10 ms, what the last
+/// parts freed was still held at the end of the check, as much as timing had it), a fresh
+/// dry-run's 22.4-23.8 against 25.3-26.9, in the same time but for the layers' `check` (+3-5
+/// ms) and a fresh dry-run (+1-3 ms). Returning them at once while reading cost `check` 5-7 ms
+/// more for 0.7-1.3 MB less.
 fn return_freed_pages_late() {
-    set_allocator_option(PURGE_DELAY, "MIMALLOC_PURGE_DELAY", 10);
+    set_allocator_option(PURGE_DELAY, "MIMALLOC_PURGE_DELAY", 1);
 }
 
 // mimalloc's option number (`mi_option_t` in mimalloc.h; 15 in v2 and v3). A number it does
