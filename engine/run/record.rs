@@ -620,6 +620,12 @@ struct RareParts {
     sub_workflow: Option<Box<str>>,
 }
 
+impl Sparse for RareParts {
+    fn is_unset(&self) -> bool {
+        *self == RareParts::default()
+    }
+}
+
 impl FingerprintParts {
     pub(crate) fn new(
         definition: Sha256Hex,
@@ -637,7 +643,7 @@ impl FingerprintParts {
             version: Cow::Borrowed(super::stage::CACHE_VERSION),
             definition,
             action,
-            rare: (rare != RareParts::default()).then(|| Box::new(rare)),
+            rare: rare.boxed(),
         }
     }
 
@@ -722,20 +728,13 @@ pub(crate) trait Upstream {
     fn each(&self, visit: &mut dyn FnMut(&str, Option<&str>));
 }
 
-/// Listed, as tests give them.
+/// Upstream stages listed, as tests give them.
 #[cfg(test)]
-impl<const N: usize> Upstream for [(&str, Option<&str>); N] {
-    fn each(&self, visit: &mut dyn FnMut(&str, Option<&str>)) {
-        for (id, sha256) in self {
-            visit(id, *sha256);
-        }
-    }
-}
-
-#[cfg(test)]
-impl Upstream for Vec<(&str, Option<&str>)> {
-    fn each(&self, visit: &mut dyn FnMut(&str, Option<&str>)) {
-        for (id, sha256) in self {
+pub(crate) fn listed<'a>(
+    pairs: &'a [(&'a str, Option<&'a str>)],
+) -> impl Fn(&mut dyn FnMut(&str, Option<&str>)) + 'a {
+    move |visit| {
+        for (id, sha256) in pairs {
             visit(id, *sha256);
         }
     }

@@ -1673,7 +1673,7 @@ pub(crate) fn save_state(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::run::record::{FingerprintDocument, FingerprintParts};
+    use crate::run::record::{listed, FingerprintDocument, FingerprintParts};
 
     /// The JSON a rendered action is hashed as, which every cache entry's fingerprint depends
     /// on: as the `serde_json::Value` documents it was built as before.
@@ -1795,19 +1795,28 @@ mod tests {
             r#"{{"version":"{CACHE_VERSION}","definition":"d1","action":"a1","deps":{{"a":"f00d","b":null}},"schema":null,"model":"claude","sub_workflow":null}}"#
         );
         assert_eq!(
-            sha256_json(&FingerprintDocument::of(&parts, &deps, &mut [[0; 64]; 2])),
+            sha256_json(&FingerprintDocument::of(
+                &parts,
+                &listed(&deps),
+                &mut [[0; 64]; 2]
+            )),
             sha256_hex(document.as_bytes())
         );
         // Written by hand, the same bytes, ids to escape or not.
         let mut written = Vec::new();
-        FingerprintDocument::of(&parts, &deps, &mut [[0; 64]; 2]).write(&mut written);
+        FingerprintDocument::of(&parts, &listed(&deps), &mut [[0; 64]; 2]).write(&mut written);
         assert_eq!(written, document.as_bytes());
         let odd = [("a \"b\"", Some("x")), ("c\\d\n", None)];
         written.clear();
-        FingerprintDocument::of(&parts, &odd, &mut [[0; 64]; 2]).write(&mut written);
+        FingerprintDocument::of(&parts, &listed(&odd), &mut [[0; 64]; 2]).write(&mut written);
         assert_eq!(
             written,
-            serde_json::to_vec(&FingerprintDocument::of(&parts, &odd, &mut [[0; 64]; 2])).unwrap()
+            serde_json::to_vec(&FingerprintDocument::of(
+                &parts,
+                &listed(&odd),
+                &mut [[0; 64]; 2]
+            ))
+            .unwrap()
         );
         // Hashed as it is written, in pieces: the same digest as the whole document's, for a
         // stage with thousands of upstream stages too.
@@ -1818,6 +1827,7 @@ mod tests {
             .map(|(i, id)| (id.as_str(), (i % 7 != 0).then_some("ab12")))
             .collect();
         let mut hex = [[0; 64]; 2];
+        let many = listed(&many);
         let large = FingerprintDocument::of(&parts, &many, &mut hex);
         written.clear();
         large.write(&mut written);
@@ -1825,7 +1835,7 @@ mod tests {
         assert_eq!(large.digest(), crate::floor::hash::sha256_digest(&written));
         assert_eq!(
             crate::floor::hash::hex(
-                &FingerprintDocument::of(&parts, &deps, &mut [[0; 64]; 2]).digest()
+                &FingerprintDocument::of(&parts, &listed(&deps), &mut [[0; 64]; 2]).digest()
             ),
             sha256_hex(document.as_bytes())
         );
