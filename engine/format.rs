@@ -209,6 +209,36 @@ impl InputType {
     }
 }
 
+/// Some of a workflow's stages, in order, each definition read as [`WorkflowFile::stages`]
+/// reads it: a part of a kept document (`load::documents`). A list, not a map: the parts are
+/// read on other threads, and joined into the workflow's map on this one.
+pub(crate) struct StagesPart(pub Vec<(String, std::sync::Arc<StageDef>)>);
+
+impl<'de> Deserialize<'de> for StagesPart {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Part;
+        impl<'de> serde::de::Visitor<'de> for Part {
+            type Value = StagesPart;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+                formatter.write_str("a table of stages")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut stages = Vec::with_capacity(map.size_hint().unwrap_or(0));
+                while let Some((id, stage)) = map.next_entry::<String, StageDef>()? {
+                    stages.push((id, std::sync::Arc::new(stage)));
+                }
+                Ok(StagesPart(stages))
+            }
+        }
+        deserializer.deserialize_map(Part)
+    }
+}
+
 /// `[stages]`, each definition read straight into its `Arc`. serde reads an `Arc<T>` as a
 /// `Box<T>` and then moves it into a second allocation: for definitions of most of a kilobyte,
 /// 10,000 of them, that was 5% of a no-op rerun's scheduling thread.

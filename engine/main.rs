@@ -42,7 +42,7 @@ fn return_freed_pages_at_once() {
 /// within a fraction of a second: the parser's memory, a part of the file at a time, is best
 /// used again rather than returned to the kernel only to be faulted in again for the next part.
 /// So freed pages are kept 1 ms while it is read (mimalloc's own default is 10 ms), and returned
-/// at once again from the check on ([`App::load`], [`App::run_with`], [`App::resume`],
+/// at once again from the check on ([`App::load`], which `run` and `resume` go through, and
 /// `check`). At 10,000 stages (wide and layers), against 10 ms: the highest peaks of `check`
 /// and `plan` over 10 runs were 22.6-24.0 MB against 25.6-28.3 (with 10 ms, what the last
 /// parts freed was still held at the end of the check, as much as timing had it), a fresh
@@ -521,16 +521,8 @@ impl App {
     /// templates and parsed document of a large workflow one by one takes longer than the
     /// process exit that reclaims them at once.
     fn load(&self, name: &str) -> Result<ManuallyDrop<Workflow>, Failure> {
-        self.load_then(name, |_| return_freed_pages_at_once())
-    }
-
-    fn load_then(
-        &self,
-        name: &str,
-        loaded: impl FnOnce(&str),
-    ) -> Result<ManuallyDrop<Workflow>, Failure> {
         self.engine
-            .load_then(name, loaded)
+            .load_then(name, |_| return_freed_pages_at_once())
             .map(ManuallyDrop::new)
             .map_err(|diagnostics| {
                 self.print_diagnostics(&diagnostics);
@@ -565,13 +557,11 @@ impl App {
         request: &RunRequest,
         format: RunFormat,
     ) -> Result<i32, Failure> {
-        let read_ahead = !request.no_cache;
-        let workflow = self.load_then(&args.name, |workflow| {
-            return_freed_pages_at_once();
-            if read_ahead {
-                self.state.read_ahead(workflow);
-            }
-        })?;
+        let workflow = self.load(&args.name)?;
+        // Its cache is read while the run is set up (see `cache::read_ahead`).
+        if !request.no_cache {
+            self.state.read_ahead(workflow.name());
+        }
         let always_zero = workflow.always_exit_zero();
         // A hook's host reads any other code as a verdict (2 blocks a Claude Code session): a
         // failure and an interruption (SIGINT, SIGTERM) exit 0 too; the record says which, and
@@ -680,7 +670,7 @@ impl App {
             .engine
             .recorded_run(&self.state, run_id)
             .map_err(invalid)?;
-        let workflow = self.load_then(&reference, |_| return_freed_pages_at_once())?;
+        let workflow = self.load(&reference)?;
         let inputs = stagegraph::resume_inputs(&workflow, previous.inputs()).map_err(|error| {
             invalid(format!(
                 "cannot resume run {}: its recorded inputs do not do for the workflow now: {}; \

@@ -37,27 +37,25 @@ pub(crate) struct Parts {
     pub(crate) records_max_size: Option<u64>,
 }
 
-/// The compiled templates by key.
-struct Templates(HashMap<TemplateKey, Tmpl>);
+/// One stage's compiled templates, each taken out by its field.
+#[derive(Default)]
+struct StageTemplates(Vec<(Field, Tmpl)>);
 
-impl Templates {
-    fn take(&mut self, key: TemplateKey) -> Option<Tmpl> {
-        self.0.remove(&key)
-    }
-
-    fn stage(&mut self, i: usize, field: Field) -> Option<Tmpl> {
-        self.take(TemplateKey::Stage(i, field))
+impl StageTemplates {
+    fn take(&mut self, field: Field) -> Option<Tmpl> {
+        let at = self.0.iter().position(|(f, _)| *f == field)?;
+        Some(self.0.swap_remove(at).1)
     }
 
     /// A template is queued only for a key the stage has (gather): the keys it does not have
     /// are not looked for.
-    fn stage_if(&mut self, has: bool, i: usize, field: Field) -> Option<Tmpl> {
-        has.then(|| self.stage(i, field)).flatten()
+    fn take_if(&mut self, has: bool, field: Field) -> Option<Tmpl> {
+        has.then(|| self.take(field)).flatten()
     }
 
-    fn with_tree(&mut self, i: usize, path: &mut Vec<String>, value: &Value) -> WithTree {
+    fn with_tree(&mut self, path: &mut Vec<String>, value: &Value) -> WithTree {
         match value {
-            Value::String(_) => match self.stage(i, Field::With(path.clone())) {
+            Value::String(_) => match self.take(Field::With(path.clone())) {
                 Some(tmpl) => WithTree::Template(tmpl),
                 None => WithTree::Literal(value.clone()),
             },
@@ -67,7 +65,7 @@ impl Templates {
                     .enumerate()
                     .map(|(n, item)| {
                         path.push(n.to_string());
-                        let tree = self.with_tree(i, path, item);
+                        let tree = self.with_tree(path, item);
                         path.pop();
                         tree
                     })
@@ -77,7 +75,7 @@ impl Templates {
                 map.iter()
                     .map(|(k, v)| {
                         path.push(k.clone());
-                        let tree = self.with_tree(i, path, v);
+                        let tree = self.with_tree(path, v);
                         path.pop();
                         (k.clone(), tree)
                     })
@@ -88,8 +86,20 @@ impl Templates {
     }
 }
 
+/// What every stage's assembly reads.
+struct Shared<'a> {
+    deps: &'a [Deps],
+    declared: &'a HashMap<String, Option<Arc<Schema>>>,
+    durations: &'a HashMap<DurationKey, Duration>,
+    sizes: &'a HashMap<SizeKey, u64>,
+}
+
 /// Build the checked parts. `templates[k]` is the compiled `pendings[k]`; the sources are freed
 /// (all but their keys) before the first stage is built.
+///
+/// The stages are built on the cores at hand, each definition freed once its stage is built:
+/// at 10,000 stages, built one after another they were 8 ms of a rerun's 70, on one core while
+/// the other had nothing to do.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn assemble(
     file: &WorkflowFile,
@@ -104,162 +114,44 @@ pub(crate) fn assemble(
     durations: &HashMap<DurationKey, Duration>,
     sizes: &HashMap<SizeKey, u64>,
 ) -> Option<Parts> {
+    use rayon::prelude::*;
     let duration = |key| durations.get(&key).copied();
     let size = |key| sizes.get(&key).copied();
-    let mut by_key = HashMap::with_capacity(templates.len());
+    // An action and a hash for every stage, whatever gather and the hashing thread gave: the
+    // zip below stops at the shortest.
+    let (mut actions, mut definition_hashes) = (actions, definition_hashes);
+    actions.resize_with(definitions.len(), || None);
+    definition_hashes.resize(definitions.len(), [0; 32]);
+    let mut by_stage: Vec<StageTemplates> = Vec::new();
+    by_stage.resize_with(definitions.len(), StageTemplates::default);
+    let mut t = HashMap::new();
     for (pending, tmpl) in pendings.into_iter().zip(templates) {
-        if let Some(tmpl) = tmpl {
-            by_key.insert(pending.key, tmpl);
-        }
-    }
-    let mut t = Templates(by_key);
-    let mut definition_hashes = definition_hashes.into_iter();
-    let mut stages = Vec::with_capacity(definitions.len());
-    let empty = || Tmpl::Literal(String::new());
-    // Each definition is freed once its stage is built.
-    for (i, ((id, def), pending)) in definitions.into_iter().zip(actions).enumerate() {
-        let action = match pending {
-            None | Some(PendingAction::None | PendingAction::Failed) => Action::None,
-            Some(PendingAction::Process {
-                shell,
-                argc,
-                env_keys,
-                ok_codes,
-            }) => {
-                let mut argv = Vec::with_capacity(if shell { 3 } else { argc });
-                if shell {
-                    argv.push(Tmpl::Literal("sh".into()));
-                    argv.push(Tmpl::Literal("-c".into()));
-                    argv.push(t.stage(i, Field::Shell).unwrap_or_else(empty));
-                } else {
-                    for a in 0..argc {
-                        argv.push(t.stage(i, Field::Command(a)).unwrap_or_else(empty));
-                    }
-                }
-                let env = env_keys
-                    .into_iter()
-                    .filter_map(|k| t.stage(i, Field::Env(k.clone())).map(|tmpl| (k, tmpl)))
-                    .collect();
-                let options = ProcessOptions {
-                    stdin: t.stage_if(def.stdin.is_some(), i, Field::Stdin),
-                    cwd: t.stage_if(def.cwd.is_some(), i, Field::Cwd),
-                    env,
-                    ok_codes,
-                };
-                let process = ProcessAction::new(argv, options);
-                if shell {
-                    Action::Shell(process)
-                } else {
-                    Action::Command(process)
-                }
-            }
-            Some(PendingAction::Prompt { model }) => Action::Prompt(Box::new(PromptAction {
-                prompt: t.stage(i, Field::Prompt).unwrap_or_else(empty),
-                system: t.stage(i, Field::System),
-                prefix: t.stage(i, Field::PromptPrefix),
-                model,
-            })),
-            Some(PendingAction::Template) => {
-                Action::Template(t.stage(i, Field::Template).unwrap_or_else(empty))
-            }
-            Some(PendingAction::Uses { builtin }) => Action::Uses {
-                builtin,
-                with: Box::new(t.with_tree(
-                    i,
-                    &mut Vec::new(),
-                    &Value::Object(def.with.clone().unwrap_or_default().into_iter().collect()),
-                )),
-            },
-            Some(PendingAction::Workflow { workflow }) => Action::Workflow {
-                workflow,
-                with: def
-                    .with
-                    .clone()
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(k, v)| {
-                        let tree = t.with_tree(i, &mut vec![k.clone()], &v);
-                        (k, tree)
-                    })
-                    .collect(),
-            },
-        };
-        // The declared schema, a `foreach` stage's too: there it holds each item's output.
-        let schema = def
-            .output
-            .as_ref()
-            .and_then(|o| o.schema.as_ref())
-            .and_then(|name| declared.get(name).cloned().flatten());
-        let format = def.output.as_ref().map_or(
-            match &action {
-                Action::Uses { .. } | Action::Workflow { .. } => OutputFormat::Json,
-                _ => OutputFormat::Text,
-            },
-            |o| o.format,
-        );
-        let mut asserts = Vec::new();
-        for a in 0..def.assert.len() {
-            if let Some(that) = t.stage(i, Field::AssertThat(a)) {
-                asserts.push((that, t.stage(i, Field::AssertMessage(a))));
+        let Some(tmpl) = tmpl else { continue };
+        match pending.key {
+            TemplateKey::Stage(i, field) if i < by_stage.len() => by_stage[i].0.push((field, tmpl)),
+            key => {
+                t.insert(key, tmpl);
             }
         }
-        let set_state = def
-            .set_state()
-            .map(|(k, _)| k)
-            .filter_map(|k| {
-                t.stage(i, Field::SetState(k.clone()))
-                    .map(|tmpl| (k.clone(), tmpl))
-            })
-            .collect();
-        let cache = def.cache.as_ref().and_then(|c| match c {
-            CacheDef::Enabled(false) => None,
-            CacheDef::Enabled(true) => Some(CacheSpec {
-                key: None,
-                ttl: None,
-            }),
-            CacheDef::Keyed(_) => Some(CacheSpec {
-                key: t.stage(i, Field::CacheKey),
-                ttl: duration(DurationKey::CacheTtl(i)),
-            }),
-        });
-        let extras = StageExtras {
-            if_: t.stage_if(def.if_.is_some(), i, Field::If),
-            exit_if: t.stage_if(def.exit_if.is_some(), i, Field::ExitIf),
-            exit_message: t.stage_if(def.exit_message.is_some(), i, Field::ExitMessage),
-            asserts,
-            foreach: t.stage_if(def.foreach.is_some(), i, Field::Foreach),
-            output_path: t.stage_if(
-                def.output.as_ref().is_some_and(|o| o.path.is_some()),
-                i,
-                Field::OutputPath,
-            ),
-            set_state,
-            timeout: duration(DurationKey::Timeout(i)),
-            max_output: size(SizeKey::Stage(i)),
-            retries: def.retries.unwrap_or(0),
-            retry_backoff: duration(DurationKey::RetryBackoff(i)).unwrap_or(Duration::from_secs(1)),
-            repair: def.repair.unwrap_or(1),
-            concurrency: def.concurrency.map(|c| c as usize),
-            on_item_error: def.on_item_error.unwrap_or_default(),
-            temperature: def.temperature,
-            max_tokens: def.max_tokens,
-            dry_run_output: def.dry_run_output.clone(),
-        };
-        stages.push(Stage {
-            id,
-            index: i,
-            text: text_of(&def),
-            action,
-            deps: deps[i].to_vec(),
-            format,
-            schema,
-            cache,
-            on_error: def.on_error.unwrap_or_default(),
-            finally: def.finally,
-            definition_hash: definition_hashes.next().unwrap_or_default(),
-            extras: extras.boxed(),
-        });
     }
+    let shared = Shared {
+        deps,
+        declared,
+        durations,
+        sizes,
+    };
+    let stages: Vec<Stage> = definitions
+        .into_par_iter()
+        .zip(actions)
+        .zip(by_stage)
+        .zip(definition_hashes)
+        .enumerate()
+        .map(|(i, ((((id, def), pending), templates), hash))| {
+            build_stage(i, id, &def, pending, templates, hash, &shared)
+        })
+        .collect();
+    // Stage indexes come from the order of the definitions, which the parallel build keeps.
+    debug_assert!(stages.iter().enumerate().all(|(i, s)| s.index == i));
     let mut dependents = vec![Vec::new(); stages.len()];
     for stage in &stages {
         for &d in &stage.deps {
@@ -270,7 +162,7 @@ pub(crate) fn assemble(
         .outputs
         .keys()
         .filter_map(|k| {
-            t.take(TemplateKey::Output(k.clone()))
+            t.remove(&TemplateKey::Output(k.clone()))
                 .map(|tmpl| (k.clone(), tmpl))
         })
         .collect();
@@ -279,23 +171,23 @@ pub(crate) fn assemble(
         .child_env
         .keys()
         .filter_map(|k| {
-            t.take(TemplateKey::ChildEnv(k.clone()))
+            t.remove(&TemplateKey::ChildEnv(k.clone()))
                 .map(|tmpl| (k.clone(), tmpl))
         })
         .collect();
     let writes = (0..file.workflow.writes.len())
-        .filter_map(|i| t.take(TemplateKey::Write(i)))
+        .filter_map(|i| t.remove(&TemplateKey::Write(i)))
         .collect();
     let lock = match &file.workflow.lock {
         Some(lock) => Some(CheckedLock {
-            path: t.take(TemplateKey::LockPath)?,
+            path: t.remove(&TemplateKey::LockPath)?,
             busy: lock.busy,
             stale_after: duration(DurationKey::LockStaleAfter),
-            message: t.take(TemplateKey::LockMessage),
+            message: t.remove(&TemplateKey::LockMessage),
         }),
         None => None,
     };
-    let records_project = t.take(TemplateKey::RecordsProject);
+    let records_project = t.remove(&TemplateKey::RecordsProject);
     Some(Parts {
         stages,
         order,
@@ -309,6 +201,160 @@ pub(crate) fn assemble(
         records_keep_size: size(SizeKey::RecordsKeep),
         records_max_size: size(SizeKey::RecordsMax),
     })
+}
+
+/// One checked stage, built from its definition, its pending action and its templates.
+fn build_stage(
+    i: usize,
+    id: String,
+    def: &StageDef,
+    pending: Option<PendingAction>,
+    mut t: StageTemplates,
+    definition_hash: [u8; 32],
+    shared: &Shared<'_>,
+) -> Stage {
+    let duration = |key| shared.durations.get(&key).copied();
+    let size = |key| shared.sizes.get(&key).copied();
+    let empty = || Tmpl::Literal(String::new());
+    let action = match pending {
+        None | Some(PendingAction::None | PendingAction::Failed) => Action::None,
+        Some(PendingAction::Process {
+            shell,
+            argc,
+            env_keys,
+            ok_codes,
+        }) => {
+            let mut argv = Vec::with_capacity(if shell { 3 } else { argc });
+            if shell {
+                argv.push(Tmpl::Literal("sh".into()));
+                argv.push(Tmpl::Literal("-c".into()));
+                argv.push(t.take(Field::Shell).unwrap_or_else(empty));
+            } else {
+                for a in 0..argc {
+                    argv.push(t.take(Field::Command(a)).unwrap_or_else(empty));
+                }
+            }
+            let env = env_keys
+                .into_iter()
+                .filter_map(|k| t.take(Field::Env(k.clone())).map(|tmpl| (k, tmpl)))
+                .collect();
+            let options = ProcessOptions {
+                stdin: t.take_if(def.stdin.is_some(), Field::Stdin),
+                cwd: t.take_if(def.cwd.is_some(), Field::Cwd),
+                env,
+                ok_codes,
+            };
+            let process = ProcessAction::new(argv, options);
+            if shell {
+                Action::Shell(process)
+            } else {
+                Action::Command(process)
+            }
+        }
+        Some(PendingAction::Prompt { model }) => Action::Prompt(Box::new(PromptAction {
+            prompt: t.take(Field::Prompt).unwrap_or_else(empty),
+            system: t.take(Field::System),
+            prefix: t.take(Field::PromptPrefix),
+            model,
+        })),
+        Some(PendingAction::Template) => {
+            Action::Template(t.take(Field::Template).unwrap_or_else(empty))
+        }
+        Some(PendingAction::Uses { builtin }) => Action::Uses {
+            builtin,
+            with: Box::new(t.with_tree(
+                &mut Vec::new(),
+                &Value::Object(def.with.clone().unwrap_or_default().into_iter().collect()),
+            )),
+        },
+        Some(PendingAction::Workflow { workflow }) => Action::Workflow {
+            workflow,
+            with: def
+                .with
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| {
+                    let tree = t.with_tree(&mut vec![k.clone()], &v);
+                    (k, tree)
+                })
+                .collect(),
+        },
+    };
+    // The declared schema, a `foreach` stage's too: there it holds each item's output.
+    let schema = def
+        .output
+        .as_ref()
+        .and_then(|o| o.schema.as_ref())
+        .and_then(|name| shared.declared.get(name).cloned().flatten());
+    let format = def.output.as_ref().map_or(
+        match &action {
+            Action::Uses { .. } | Action::Workflow { .. } => OutputFormat::Json,
+            _ => OutputFormat::Text,
+        },
+        |o| o.format,
+    );
+    let mut asserts = Vec::new();
+    for a in 0..def.assert.len() {
+        if let Some(that) = t.take(Field::AssertThat(a)) {
+            asserts.push((that, t.take(Field::AssertMessage(a))));
+        }
+    }
+    let set_state = def
+        .set_state()
+        .map(|(k, _)| k)
+        .filter_map(|k| {
+            t.take(Field::SetState(k.clone()))
+                .map(|tmpl| (k.clone(), tmpl))
+        })
+        .collect();
+    let cache = def.cache.as_ref().and_then(|c| match c {
+        CacheDef::Enabled(false) => None,
+        CacheDef::Enabled(true) => Some(CacheSpec {
+            key: None,
+            ttl: None,
+        }),
+        CacheDef::Keyed(_) => Some(CacheSpec {
+            key: t.take(Field::CacheKey),
+            ttl: duration(DurationKey::CacheTtl(i)),
+        }),
+    });
+    let extras = StageExtras {
+        if_: t.take_if(def.if_.is_some(), Field::If),
+        exit_if: t.take_if(def.exit_if.is_some(), Field::ExitIf),
+        exit_message: t.take_if(def.exit_message.is_some(), Field::ExitMessage),
+        asserts,
+        foreach: t.take_if(def.foreach.is_some(), Field::Foreach),
+        output_path: t.take_if(
+            def.output.as_ref().is_some_and(|o| o.path.is_some()),
+            Field::OutputPath,
+        ),
+        set_state,
+        timeout: duration(DurationKey::Timeout(i)),
+        max_output: size(SizeKey::Stage(i)),
+        retries: def.retries.unwrap_or(0),
+        retry_backoff: duration(DurationKey::RetryBackoff(i)).unwrap_or(Duration::from_secs(1)),
+        repair: def.repair.unwrap_or(1),
+        concurrency: def.concurrency.map(|c| c as usize),
+        on_item_error: def.on_item_error.unwrap_or_default(),
+        temperature: def.temperature,
+        max_tokens: def.max_tokens,
+        dry_run_output: def.dry_run_output.clone(),
+    };
+    Stage {
+        id,
+        index: i,
+        text: text_of(def),
+        action,
+        deps: shared.deps[i].to_vec(),
+        format,
+        schema,
+        cache,
+        on_error: def.on_error.unwrap_or_default(),
+        finally: def.finally,
+        definition_hash,
+        extras: extras.boxed(),
+    }
 }
 
 /// The texts of a stage as written.

@@ -111,8 +111,7 @@ impl Engine {
         self.load_then(reference, |_| {})
     }
 
-    /// Load and check one workflow, telling `loaded` its name before it is checked (a run
-    /// starts reading its cache then).
+    /// Load and check one workflow, telling `loaded` its name before it is checked.
     pub fn load_then(
         &self,
         reference: &str,

@@ -37,8 +37,7 @@ impl StateDir {
     }
 
     /// Start reading the cache of workflow `name` on another thread, so that a run that follows
-    /// finds it read (a rerun of thousands of cached stages reads it while the workflow is
-    /// checked).
+    /// finds it read (a rerun of thousands of cached stages reads it while the run is set up).
     pub fn read_ahead(&self, name: &str) {
         crate::run::cache::read_ahead(&self.dir, name);
     }
