@@ -34,7 +34,7 @@ use crate::load;
 /// Bump when the document made of a TOML file changes for the same text, or the entry's layout.
 const FORMAT: &str = "stagegraph-document-2";
 
-/// Stages a line of an entry holds.
+/// Stages a line of an entry holds (`KEPT_DOCUMENT_PART` in `main.rs` says the same).
 const STAGES_A_PART: usize = 512;
 
 /// What [`Documents::read`] gives: the typed reading of a kept document, or the document.
@@ -208,11 +208,20 @@ fn split_entry(json: &[u8]) -> (&[u8], Vec<&[u8]>) {
 fn read_typed<T: InParts>(head: &[u8], parts: &[&[u8]]) -> Option<T> {
     use rayon::prelude::*;
     let mut typed: T = serde_json::from_slice(head).ok()?;
-    let parts: Vec<T::Part> = parts
-        .par_iter()
-        .map(|part| serde_json::from_slice(part))
-        .collect::<Result<_, _>>()
-        .ok()?;
+    // One part is read here, without waking the pool (a workflow of 512 stages or fewer).
+    let parts: Vec<T::Part> = if parts.len() <= 1 {
+        parts
+            .iter()
+            .map(|part| serde_json::from_slice(part))
+            .collect::<Result<_, _>>()
+            .ok()?
+    } else {
+        parts
+            .par_iter()
+            .map(|part| serde_json::from_slice(part))
+            .collect::<Result<_, _>>()
+            .ok()?
+    };
     typed.join(parts).then_some(typed)
 }
 
