@@ -216,26 +216,10 @@ pub(crate) struct StagesPart(pub Vec<(String, std::sync::Arc<StageDef>)>);
 
 impl<'de> Deserialize<'de> for StagesPart {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Part;
-        impl<'de> serde::de::Visitor<'de> for Part {
-            type Value = StagesPart;
-
-            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
-                formatter.write_str("a table of stages")
-            }
-
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<Self::Value, A::Error> {
-                let mut stages = Vec::with_capacity(map.size_hint().unwrap_or(0));
-                while let Some((id, stage)) = map.next_entry::<String, StageDef>()? {
-                    stages.push((id, std::sync::Arc::new(stage)));
-                }
-                Ok(StagesPart(stages))
-            }
-        }
-        deserializer.deserialize_map(Part)
+        let visitor = Stages(Vec::with_capacity, |stages: &mut Vec<_>, id, stage| {
+            stages.push((id, stage));
+        });
+        deserializer.deserialize_map(visitor).map(StagesPart)
     }
 }
 
@@ -245,26 +229,34 @@ impl<'de> Deserialize<'de> for StagesPart {
 fn shared_stages<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
 ) -> Result<IndexMap<String, std::sync::Arc<StageDef>>, D::Error> {
-    struct Stages;
-    impl<'de> serde::de::Visitor<'de> for Stages {
-        type Value = IndexMap<String, std::sync::Arc<StageDef>>;
+    let visitor = Stages(
+        IndexMap::with_capacity,
+        |stages: &mut IndexMap<_, _>, id, stage| {
+            stages.insert(id, stage);
+        },
+    );
+    deserializer.deserialize_map(visitor)
+}
 
-        fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
-            formatter.write_str("a table of stages")
-        }
+/// A table of stages read into a collection `C`: made with room for so many, then each stage
+/// added, its definition in its `Arc`.
+struct Stages<C>(fn(usize) -> C, fn(&mut C, String, std::sync::Arc<StageDef>));
 
-        fn visit_map<A: serde::de::MapAccess<'de>>(
-            self,
-            mut map: A,
-        ) -> Result<Self::Value, A::Error> {
-            let mut stages = IndexMap::with_capacity(map.size_hint().unwrap_or(0));
-            while let Some((id, stage)) = map.next_entry::<String, StageDef>()? {
-                stages.insert(id, std::sync::Arc::new(stage));
-            }
-            Ok(stages)
-        }
+impl<'de, C> serde::de::Visitor<'de> for Stages<C> {
+    type Value = C;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+        formatter.write_str("a table of stages")
     }
-    deserializer.deserialize_map(Stages)
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<C, A::Error> {
+        let Stages(new, add) = self;
+        let mut stages = new(map.size_hint().unwrap_or(0));
+        while let Some((id, stage)) = map.next_entry::<String, StageDef>()? {
+            add(&mut stages, id, std::sync::Arc::new(stage));
+        }
+        Ok(stages)
+    }
 }
 
 /// `[stages.<id>]`

@@ -53,24 +53,6 @@ fn return_freed_pages_late() {
     set_allocator_option(PURGE_DELAY, "MIMALLOC_PURGE_DELAY", 1);
 }
 
-/// The stages a line of a kept document holds (`load::documents`): a workflow of more is read
-/// in parts, on the thread pool.
-const KEPT_DOCUMENT_PART: usize = 512;
-
-/// A kept document read in parts leaves its definitions on the heaps of the pool's threads, which
-/// the check frees but those threads do not touch again while the run goes on: the pages stay
-/// resident, freed or not, until each thread collects its own. At 10,000 stages that was 1.4 MB
-/// at the end of a no-op of the wide graph (the run's peak); collected here, the reading in
-/// parts costs 0.2-0.3 MB there instead of 1.7.
-fn collect_pool_heaps() {
-    #[cfg(not(feature = "system-allocator"))]
-    rayon::broadcast(|_| {
-        // SAFETY: collects the calling thread's own mimalloc heap, which any thread may do at
-        // any time; nothing it frees is in use.
-        unsafe { libmimalloc_sys::mi_collect(false) }
-    });
-}
-
 // mimalloc's option number (`mi_option_t` in mimalloc.h; 15 in v2 and v3). A number it does
 // not have is ignored without a word, so a test reads the option back.
 const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
@@ -539,24 +521,18 @@ impl App {
     /// templates and parsed document of a large workflow one by one takes longer than the
     /// process exit that reclaims them at once.
     fn load(&self, name: &str) -> Result<ManuallyDrop<Workflow>, Failure> {
-        let checked = self
-            .engine
-            .load_then(name, |_| return_freed_pages_at_once());
-        if checked
-            .as_ref()
-            .is_ok_and(|workflow| workflow.stages().len() > KEPT_DOCUMENT_PART)
-        {
-            collect_pool_heaps();
-        }
-        checked.map(ManuallyDrop::new).map_err(|diagnostics| {
-            self.print_diagnostics(&diagnostics);
-            let errors = diagnostics.iter().filter(|d| d.is_error()).count();
-            // A workflow that was not found has nothing more to say than that.
-            if diagnostics.iter().all(|d| d.file().is_none()) && errors == 1 {
-                return invalid("");
-            }
-            invalid(format!("workflow `{name}` is invalid ({errors} error(s))"))
-        })
+        self.engine
+            .load_then(name, |_| return_freed_pages_at_once())
+            .map(ManuallyDrop::new)
+            .map_err(|diagnostics| {
+                self.print_diagnostics(&diagnostics);
+                let errors = diagnostics.iter().filter(|d| d.is_error()).count();
+                // A workflow that was not found has nothing more to say than that.
+                if diagnostics.iter().all(|d| d.file().is_none()) && errors == 1 {
+                    return invalid("");
+                }
+                invalid(format!("workflow `{name}` is invalid ({errors} error(s))"))
+            })
     }
 
     fn run(&self, args: RunArgs) -> Result<i32, Failure> {

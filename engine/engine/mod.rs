@@ -119,7 +119,11 @@ impl Engine {
     ) -> Result<Workflow, Vec<Diagnostic>> {
         let raw = load::load_with(&self.search, reference, &self.cwd, self.documents.as_ref())?;
         loaded(&raw.name);
-        check::check(raw, &self.search, &self.cwd)
+        let checked = check::check(raw, &self.search, &self.cwd);
+        if let Some(documents) = &self.documents {
+            documents.release_pool();
+        }
+        checked
     }
 
     /// Load one workflow without checking it: the merged document, overlays applied
