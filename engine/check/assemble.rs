@@ -150,8 +150,6 @@ pub(crate) fn assemble(
             build_stage(i, id, &def, pending, templates, hash, &shared)
         })
         .collect();
-    // Stage indexes come from the order of the definitions, which the parallel build keeps.
-    debug_assert!(stages.iter().enumerate().all(|(i, s)| s.index == i));
     let mut dependents = vec![Vec::new(); stages.len()];
     for stage in &stages {
         for &d in &stage.deps {
