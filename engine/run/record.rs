@@ -1024,18 +1024,13 @@ impl RunFiles {
 
     /// Append an event; it reaches the file at the latest with the next `run.json` rewrite.
     pub(crate) fn event(&mut self, event: &Stamped) -> std::io::Result<()> {
-        // One buffer for every line: a run writes two events a stage.
-        let mut line = std::mem::take(&mut self.line);
-        line.clear();
-        let written = match event.write(&mut line) {
-            Ok(()) => {
-                line.push(b'\n');
-                self.event_line(&line)
-            }
-            Err(()) => Err(std::io::Error::other("an event that is not JSON")),
-        };
-        self.line = line;
-        written
+        append_line(
+            &mut self.events,
+            &mut self.line,
+            "an event that is not JSON",
+            |out| event.write(out),
+        )?;
+        self.events.write_all(b"\n")
     }
 
     /// Append an event already written as its line.
@@ -1077,19 +1072,14 @@ impl RunFiles {
                 },
             )?;
         } else {
-            // Written by hand into the events' buffer, as the event lines are: serde's writer
-            // took 2,200 instructions a line, a line a stage.
-            let mut buffer = std::mem::take(&mut self.line);
-            buffer.clear();
-            let written = line.write(&mut buffer);
-            let result = match written {
-                Ok(()) => self
-                    .outputs
-                    .write_all(&crate::floor::secrets::redact_bytes(&buffer)),
-                Err(()) => Err(std::io::Error::other("an output that is not JSON")),
-            };
-            self.line = buffer;
-            result?;
+            // Written by hand, as the event lines are: serde's writer took 2,200 instructions a
+            // line, a line a stage.
+            append_line(
+                &mut self.outputs,
+                &mut self.line,
+                "an output that is not JSON",
+                |out| line.write(out),
+            )?;
         }
         self.outputs.write_all(b"\n")?;
         Ok(self.blobs.take_cut())
@@ -1184,6 +1174,19 @@ pub(crate) fn write_json<T: Serialize + ?Sized, W: Write + ?Sized>(
     } else {
         serde_json::to_writer(out, value).map_err(std::io::Error::other)
     }
+}
+
+/// Append to a log what `write` writes into `buffer` (one buffer for every line: a run writes
+/// three lines a stage), redacted; the newline is the caller's.
+fn append_line(
+    log: &mut impl Write,
+    buffer: &mut Vec<u8>,
+    not_json: &str,
+    write: impl FnOnce(&mut Vec<u8>) -> Result<(), ()>,
+) -> std::io::Result<()> {
+    buffer.clear();
+    write(buffer).map_err(|()| std::io::Error::other(not_json))?;
+    log.write_all(&crate::floor::secrets::redact_bytes(buffer))
 }
 
 /// Replace `run.json` by renaming a complete new one over it, so a reader, a Ctrl-C or a crash of
