@@ -454,8 +454,10 @@ fn too_large(len: usize) -> Error {
 /// The results of the run so far, shared with every render.
 #[derive(Debug, Default)]
 pub(crate) struct StageTable {
-    pub ids: Vec<String>,
-    pub index: foldhash::HashMap<String, usize>,
+    /// The stages' ids, in the order of `slots`, each found by its id. One set holds both: a
+    /// list of ids beside a map from a copy of each to its position held the ids twice (at
+    /// 10,000 stages, about half a megabyte more to the run's end).
+    ids: indexmap::IndexSet<String, foldhash::fast::RandomState>,
     pub slots: RwLock<Vec<Option<StageSlot>>>,
 }
 
@@ -475,13 +477,9 @@ pub(crate) struct StageSlot {
 
 impl StageTable {
     pub(crate) fn new(ids: Vec<String>) -> Self {
-        let index = ids
-            .iter()
-            .enumerate()
-            .map(|(i, id)| (id.clone(), i))
-            .collect();
         let slots = RwLock::new(vec![None; ids.len()]);
-        StageTable { ids, index, slots }
+        let ids = ids.into_iter().collect();
+        StageTable { ids, slots }
     }
 
     pub(crate) fn set(&self, index: usize, slot: StageSlot) {
@@ -510,7 +508,7 @@ struct StagesView(Arc<StageTable>);
 
 impl Object for StagesView {
     fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
-        let index = *self.0.index.get(key.as_str()?)?;
+        let index = self.0.ids.get_index_of(key.as_str()?)?;
         // A stage that has not run (the run ended early, or it was never reached) reads as
         // `{ output: none, status: "not_run" }`, so `[outputs]` can test it plainly.
         let (output, status, error) = match self.0.get(index) {
@@ -741,5 +739,42 @@ mod tests {
         let tmpl = Tmpl::expression(&env, "stages.items.output").unwrap();
         let refs = tmpl.references();
         assert!(refs.contains("stages.items.output"), "{refs:?}");
+    }
+
+    /// Templates find a stage by its id in the table: a finished one's output and status, one
+    /// not finished as `not_run`, an id the table does not hold as nothing; listing the stages
+    /// gives the finished ones in the table's order.
+    #[test]
+    fn templates_find_stages_by_id_in_the_table() {
+        let table = Arc::new(StageTable::new(
+            ["fetch", "gate", "write"].map(String::from).to_vec(),
+        ));
+        let slot = |output: Value, status| StageSlot {
+            output,
+            status,
+            sha256: crate::floor::hash::Sha256Hex::Bytes([0; 32]),
+            assumed: false,
+            error: None,
+        };
+        table.set(2, slot(Value::from("written"), "succeeded"));
+        table.set(0, slot(Value::from(3), "cached"));
+        let scope = Scope {
+            stages: Scope::stages_view(Arc::clone(&table)),
+            ..Scope::default()
+        }
+        .to_value();
+        let env = crate::template::environment();
+        let render = |source: &str| env.render_str(source, &scope).unwrap();
+        assert_eq!(
+            render("{{ stages.fetch.output }} {{ stages.fetch.status }}"),
+            "3 cached"
+        );
+        assert_eq!(render("{{ stages.write.output }}"), "written");
+        assert_eq!(render("{{ stages.gate.status }}"), "not_run");
+        assert_eq!(render("{{ stages.other is undefined }}"), "true");
+        assert_eq!(
+            render("{% for id in stages %}{{ id }} {% endfor %}"),
+            "fetch write "
+        );
     }
 }
