@@ -148,12 +148,12 @@ impl RunRecord {
         let exit = self.exit.as_ref().and_then(|e| e.stage.as_deref());
         let mut statuses = std::collections::HashMap::new();
         for (id, stage) in &self.stages {
-            let status = if exit == Some(id.as_str()) {
+            let status = if exit == Some(&**id) {
                 "exited"
             } else {
                 stage.status.as_str()
             };
-            statuses.insert(id.clone(), status.to_string());
+            statuses.insert(id.to_string(), status.to_string());
             // A sub-workflow's stages as `stage/inner`, the one that ended it `exited`.
             if let Some(sub) = &stage.details().sub_run {
                 let exit = sub.exit_stage.as_deref();

@@ -180,11 +180,12 @@ impl RunDiff {
             }
         }
 
-        let mut ids: Vec<&String> = b.record.stages.keys().collect();
+        let mut ids: Vec<&str> = b.record.stages.keys().map(|id| &**id).collect();
         ids.extend(
             a.record
                 .stages
                 .keys()
+                .map(|id| &**id)
                 .filter(|id| !b.record.stages.contains_key(*id)),
         );
         let mut stages = Vec::new();
@@ -352,7 +353,7 @@ fn stage_diff(
                 let hash = |side: &DiffSide| {
                     side.record
                         .stages
-                        .get(dep)
+                        .get(dep.as_str())
                         .map(|s| (s.output_sha256.clone(), s.status))
                 };
                 if hash(a) != hash(b) {

@@ -516,7 +516,11 @@ impl<'w, 'r> Executor<'w, 'r> {
             holder: Some(holder::Holder::current()),
         };
         let table = Arc::new(StageTable::new(
-            workflow.stages.iter().map(|s| s.id.clone()).collect(),
+            workflow
+                .stages
+                .iter()
+                .map(|s| Arc::from(s.id.as_str()))
+                .collect(),
         ));
         Executor {
             workflow,
@@ -560,8 +564,9 @@ impl<'w, 'r> Executor<'w, 'r> {
         self.record.stages = record::not_run_stages(self.stage_ids());
     }
 
-    fn stage_ids(&self) -> Vec<String> {
-        self.workflow.stages.iter().map(|s| s.id.clone()).collect()
+    /// The stages' ids, shared with the stage table (one copy of each for the run).
+    fn stage_ids(&self) -> Vec<Arc<str>> {
+        self.table.ids().cloned().collect()
     }
 
     /// The run-level fields changed: the record says so at its next rewrite.
@@ -596,7 +601,7 @@ impl<'w, 'r> Executor<'w, 'r> {
         match &self.recorder {
             Some(recorder) => recorder.started(index, at),
             None => {
-                if let Some(entry) = self.record.stages.get_mut(&stage.id) {
+                if let Some(entry) = self.record.stages.get_mut(stage.id.as_str()) {
                     entry.status = StageStatus::Running;
                     entry.started_at = Some(at);
                 }
@@ -1325,7 +1330,7 @@ impl<'w, 'r> Executor<'w, 'r> {
                         self.reporter.line(&format!("warning: {warning}"));
                     }
                 }
-                if let Some(slot) = self.record.stages.get_mut(&id) {
+                if let Some(slot) = self.record.stages.get_mut(id.as_str()) {
                     let started_at = slot.started_at.take();
                     *slot = entry;
                     slot.started_at = started_at;

@@ -169,7 +169,7 @@ impl SubRun {
         let mut stages = IndexMap::new();
         let mut exit_stage = record.exit.as_ref().and_then(|e| e.stage.clone());
         for (id, stage) in &record.stages {
-            stages.insert(id.clone(), stage.status);
+            stages.insert(id.to_string(), stage.status);
             if let Some(inner) = &stage.details().sub_run {
                 for (inner_id, status) in &inner.stages {
                     stages.insert(format!("{id}/{inner_id}"), *status);
@@ -392,8 +392,8 @@ struct StageRecordJson {
 
 /// Every stage `not_run`, in the order given: what a run's record starts from.
 pub(crate) fn not_run_stages(
-    ids: Vec<String>,
-) -> IndexMap<String, StageRecord, foldhash::fast::RandomState> {
+    ids: Vec<std::sync::Arc<str>>,
+) -> IndexMap<std::sync::Arc<str>, StageRecord, foldhash::fast::RandomState> {
     ids.into_iter()
         .map(|id| (id, StageRecord::not_run()))
         .collect()
@@ -528,7 +528,7 @@ pub struct RunRecord {
     pub(crate) resumed_from: Option<String>,
     pub(crate) cwd: String,
     pub(crate) files: Vec<FileHash>,
-    pub(crate) stages: IndexMap<String, StageRecord, foldhash::fast::RandomState>,
+    pub(crate) stages: IndexMap<std::sync::Arc<str>, StageRecord, foldhash::fast::RandomState>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) outputs: Option<Value>,
     /// The `[outputs]` values larger than [`LARGE_OUTPUT`], each kept once in a file below

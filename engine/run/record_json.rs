@@ -107,7 +107,7 @@ const RUN_OF_STAGES: usize = 256;
 /// `stages` as members of the record's `stages` object, the first at position `start` of it.
 fn write_stages(
     out: &mut Vec<u8>,
-    stages: &indexmap::map::Slice<String, StageRecord>,
+    stages: &indexmap::map::Slice<std::sync::Arc<str>, StageRecord>,
     start: usize,
 ) -> Result<(), ()> {
     for (offset, (id, stage)) in stages.iter().enumerate() {

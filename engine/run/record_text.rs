@@ -132,11 +132,11 @@ impl RunRecord {
         if !parts.is_empty() {
             lines.push(format!("stages: {}", parts.join(", ")));
         }
-        let mut timed: Vec<(&String, u64)> = self
+        let mut timed: Vec<(&str, u64)> = self
             .stages
             .iter()
             .filter(|(_, s)| s.duration_ms > 0 && !s.assumed)
-            .map(|(id, s)| (id, s.duration_ms))
+            .map(|(id, s)| (&**id, s.duration_ms))
             .collect();
         timed.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
         if !timed.is_empty() {
@@ -161,7 +161,7 @@ impl RunRecord {
                     .explain
                     .clone()
                     .unwrap_or_else(|| format!("not reached ({})", stage.status.as_str()));
-                (id.as_str(), verdict)
+                (&**id, verdict)
             })
             .collect()
     }
@@ -322,7 +322,7 @@ impl RunRecord {
             for line in s.details().stderr.as_deref().unwrap_or("").lines() {
                 out.push_str(&format!("      stderr: {line}\n"));
             }
-            if let Some(line) = outputs.get(id).filter(|_| s.status.has_output()) {
+            if let Some(line) = outputs.get(&**id).filter(|_| s.status.has_output()) {
                 out.push_str(&self.output_lines(id, &line.output));
             }
         }

@@ -65,7 +65,7 @@ impl Recorder {
     pub(crate) fn start(
         mut files: RunFiles,
         mut record: RunRecord,
-        ids: Vec<String>,
+        ids: Vec<std::sync::Arc<str>>,
         reporter: Reporter,
         prune: Option<(PathBuf, usize, Option<u64>)>,
     ) -> std::io::Result<Self> {
@@ -347,7 +347,7 @@ mod tests {
         let dir = record::runs_dir(state.path()).join("r1");
         let files = RunFiles::create(dir.clone()).unwrap();
         let reporter = Reporter::new(&RunOptions::default(), 0);
-        let ids = id_refs.iter().map(ToString::to_string).collect();
+        let ids = id_refs.iter().map(|&id| id.into()).collect();
         let recorder = Recorder::start(files, a_record("r1"), ids, reporter, None).unwrap();
         // More than a batch, so some notes cross before the end and some with it.
         for n in 0..150 {
@@ -364,7 +364,7 @@ mod tests {
         let on_disk = record::read_record(state.path(), "r1").unwrap();
         assert_eq!(on_disk.status, crate::run::RunStatus::Completed);
         for (n, (id, stage)) in on_disk.stages.iter().enumerate() {
-            assert_eq!(id, &format!("s{n}"));
+            assert_eq!(&**id, format!("s{n}"));
             assert_eq!(stage.status, StageStatus::Cached);
             assert!(stage.started_at.is_some(), "{id} keeps when it started");
         }
@@ -395,7 +395,7 @@ mod tests {
         let dir = record::runs_dir(state.path()).join("r2");
         let files = RunFiles::create(dir).unwrap();
         let reporter = Reporter::new(&RunOptions::default(), 0);
-        let ids = vec!["a".to_string(), "b".to_string()];
+        let ids = vec!["a".into(), "b".into()];
         let recorder = Recorder::start(files, a_record("r2"), ids, reporter, None).unwrap();
         recorder.started(0, record::now_rfc3339());
         recorder.finished(cached(0));

@@ -133,7 +133,7 @@ fn nodes<'a>(record: &'a RunRecord, plan: Option<&'a Value>) -> Vec<Node<'a>> {
         .filter(|id| record.stages.contains_key(*id))
         .collect();
     for id in record.stages.keys() {
-        if !by_id.contains_key(id.as_str()) {
+        if !by_id.contains_key(&**id) {
             order.push(id);
         }
     }

@@ -965,7 +965,7 @@ impl StageRunner<'_> {
         let previous = self.runtime.previous.as_ref().and_then(|record| {
             record
                 .stages
-                .get(&stage.id)
+                .get(stage.id.as_str())
                 .and_then(|s| s.fingerprint_parts.clone())
                 .map(|p| (record, p))
         });

@@ -457,7 +457,7 @@ pub(crate) struct StageTable {
     /// The stages' ids, in the order of `slots`, each found by its id. One set holds both: a
     /// list of ids beside a map from a copy of each to its position held the ids twice (at
     /// 10,000 stages, about half a megabyte more to the run's end).
-    ids: indexmap::IndexSet<String, foldhash::fast::RandomState>,
+    ids: indexmap::IndexSet<Arc<str>, foldhash::fast::RandomState>,
     pub slots: RwLock<Vec<Option<StageSlot>>>,
 }
 
@@ -476,10 +476,15 @@ pub(crate) struct StageSlot {
 }
 
 impl StageTable {
-    pub(crate) fn new(ids: Vec<String>) -> Self {
+    pub(crate) fn new(ids: Vec<Arc<str>>) -> Self {
         let slots = RwLock::new(vec![None; ids.len()]);
         let ids = ids.into_iter().collect();
         StageTable { ids, slots }
+    }
+
+    /// The stages' ids, in order.
+    pub(crate) fn ids(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.ids.iter()
     }
 
     pub(crate) fn set(&self, index: usize, slot: StageSlot) {
@@ -529,7 +534,7 @@ impl Object for StagesView {
             .iter()
             .enumerate()
             .filter(|(i, _)| self.0.get(*i).is_some())
-            .map(|(_, id)| Value::from(id.as_str()))
+            .map(|(_, id)| Value::from(&**id))
             .collect();
         Enumerator::Values(done)
     }
@@ -747,7 +752,7 @@ mod tests {
     #[test]
     fn templates_find_stages_by_id_in_the_table() {
         let table = Arc::new(StageTable::new(
-            ["fetch", "gate", "write"].map(String::from).to_vec(),
+            ["fetch", "gate", "write"].map(Arc::from).to_vec(),
         ));
         let slot = |output: Value, status| StageSlot {
             output,

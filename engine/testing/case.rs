@@ -334,10 +334,10 @@ fn scope(record: &RunRecord, stage_outputs: &Map<String, Value>, outputs: &Value
     let mut stages = Map::new();
     for (id, stage) in &record.stages {
         stages.insert(
-            id.clone(),
+            id.to_string(),
             json!({
                 "status": stage.status.as_str(),
-                "output": stage_outputs.get(id).cloned().unwrap_or(Value::Null),
+                "output": stage_outputs.get(&**id).cloned().unwrap_or(Value::Null),
                 "error": stage.details().error,
                 "model_calls": stage.details().model_calls.len(),
             }),
