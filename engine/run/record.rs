@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::floor::json::{self, Object};
@@ -390,10 +391,12 @@ struct StageRecordJson {
     pub stderr: Option<String>,
 }
 
+/// A record's stages by id, in the workflow's order. A run's ids are the ones its stage table
+/// holds, shared rather than copied.
+pub(crate) type Stages = IndexMap<Arc<str>, StageRecord, foldhash::fast::RandomState>;
+
 /// Every stage `not_run`, in the order given: what a run's record starts from.
-pub(crate) fn not_run_stages(
-    ids: Vec<std::sync::Arc<str>>,
-) -> IndexMap<std::sync::Arc<str>, StageRecord, foldhash::fast::RandomState> {
+pub(crate) fn not_run_stages(ids: Vec<Arc<str>>) -> Stages {
     ids.into_iter()
         .map(|id| (id, StageRecord::not_run()))
         .collect()
@@ -528,7 +531,7 @@ pub struct RunRecord {
     pub(crate) resumed_from: Option<String>,
     pub(crate) cwd: String,
     pub(crate) files: Vec<FileHash>,
-    pub(crate) stages: IndexMap<std::sync::Arc<str>, StageRecord, foldhash::fast::RandomState>,
+    pub(crate) stages: Stages,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) outputs: Option<Value>,
     /// The `[outputs]` values larger than [`LARGE_OUTPUT`], each kept once in a file below

@@ -10,6 +10,7 @@
 use std::cell::RefCell;
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use serde_json::Value;
@@ -65,7 +66,7 @@ impl Recorder {
     pub(crate) fn start(
         mut files: RunFiles,
         mut record: RunRecord,
-        ids: Vec<std::sync::Arc<str>>,
+        ids: Vec<Arc<str>>,
         reporter: Reporter,
         prune: Option<(PathBuf, usize, Option<u64>)>,
     ) -> std::io::Result<Self> {

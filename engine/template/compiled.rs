@@ -454,9 +454,9 @@ fn too_large(len: usize) -> Error {
 /// The results of the run so far, shared with every render.
 #[derive(Debug, Default)]
 pub(crate) struct StageTable {
-    /// The stages' ids, in the order of `slots`, each found by its id. One set holds both: a
-    /// list of ids beside a map from a copy of each to its position held the ids twice (at
-    /// 10,000 stages, about half a megabyte more to the run's end).
+    /// The stages' ids, in the order of `slots`, each found by its id: one set for both, each
+    /// id allocated once for the run and shared with its record (a list beside a map of copies,
+    /// and the record's own copies, held every id three times to the run's end).
     ids: indexmap::IndexSet<Arc<str>, foldhash::fast::RandomState>,
     pub slots: RwLock<Vec<Option<StageSlot>>>,
 }
