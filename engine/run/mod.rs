@@ -1555,6 +1555,47 @@ mod tests {
         run(&workflow, &runtime, &options, Map::new(), None).expect("the run starts")
     }
 
+    /// A run allocates each stage's id once: its record's stages and the stage table that
+    /// templates read hold the same one, in the workflow's order.
+    #[test]
+    fn the_record_and_the_stage_table_share_each_id() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("ids.toml"),
+            "[workflow]\ndescription = \"d\"\n\n[stages.first]\nshell = \"true\"\n\n\
+             [stages.second]\nshell = \"true\"\n",
+        )
+        .unwrap();
+        let engine = crate::Engine::new(&[], dir.path());
+        let workflow = engine.load("ids.toml").expect("the workflow checks");
+        let models = Models::load(dir.path()).expect("no model configuration is fine");
+        let runtime = Runtime {
+            models: &models,
+            cwd: dir.path().to_path_buf(),
+            state_dir: dir.path().join(".stagegraph"),
+            previous: None,
+        };
+        let options = RunOptions::default();
+        let reporter = Reporter::new(&options, workflow.stages.len());
+        let mut executor = Executor::new(
+            &workflow,
+            &runtime,
+            &options,
+            Map::new(),
+            "r1".into(),
+            reporter,
+        );
+        executor.keep_record();
+        let table: Vec<&Arc<str>> = executor.table.ids().collect();
+        let record: Vec<&Arc<str>> = executor.record.stages.keys().collect();
+        assert_eq!(table.len(), 2);
+        assert_eq!(record.len(), 2);
+        for (in_table, in_record) in table.iter().zip(&record) {
+            assert!(Arc::ptr_eq(in_table, in_record), "{in_table} is copied");
+        }
+        assert_eq!([&**record[0], &**record[1]], ["first", "second"]);
+    }
+
     /// A `records.project` that fails to render is a typed error, rendered as the template's.
     #[test]
     fn a_records_project_that_fails_to_render_is_a_typed_error() {
