@@ -28,13 +28,13 @@ const BATCH: usize = 512;
 /// At most this many batches wait for the recorder; past that, the scheduling thread waits for
 /// room. A no-op of 10,000 reused stages hands over its notes faster than the recorder writes
 /// them whenever the pool and the scheduling thread hold both cores: with no bound, the notes
-/// waiting reached 4,000-17,000 (two a stage, each holding the stage's record), and the highest
-/// peak of 21-25 runs was 1.5-2.1 MB above their median (plain release build, wide and chain).
-/// With eight, at most about 5,000 wait and the highest peak is within 0.3-0.8 MB of the median,
-/// in the same time within the noise. The run waits for every note to be written before it
-/// ends, so the bound moves work rather than adding any; but a scheduling thread that waits
-/// starts no batch, so a smaller bound idles a core (four cost the chain and the wide graph
-/// 2-4 ms).
+/// waiting reached 8,000-17,000 (two a stage, each holding the stage's record), and the highest
+/// peak of 21-31 runs was up to 2.0 MB above their median (plain release build, wide and
+/// chain). With eight, at most about 5,000 wait and the highest peak is within 0.3-0.8 MB of
+/// the median, the wall time within the noise. The run waits for every note to be written
+/// before it ends, so the bound moves work rather than adding any; but a scheduling thread
+/// that waits starts no batch, so a smaller bound idles a core (one batch cost 2-7 ms, two
+/// 0-3 ms; book/src/benchmarks.md).
 const BACKLOG: usize = 8;
 
 /// The channel to the recorder, bounded by [`BACKLOG`].
