@@ -8,6 +8,7 @@ pub(crate) mod cancel;
 pub(crate) mod duration;
 pub(crate) mod fd;
 pub(crate) mod hash;
+pub(crate) mod heap;
 pub(crate) mod holder;
 pub(crate) mod json;
 pub(crate) mod locks;

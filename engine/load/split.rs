@@ -145,7 +145,15 @@ pub(crate) fn read_parts(
                 Err(_) => failed.store(true, Ordering::Relaxed),
             }
         }
-        return_parser_pages();
+        // The pages this thread's parts were parsed in, given back at once: the parser's tokens
+        // and events, freed part by part, are of other sizes than what the check goes on to
+        // allocate on this thread, so their pages are not used again; under the delay the
+        // reading sets for returning freed pages (1 ms, `return_freed_pages_late` in main.rs),
+        // a thread busy checking returned them in some runs and held them through the check's
+        // peak in others. At 10,000 stages, the released build, 21 `check`s a shape: the
+        // highest peak 24.7 / 24.1 / 22.5 MB (wide / layers / chain) before, 22.5 / 23.2 /
+        // 21.7 after, in the same time.
+        crate::floor::heap::collect_own(true);
         files
     });
     if failed.load(Ordering::Relaxed) || files.len() != ranges.len() {
@@ -167,22 +175,6 @@ pub(crate) fn read_parts(
         }
     }
     Some(file)
-}
-
-/// Give back at once the pages this thread's parts were parsed in. The parser's tokens and
-/// events, freed part by part, are of other sizes than what the check goes on to allocate on
-/// this thread, so their pages are not used again; under the delay the reading sets for
-/// returning freed pages (1 ms, `return_freed_pages_late` in main.rs), a thread busy checking
-/// returned them in some runs and held them through the check's peak in others. At
-/// 10,000 stages, the released build, 21 `check`s a shape: the highest peak 24.7 / 24.1 / 22.5
-/// MB (wide / layers / chain) before, 22.5 / 23.2 / 21.7 after, in the same time.
-fn return_parser_pages() {
-    #[cfg(not(feature = "system-allocator"))]
-    // SAFETY: collects the calling thread's own mimalloc heap, which any thread may do at any
-    // time; nothing it frees is in use.
-    unsafe {
-        libmimalloc_sys::mi_collect(true);
-    }
 }
 
 #[cfg(test)]
