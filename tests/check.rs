@@ -479,3 +479,49 @@ fn github_annotations_land_on_repository_files() {
         insta::assert_snapshot!(out.stdout);
     });
 }
+
+/// A stage whose `uses` or `workflow` names nothing still counts with what its `with` reads:
+/// the cycle through it and the field read of a text output are reported beside the names.
+#[test]
+fn what_a_stage_with_a_wrong_name_reads_is_still_checked() {
+    let (code, json) = check_json("err_cycle_through_unknown");
+    assert_eq!(code, Some(2));
+    let found = messages(&json);
+    let has = |want: &str| found.iter().any(|(_, m, _)| m.contains(want));
+    for want in [
+        "unknown built-in `json.parse`",
+        "no_such_workflow",
+        "dependency cycle",
+        "has no field `title`",
+    ] {
+        assert!(has(want), "no diagnostic with {want:?}: {found:#?}");
+    }
+}
+
+/// `if = "{{ x }}"` (GitHub Actions' habit) is named for what it is, with the expression to
+/// write instead, not left to the expression parser's "unexpected `}`".
+#[test]
+fn an_expression_in_braces_says_to_drop_them() {
+    let (code, json) = check_json("err_expression_in_braces");
+    assert_eq!(code, Some(2));
+    let found = messages(&json);
+    for (field, expression) in [
+        ("stages.greet.if", "inputs.enabled"),
+        ("stages.each.foreach", "[1, 2, 3]"),
+        ("stages.stop.exit_if", "stages.greet.output == 'hello'"),
+    ] {
+        let (_, message, help) = found
+            .iter()
+            .find(|(_, m, _)| m.contains(&format!("`{field}`")))
+            .unwrap_or_else(|| panic!("nothing said of {field}: {found:#?}"));
+        assert!(message.contains("without `{{ }}`"), "{message}");
+        assert_eq!(
+            help.as_deref(),
+            Some(format!("write the expression alone: \"{expression}\"").as_str())
+        );
+    }
+    assert!(
+        !found.iter().any(|(_, m, _)| m.contains("unexpected")),
+        "the parser's error shows through: {found:#?}"
+    );
+}

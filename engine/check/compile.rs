@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::gather::Pending;
 use super::key::{Field, TemplateKey};
-use super::spans::template_error;
+use super::spans::{template_error, template_problem};
 use super::Checker;
 use crate::diag::DiagnosticKind;
 use crate::library::Shelf;
@@ -82,7 +82,24 @@ impl Checker<'_> {
             match result {
                 Ok(tmpl) => templates.push(Some(tmpl)),
                 Err(error) => {
-                    let diagnostic = template_error(self.raw, &pending.at, &pending.source, &error);
+                    let diagnostic = match braced_expression(pending) {
+                        Some(inner) => {
+                            let kind = DiagnosticKind::ExpressionInBraces(pending.clean_name());
+                            let mut diagnostic = template_problem(
+                                self.raw,
+                                &pending.at,
+                                &pending.source,
+                                None,
+                                kind,
+                            );
+                            diagnostic.help = Some(format!(
+                                "write the expression alone: \"{}\"",
+                                inner.replace('"', "\\\"")
+                            ));
+                            diagnostic
+                        }
+                        None => template_error(self.raw, &pending.at, &pending.source, &error),
+                    };
                     self.diags.push(diagnostic);
                     templates.push(None);
                 }
@@ -160,4 +177,20 @@ impl Checker<'_> {
             }
         }
     }
+}
+
+/// The expression inside an expression field written the way a template is, `{{ expr }}`
+/// (GitHub Actions' `if: ${{ }}` habit): what it should have been. Asked only of a source that
+/// did not compile, so a valid expression is never second-guessed.
+fn braced_expression(pending: &Pending) -> Option<&str> {
+    if !pending.native {
+        return None;
+    }
+    let inner = pending
+        .source
+        .trim()
+        .strip_prefix("{{")?
+        .strip_suffix("}}")?
+        .trim();
+    (!inner.is_empty() && !inner.contains("{{") && !inner.contains("}}")).then_some(inner)
 }

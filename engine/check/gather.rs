@@ -586,6 +586,7 @@ impl Checker<'_> {
                         .unwrap_or_else(|| format!("built-ins: {}", names.join(", ")));
                     self.error(DiagnosticKind::UnknownBuiltin(name.to_string()), &p("uses"))
                         .help = Some(help);
+                    self.gather_all_with(i, def, &prefix, item, &p);
                     return Some(PendingAction::Failed);
                 };
                 self.check_with(id, builtin, def);
@@ -595,17 +596,7 @@ impl Checker<'_> {
                 {
                     self.error(message, &p(&format!("with/{key}")));
                 }
-                if let Some(with) = &def.with {
-                    for (k, v) in with.iter() {
-                        self.gather_with(
-                            i,
-                            vec![k.clone()],
-                            &format!("{prefix}with.{k}{item}"),
-                            v,
-                            &p(&format!("with/{}", pointer_segment(k))),
-                        );
-                    }
-                }
+                self.gather_all_with(i, def, &prefix, item, &p);
                 if builtin.writes && self.file.workflow.writes.is_empty() {
                     let kind = DiagnosticKind::BuiltinWithoutWrites {
                         stage: id.to_string(),
@@ -630,6 +621,7 @@ impl Checker<'_> {
                                 },
                                 &p("workflow"),
                             );
+                            self.gather_all_with(i, def, &prefix, item, &p);
                             return Some(PendingAction::Failed);
                         }
                         super::check_inner(raw, self.search, self.cwd, visiting, &name)
@@ -643,6 +635,7 @@ impl Checker<'_> {
                             }
                             self.diags.push(diagnostic);
                         }
+                        self.gather_all_with(i, def, &prefix, item, &p);
                         return Some(PendingAction::Failed);
                     }
                 };
@@ -658,6 +651,7 @@ impl Checker<'_> {
                             &p("workflow"),
                         );
                         self.diags.extend(diags);
+                        self.gather_all_with(i, def, &prefix, item, &p);
                         return Some(PendingAction::Failed);
                     }
                 };
@@ -716,15 +710,7 @@ impl Checker<'_> {
                         }
                     ));
                 }
-                for (k, v) in given.iter() {
-                    self.gather_with(
-                        i,
-                        vec![k.clone()],
-                        &format!("{prefix}with.{k}{item}"),
-                        v,
-                        &p(&format!("with/{}", pointer_segment(k))),
-                    );
-                }
+                self.gather_all_with(i, def, &prefix, item, &p);
                 PendingAction::Workflow { workflow }
             }
             Some(_) => PendingAction::None,
@@ -774,6 +760,32 @@ impl Checker<'_> {
     }
 
     /// Queue every string inside a `with` value; `path` is the keys and indexes down to it.
+    /// Every value of a stage's `with` table, each string a template. Gathered for a stage
+    /// whose built-in or sub-workflow could not be found or checked too: what the values read
+    /// still counts in the graph, so a cycle or a bad reference through them is reported in the
+    /// same pass as the name that is wrong, not after it is fixed.
+    fn gather_all_with(
+        &mut self,
+        i: usize,
+        def: &StageDef,
+        prefix: &StagePrefix<'_>,
+        item: &str,
+        pointer: &dyn Fn(&str) -> String,
+    ) {
+        let Some(with) = &def.with else {
+            return;
+        };
+        for (k, v) in with.iter() {
+            self.gather_with(
+                i,
+                vec![k.clone()],
+                &format!("{prefix}with.{k}{item}"),
+                v,
+                &pointer(&format!("with/{}", pointer_segment(k))),
+            );
+        }
+    }
+
     fn gather_with(
         &mut self,
         i: usize,

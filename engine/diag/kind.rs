@@ -417,6 +417,10 @@ pub enum DiagnosticKind {
     /// A template that does not compile (minijinja's detail).
     #[error("template does not compile: {0}")]
     TemplateDoesNotCompile(String),
+    /// An expression field (`if`, `exit_if`, `foreach`, an assertion's `that`) written as a
+    /// template, inside `{{ }}`.
+    #[error("`{0}` is an expression: it is written without `{{{{ }}}}`")]
+    ExpressionInBraces(String),
     /// A filter the environment does not have.
     #[error("unknown filter `{0}`")]
     UnknownFilter(String),
