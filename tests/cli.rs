@@ -271,6 +271,8 @@ fn a_rejected_command_line_creates_no_state_folder() {
         vec!["run", "flow.toml", "--answer", "nosuch=y"],
         vec!["run", "flow.toml", "--answer", "confirm=maybe"],
         vec!["run", "flow.toml", "--jobs", "many"],
+        vec!["run", "flow.toml", "--jobs", "0"],
+        vec!["test", "--jobs", "0"],
         vec!["resume", "nosuch"],
         vec!["runs", "show", "nosuch"],
         vec!["plan", "nosuch"],
@@ -284,4 +286,17 @@ fn a_rejected_command_line_creates_no_state_folder() {
             args.join(" ")
         );
     }
+}
+
+/// `--jobs 0` would run nothing: it is refused with the reason, not read as 1.
+#[test]
+fn no_jobs_at_once_is_refused() {
+    let t = crate::support::Test::new();
+    let out = t.run(["run", "nosuch", "--jobs", "0"]);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(
+        out.stderr.contains("must be at least 1"),
+        "no reason given: {}",
+        out.stderr
+    );
 }

@@ -299,7 +299,7 @@ pub(crate) struct ExecArgs {
     #[arg(long)]
     pub(crate) explain: bool,
     /// Stages at once (default: the number of cores).
-    #[arg(long, short = 'j')]
+    #[arg(long, short = 'j', value_parser = at_least_one)]
     pub(crate) jobs: Option<usize>,
     /// Ignore the cache.
     #[arg(long)]
@@ -382,7 +382,7 @@ pub(crate) struct TestArgs {
     #[arg(long, value_name = "NAME|FILE")]
     pub(crate) workflow: Option<String>,
     /// Cases at once (default: the number of cores).
-    #[arg(long, short = 'j')]
+    #[arg(long, short = 'j', value_parser = at_least_one)]
     pub(crate) jobs: Option<usize>,
     /// Ask the models the requests that have no recording, and record them; replay the rest.
     #[arg(long, conflicts_with = "rerecord")]
@@ -650,4 +650,14 @@ pub(crate) enum SchemaKind {
 /// A size on the command line ("500MB", "1GiB", "4096").
 fn parse_size(text: &str) -> Result<u64, String> {
     stagegraph::parse_size(text)
+}
+
+/// A count of things at once (`--jobs`): 0 would run nothing, so it is refused rather than read
+/// as 1.
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1 (it is how many run at once)".into()),
+        Ok(count) => Ok(count),
+        Err(error) => Err(format!("{error}: give a whole number, e.g. 4")),
+    }
 }
