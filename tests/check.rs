@@ -525,3 +525,22 @@ fn an_expression_in_braces_says_to_drop_them() {
         "the parser's error shows through: {found:#?}"
     );
 }
+
+/// `${{ x }}` in a script or a command is GitHub Actions' spelling, whose `$` would stay in
+/// the text: a warning at each, with the template to write; text that is no code is left alone.
+#[test]
+fn a_dollar_before_a_template_in_code_is_a_warning() {
+    let (code, json) = check_json("warn_dollar_before_template");
+    assert_eq!(code, Some(0), "{json:#}");
+    let found = messages(&json);
+    let warned: Vec<u64> = found
+        .iter()
+        .filter(|(_, m, _)| m.contains("GitHub Actions' spelling"))
+        .map(|(line, _, _)| *line)
+        .collect();
+    assert_eq!(warned, [13, 16], "{found:#?}");
+    assert!(found.iter().any(|(_, _, help)| help
+        .as_deref()
+        .is_some_and(|h| h.contains("`{{ inputs.name }}` is the value"))));
+    assert_eq!(json["workflows"][0]["warnings"], 2, "{json:#}");
+}

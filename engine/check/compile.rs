@@ -116,6 +116,12 @@ impl Checker<'_> {
         use crate::template::shell;
         let mut argvs: std::collections::BTreeMap<usize, Vec<&Pending>> = Default::default();
         for pending in pendings {
+            if matches!(
+                pending.key,
+                TemplateKey::Stage(_, Field::Shell | Field::Command(_))
+            ) {
+                self.dollar_before_templates(pending);
+            }
             match &pending.key {
                 TemplateKey::Stage(_, Field::Shell) => self.review_script(pending),
                 TemplateKey::Stage(i, Field::Command(_)) => {
@@ -154,6 +160,41 @@ impl Checker<'_> {
                     DiagnosticKind::ValueInCode(message),
                 );
             }
+        }
+    }
+
+    /// `${{ x }}` in a command or script, GitHub Actions' spelling: the `$` is not part of the
+    /// template, so it stays in the text before the value (a shell then reads `$'value'` or
+    /// `$value`). A warning at each, with the template to write instead; a `$` wanted there
+    /// can be kept with `{{ '$' ~ x }}`.
+    fn dollar_before_templates(&mut self, pending: &Pending) {
+        let source = pending.source.as_str();
+        let mut from = 0;
+        while let Some(found) = source[from..].find("${{") {
+            let start = from + found;
+            let Some(close) = source[start..].find("}}") else {
+                break;
+            };
+            let end = start + close + 2;
+            let template = &source[start + 1..end];
+            self.diag_span(
+                &pending.at,
+                source,
+                start..end,
+                DiagnosticKind::DollarBeforeTemplate,
+            );
+            if let Some(last) = self.diags.last_mut() {
+                last.severity = crate::diag::Severity::Warning;
+                last.help = Some(format!(
+                    "drop the `$`: `{template}` is the value (a `$` meant to stay goes inside: \
+                     `{{{{ '$' ~ {} }}}}`)",
+                    template
+                        .trim_start_matches("{{")
+                        .trim_end_matches("}}")
+                        .trim()
+                ));
+            }
+            from = end;
         }
     }
 

@@ -421,6 +421,9 @@ pub enum DiagnosticKind {
     /// template, inside `{{ }}`.
     #[error("`{0}` is an expression: it is written without `{{{{ }}}}`")]
     ExpressionInBraces(String),
+    /// `${{ x }}` in a command or script: GitHub Actions' spelling, whose `$` stays in the text.
+    #[error("`${{{{ }}}}` is GitHub Actions' spelling: here the `$` stays in the text, before the value")]
+    DollarBeforeTemplate,
     /// A filter the environment does not have.
     #[error("unknown filter `{0}`")]
     UnknownFilter(String),
