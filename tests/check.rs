@@ -505,16 +505,24 @@ fn an_expression_in_braces_says_to_drop_them() {
     let (code, json) = check_json("err_expression_in_braces");
     assert_eq!(code, Some(2));
     let found = messages(&json);
-    for (field, expression) in [
-        ("stages.greet.if", "inputs.enabled"),
-        ("stages.each.foreach", "[1, 2, 3]"),
-        ("stages.stop.exit_if", "stages.greet.output == 'hello'"),
+    for (field, expression, braces) in [
+        ("stages.greet.if", "inputs.enabled", "{{ }}"),
+        ("stages.each.foreach", "[1, 2, 3]", "{{ }}"),
+        (
+            "stages.stop.exit_if",
+            "stages.greet.output == 'hello'",
+            "{{ }}",
+        ),
+        ("stages.last.if", "inputs.enabled", "${{ }}"),
     ] {
         let (_, message, help) = found
             .iter()
             .find(|(_, m, _)| m.contains(&format!("`{field}`")))
             .unwrap_or_else(|| panic!("nothing said of {field}: {found:#?}"));
-        assert!(message.contains("without `{{ }}`"), "{message}");
+        assert!(
+            message.ends_with(&format!("without `{braces}`")),
+            "{message}"
+        );
         assert_eq!(
             help.as_deref(),
             Some(format!("write the expression alone: \"{expression}\"").as_str())
@@ -543,4 +551,68 @@ fn a_dollar_before_a_template_in_code_is_a_warning() {
         .as_deref()
         .is_some_and(|h| h.contains("`{{ inputs.name }}` is the value"))));
     assert_eq!(json["workflows"][0]["warnings"], 2, "{json:#}");
+}
+
+/// A key another pipeline tool uses (`needs`, `run`, `working-directory`) is named with this
+/// format's key, and a GitHub Actions context a template reads (`needs`, `secrets`, `matrix`)
+/// with what stands for it here: no edit distance would find either.
+#[test]
+fn a_key_of_another_tool_is_named_with_ours() {
+    let (code, json) = check_json("err_keys_of_other_tools");
+    assert_eq!(code, Some(2));
+    let found = messages(&json);
+    for (key, ours) in [
+        ("needs", "after"),
+        ("run", "shell"),
+        ("working-directory", "cwd"),
+        ("continue-on-error", "on_error"),
+    ] {
+        let (_, _, help) = found
+            .iter()
+            .find(|(_, m, _)| m.contains(&format!("unknown key `{key}`")))
+            .unwrap_or_else(|| panic!("nothing said of `{key}`: {found:#?}"));
+        assert_eq!(
+            help.as_deref(),
+            Some(format!("this format calls it `{ours}`").as_str())
+        );
+    }
+    for (root, ours) in [
+        ("needs", "`stages.<id>.output`"),
+        ("secrets", "`env.NAME`"),
+        ("matrix", "`item`"),
+    ] {
+        let (_, _, help) = found
+            .iter()
+            .find(|(_, m, _)| m.contains(&format!("undefined variable `{root}`")))
+            .unwrap_or_else(|| panic!("nothing said of `{root}`: {found:#?}"));
+        assert!(
+            help.as_deref().is_some_and(|help| help.contains(ours)),
+            "`{root}`: {help:?}"
+        );
+    }
+}
+
+/// A value of the wrong type or shape comes with the value as the format wants it: converted
+/// where that is plain, else the format's own example of the key.
+#[test]
+fn a_value_of_the_wrong_shape_is_shown_written_right() {
+    let (code, json) = check_json("err_value_shapes");
+    assert_eq!(code, Some(2));
+    let found = messages(&json);
+    for (line, want) in [
+        (5, "write `output = { format = \"json\" }`"),
+        (
+            6,
+            "written as `cache = true` or `{ key = \"template\", ttl = \"7d\" }`",
+        ),
+        (7, "write `timeout = \"30s\"`"),
+        (11, "write `after = [\"fetch\"]`"),
+        (12, "write `retries = 3`"),
+    ] {
+        let (_, message, help) = found
+            .iter()
+            .find(|(l, _, _)| *l == line)
+            .unwrap_or_else(|| panic!("nothing at line {line}: {found:#?}"));
+        assert_eq!(help.as_deref(), Some(want), "line {line}: {message}");
+    }
 }

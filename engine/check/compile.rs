@@ -84,7 +84,13 @@ impl Checker<'_> {
                 Err(error) => {
                     let diagnostic = match braced_expression(pending) {
                         Some(inner) => {
-                            let kind = DiagnosticKind::ExpressionInBraces(pending.clean_name());
+                            let kind = DiagnosticKind::ExpressionInBraces {
+                                field: pending.clean_name(),
+                                braces: match pending.source.trim_start().starts_with('$') {
+                                    true => "${{ }}",
+                                    false => "{{ }}",
+                                },
+                            };
                             let mut diagnostic = template_problem(
                                 self.raw,
                                 &pending.at,
@@ -220,16 +226,17 @@ impl Checker<'_> {
     }
 }
 
-/// The expression inside an expression field written the way a template is, `{{ expr }}`
-/// (GitHub Actions' `if: ${{ }}` habit): what it should have been. Asked only of a source that
+/// The expression inside an expression field written the way a template is, `{{ expr }}` or
+/// `${{ expr }}` (GitHub Actions' `if: ${{ }}` habit): what it should have been. Asked only of a source that
 /// did not compile, so a valid expression is never second-guessed.
 fn braced_expression(pending: &Pending) -> Option<&str> {
     if !pending.native {
         return None;
     }
-    let inner = pending
-        .source
-        .trim()
+    let source = pending.source.trim();
+    let inner = source
+        .strip_prefix('$')
+        .unwrap_or(source)
         .strip_prefix("{{")?
         .strip_suffix("}}")?
         .trim();

@@ -44,8 +44,9 @@ pub(crate) fn validate_format(raw: &RawWorkflow, diags: &mut Vec<Diagnostic>) ->
                 for key in unexpected {
                     let key_pointer = format!("{pointer}/{}", pointer_segment(key));
                     rejected.push(key_pointer.clone());
-                    let help =
-                        did_you_mean(key, allowed.iter().map(String::as_str)).or_else(|| {
+                    let help = did_you_mean(key, allowed.iter().map(String::as_str))
+                        .or_else(|| known_elsewhere(key, &allowed))
+                        .or_else(|| {
                             (!allowed.is_empty())
                                 .then(|| format!("known keys: {}", allowed.join(", ")))
                         });
@@ -59,14 +60,74 @@ pub(crate) fn validate_format(raw: &RawWorkflow, diags: &mut Vec<Diagnostic>) ->
                     );
                 }
             }
-            _ => {
+            kind => {
                 let message = describe_schema_error(&error, &pointer);
-                diags.push(Diagnostic::error(message).at_opt(raw.locate(&pointer)));
+                let help = matches!(
+                    kind,
+                    K::Type { .. } | K::AnyOf { .. } | K::OneOfNotValid { .. }
+                )
+                .then(|| shape_help(&schema_value, &pointer, error.instance()))
+                .flatten();
+                diags.push(
+                    Diagnostic::error(message)
+                        .at_opt(raw.locate(&pointer))
+                        .with_help_opt(help),
+                );
                 rejected.push(pointer);
             }
         }
     }
     rejected
+}
+
+/// Keys of other pipeline tools (GitHub Actions, GitLab CI, Compose, Taskfile, ...) that a
+/// stage spells another way, when that way is one of the keys allowed here: `needs` is
+/// `after`, `run` is `shell`. No edit distance finds these.
+fn known_elsewhere(key: &str, allowed: &[String]) -> Option<String> {
+    const SYNONYMS: &[(&[&str], &str)] = &[
+        (
+            &[
+                "needs",
+                "depends_on",
+                "depends-on",
+                "dependsOn",
+                "depends",
+                "requires",
+            ],
+            "after",
+        ),
+        (&["run", "script", "sh", "bash"], "shell"),
+        (&["cmd", "exec", "argv"], "command"),
+        (
+            &[
+                "working-directory",
+                "working_directory",
+                "workdir",
+                "dir",
+                "cwd_path",
+            ],
+            "cwd",
+        ),
+        (&["environment", "variables"], "env"),
+        (&["condition", "when"], "if"),
+        (
+            &["timeout-minutes", "timeout_minutes", "timeout_seconds"],
+            "timeout",
+        ),
+        (
+            &["continue-on-error", "continue_on_error", "allow_failure"],
+            "on_error",
+        ),
+        (&["retry", "attempts", "max_attempts"], "retries"),
+        (&["matrix", "for_each", "for-each", "loop"], "foreach"),
+        (&["action"], "uses"),
+        (&["name", "title", "summary"], "description"),
+    ];
+    let (_, ours) = SYNONYMS.iter().find(|(theirs, _)| theirs.contains(&key))?;
+    allowed
+        .iter()
+        .any(|allowed| allowed == ours)
+        .then(|| format!("this format calls it `{ours}`"))
 }
 
 /// Remove the value at a JSON pointer (a missing one is fine).
@@ -170,30 +231,42 @@ pub(crate) fn json_type(value: &Value) -> &'static str {
     }
 }
 
-/// The keys the format allows at a pointer (for suggestions).
-fn allowed_keys(schema: &Value, pointer: &str) -> Vec<String> {
+/// A node of the format's schema with its `$ref` followed (a few deep).
+fn resolve(schema: &Value, node: &Value) -> Value {
     let defs = schema.get("$defs");
-    let resolve = |node: &Value| -> Value {
-        let mut node = node.clone();
-        for _ in 0..4 {
-            let Some(reference) = node.get("$ref").and_then(Value::as_str) else {
-                break;
-            };
-            let name = reference.rsplit('/').next().unwrap_or_default();
-            match defs.and_then(|d| d.get(name)) {
-                Some(target) => node = target.clone(),
-                None => break,
-            }
+    let mut node = node.clone();
+    for _ in 0..4 {
+        let Some(reference) = node.get("$ref").and_then(Value::as_str) else {
+            break;
+        };
+        let name = reference.rsplit('/').next().unwrap_or_default();
+        match defs.and_then(|d| d.get(name)) {
+            Some(target) => node = target.clone(),
+            None => break,
         }
-        node
-    };
-    let mut node = resolve(schema);
-    let segments: Vec<&str> = pointer
+    }
+    node
+}
+
+/// The alternatives of an `anyOf` node that describe a table, resolved.
+fn table_branch(schema: &Value, node: &Value) -> Option<Value> {
+    node.get("anyOf")
+        .and_then(Value::as_array)
+        .and_then(|alts| {
+            alts.iter()
+                .map(|alt| resolve(schema, alt))
+                .find(|a| a.get("properties").is_some())
+        })
+}
+
+/// The schema node of the value at a pointer of the document, its `$ref` followed.
+fn node_at(schema: &Value, pointer: &str) -> Option<Value> {
+    let mut node = resolve(schema, schema);
+    for segment in pointer
         .trim_start_matches('/')
         .split('/')
         .filter(|s| !s.is_empty())
-        .collect();
-    for segment in segments {
+    {
         let next = node
             .get("properties")
             .and_then(|p| p.get(segment))
@@ -203,30 +276,19 @@ fn allowed_keys(schema: &Value, pointer: &str) -> Vec<String> {
                     .filter(|a| a.is_object())
                     .cloned()
             })
-            .or_else(|| {
-                node.get("anyOf")
-                    .and_then(Value::as_array)
-                    .and_then(|alts| {
-                        alts.iter()
-                            .map(&resolve)
-                            .find(|a| a.get("properties").is_some())
-                    })
-            });
-        match next {
-            Some(next) => node = resolve(&next),
-            None => return Vec::new(),
-        }
+            .or_else(|| table_branch(schema, &node))?;
+        node = resolve(schema, &next);
     }
+    Some(node)
+}
+
+/// The keys the format allows at a pointer (for suggestions).
+fn allowed_keys(schema: &Value, pointer: &str) -> Vec<String> {
+    let Some(mut node) = node_at(schema, pointer) else {
+        return Vec::new();
+    };
     if node.get("properties").is_none() {
-        if let Some(alt) = node
-            .get("anyOf")
-            .and_then(Value::as_array)
-            .and_then(|alts| {
-                alts.iter()
-                    .map(&resolve)
-                    .find(|a| a.get("properties").is_some())
-            })
-        {
+        if let Some(alt) = table_branch(schema, &node) {
             node = alt;
         }
     }
@@ -234,4 +296,78 @@ fn allowed_keys(schema: &Value, pointer: &str) -> Vec<String> {
         .and_then(Value::as_object)
         .map(|p| p.keys().cloned().collect())
         .unwrap_or_default()
+}
+
+/// How a value of the wrong type or shape is written instead: the value itself converted
+/// where that is plain (`after = "a"` is `after = ["a"]`, `retries = "3"` is `retries = 3`,
+/// `timeout = 30` is `timeout = "30s"`), else the format's own example of the key (`cache = true`
+/// or `{ key = "template", ttl = "7d" }`).
+fn shape_help(schema: &Value, pointer: &str, found: &Value) -> Option<String> {
+    let node = node_at(schema, pointer)?;
+    let key = pointer.rsplit('/').next().unwrap_or_default();
+    let types: Vec<&str> = match node.get("type") {
+        Some(Value::String(one)) => vec![one.as_str()],
+        Some(Value::Array(many)) => many.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    };
+    let mut branches = vec![node.clone()];
+    if let Some(alts) = node.get("anyOf").and_then(Value::as_array) {
+        branches.extend(alts.iter().map(|alt| resolve(schema, alt)));
+    }
+    let example = branches
+        .iter()
+        .filter_map(|branch| branch.get("description").and_then(Value::as_str))
+        .find(|text| text.contains('`'));
+    let duration = example.is_some_and(|text| text.contains("\"30s\""));
+    let written = match found {
+        Value::String(text) if types.contains(&"array") => {
+            Some(Value::Array(vec![Value::String(text.clone())]).to_string())
+        }
+        Value::String(text) if types.contains(&"integer") => text
+            .trim()
+            .parse::<i64>()
+            .ok()
+            .map(|number| number.to_string()),
+        Value::String(text) if types.contains(&"boolean") => {
+            match text.trim().to_ascii_lowercase().as_str() {
+                "true" | "yes" | "on" => Some("true".to_string()),
+                "false" | "no" | "off" => Some("false".to_string()),
+                _ => None,
+            }
+        }
+        Value::Number(number) if types.contains(&"string") && duration => {
+            Some(format!("\"{number}s\""))
+        }
+        Value::Number(number) if types.contains(&"string") => Some(format!("\"{number}\"")),
+        Value::String(text) => in_a_table(schema, &branches, text),
+        _ => None,
+    };
+    match (written, example) {
+        (Some(written), _) => Some(format!("write `{key} = {written}`")),
+        (None, Some(example)) => Some(format!("written as {example}")),
+        (None, None) => None,
+    }
+}
+
+/// A string given where a table is wanted, which is a value one key of the table takes
+/// (`output = "json"` for `output = { format = "json" }`): that table, written inline.
+fn in_a_table(schema: &Value, branches: &[Value], text: &str) -> Option<String> {
+    let table = branches
+        .iter()
+        .find(|branch| branch.get("properties").is_some())?;
+    let mut takers = table
+        .get("properties")?
+        .as_object()?
+        .iter()
+        .filter(|(_, property)| {
+            resolve(schema, property)
+                .get("enum")
+                .and_then(Value::as_array)
+                .is_some_and(|values| values.iter().any(|value| value == text))
+        })
+        .map(|(name, _)| name);
+    match (takers.next(), takers.next()) {
+        (Some(name), None) => Some(format!("{{ {name} = {} }}", Value::from(text))),
+        _ => None,
+    }
 }

@@ -560,9 +560,12 @@ impl Checker<'_> {
             }
             other => {
                 let roots = &compiled::known_roots();
-                let help = did_you_mean(other, roots.iter().copied()).unwrap_or_else(|| {
-                    "templates see inputs, env, stages, state, run, item, index and output".into()
-                });
+                let help = did_you_mean(other, roots.iter().copied())
+                    .or_else(|| root_of_another_tool(other))
+                    .unwrap_or_else(|| {
+                        "templates see inputs, env, stages, state, run, item, index and output"
+                            .into()
+                    });
                 self.diag_span(
                     at,
                     source,
@@ -634,4 +637,25 @@ pub(crate) fn bound_locally(source: &str, name: &str) -> bool {
 
 fn is_word(c: char) -> bool {
     c.is_alphanumeric() || c == '_'
+}
+
+/// What GitHub Actions' expression contexts are here, for a template that reads one: no edit
+/// distance leads from `needs` to `stages` or from `secrets` to `env`.
+fn root_of_another_tool(root: &str) -> Option<String> {
+    Some(match root {
+        "needs" | "jobs" | "tasks" => {
+            format!("another stage's result is `stages.<id>.output` here, not `{root}.<id>`")
+        }
+        "secrets" | "vars" => format!(
+            "`{root}` come from the environment here: list the variable in `[workflow] env` and \
+             read `env.NAME`"
+        ),
+        "matrix" => {
+            "a `foreach` stage reads its item as `item` (and its position as `index`)".to_string()
+        }
+        "github" | "runner" => {
+            "the run's own fields are `run.*` (`run.id`, `run.status`, ...)".to_string()
+        }
+        _ => return None,
+    })
 }

@@ -419,8 +419,13 @@ pub enum DiagnosticKind {
     TemplateDoesNotCompile(String),
     /// An expression field (`if`, `exit_if`, `foreach`, an assertion's `that`) written as a
     /// template, inside `{{ }}`.
-    #[error("`{0}` is an expression: it is written without `{{{{ }}}}`")]
-    ExpressionInBraces(String),
+    #[error("`{field}` is an expression: it is written without `{braces}`")]
+    ExpressionInBraces {
+        /// The field, as `stages.<id>.<key>`.
+        field: String,
+        /// `{{ }}`, or `${{ }}` as GitHub Actions writes it.
+        braces: &'static str,
+    },
     /// `${{ x }}` in a command or script: GitHub Actions' spelling, whose `$` stays in the text.
     #[error("`${{{{ }}}}` is GitHub Actions' spelling: here the `$` stays in the text, before the value")]
     DollarBeforeTemplate,
