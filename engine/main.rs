@@ -65,6 +65,28 @@ fn set_allocator_option(option: libmimalloc_sys::mi_option_t, name: &str, value:
     }
 }
 
+/// What `check` warns of in a workflow about to run, in one line: the first warning where it
+/// is, how many more, and the command that shows them. A warning is something that runs but
+/// likely not as meant (`${{ x }}` in a script), so a run says so rather than leave it to a
+/// `check` nobody ran; one line, so that it does not bury the run's own output.
+fn warnings_line(workflow: &Workflow, reference: &str) -> Option<String> {
+    let warnings = workflow.warnings();
+    let first = warnings.first()?;
+    let at = match (first.file(), first.line_col()) {
+        (Some(file), Some((line, column))) => format!("{}:{line}:{column}: ", file.display()),
+        _ => String::new(),
+    };
+    let more = match warnings.len() {
+        1 => String::new(),
+        n => format!(" (and {} more)", n - 1),
+    };
+    Some(format!(
+        "warning: {at}{}{more}; `stagegraph check {reference}` shows {}",
+        first.message(),
+        if warnings.len() == 1 { "it" } else { "them" }
+    ))
+}
+
 /// Printing that ignores a closed stdout or stderr (`stagegraph runs | head -1`) instead of
 /// panicking the way `println!` does.
 /// Every secret the configuration names is redacted first (`stagegraph::redact`).
@@ -607,6 +629,11 @@ impl App {
         // a failure not told yet (this run's, or a detached run's since the last fire).
         let notice = || self.engine.failure_notice(&workflow, &inputs, &self.state);
         let hook = workflow.runs_as_hook(&inputs) && !args.detached;
+        if !hook && !args.detached && !request.quiet {
+            if let Some(line) = warnings_line(&workflow, &args.name) {
+                errln!("{line}");
+            }
+        }
         if args.detach {
             if hook {
                 if let Some(line) = notice() {

@@ -616,3 +616,36 @@ fn a_value_of_the_wrong_shape_is_shown_written_right() {
         assert_eq!(help.as_deref(), Some(want), "line {line}: {message}");
     }
 }
+
+/// A key or a table set twice is named, with the line that set it first: the parser says only
+/// "duplicate key".
+#[test]
+fn a_key_set_twice_names_the_first_line() {
+    let (code, json) = check_json("err_duplicate_key");
+    assert_eq!(code, Some(2));
+    let found = messages(&json);
+    assert_eq!(
+        found,
+        [(
+            7,
+            "invalid TOML: `shell` is set twice".to_string(),
+            Some(
+                "it is first set at line 5; a TOML document sets each key and table once: keep one"
+                    .to_string()
+            )
+        )]
+    );
+    let t = crate::support::Test::new();
+    t.write(
+        "twice.toml",
+        "[stages.a]\nshell = \"echo a\"\n\n[stages.b]\nshell = \"echo b\"\n\n[stages.a]\ncommand = [\"true\"]\n",
+    );
+    let out = t.run(["check", "twice.toml"]);
+    assert_eq!(out.code, Some(2));
+    assert!(
+        out.stderr.contains("table `stages.a` is set twice")
+            && out.stderr.contains("it is first set at line 1"),
+        "{}",
+        out.stderr
+    );
+}

@@ -976,3 +976,30 @@ fn template_stages_ready_together_render_as_they_would_alone() {
     assert_eq!(stage_status(&record, "t40"), "failed");
     assert_eq!(stage_status(&record, "sum"), "not_run");
 }
+
+/// What `check` warns of is said when the workflow runs, in one line with where and how to see
+/// the rest; `--quiet` leaves it out.
+#[test]
+fn a_run_says_once_what_check_warns_of() {
+    let t = Test::new();
+    t.write(
+        "warned.toml",
+        "[stages.greet]\nshell = \"echo ${{ 'ada' }}\"\n\n[stages.shout]\ncommand = [\"echo\", \"${{ 'bo' }}\"]\n",
+    );
+    let out = t.run(["run", "warned.toml"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let lines: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|line| line.starts_with("warning:"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{}", out.stderr);
+    assert!(
+        lines[0].contains("warned.toml:2:15: `${{ }}` is GitHub Actions' spelling")
+            && lines[0].ends_with("(and 1 more); `stagegraph check warned.toml` shows them"),
+        "{}",
+        lines[0]
+    );
+    let quiet = t.run(["run", "warned.toml", "--quiet"]);
+    assert!(!quiet.stderr.contains("warning:"), "{}", quiet.stderr);
+}

@@ -330,6 +330,57 @@ fn read_typed(source: &SourceFile) -> Option<WorkflowFile> {
     }
 }
 
+/// A key or a table set twice: named, with the line that set it first (the parser says only
+/// "duplicate key", at the second).
+fn duplicate_key(source: &SourceFile, span: std::ops::Range<usize>) -> Diagnostic {
+    let text = &source.text;
+    let key = text.get(span.clone()).unwrap_or_default().trim();
+    let line_start = text[..span.start].rfind('\n').map_or(0, |at| at + 1);
+    let line = text[line_start..].lines().next().unwrap_or_default().trim();
+    let before = &text[..line_start];
+    let first = if line.starts_with('[') {
+        // A table header: the same header earlier in the file.
+        before
+            .lines()
+            .position(|earlier| earlier.trim() == line)
+            .map(|index| {
+                (
+                    index + 1,
+                    format!("table `{}`", line.trim_matches(['[', ']'])),
+                )
+            })
+    } else {
+        // A key: set earlier in the same table (after the nearest header above it).
+        let lines: Vec<&str> = before.lines().collect();
+        let table_start = lines
+            .iter()
+            .rposition(|earlier| earlier.trim_start().starts_with('['))
+            .map_or(0, |index| index + 1);
+        lines[table_start..]
+            .iter()
+            .position(|earlier| {
+                earlier
+                    .trim_start()
+                    .strip_prefix(key)
+                    .is_some_and(|rest| rest.trim_start().starts_with('='))
+            })
+            .map(|index| (table_start + index + 1, format!("`{key}`")))
+    };
+    let message = match &first {
+        Some((_, what)) => format!("{what} is set twice"),
+        None if key.is_empty() => "duplicate key".to_string(),
+        None => format!("`{key}` is set twice"),
+    };
+    let diagnostic = Diagnostic::error(DiagnosticKind::InvalidToml(message)).at(source, span);
+    match first {
+        Some((line, _)) => diagnostic.with_help(format!(
+            "it is first set at line {line}; a TOML document sets each key and table once: \
+             keep one"
+        )),
+        None => diagnostic,
+    }
+}
+
 /// Parse one TOML file into a JSON document and, `with_origins`, the origins of its keys (else
 /// none).
 pub(crate) fn parse_document(
@@ -359,6 +410,7 @@ pub(crate) fn parse_document(
                 ));
                 diagnostic
             }
+            None if message == "duplicate key" => duplicate_key(source, span),
             None => Diagnostic::error(DiagnosticKind::InvalidToml(message)).at(source, span),
         };
         return Err(vec![diagnostic]);
