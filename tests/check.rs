@@ -649,3 +649,24 @@ fn a_key_set_twice_names_the_first_line() {
         out.stderr
     );
 }
+
+/// A key of another table of the format is named with the table it belongs in: `extends` at
+/// the top is `[workflow] extends`.
+#[test]
+fn a_key_in_the_wrong_table_names_its_table() {
+    let (code, json) = check_json("err_key_in_wrong_table");
+    assert_eq!(code, Some(2));
+    let found = messages(&json);
+    let help_of = |key: &str| {
+        found
+            .iter()
+            .find(|(_, m, _)| m.contains(&format!("unknown key `{key}`")))
+            .and_then(|(_, _, help)| help.clone())
+            .unwrap_or_else(|| panic!("nothing said of `{key}`: {found:#?}"))
+    };
+    assert_eq!(help_of("extends"), "`extends` belongs in `[workflow]`");
+    assert_eq!(
+        help_of("always_exit_zero"),
+        "`always_exit_zero` belongs in `[workflow]`"
+    );
+}

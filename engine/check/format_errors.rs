@@ -46,6 +46,7 @@ pub(crate) fn validate_format(raw: &RawWorkflow, diags: &mut Vec<Diagnostic>) ->
                     rejected.push(key_pointer.clone());
                     let help = did_you_mean(key, allowed.iter().map(String::as_str))
                         .or_else(|| known_elsewhere(key, &allowed))
+                        .or_else(|| belongs_in(&schema_value, &pointer, key))
                         .or_else(|| {
                             (!allowed.is_empty())
                                 .then(|| format!("known keys: {}", allowed.join(", ")))
@@ -128,6 +129,23 @@ fn known_elsewhere(key: &str, allowed: &[String]) -> Option<String> {
         .iter()
         .any(|allowed| allowed == ours)
         .then(|| format!("this format calls it `{ours}`"))
+}
+
+/// A key of another table of the format, given where it is not one: `extends` at the top is
+/// `[workflow] extends`, `shell` at the top belongs to a stage.
+fn belongs_in(schema: &Value, pointer: &str, key: &str) -> Option<String> {
+    const TABLES: &[(&str, &str)] = &[
+        ("/workflow", "`[workflow]`"),
+        ("/stages/_", "a stage's table, `[stages.<id>]`"),
+    ];
+    TABLES
+        .iter()
+        .filter(|(table, _)| {
+            !(pointer == *table
+                || (table.starts_with("/stages/") && pointer.starts_with("/stages/")))
+        })
+        .find(|(table, _)| allowed_keys(schema, table).iter().any(|k| k == key))
+        .map(|(_, name)| format!("`{key}` belongs in {name}"))
 }
 
 /// Remove the value at a JSON pointer (a missing one is fine).
