@@ -651,7 +651,7 @@ fn a_key_set_twice_names_the_first_line() {
 }
 
 /// A key of another table of the format is named with the table it belongs in: `extends` at
-/// the top is `[workflow] extends`.
+/// the top is `[workflow] extends`; `[workflow] name` is told where a workflow's name comes from.
 #[test]
 fn a_key_in_the_wrong_table_names_its_table() {
     let (code, json) = check_json("err_key_in_wrong_table");
@@ -668,5 +668,9 @@ fn a_key_in_the_wrong_table_names_its_table() {
     assert_eq!(
         help_of("always_exit_zero"),
         "`always_exit_zero` belongs in `[workflow]`"
+    );
+    assert_eq!(
+        help_of("name"),
+        "a workflow is named by its file: this one is `err_key_in_wrong_table`"
     );
 }

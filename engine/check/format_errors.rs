@@ -44,7 +44,14 @@ pub(crate) fn validate_format(raw: &RawWorkflow, diags: &mut Vec<Diagnostic>) ->
                 for key in unexpected {
                     let key_pointer = format!("{pointer}/{}", pointer_segment(key));
                     rejected.push(key_pointer.clone());
-                    let help = did_you_mean(key, allowed.iter().map(String::as_str))
+                    let named = (pointer == "/workflow" && key == "name").then(|| {
+                        format!(
+                            "a workflow is named by its file: this one is `{}`",
+                            raw.name
+                        )
+                    });
+                    let help = named
+                        .or_else(|| did_you_mean(key, allowed.iter().map(String::as_str)))
                         .or_else(|| known_elsewhere(key, &allowed))
                         .or_else(|| belongs_in(&schema_value, &pointer, key))
                         .or_else(|| {
@@ -122,7 +129,8 @@ fn known_elsewhere(key: &str, allowed: &[String]) -> Option<String> {
         (&["retry", "attempts", "max_attempts"], "retries"),
         (&["matrix", "for_each", "for-each", "loop"], "foreach"),
         (&["action"], "uses"),
-        (&["name", "title", "summary"], "description"),
+        // Not `name`: a workflow's name is its file's, and `[workflow] name` may mean that.
+        (&["title", "summary"], "description"),
     ];
     let (_, ours) = SYNONYMS.iter().find(|(theirs, _)| theirs.contains(&key))?;
     allowed
