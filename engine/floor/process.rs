@@ -84,6 +84,16 @@ pub(crate) enum ProcessError {
     Empty,
     #[error("command `{program}` not found; is it installed and on PATH?")]
     NotFound { program: String },
+    #[error(
+        "`{program}` is not executable; make it so (`chmod +x {program}`) or run it through its \
+         interpreter (`command = [\"sh\", \"{program}\"]`)"
+    )]
+    NotExecutable { program: String },
+    #[error(
+        "`{program}` cannot be run directly: it has no `#!` line naming its interpreter; add one \
+         (`#!/bin/sh`) or run it through its interpreter (`command = [\"sh\", \"{program}\"]`)"
+    )]
+    NoInterpreter { program: String },
     #[error("cannot start `{program}`: {source}")]
     Spawn {
         program: String,
@@ -169,18 +179,9 @@ pub(crate) fn run_observed(
     for (key, value) in &spec.env {
         command.env(key, value);
     }
-    let mut child = command.spawn().map_err(|source| {
-        if source.kind() == std::io::ErrorKind::NotFound {
-            ProcessError::NotFound {
-                program: program.clone(),
-            }
-        } else {
-            ProcessError::Spawn {
-                program: program.clone(),
-                source,
-            }
-        }
-    })?;
+    let mut child = command
+        .spawn()
+        .map_err(|source| spawn_error(program, spec.cwd.as_deref(), source))?;
     let pgid = child.id() as i32;
     if watched {
         super::reaper::watch(pgid);
@@ -587,6 +588,27 @@ impl Interrupt {
     }
 }
 
+/// Why a program did not start, in the words of what to do about it: not found on `PATH`, a
+/// file without its executable bit, a script without a `#!` line (the kernel's `ENOEXEC`).
+fn spawn_error(program: &str, cwd: Option<&Path>, source: std::io::Error) -> ProcessError {
+    let path = match cwd {
+        Some(cwd) => cwd.join(program),
+        None => PathBuf::from(program),
+    };
+    let is_file = || std::fs::metadata(&path).is_ok_and(|m| m.is_file());
+    let program = program.to_string();
+    match source.kind() {
+        std::io::ErrorKind::NotFound => ProcessError::NotFound { program },
+        std::io::ErrorKind::PermissionDenied if is_file() => {
+            ProcessError::NotExecutable { program }
+        }
+        _ if source.raw_os_error() == Some(libc::ENOEXEC) => {
+            ProcessError::NoInterpreter { program }
+        }
+        _ => ProcessError::Spawn { program, source },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -683,6 +705,29 @@ mod tests {
         assert!(out.stdout.ends_with(b"\0x"));
         assert!(out.stderr.starts_with(b"[earlier output dropped]"));
         assert!(out.stderr.ends_with(b"\0y"));
+    }
+
+    #[test]
+    fn a_script_that_cannot_be_run_says_what_to_do() {
+        let dir = tempfile::tempdir().expect("a folder");
+        let plain = dir.path().join("plain.sh");
+        std::fs::write(&plain, "#!/bin/sh\necho hi\n").expect("write");
+        let mut s = spec(&["./plain.sh"]);
+        s.cwd = Some(dir.path().to_path_buf());
+        let err = run(&s).unwrap_err();
+        assert!(matches!(err, ProcessError::NotExecutable { .. }), "{err}");
+        assert!(err.to_string().contains("chmod +x ./plain.sh"), "{err}");
+
+        // A file without a `#!` line: the kernel's ENOEXEC. (Whether it reaches us depends on
+        // how the process is started: a fork and `execvp` retries it with /bin/sh, as the
+        // engine does when no reaper watches; `posix_spawn` does not.)
+        let err = spawn_error(
+            "./bare.sh",
+            Some(dir.path()),
+            std::io::Error::from_raw_os_error(libc::ENOEXEC),
+        );
+        assert!(matches!(err, ProcessError::NoInterpreter { .. }), "{err}");
+        assert!(err.to_string().contains("`#!/bin/sh`"), "{err}");
     }
 
     #[test]

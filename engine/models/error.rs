@@ -172,6 +172,8 @@ impl ModelError {
             ProcessError::Empty
             | ProcessError::NotFound { .. }
             | ProcessError::Spawn { .. }
+            | ProcessError::NotExecutable { .. }
+            | ProcessError::NoInterpreter { .. }
             | ProcessError::OutputTooLarge { .. } => ModelError::Command {
                 alias: alias.to_string(),
                 message,
