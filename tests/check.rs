@@ -49,6 +49,17 @@ fn fixtures_snapshot() {
     });
 }
 
+/// The diagnostic (line, message, help) whose message contains `needle`; none is a failure.
+fn said<'a>(
+    found: &'a [(u64, String, Option<String>)],
+    needle: &str,
+) -> &'a (u64, String, Option<String>) {
+    found
+        .iter()
+        .find(|(_, message, _)| message.contains(needle))
+        .unwrap_or_else(|| panic!("nothing says {needle:?}: {found:#?}"))
+}
+
 fn messages(json: &Value) -> Vec<(u64, String, Option<String>)> {
     json["diagnostics"]
         .as_array()
@@ -515,10 +526,7 @@ fn an_expression_in_braces_says_to_drop_them() {
         ),
         ("stages.last.if", "inputs.enabled", "${{ }}"),
     ] {
-        let (_, message, help) = found
-            .iter()
-            .find(|(_, m, _)| m.contains(&format!("`{field}`")))
-            .unwrap_or_else(|| panic!("nothing said of {field}: {found:#?}"));
+        let (_, message, help) = said(&found, &format!("`{field}`"));
         assert!(
             message.ends_with(&format!("without `{braces}`")),
             "{message}"
@@ -567,10 +575,7 @@ fn a_key_of_another_tool_is_named_with_ours() {
         ("working-directory", "cwd"),
         ("continue-on-error", "on_error"),
     ] {
-        let (_, _, help) = found
-            .iter()
-            .find(|(_, m, _)| m.contains(&format!("unknown key `{key}`")))
-            .unwrap_or_else(|| panic!("nothing said of `{key}`: {found:#?}"));
+        let (_, _, help) = said(&found, &format!("unknown key `{key}`"));
         assert_eq!(
             help.as_deref(),
             Some(format!("this format calls it `{ours}`").as_str())
@@ -581,10 +586,7 @@ fn a_key_of_another_tool_is_named_with_ours() {
         ("secrets", "`env.NAME`"),
         ("matrix", "`item`"),
     ] {
-        let (_, _, help) = found
-            .iter()
-            .find(|(_, m, _)| m.contains(&format!("undefined variable `{root}`")))
-            .unwrap_or_else(|| panic!("nothing said of `{root}`: {found:#?}"));
+        let (_, _, help) = said(&found, &format!("undefined variable `{root}`"));
         assert!(
             help.as_deref().is_some_and(|help| help.contains(ours)),
             "`{root}`: {help:?}"
@@ -658,11 +660,10 @@ fn a_key_in_the_wrong_table_names_its_table() {
     assert_eq!(code, Some(2));
     let found = messages(&json);
     let help_of = |key: &str| {
-        found
-            .iter()
-            .find(|(_, m, _)| m.contains(&format!("unknown key `{key}`")))
-            .and_then(|(_, _, help)| help.clone())
-            .unwrap_or_else(|| panic!("nothing said of `{key}`: {found:#?}"))
+        said(&found, &format!("unknown key `{key}`"))
+            .2
+            .clone()
+            .unwrap_or_default()
     };
     assert_eq!(help_of("extends"), "`extends` belongs in `[workflow]`");
     assert_eq!(

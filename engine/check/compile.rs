@@ -83,13 +83,10 @@ impl Checker<'_> {
                 Ok(tmpl) => templates.push(Some(tmpl)),
                 Err(error) => {
                     let diagnostic = match braced_expression(pending) {
-                        Some(inner) => {
+                        Some((inner, braces)) => {
                             let kind = DiagnosticKind::ExpressionInBraces {
                                 field: pending.clean_name(),
-                                braces: match pending.source.trim_start().starts_with('$') {
-                                    true => "${{ }}",
-                                    false => "{{ }}",
-                                },
+                                braces,
                             };
                             let mut diagnostic = template_problem(
                                 self.raw,
@@ -227,18 +224,18 @@ impl Checker<'_> {
 }
 
 /// The expression inside an expression field written the way a template is, `{{ expr }}` or
-/// `${{ expr }}` (GitHub Actions' `if: ${{ }}` habit): what it should have been. Asked only of a source that
-/// did not compile, so a valid expression is never second-guessed.
-fn braced_expression(pending: &Pending) -> Option<&str> {
+/// `${{ expr }}` (GitHub Actions' `if: ${{ }}` habit), with the braces it was written in: what
+/// it should have been. Asked only of a source that did not compile, so a valid expression is
+/// never second-guessed.
+fn braced_expression(pending: &Pending) -> Option<(&str, &'static str)> {
     if !pending.native {
         return None;
     }
     let source = pending.source.trim();
-    let inner = source
-        .strip_prefix('$')
-        .unwrap_or(source)
-        .strip_prefix("{{")?
-        .strip_suffix("}}")?
-        .trim();
-    (!inner.is_empty() && !inner.contains("{{") && !inner.contains("}}")).then_some(inner)
+    let (source, braces) = match source.strip_prefix('$') {
+        Some(rest) => (rest, "${{ }}"),
+        None => (source, "{{ }}"),
+    };
+    let inner = source.strip_prefix("{{")?.strip_suffix("}}")?.trim();
+    (!inner.is_empty() && !inner.contains("{{") && !inner.contains("}}")).then_some((inner, braces))
 }

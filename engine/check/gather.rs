@@ -759,7 +759,6 @@ impl Checker<'_> {
         );
     }
 
-    /// Queue every string inside a `with` value; `path` is the keys and indexes down to it.
     /// Every value of a stage's `with` table, each string a template. Gathered for a stage
     /// whose built-in or sub-workflow could not be found or checked too: what the values read
     /// still counts in the graph, so a cycle or a bad reference through them is reported in the
@@ -786,6 +785,7 @@ impl Checker<'_> {
         }
     }
 
+    /// Queue every string inside a `with` value; `path` is the keys and indexes down to it.
     fn gather_with(
         &mut self,
         i: usize,

@@ -427,7 +427,9 @@ pub enum DiagnosticKind {
         braces: &'static str,
     },
     /// `${{ x }}` in a command or script: GitHub Actions' spelling, whose `$` stays in the text.
-    #[error("`${{{{ }}}}` is GitHub Actions' spelling: here the `$` stays in the text, before the value")]
+    #[error(
+        "`${{{{ }}}}` is GitHub Actions' spelling: here the `$` stays in the text, before the value"
+    )]
     DollarBeforeTemplate,
     /// A filter the environment does not have.
     #[error("unknown filter `{0}`")]
