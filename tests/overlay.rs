@@ -208,7 +208,13 @@ fn eject_copies_and_refuses_to_overwrite() {
     assert_eq!(out.stdout.trim(), "owned: probe");
     let out = test.run(["eject", "flow"]);
     out.code(2);
+    out.stderr_has("`flow` is already this project's: .stagegraph/workflows/flow.toml");
+    // The workflow's copy removed and its edited template left: not overwritten.
+    std::fs::remove_file(test.path(".stagegraph/workflows/flow.toml")).expect("removed");
+    let out = test.run(["eject", "flow"]);
+    out.code(2);
     out.stderr_has("refusing to overwrite");
+    out.stderr_has("summary.j2");
 }
 
 #[test]
@@ -245,4 +251,25 @@ command = ["notify-send", "refresh finished"]
         ids.contains(&"notify") && !ids.contains(&"decay_check"),
         "{ids:?}"
     );
+}
+
+/// A workflow of the project itself is not copied into `.stagegraph/`: the copy would come first
+/// on the search path, and edits to the file the user owns would change nothing.
+#[test]
+fn eject_refuses_a_workflow_the_project_already_owns() {
+    let test = Test::new();
+    test.write("workflows/mine.toml", "[stages.a]\nshell = \"echo mine\"\n");
+    let out = test.run(["eject", "mine"]);
+    out.code(2);
+    out.stderr_has("`mine` is already this project's: workflows/mine.toml");
+    out.stderr_has("help: edit it there");
+    assert!(!test.exists(".stagegraph/workflows/mine.toml"));
+    // What was ejected once is the project's too: told so, not "refusing to overwrite".
+    test.write(
+        ".stagegraph/workflows/other.toml",
+        "[stages.a]\nshell = \"echo other\"\n",
+    );
+    let out = test.run(["eject", "other"]);
+    out.code(2);
+    out.stderr_has("`other` is already this project's: .stagegraph/workflows/other.toml");
 }

@@ -293,6 +293,11 @@ impl App {
                     code: exit::FAILED,
                     message: error.to_string(),
                 },
+                EjectError::AlreadyOwned { .. } => invalid(format!(
+                    "{error}\n  help: edit it there; `eject` copies a workflow from outside the \
+                     project (the built-in library, ~/.config/stagegraph/, --library) into \
+                     .stagegraph/"
+                )),
                 _ => invalid(error.to_string()),
             })?;
         Ok(exit::SUCCESS)

@@ -12,6 +12,14 @@ pub enum EjectError {
     /// No workflow of that name (the message names the nearest).
     #[error("{0}")]
     NotFound(String),
+    /// The workflow already lives in the project: a copy in `.stagegraph/` would hide it.
+    #[error("`{name}` is already this project's: {path}")]
+    AlreadyOwned {
+        /// The workflow's name.
+        name: String,
+        /// Its file, relative to the project root.
+        path: String,
+    },
     /// Files that would be overwritten; nothing was written.
     #[error("refusing to overwrite existing files: {}", .0.join(", "))]
     Exists(Vec<String>),
@@ -34,6 +42,20 @@ impl Engine {
             .search
             .find_workflow(name, &self.cwd)
             .ok_or_else(|| EjectError::NotFound(self.no_workflow(name)))?;
+        // A workflow of the project's own libraries (`.stagegraph/`, the root): a copy would
+        // come first on the search path and hide it, and edits to the file the user owns would
+        // then change nothing.
+        if matches!(found.library.origin, "project" | "root") {
+            let path = &found.source.path;
+            return Err(EjectError::AlreadyOwned {
+                name: name.to_string(),
+                path: path
+                    .strip_prefix(&self.project.root)
+                    .unwrap_or(path)
+                    .display()
+                    .to_string(),
+            });
+        }
         let target = self.project.state_dir();
         let library = found.library.clone();
         let mut copies: Vec<(PathBuf, String)> = vec![(
