@@ -430,6 +430,40 @@ fn runs_diff_names_the_input_the_changed_stages_their_causes_and_output_diffs() 
     );
 }
 
+/// `runs diff RUN` compares the run with its workflow's run before it, over the runs of other
+/// workflows between them (a hook's runs come between a user's).
+#[test]
+fn runs_diff_of_one_run_compares_it_with_its_workflows_run_before() {
+    let t = Test::new();
+    t.write("d.toml", DIFFED);
+    t.write("other.toml", "[stages.a]\ncommand = [\"true\"]\n");
+    let out = t.run(["runs", "diff", "last"]);
+    out.code(2);
+    t.run(["run", "d.toml", "-q", "-i", "topic=retries"])
+        .code(0);
+    let out = t.run(["runs", "diff", "last"]);
+    out.code(2);
+    out.stderr_has("is the first recorded run of `d`: there is none before it");
+    out.stderr_has("help: name both runs");
+    t.run(["run", "d.toml", "-q", "-i", "topic=backoff"])
+        .code(0);
+    t.run(["run", "other.toml", "-q"]).code(0);
+    let d = t
+        .run_ids()
+        .into_iter()
+        .rev()
+        .nth(1)
+        .expect("the second run of d");
+    let out = t.run(["runs", "diff", &d]);
+    out.code(0);
+    assert!(
+        out.stdout
+            .contains("  changed topic: \"retries\" -> \"backoff\"\n"),
+        "{}",
+        out.stdout
+    );
+}
+
 #[test]
 fn off_a_terminal_a_stage_still_running_says_so_every_slow_after() {
     let t = Test::new();

@@ -565,15 +565,16 @@ pub(crate) enum RunsAction {
     /// What changed between two runs: inputs, workflow files, and per stage the status, the
     /// fingerprint and why it changed, the output (a diff), duration and tokens.
     #[command(
-        after_help = "Examples:\n  stagegraph runs diff last~1 last\n  stagegraph runs diff 20261130T0015 last\n  stagegraph runs diff A B --format json"
+        after_help = "Examples:\n  stagegraph runs diff last              # the last run against its workflow's run before it\n  stagegraph runs diff last~1 last\n  stagegraph runs diff 20261130T0015 last\n  stagegraph runs diff A B --format json"
     )]
     Diff {
-        /// The earlier run: an id, a unique prefix, `last` or `last~N` (the Nth run before the last).
+        /// The earlier run: an id, a unique prefix, `last` or `last~N` (the Nth run before the
+        /// last). Given alone, the later run, compared with the run of its workflow before it.
         #[arg(add = clap_complete::ArgValueCandidates::new(run_candidates))]
         a: String,
         /// The later run.
         #[arg(add = clap_complete::ArgValueCandidates::new(run_candidates))]
-        b: String,
+        b: Option<String>,
         #[arg(long, value_enum, default_value_t = TextOrJson::Text)]
         format: TextOrJson,
     },

@@ -1,6 +1,8 @@
 //! The commands that read and print: list, show, check, plan, runs (and eject, which copies,
 //! and recordings migrate, which rewrites).
 
+use std::path::{Path, PathBuf};
+
 use serde_json::{Map, Value};
 
 use stagegraph::{exit, EjectError, Listing, Plan, RunRecord, JSON_VERSION};
@@ -229,8 +231,16 @@ impl App {
                 b,
                 format: diff_format,
             }) => {
-                let (ia, da) = self.state.locate(cwd, &a).map_err(invalid)?;
-                let (ib, db) = self.state.locate(cwd, &b).map_err(invalid)?;
+                let ((ia, da), (ib, db)) = match b {
+                    Some(b) => (
+                        self.state.locate(cwd, &a).map_err(invalid)?,
+                        self.state.locate(cwd, &b).map_err(invalid)?,
+                    ),
+                    None => {
+                        let later = self.state.locate(cwd, &a).map_err(invalid)?;
+                        (self.run_before(cwd, &later)?, later)
+                    }
+                };
                 let diff = RunRecord::diff((&da, &ia), (&db, &ib)).map_err(invalid)?;
                 if diff_format == TextOrJson::Json || format == TextOrJson::Json {
                     outln!("{}", pretty(&diff.to_json()));
@@ -280,6 +290,33 @@ impl App {
             done.skipped.len()
         );
         Ok(exit::SUCCESS)
+    }
+
+    /// The run of the same workflow that started last before `later` (`runs diff RUN`).
+    fn run_before(
+        &self,
+        cwd: &Path,
+        later: &(String, PathBuf),
+    ) -> Result<(String, PathBuf), Failure> {
+        let workflow = RunRecord::read_as_written(&later.1, &later.0)
+            .map_err(invalid)?
+            .workflow_name()
+            .to_string();
+        self.state
+            .runs(cwd)
+            .into_iter()
+            .filter(|(id, _)| *id < later.0)
+            .rev()
+            .find(|(id, dir)| {
+                RunRecord::read_as_written(dir, id).is_ok_and(|r| r.workflow_name() == workflow)
+            })
+            .ok_or_else(|| {
+                invalid(format!(
+                    "run {} is the first recorded run of `{workflow}`: there is none before it \
+                     to compare with\n  help: name both runs: `stagegraph runs diff A B`",
+                    later.0
+                ))
+            })
     }
 
     pub(crate) fn eject(&self, name: &str) -> Result<i32, Failure> {
