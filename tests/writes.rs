@@ -152,6 +152,38 @@ fn binary_stdout_is_written_to_output_path_exactly() {
     }
 }
 
+/// A stdout that is not UTF-8 is said to be, once a stage, where the run shows its stages: its
+/// output (what later stages read) has the bad bytes replaced, and `output.path` does not.
+#[test]
+fn a_stdout_that_is_not_utf8_is_told() {
+    let t = crate::support::Test::new();
+    std::fs::write(t.path("latin1.txt"), b"caf\xe9\n").unwrap();
+    t.write(
+        "w.toml",
+        "[workflow]\ndescription = \"d\"\nwrites = [\"out\"]\n\n\
+         [stages.plain]\ncommand = [\"cat\", \"latin1.txt\"]\n\n\
+         [stages.kept]\ncommand = [\"cat\", \"latin1.txt\"]\noutput.path = \"out/kept.txt\"\n\n\
+         [stages.each]\nforeach = \"[1, 2, 3]\"\n\
+         shell = \"if [ {{ item }} = 2 ]; then cat latin1.txt; else echo ok; fi\"\n\n\
+         [stages.fine]\ncommand = [\"echo\", \"café\"]\n",
+    );
+    let out = t.run(["run", "w.toml"]);
+    out.code(0);
+    out.stderr_has(
+        "warning: stdout was not UTF-8: the output has each invalid byte sequence replaced \
+         with U+FFFD\n",
+    );
+    out.stderr_has("U+FFFD; `output.path` has the bytes as written");
+    out.stderr_has("warning: item 1's stdout was not UTF-8");
+    assert_eq!(
+        out.stderr.matches("was not UTF-8").count(),
+        3,
+        "{}",
+        out.stderr
+    );
+    assert_eq!(std::fs::read(t.path("out/kept.txt")).unwrap(), b"caf\xe9\n");
+}
+
 /// Reading a file that is not UTF-8 as text names the file and the first byte that is not.
 #[test]
 fn a_file_that_is_not_utf8_is_named_with_the_byte() {

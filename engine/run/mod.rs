@@ -846,6 +846,7 @@ impl<'w, 'r> Executor<'w, 'r> {
             cache,
             table: Arc::clone(&table),
             raw_stdout: Default::default(),
+            lossy_stdout: Default::default(),
             sub_runs: Default::default(),
             run_started,
         };

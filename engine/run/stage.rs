@@ -298,6 +298,9 @@ pub(crate) struct StageRunner<'a> {
     /// A command's stdout that is not UTF-8, by stage and item, for its `output.path`: the
     /// file gets the bytes exactly (the output itself is text, the bad bytes replaced).
     pub raw_stdout: RawStdout,
+    /// The stages (and items) whose stdout was not UTF-8, for the note that says the output
+    /// had bytes replaced.
+    pub lossy_stdout: std::sync::Mutex<Vec<(String, Option<usize>)>>,
     /// How the sub-workflow a stage ran (not per item) ended, by stage id, until its outcome
     /// takes it.
     pub sub_runs: std::sync::Mutex<HashMap<String, super::record::SubRun>>,
@@ -573,7 +576,9 @@ impl StageRunner<'_> {
                     }
                 }
             }
-            let output = self.execute(stage, &rendered, outcome, &parts)?;
+            let output = self.execute(stage, &rendered, outcome, &parts);
+            self.note_lossy_stdout(stage, outcome);
+            let output = output?;
             self.check_size(stage, &output)?;
             // An output with failed items is not kept: the next run tries them again.
             if let Some(id) = cache_id.as_ref().filter(|_| outcome.failed_items == 0) {
@@ -1240,6 +1245,45 @@ impl StageRunner<'_> {
         Ok(Value::Array(outputs))
     }
 
+    /// Say so when the stage's stdout (or an item's) was not UTF-8: its output has the bad bytes
+    /// replaced with U+FFFD, which a stage reading it would otherwise take for what was written.
+    fn note_lossy_stdout(&self, stage: &Stage, outcome: &mut StageOutcome) {
+        let mut lossy = self
+            .lossy_stdout
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut items: Vec<Option<usize>> = Vec::new();
+        lossy.retain(|(id, item)| {
+            let ours = *id == stage.id;
+            if ours {
+                items.push(*item);
+            }
+            !ours
+        });
+        drop(lossy);
+        // An attempt retried adds its item again.
+        items.sort_unstable();
+        items.dedup();
+        if items.is_empty() {
+            return;
+        }
+        let whose = match items.iter().flatten().collect::<Vec<_>>().as_slice() {
+            [] => "stdout".to_string(),
+            [one] => format!("item {one}'s stdout"),
+            many => format!("the stdout of {} items", many.len()),
+        };
+        let kept = match stage.extras().output_path {
+            Some(_) if stage.format == OutputFormat::Text => {
+                "; `output.path` has the bytes as written"
+            }
+            _ => "",
+        };
+        outcome.notes.push(format!(
+            "warning: {whose} was not UTF-8: the output has each invalid byte sequence replaced \
+             with U+FFFD{kept}"
+        ));
+    }
+
     /// Journal a finished item; the first line that cannot be written is warned about.
     fn note_item(&self, stage: &Stage, index: usize, fingerprint: &str, output: &Value) {
         if let Some(warning) = self
@@ -1335,6 +1379,10 @@ impl StageRunner<'_> {
                     Ok(text) => text,
                     Err(error) => {
                         let text = String::from_utf8_lossy(error.as_bytes()).to_string();
+                        self.lossy_stdout
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .push((stage.id.clone(), item));
                         if stage.extras().output_path.is_some()
                             && stage.format == OutputFormat::Text
                         {
