@@ -1003,3 +1003,16 @@ fn a_run_says_once_what_check_warns_of() {
     let quiet = t.run(["run", "warned.toml", "--quiet"]);
     assert!(!quiet.stderr.contains("warning:"), "{}", quiet.stderr);
 }
+
+/// A file where the state folder must be is named, with what to do, and the run does not start.
+#[test]
+fn a_file_in_place_of_the_state_folder_is_named() {
+    let t = Test::new();
+    t.write("w.toml", "[stages.a]\nshell = \"echo hi > ran\"\n");
+    t.write(".stagegraph", "");
+    let out = t.command(["run", "w.toml"]).without_state_dir().output();
+    out.code(1);
+    out.stderr_has("cannot write the run record: ");
+    out.stderr_has(".stagegraph is a file where a folder must be; move it away, or keep the records elsewhere with --state-dir");
+    assert!(!t.exists("ran"), "the stage ran without a record");
+}

@@ -997,9 +997,27 @@ pub(crate) struct RunFiles {
     line: Vec<u8>,
 }
 
+/// Why a run's folder cannot be made, with its path; a file standing where a folder of the
+/// path must be (a `.stagegraph` file, say) is named, with what to do.
+fn folder_error(dir: &Path, error: std::io::Error) -> std::io::Error {
+    let file = dir
+        .ancestors()
+        .find(|folder| std::fs::metadata(folder).is_ok_and(|meta| !meta.is_dir()));
+    let message = match file {
+        Some(file) => format!(
+            "{} is a file where a folder must be; move it away, or keep the records elsewhere \
+             with --state-dir",
+            file.display()
+        ),
+        None => format!("cannot make {}: {error}", dir.display()),
+    };
+    std::io::Error::new(error.kind(), message)
+}
+
 impl RunFiles {
     pub(crate) fn create(dir: PathBuf) -> std::io::Result<Self> {
-        std::fs::create_dir_all(dir.join("artifacts"))?;
+        std::fs::create_dir_all(dir.join("artifacts"))
+            .map_err(|error| folder_error(&dir, error))?;
         let open = |path: PathBuf| OpenOptions::new().create(true).append(true).open(path);
         Ok(RunFiles {
             events: BufWriter::new(open(dir.join("events.jsonl"))?),
