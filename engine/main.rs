@@ -182,6 +182,21 @@ fn main() -> ExitCode {
         errln!("error: {message}");
         return ExitCode::from(exit::INVALID as u8);
     }
+    // A `--library` that is no folder (a typo, a checkout not made) would leave every workflow
+    // of it "not found" with nothing to say why.
+    if let Some(missing) = cli.libraries.iter().find(|dir| !cwd.join(dir).is_dir()) {
+        let what = match cwd.join(missing).exists() {
+            true => "is not a folder",
+            false => "does not exist",
+        };
+        errln!(
+            "error: --library {}: {} {what}\n  help: a library is a folder holding workflows/, \
+             templates/ and schemas/",
+            missing.display(),
+            cwd.join(missing).display()
+        );
+        return ExitCode::from(exit::INVALID as u8);
+    }
     // Before anything is printed or written: the keys the configuration names never are.
     stagegraph::register_secrets(&cwd);
     let mut engine = Engine::new(&cli.libraries, &cwd);

@@ -277,6 +277,8 @@ fn a_rejected_command_line_creates_no_state_folder() {
         vec!["runs", "show", "nosuch"],
         vec!["plan", "nosuch"],
         vec!["completions", "tcsh"],
+        vec!["-L", "nosuch", "run", "flow.toml"],
+        vec!["run", "flow.toml", "--library", "flow.toml"],
     ] {
         let code = bare(dir.path(), &args);
         assert_eq!(code, Some(2), "`stagegraph {}`", args.join(" "));
@@ -286,6 +288,29 @@ fn a_rejected_command_line_creates_no_state_folder() {
             args.join(" ")
         );
     }
+}
+
+/// A `--library` that is no folder is refused, named, before it leaves every workflow of it
+/// "not found".
+#[test]
+fn a_library_that_is_no_folder_is_refused() {
+    let t = crate::support::Test::new();
+    t.write("flow.toml", "[stages.a]\nshell = \"echo a\"\n");
+    let out = t.run(["-L", "libs/missing", "run", "flow.toml"]);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(
+        out.stderr.contains("--library libs/missing: ")
+            && out.stderr.contains("libs/missing does not exist"),
+        "{}",
+        out.stderr
+    );
+    let out = t.run(["list", "--library", "flow.toml"]);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(
+        out.stderr.contains("flow.toml is not a folder"),
+        "{}",
+        out.stderr
+    );
 }
 
 /// `--jobs 0` would run nothing: it is refused with the reason, not read as 1.
