@@ -7,8 +7,10 @@
 //! built-in library.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use include_dir::{include_dir, Dir};
+use sha2::{Digest, Sha256};
 
 use crate::diag::SourceFile;
 
@@ -225,6 +227,43 @@ fn collect_embedded(dir: &Dir<'_>, prefix: &str, out: &mut Vec<String>) {
 #[derive(Debug, Clone)]
 pub(crate) struct SearchPath {
     pub libraries: Vec<Library>,
+    /// While set and holding a list, every lookup made through this path (and its clones) is
+    /// written to it with what it found: the files a check read (see `check::kept`).
+    witness: Option<Witness>,
+}
+
+/// The lookups made through a witnessed [`SearchPath`], each with the file it found.
+pub(crate) type Witness = Arc<Mutex<Option<Vec<(Lookup, Option<Seen>)>>>>;
+
+/// One lookup of a [`SearchPath`]: asked again, it must find the same file with the same text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Lookup {
+    /// A workflow named by its path.
+    Path(PathBuf),
+    /// A workflow by name, from a position on the path.
+    Workflow { name: String, start: usize },
+    /// A template or schema of library `own`.
+    File {
+        own: Library,
+        shelf: Shelf,
+        relative: String,
+    },
+}
+
+/// What a lookup found: the file's path and the SHA-256 of its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Seen {
+    pub path: PathBuf,
+    pub sha256: [u8; 32],
+}
+
+impl Seen {
+    pub(crate) fn of(source: &SourceFile) -> Seen {
+        Seen {
+            path: source.path.clone(),
+            sha256: Sha256::digest(source.text.as_bytes()).into(),
+        }
+    }
 }
 
 /// Where a workflow was found.
@@ -260,24 +299,79 @@ impl SearchPath {
             libraries.push(Library::dir(config.join("stagegraph"), "user"));
         }
         libraries.push(Library::builtin());
-        SearchPath { libraries }
+        SearchPath::new(libraries)
     }
 
     /// Only the given libraries (tests, embedding).
     pub(crate) fn new(libraries: Vec<Library>) -> Self {
-        SearchPath { libraries }
+        SearchPath {
+            libraries,
+            witness: None,
+        }
+    }
+
+    /// The same path, writing each lookup made through it (or a clone) to the list it gives,
+    /// until the list is taken out of it.
+    pub(crate) fn witnessed(&self) -> (SearchPath, Witness) {
+        let witness: Witness = Arc::new(Mutex::new(Some(Vec::new())));
+        let search = SearchPath {
+            libraries: self.libraries.clone(),
+            witness: Some(Arc::clone(&witness)),
+        };
+        (search, witness)
+    }
+
+    fn saw(&self, lookup: impl FnOnce() -> Lookup, found: Option<&SourceFile>) {
+        if let Some(witness) = &self.witness {
+            let mut list = witness
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(list) = list.as_mut() {
+                list.push((lookup(), found.map(Seen::of)));
+            }
+        }
+    }
+
+    /// The lookup made again: the file it finds now, if any.
+    pub(crate) fn again(&self, lookup: &Lookup) -> Option<SourceFile> {
+        match lookup {
+            Lookup::Path(path) => workflow_at_path(path).map(|found| found.source),
+            Lookup::Workflow { name, start } => self
+                .find_workflow_from(name, *start)
+                .map(|found| found.source),
+            Lookup::File {
+                own,
+                shelf,
+                relative,
+            } => self.find_file(own, *shelf, relative),
+        }
     }
 
     /// A workflow by name (first match) or by path (ending in `.toml`).
     pub(crate) fn find_workflow(&self, reference: &str, cwd: &Path) -> Option<Found> {
         if reference.ends_with(".toml") {
-            return workflow_at_path(&cwd.join(reference));
+            let path = cwd.join(reference);
+            let found = workflow_at_path(&path);
+            self.saw(|| Lookup::Path(path), found.as_ref().map(|f| &f.source));
+            return found;
         }
         self.find_workflow_from(reference, 0)
     }
 
     /// The first workflow of that name at or after `start` on the path.
     pub(crate) fn find_workflow_from(&self, name: &str, start: usize) -> Option<Found> {
+        let found = self.first_workflow_from(name, start);
+        self.saw(
+            || Lookup::Workflow {
+                name: name.to_string(),
+                start,
+            },
+            found.as_ref().map(|f| &f.source),
+        );
+        found
+    }
+
+    fn first_workflow_from(&self, name: &str, start: usize) -> Option<Found> {
         let file = format!("{name}.toml");
         self.libraries
             .iter()
@@ -304,6 +398,19 @@ impl SearchPath {
         shelf: Shelf,
         relative: &str,
     ) -> Option<SourceFile> {
+        let found = self.first_file(own, shelf, relative);
+        self.saw(
+            || Lookup::File {
+                own: own.clone(),
+                shelf,
+                relative: relative.to_string(),
+            },
+            found.as_ref(),
+        );
+        found
+    }
+
+    fn first_file(&self, own: &Library, shelf: Shelf, relative: &str) -> Option<SourceFile> {
         if !self.libraries.contains(own) {
             if let Some(found) = own.read(shelf, relative) {
                 return Some(found);

@@ -22,6 +22,7 @@ mod finally;
 mod first_workflow;
 mod fuzz_regressions;
 mod interrupts;
+mod kept_checks;
 mod models;
 mod names;
 mod otel;

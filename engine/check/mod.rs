@@ -32,6 +32,7 @@ mod foreach;
 mod format_errors;
 mod gather;
 mod graph;
+mod kept;
 mod key;
 mod late_writes;
 mod literals;
@@ -57,6 +58,7 @@ use crate::load::{pointer_segment, RawWorkflow};
 use crate::schema::Schema;
 
 use gather::Pending;
+pub(crate) use kept::KeptChecks;
 use key::{DurationKey, SizeKey};
 /// What `stages.X.status` and `run.status` can be, as check compares quoted strings with them
 /// (run's tests hold them to the statuses a run gives).

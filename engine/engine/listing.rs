@@ -157,7 +157,7 @@ impl Engine {
             }
         };
         for name in &names {
-            let diagnostics = match self.load_then(name, loaded) {
+            let diagnostics = match self.load_then(name, |name, _| loaded(name)) {
                 Ok(workflow) => {
                     let mut diagnostics = workflow.warnings.clone();
                     if let Some(models) = &models {

@@ -41,6 +41,8 @@ pub struct Engine {
     pub(crate) cwd: PathBuf,
     /// Where parsed documents are kept between loads, if anywhere.
     pub(crate) documents: Option<Documents>,
+    /// Checks kept in the state folder (`cache/checks`), for the commands that keep documents.
+    pub(crate) kept: Option<crate::check::KeptChecks>,
     /// The `--library` folders, relative to `cwd`.
     pub(crate) libraries: Vec<PathBuf>,
     /// The project `cwd` is in: its root anchors the search path and the state folder.
@@ -60,6 +62,7 @@ impl Engine {
             search: SearchPath::from_env(libraries, cwd, &project.root),
             cwd: cwd.to_path_buf(),
             documents: None,
+            kept: None,
             libraries: libraries.iter().map(|dir| cwd.join(dir)).collect(),
             project,
         }
@@ -83,6 +86,7 @@ impl Engine {
     pub fn keep_documents(&mut self, state: &StateDir, hold: bool) {
         let dir = state.dir.join("cache").join("documents");
         self.documents = if state.explicit || state.dir.is_dir() {
+            self.kept = Some(crate::check::KeptChecks::new(&state.dir));
             Some(Documents::new(dir))
         } else {
             hold.then(|| Documents::deferred(dir))
@@ -108,20 +112,42 @@ impl Engine {
 
     /// Load and check one workflow (by name or path).
     pub fn load(&self, reference: &str) -> Result<Workflow, Vec<Diagnostic>> {
-        self.load_then(reference, |_| {})
+        self.load_then(reference, |_, _| {})
     }
 
-    /// Load and check one workflow, telling `loaded` its name before it is checked.
+    /// Load and check one workflow, telling `loaded` its name before it is checked, or read
+    /// back from its kept check (then with `true`; see `check::kept`).
     pub fn load_then(
         &self,
         reference: &str,
-        loaded: impl FnOnce(&str),
+        mut loaded: impl FnMut(&str, bool),
     ) -> Result<Workflow, Vec<Diagnostic>> {
-        let raw = load::load_with(&self.search, reference, &self.cwd, self.documents.as_ref())?;
-        loaded(&raw.name);
-        let checked = check::check(raw, &self.search, &self.cwd);
+        let Some(kept) = &self.kept else {
+            let raw = load::load_with(&self.search, reference, &self.cwd, self.documents.as_ref())?;
+            loaded(&raw.name, false);
+            return check::check(raw, &self.search, &self.cwd);
+        };
+        if let Some(entry) = kept.open(reference, &self.cwd, &self.search) {
+            loaded(entry.name(), true);
+            if let Some(workflow) = entry.workflow(&self.search) {
+                tracing::info!(
+                    workflow = %workflow.name,
+                    path = %workflow.raw.file().path.display(),
+                    "workflow found, its check kept (its files are unchanged)"
+                );
+                return Ok(workflow);
+            }
+        }
+        // Checked through a search path that writes down what it finds, to keep the result.
+        let (search, witness) = self.search.witnessed();
+        let raw = load::load_with(&search, reference, &self.cwd, self.documents.as_ref())?;
+        loaded(&raw.name, false);
+        let checked = check::check(raw, &search, &self.cwd);
         if let Some(documents) = &self.documents {
             documents.release_pool();
+        }
+        if let Ok(workflow) = &checked {
+            kept.write(reference, &self.cwd, &self.search, &witness, workflow);
         }
         checked
     }

@@ -102,6 +102,20 @@ impl RawWorkflow {
         }
     }
 
+    /// A checked workflow's file read back (`check::kept`): no document until a diagnostic
+    /// needs one ([`RawWorkflow::need_document`]).
+    pub(crate) fn checked(name: String, source: SourceFile, library: Library) -> Self {
+        RawWorkflow {
+            name,
+            doc: Value::Null,
+            origins: OnceLock::new(),
+            sources: vec![source],
+            library,
+            disabled: HashMap::new(),
+            typed: None,
+        }
+    }
+
     /// The document, parsed again from the file's text if it was read straight as the typed
     /// workflow (a file on its own: the only kind read that way).
     pub(crate) fn need_document(&mut self) {

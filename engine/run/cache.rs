@@ -179,10 +179,17 @@ static READ_AHEAD: Mutex<Option<(PathBuf, std::thread::JoinHandle<Entries>)>> = 
 /// rerun of thousands of cached stages reads the file while the run is set up (the record's
 /// folder made, its threads started) and its first stages are made ready. Started once the
 /// workflow is checked, not before: read while the workflow was checked, the entries of 10,000
-/// stages were held through the check's peak of memory, 1.2 MB of it.
+/// stages were held through the check's peak of memory, 1.2 MB of it. A workflow whose check is
+/// kept (`check::kept`) has it started as soon as the kept check is found good, beside its
+/// reading back. Started once: a second call for the same file does nothing.
 pub(crate) fn read_ahead(state_dir: &Path, workflow: &str) {
     let path = cache_path(state_dir, workflow);
-    if !path.is_file() {
+    let started = READ_AHEAD
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .as_ref()
+        .is_some_and(|(reading, _)| *reading == path);
+    if started || !path.is_file() {
         return;
     }
     let reading = {

@@ -22,7 +22,31 @@ pub(crate) enum Tmpl {
     Text(Box<TextTemplate>),
     /// A template that is a single `{{ expression }}`: evaluates to the expression's value, so a
     /// list stays a list and a number a number.
-    Native(Box<NativeExpression>),
+    Native(Box<Native>),
+}
+
+/// A compiled expression beside its source (a kept check compiles it again from that).
+pub(crate) struct Native {
+    source: Box<str>,
+    expression: NativeExpression,
+}
+
+/// What a [`Tmpl`] is made from: what a kept check writes down to make it again.
+pub(crate) enum TmplSource<'a> {
+    Literal(&'a str),
+    /// `native` as [`Interpolation::parse`] was given it.
+    Interpolated {
+        name: &'a str,
+        source: &'a str,
+        native: bool,
+    },
+    /// The name and the source as the environment holds them.
+    Text {
+        name: String,
+        source: String,
+    },
+    /// The expression as [`Tmpl::expression`] was given it.
+    Native(&'a str),
 }
 
 /// The environment a compiled template or expression was made in.
@@ -55,7 +79,7 @@ impl std::fmt::Debug for Tmpl {
             Tmpl::Literal(text) => write!(f, "Literal({text:?})"),
             Tmpl::Interpolated(i) => write!(f, "Interpolated({:?})", i.source),
             Tmpl::Text(t) => t.with_dependent(|_, t| write!(f, "Text({})", t.name())),
-            Tmpl::Native(_) => write!(f, "Native"),
+            Tmpl::Native(native) => write!(f, "Native({:?})", native.source),
         }
     }
 }
@@ -93,7 +117,45 @@ impl Tmpl {
                 )
             })
         })?;
-        Ok(Tmpl::Native(Box::new(expression)))
+        Ok(Tmpl::Native(Box::new(Native {
+            source: source.into(),
+            expression,
+        })))
+    }
+
+    /// What the template is made from (see [`TmplSource`]).
+    pub(crate) fn source(&self) -> TmplSource<'_> {
+        match self {
+            Tmpl::Literal(text) => TmplSource::Literal(text),
+            Tmpl::Interpolated(i) => TmplSource::Interpolated {
+                name: &i.name,
+                source: &i.source,
+                // A `value:` template of one `{{ ... }}` is native without having been asked.
+                native: i.native && !has_syntax(&i.source),
+            },
+            Tmpl::Text(template) => template.with_dependent(|_, t| TmplSource::Text {
+                name: t.name().to_string(),
+                source: t.source().to_string(),
+            }),
+            Tmpl::Native(native) => TmplSource::Native(&native.source),
+        }
+    }
+
+    /// A template made again from what [`Tmpl::source`] gave, in `env` (which holds every
+    /// text template's source); `None` if it no longer compiles so.
+    pub(crate) fn from_source(env: &SharedEnvironment, source: TmplSource<'_>) -> Option<Tmpl> {
+        match source {
+            TmplSource::Literal(text) => Some(Tmpl::Literal(text.to_string())),
+            TmplSource::Interpolated {
+                name,
+                source,
+                native,
+            } => {
+                Interpolation::parse(name, source, native).map(|i| Tmpl::Interpolated(Box::new(i)))
+            }
+            TmplSource::Text { name, .. } => Tmpl::text(env, &name).ok(),
+            TmplSource::Native(source) => Tmpl::expression(env, source).ok(),
+        }
     }
 
     /// Evaluate: a string for text templates, the value for native ones.
@@ -108,9 +170,9 @@ impl Tmpl {
             Tmpl::Text(template) => {
                 template.with_dependent(|_, t| render_bounded(t, scope).map(Value::from))
             }
-            Tmpl::Native(expression) => {
-                expression.with_dependent(|_, e| e.eval(scope).and_then(|v| bounded(&v)))
-            }
+            Tmpl::Native(native) => native
+                .expression
+                .with_dependent(|_, e| e.eval(scope).and_then(|v| bounded(&v))),
         }
     }
 
@@ -124,8 +186,8 @@ impl Tmpl {
             Tmpl::Literal(text) => Ok(text.clone()),
             Tmpl::Interpolated(interpolation) => interpolation.render(scope),
             Tmpl::Text(template) => template.with_dependent(|_, t| render_bounded(t, scope)),
-            Tmpl::Native(expression) => {
-                text_of_expression(&expression.with_dependent(|_, e| e.eval(scope))?)
+            Tmpl::Native(native) => {
+                text_of_expression(&native.expression.with_dependent(|_, e| e.eval(scope))?)
             }
         }
     }
@@ -136,9 +198,9 @@ impl Tmpl {
             Tmpl::Literal(_) => HashSet::new(),
             Tmpl::Interpolated(interpolation) => interpolation.references(),
             Tmpl::Text(template) => template.with_dependent(|_, t| t.undeclared_variables(true)),
-            Tmpl::Native(expression) => {
-                expression.with_dependent(|_, e| e.undeclared_variables(true))
-            }
+            Tmpl::Native(native) => native
+                .expression
+                .with_dependent(|_, e| e.undeclared_variables(true)),
         }
     }
 }

@@ -125,6 +125,7 @@ fn once(
         search: engine.search.clone(),
         cwd: root.clone(),
         documents: None,
+        kept: None,
         libraries: Vec::new(),
         project: crate::project::Project::find(&root),
     };
