@@ -188,6 +188,11 @@ fn any_file_the_check_read_that_changed_is_checked_again() {
     out.code(0);
     assert!(!out.stderr.contains(KEPT), "{}", out.stderr);
     assert_eq!(out.stdout.trim(), "the project's own");
+    // One entry for the workflow, replaced each time.
+    let entries = std::fs::read_dir(t.state_dir().join("cache/checks"))
+        .expect("cache/checks")
+        .count();
+    assert_eq!(entries, 1);
 }
 
 #[test]

@@ -52,16 +52,20 @@ impl KeptChecks {
         }
     }
 
-    fn entry(&self, key: &[u8; 32]) -> PathBuf {
+    /// The entry of a workflow as this folder, reference and search path name it: one each,
+    /// replaced when its key changes (another engine), so the folder grows only with the
+    /// workflows run.
+    fn entry(&self, reference: &str, cwd: &Path, search: &SearchPath) -> PathBuf {
+        let name = Sha256::digest(place(reference, cwd, search));
         self.dir
-            .join(format!("{}.bin", crate::floor::hash::hex(&key[..16])))
+            .join(format!("{}.bin", crate::floor::hash::hex(&name[..16])))
     }
 
     /// The kept check of the workflow `reference` names, when every file its last check read
     /// is the same; `None` when it must be checked.
     pub(crate) fn open(&self, reference: &str, cwd: &Path, search: &SearchPath) -> Option<Kept> {
         let key = key(reference, cwd, search);
-        let bytes = std::fs::read(self.entry(&key)).ok()?;
+        let bytes = std::fs::read(self.entry(reference, cwd, search)).ok()?;
         let mut input = Reader::new(&bytes);
         (input.take(FORMAT.len())? == FORMAT).then_some(())?;
         (input.take(32)? == key).then_some(())?;
@@ -103,10 +107,7 @@ impl KeptChecks {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
         let Some(lookups) = lookups else { return };
-        let mut body = Writer::default();
-        if write_workflow(&mut body, workflow).is_none() {
-            return;
-        }
+        let Some(body) = body(workflow) else { return };
         let key = key(reference, cwd, search);
         let mut out = Writer::default();
         out.str(&workflow.name);
@@ -115,26 +116,36 @@ impl KeptChecks {
             out.lookup(lookup);
             out.option(seen.as_ref(), Writer::seen);
         }
-        out.len(body.texts.len());
-        for (name, source) in &body.texts {
-            out.str(name);
-            out.str(source);
-        }
-        out.len(body.schemas.len());
-        for schema in &body.schemas {
-            out.str(&schema.name);
-            out.str(&schema.value.to_string());
-        }
-        out.bytes.extend_from_slice(&body.bytes);
+        out.bytes.extend_from_slice(&body);
         let mut entry = Vec::with_capacity(FORMAT.len() + 36 + out.bytes.len());
         entry.extend_from_slice(FORMAT);
         entry.extend_from_slice(&key);
         entry.extend_from_slice(&crc32fast::hash(&out.bytes).to_le_bytes());
         entry.extend_from_slice(&out.bytes);
         if std::fs::create_dir_all(&self.dir).is_ok() {
-            let _ = crate::floor::atomic::write_atomic(&self.entry(&key), &entry);
+            let _ = crate::floor::atomic::write_atomic(&self.entry(reference, cwd, search), &entry);
         }
     }
+}
+
+/// The workflow as an entry holds it: its text templates' sources and its schemas, then the
+/// rest; `None` for one that is not kept (see the module's rules).
+fn body(workflow: &Workflow) -> Option<Vec<u8>> {
+    let mut rest = Writer::default();
+    write_workflow(&mut rest, workflow)?;
+    let mut out = Writer::default();
+    out.len(rest.texts.len());
+    for (name, source) in &rest.texts {
+        out.str(name);
+        out.str(source);
+    }
+    out.len(rest.schemas.len());
+    for schema in &rest.schemas {
+        out.str(&schema.name);
+        out.str(&schema.value.to_string());
+    }
+    out.bytes.extend_from_slice(&rest.bytes);
+    Some(out.bytes)
 }
 
 /// A kept check whose files are unchanged, not yet read back.
@@ -161,27 +172,36 @@ impl Kept {
     }
 }
 
-/// What a kept check is found by: the engine's binary (its path, size and time), the folder,
-/// the reference and the search path.
+/// What a kept check holds good for: the entry's format, the engine's binary (its path, size
+/// and time) and [`place`].
 fn key(reference: &str, cwd: &Path, search: &SearchPath) -> [u8; 32] {
     let mut hash = Sha256::new();
     hash.update(FORMAT);
     hash.update(engine_identity());
-    for part in [cwd.as_os_str().as_encoded_bytes(), reference.as_bytes()] {
-        hash.update((part.len() as u64).to_le_bytes());
-        hash.update(part);
-    }
-    for library in &search.libraries {
-        let root = library
-            .root
-            .as_deref()
-            .map_or(&b""[..], |r| r.as_os_str().as_encoded_bytes());
-        hash.update((root.len() as u64).to_le_bytes());
-        hash.update(root);
-        hash.update(library.origin.as_bytes());
-        hash.update([u8::from(library.loose), 0]);
-    }
+    hash.update(place(reference, cwd, search));
     hash.finalize().into()
+}
+
+/// The folder, the reference and the search path, as bytes.
+fn place(reference: &str, cwd: &Path, search: &SearchPath) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    let mut part = |part: &[u8]| {
+        bytes.extend_from_slice(&(part.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(part);
+    };
+    part(cwd.as_os_str().as_encoded_bytes());
+    part(reference.as_bytes());
+    for library in &search.libraries {
+        part(
+            library
+                .root
+                .as_deref()
+                .map_or(&b""[..], |r| r.as_os_str().as_encoded_bytes()),
+        );
+        part(library.origin.as_bytes());
+        part(&[u8::from(library.loose)]);
+    }
+    bytes
 }
 
 /// The running binary, as its file is now: a rebuilt engine keeps nothing of another's.
@@ -974,4 +994,61 @@ fn read_extras(input: &mut Reader<'_>) -> Option<StageExtras> {
             true => Some(Box::new(input.json()?)),
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    /// Every workflow of the test fixtures and the shipped library that is kept reads back to
+    /// one that is written again byte for byte (every field the entry holds, held the same),
+    /// and an entry cut short anywhere reads as nothing rather than a panic.
+    #[test]
+    fn every_kept_workflow_reads_back_as_it_was_written() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files: Vec<PathBuf> = ["tests/fixtures/run/workflows", "workflows"]
+            .iter()
+            .flat_map(|dir| std::fs::read_dir(root.join(dir)).expect("a fixture folder"))
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.extension().is_some_and(|e| e == "toml")
+                    && !p.to_string_lossy().ends_with(".test.toml")
+            })
+            .collect();
+        files.sort();
+        let mut kept = 0;
+        for file in &files {
+            let fixtures = file.parent().and_then(Path::parent).expect("a library");
+            let search = SearchPath::new(vec![Library::dir(fixtures, "root"), Library::builtin()]);
+            let reference = file.to_string_lossy();
+            let Ok(raw) = crate::load::load(&search, &reference, root) else {
+                continue;
+            };
+            let Ok(workflow) = super::super::check(raw, &search, root) else {
+                continue;
+            };
+            let Some(bytes) = body(&workflow) else {
+                continue;
+            };
+            kept += 1;
+            let source = workflow.raw.file().clone();
+            let back = read_workflow(&mut Reader::new(&bytes), &search, vec![source.clone()])
+                .unwrap_or_else(|| panic!("{} does not read back", file.display()));
+            assert_eq!(body(&back), Some(bytes.clone()), "{}", file.display());
+            assert_eq!(back.stages.len(), workflow.stages.len());
+            for cut in (0..bytes.len()).step_by(bytes.len() / 64 + 1) {
+                let read = read_workflow(
+                    &mut Reader::new(&bytes[..cut]),
+                    &search,
+                    vec![source.clone()],
+                );
+                assert!(read.is_none(), "{} cut at {cut} reads", file.display());
+            }
+        }
+        // All of them when this was written (30: the shipped six among them).
+        assert!(kept >= 25, "only {kept} of {} workflows kept", files.len());
+    }
 }
