@@ -246,3 +246,22 @@ fn a_kept_check_that_does_not_read_is_checked_again_and_replaced() {
         out.stderr_has(KEPT);
     }
 }
+
+/// The first run of a project makes its state folder to record the run; the check it made is
+/// kept there too, once the folder exists, so the second run reads it back.
+#[test]
+fn the_first_run_of_a_project_keeps_its_check_once_it_made_the_state_folder() {
+    let t = project();
+    assert!(!t.exists(".stagegraph"));
+    t.command(["run", "wide"])
+        .without_state_dir()
+        .output()
+        .code(0);
+    assert!(t.exists(".stagegraph/cache/checks"), "no check kept");
+    let out = t
+        .command(["run", "wide", "-v"])
+        .without_state_dir()
+        .output();
+    out.code(0);
+    out.stderr_has(KEPT);
+}

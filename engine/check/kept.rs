@@ -43,12 +43,44 @@ const FORMAT: &[u8] = b"stagegraph-kept-check-1\n";
 /// The kept checks of a state folder (`<state>/cache/checks`).
 pub(crate) struct KeptChecks {
     dir: PathBuf,
+    /// For a state folder that does not exist yet: the entry made, held until
+    /// [`KeptChecks::write_held`] (as parsed documents are, `load::documents`).
+    held: Option<std::sync::Mutex<Option<(PathBuf, Vec<u8>)>>>,
 }
 
 impl KeptChecks {
     pub(crate) fn new(state: &Path) -> Self {
         KeptChecks {
             dir: state.join("cache").join("checks"),
+            held: None,
+        }
+    }
+
+    /// Checks kept for a state folder that does not exist yet: the entry is written by
+    /// [`KeptChecks::write_held`] if the folder exists by then (the run made it).
+    pub(crate) fn deferred(state: &Path) -> Self {
+        KeptChecks {
+            held: Some(std::sync::Mutex::default()),
+            ..KeptChecks::new(state)
+        }
+    }
+
+    /// Write the entry held back, when `state` exists now; else let it go.
+    pub(crate) fn write_held(&self, state: &Path) {
+        let held = self.held.as_ref().and_then(|held| {
+            held.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take()
+        });
+        if let Some((path, entry)) = held.filter(|_| state.is_dir()) {
+            self.store(&path, &entry);
+        }
+    }
+
+    /// A cache: an entry that cannot be written is checked again next time.
+    fn store(&self, path: &Path, entry: &[u8]) {
+        if std::fs::create_dir_all(&self.dir).is_ok() {
+            let _ = crate::floor::atomic::write_atomic(path, entry);
         }
     }
 
@@ -122,8 +154,14 @@ impl KeptChecks {
         entry.extend_from_slice(&key);
         entry.extend_from_slice(&crc32fast::hash(&out.bytes).to_le_bytes());
         entry.extend_from_slice(&out.bytes);
-        if std::fs::create_dir_all(&self.dir).is_ok() {
-            let _ = crate::floor::atomic::write_atomic(&self.entry(reference, cwd, search), &entry);
+        let path = self.entry(reference, cwd, search);
+        match &self.held {
+            Some(held) => {
+                *held
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((path, entry));
+            }
+            None => self.store(&path, &entry),
         }
     }
 }

@@ -89,6 +89,7 @@ impl Engine {
             self.kept = Some(crate::check::KeptChecks::new(&state.dir));
             Some(Documents::new(dir))
         } else {
+            self.kept = hold.then(|| crate::check::KeptChecks::deferred(&state.dir));
             hold.then(|| Documents::deferred(dir))
         };
     }
@@ -98,6 +99,9 @@ impl Engine {
     pub fn write_held_documents(&self, state: &StateDir) {
         if let Some(documents) = &self.documents {
             documents.write_held(&state.dir);
+        }
+        if let Some(kept) = &self.kept {
+            kept.write_held(&state.dir);
         }
     }
 
