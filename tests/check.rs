@@ -610,6 +610,9 @@ fn a_value_of_the_wrong_shape_is_shown_written_right() {
         (7, "write `timeout = \"30s\"`"),
         (11, "write `after = [\"fetch\"]`"),
         (12, "write `retries = 3`"),
+        // A table of one key: the string alone, or the table's nearest key.
+        (15, "write `template = \"page.j2\"`"),
+        (18, "write `template = { inline = \"a note\" }`"),
     ] {
         let (_, message, help) = found
             .iter()

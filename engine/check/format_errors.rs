@@ -7,7 +7,7 @@
 
 use std::sync::OnceLock;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::diag::{did_you_mean, Diagnostic, DiagnosticKind};
 use crate::format::WorkflowFile;
@@ -366,6 +366,16 @@ fn shape_help(schema: &Value, pointer: &str, found: &Value) -> Option<String> {
         }
         Value::Number(number) if types.contains(&"string") => Some(format!("\"{number}\"")),
         Value::String(text) => in_a_table(schema, &branches, text),
+        Value::Object(table) if table.len() == 1 => {
+            // The alternatives one level down too: `template` is a file's name or a table.
+            let mut all = branches.clone();
+            for branch in &branches {
+                if let Some(alts) = branch.get("anyOf").and_then(Value::as_array) {
+                    all.extend(alts.iter().map(|alt| resolve(schema, alt)));
+                }
+            }
+            one_key_table(&all, types.contains(&"string"), table)
+        }
         _ => None,
     };
     match (written, example) {
@@ -373,6 +383,28 @@ fn shape_help(schema: &Value, pointer: &str, found: &Value) -> Option<String> {
         (None, Some(example)) => Some(format!("written as {example}")),
         (None, None) => None,
     }
+}
+
+/// A table of one key given where the key takes a string or a table of other keys: the
+/// table's nearest key (`template = { inlin = "x" }` is `{ inline = "x" }`), else the string
+/// alone (`template = { file = "page.j2" }` is `template = "page.j2"`).
+fn one_key_table(branches: &[Value], string: bool, table: &Map<String, Value>) -> Option<String> {
+    let (key, value) = table.iter().next()?;
+    let nearest = branches
+        .iter()
+        .filter_map(|branch| branch.get("properties").and_then(Value::as_object))
+        .flat_map(|properties| properties.keys())
+        .map(|known| (strsim::jaro_winkler(key, known), known))
+        .filter(|(score, _)| *score > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    if let Some((_, known)) = nearest {
+        return Some(format!("{{ {known} = {value} }}"));
+    }
+    let string = string
+        || branches
+            .iter()
+            .any(|branch| branch.get("type").and_then(Value::as_str) == Some("string"));
+    (string && value.is_string()).then(|| value.to_string())
 }
 
 /// A string given where a table is wanted, which is a value one key of the table takes
