@@ -341,10 +341,10 @@ impl miette::Diagnostic for SnippetReport {
 }
 
 /// The closest candidate to a misspelt name, when one is close enough to suggest.
-pub(crate) fn did_you_mean<'a>(
+pub(crate) fn nearest<'a>(
     name: &str,
     candidates: impl IntoIterator<Item = &'a str>,
-) -> Option<String> {
+) -> Option<&'a str> {
     let mut best: Option<(f64, &str)> = None;
     for candidate in candidates {
         let score = strsim::jaro_winkler(name, candidate);
@@ -352,7 +352,15 @@ pub(crate) fn did_you_mean<'a>(
             best = Some((score, candidate));
         }
     }
-    best.map(|(_, candidate)| {
+    best.map(|(_, candidate)| candidate)
+}
+
+/// [`nearest`], said as help.
+pub(crate) fn did_you_mean<'a>(
+    name: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<String> {
+    nearest(name, candidates).map(|candidate| {
         let mut help = format!("did you mean `{candidate}`?");
         // Two names that look the same: say which character is not what it seems.
         let foreign: Vec<String> = name

@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
 
-use crate::diag::{did_you_mean, Diagnostic, DiagnosticKind};
+use crate::diag::{did_you_mean, nearest, Diagnostic, DiagnosticKind};
 use crate::format::WorkflowFile;
 use crate::load::{pointer_segment, RawWorkflow};
 
@@ -390,14 +390,11 @@ fn shape_help(schema: &Value, pointer: &str, found: &Value) -> Option<String> {
 /// alone (`template = { file = "page.j2" }` is `template = "page.j2"`).
 fn one_key_table(branches: &[Value], string: bool, table: &Map<String, Value>) -> Option<String> {
     let (key, value) = table.iter().next()?;
-    let nearest = branches
+    let keys = branches
         .iter()
         .filter_map(|branch| branch.get("properties").and_then(Value::as_object))
-        .flat_map(|properties| properties.keys())
-        .map(|known| (strsim::jaro_winkler(key, known), known))
-        .filter(|(score, _)| *score > 0.8)
-        .max_by(|a, b| a.0.total_cmp(&b.0));
-    if let Some((_, known)) = nearest {
+        .flat_map(|properties| properties.keys().map(String::as_str));
+    if let Some(known) = nearest(key, keys) {
         return Some(format!("{{ {known} = {value} }}"));
     }
     let string = string

@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use indexmap::IndexMap;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -84,20 +85,29 @@ impl KeptChecks {
         }
     }
 
-    /// The entry of a workflow as this folder, reference and search path name it: one each,
-    /// replaced when its key changes (another engine), so the folder grows only with the
-    /// workflows run.
-    fn entry(&self, reference: &str, cwd: &Path, search: &SearchPath) -> PathBuf {
-        let name = Sha256::digest(place(reference, cwd, search));
-        self.dir
-            .join(format!("{}.bin", crate::floor::hash::hex(&name[..16])))
+    /// The entry of a workflow, with the key it holds good for. The file is named by the
+    /// folder, the reference and the search path ([`place`]): one each, replaced when its key
+    /// changes (another engine), so the folder grows only with the workflows run. The key adds
+    /// the entry's format and the engine's binary (its path, size and time).
+    fn entry(&self, reference: &str, cwd: &Path, search: &SearchPath) -> (PathBuf, [u8; 32]) {
+        let place = place(reference, cwd, search);
+        let name = Sha256::digest(&place);
+        let mut key = Sha256::new();
+        key.update(FORMAT);
+        key.update(engine_identity());
+        key.update(&place);
+        (
+            self.dir
+                .join(format!("{}.bin", crate::floor::hash::hex(&name[..16]))),
+            key.finalize().into(),
+        )
     }
 
     /// The kept check of the workflow `reference` names, when every file its last check read
     /// is the same; `None` when it must be checked.
     pub(crate) fn open(&self, reference: &str, cwd: &Path, search: &SearchPath) -> Option<Kept> {
-        let key = key(reference, cwd, search);
-        let bytes = std::fs::read(self.entry(reference, cwd, search)).ok()?;
+        let (path, key) = self.entry(reference, cwd, search);
+        let bytes = std::fs::read(path).ok()?;
         let mut input = Reader::new(&bytes);
         (input.take(FORMAT.len())? == FORMAT).then_some(())?;
         (input.take(32)? == key).then_some(())?;
@@ -140,7 +150,7 @@ impl KeptChecks {
             .take();
         let Some(lookups) = lookups else { return };
         let Some(body) = body(workflow) else { return };
-        let key = key(reference, cwd, search);
+        let (path, key) = self.entry(reference, cwd, search);
         let mut out = Writer::default();
         out.str(&workflow.name);
         out.len(lookups.len());
@@ -154,7 +164,6 @@ impl KeptChecks {
         entry.extend_from_slice(&key);
         entry.extend_from_slice(&crc32fast::hash(&out.bytes).to_le_bytes());
         entry.extend_from_slice(&out.bytes);
-        let path = self.entry(reference, cwd, search);
         match &self.held {
             Some(held) => {
                 *held
@@ -210,16 +219,6 @@ impl Kept {
     }
 }
 
-/// What a kept check holds good for: the entry's format, the engine's binary (its path, size
-/// and time) and [`place`].
-fn key(reference: &str, cwd: &Path, search: &SearchPath) -> [u8; 32] {
-    let mut hash = Sha256::new();
-    hash.update(FORMAT);
-    hash.update(engine_identity());
-    hash.update(place(reference, cwd, search));
-    hash.finalize().into()
-}
-
 /// The folder, the reference and the search path, as bytes.
 fn place(reference: &str, cwd: &Path, search: &SearchPath) -> Vec<u8> {
     let mut bytes = Vec::new();
@@ -268,7 +267,8 @@ fn engine_identity() -> &'static [u8] {
 #[derive(Default)]
 struct Writer {
     bytes: Vec<u8>,
-    texts: Vec<(String, String)>,
+    /// By name: a template file two stages use is one source.
+    texts: IndexMap<String, String>,
     schemas: Vec<Arc<Schema>>,
 }
 
@@ -398,9 +398,7 @@ impl Writer {
             TmplSource::Text { name, source } => {
                 self.bytes.push(2);
                 self.str(&name);
-                if !self.texts.iter().any(|(known, _)| *known == name) {
-                    self.texts.push((name, source));
-                }
+                self.texts.entry(name).or_insert(source);
             }
             TmplSource::Native(source) => {
                 self.bytes.push(3);
